@@ -35,7 +35,9 @@ def env_int(name: str, default: int) -> int:
     try:
         return int(raw)
     except ValueError:
-        raise SystemExit(f"gpu-share-webhook: {env_name(name)}={raw!r} is not a whole number") from None
+        raise SystemExit(
+            f"gpu-share-webhook: {env_name(name)}={raw!r} is not a whole number"
+        ) from None
 
 
 def env_float(name: str, default: float) -> float:

@@ -1,0 +1,514 @@
+"""Sharing policies: the file format (pydantic models), loading, and compiling.
+
+A policy file (`policies/*.yaml`) holds one or more YAML documents of this shape::
+
+    apiVersion: gpu-share.io/v1alpha1
+    kind: SharingPolicy
+    metadata: {name: default}
+    spec:
+      sharedResources: [nvidia.com/gpu.shared]
+      runtimeClassName: nvidia
+      tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+      nodeClasses: [...]          # how the device plugin and GFD label the nodes
+      profiles: {small: {activeThreadPercentage: 25, pinnedMemoryMiB: 3840}}
+      defaultProfile: small
+      rules: {...}                # switches for the safety rules
+
+Loading validates every document and compiles each policy into a `Policy`: plain frozen
+objects with the lookups, selectors and ceilings a review needs already worked out, so a
+review repeats none of that work.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+
+from webhook.errors import PolicyError
+
+API_VERSION = "gpu-share.io/v1alpha1"
+KIND = "SharingPolicy"
+DEFAULT_POLICY = "default"
+
+# Label values and names as Kubernetes validates them.
+_LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
+_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
+_RESOURCE_NAME = r"nvidia\.com/(gpu|mig-[0-9a-z.+-]+?)(\.shared)?"
+_BASE_RESOURCE = r"nvidia\.com/(gpu|mig-[0-9a-z.+-]+)"
+
+DnsLabel = Annotated[str, StringConstraints(pattern=rf"^{_DNS_LABEL}$", max_length=63)]
+DnsSubdomain = Annotated[str, StringConstraints(pattern=rf"^{_DNS_SUBDOMAIN}$", max_length=253)]
+ResourceName = Annotated[str, StringConstraints(pattern=rf"^{_RESOURCE_NAME}$")]
+BaseResource = Annotated[str, StringConstraints(pattern=rf"^{_BASE_RESOURCE}$")]
+LabelValue = Annotated[str, StringConstraints(pattern=rf"^{_LABEL_VALUE}$", max_length=63)]
+
+SHARED_SUFFIX = ".shared"
+PRODUCT_SHARED_SUFFIX = "-SHARED"
+# The device plugin refuses MPS with more replicas than the hardware allows (48 from compute
+# capability 7.5, 16 before); the policy cannot know the capability, so it checks the upper one.
+MPS_MAX_REPLICAS = 48
+
+
+class _Model(BaseModel):
+    # Unknown fields are errors: a typo in a policy must not silently weaken it.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class TolerationSpec(_Model):
+    """A toleration, checked as the API server will check it after our patch."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] = "Equal"
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = Field(default=None, alias="tolerationSeconds")
+
+    @model_validator(mode="after")
+    def _as_the_api_server_wants(self) -> TolerationSpec:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("value must be empty when operator is 'Exists'")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("operator must be 'Exists' when key is empty")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds is only allowed with effect NoExecute")
+        return self
+
+    def as_k8s(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.key:
+            out["key"] = self.key
+        out["operator"] = self.operator
+        if self.value:
+            out["value"] = self.value
+        if self.effect:
+            out["effect"] = self.effect
+        if self.toleration_seconds is not None:
+            out["tolerationSeconds"] = self.toleration_seconds
+        return out
+
+
+class NodeClassSpec(_Model):
+    """Nodes as the device plugin shares them and gpu-feature-discovery labels them."""
+
+    name: DnsLabel
+    # The device plugin's resource before renaming: nvidia.com/gpu or nvidia.com/mig-<profile>.
+    resource: BaseResource = "nvidia.com/gpu"
+    product: LabelValue = Field(min_length=1)
+    strategy: Literal["mps", "time-slicing"]
+    # renameByDefault: true advertises `<resource>.shared`; false keeps `<resource>` and
+    # labels the product `<product>-SHARED`.
+    renamed: bool = True
+    replicas: int = Field(ge=2)
+    memory_mib: int | None = Field(default=None, alias="memoryMiB", gt=0)
+    gpus_per_node: int = Field(default=1, alias="gpusPerNode", ge=1)
+    # Device plugin defaults: true for MPS (since v0.20), false for time-slicing.
+    fail_requests_greater_than_one: bool | None = Field(
+        default=None, alias="failRequestsGreaterThanOne"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> NodeClassSpec:
+        if self.strategy == "mps":
+            if self.resource.startswith("nvidia.com/mig-"):
+                raise ValueError("the device plugin refuses MPS on MIG devices; use time-slicing")
+            if self.memory_mib is None:
+                raise ValueError("memoryMiB is required for an mps class (it sets the ceiling)")
+            if self.replicas > MPS_MAX_REPLICAS:
+                raise ValueError(f"MPS allows at most {MPS_MAX_REPLICAS} replicas per GPU")
+        if not self.renamed and len(self.product) + len(PRODUCT_SHARED_SUFFIX) > 63:
+            raise ValueError("product plus the -SHARED suffix is longer than a label value")
+        return self
+
+
+class ProfileSpec(_Model):
+    """An MPS size: what each container that uses the shared GPU may take of it."""
+
+    active_thread_percentage: int | None = Field(
+        default=None, alias="activeThreadPercentage", ge=1, le=100
+    )
+    pinned_memory_mib: int | None = Field(default=None, alias="pinnedMemoryMiB", ge=1)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> ProfileSpec:
+        if self.active_thread_percentage is None and self.pinned_memory_mib is None:
+            raise ValueError("a profile sets activeThreadPercentage, pinnedMemoryMiB or both")
+        return self
+
+
+class RulesSpec(_Model):
+    """Switches for the safety rules a site may reasonably choose otherwise."""
+
+    # Privileged containers see every GPU on the node, whatever they asked for.
+    deny_privileged: bool = Field(default=True, alias="denyPrivileged")
+    # NVIDIA_VISIBLE_DEVICES on a container that asks for no GPU is how it escapes allocation.
+    deny_visible_devices_without_gpu: bool = Field(
+        default=True, alias="denyVisibleDevicesWithoutGpu"
+    )
+    # CUDA images set NVIDIA_VISIBLE_DEVICES=all: containers that asked for no GPU get `void`.
+    void_visible_devices_without_gpu: bool = Field(
+        default=True, alias="voidVisibleDevicesWithoutGpu"
+    )
+    deny_exclusive_with_shared: bool = Field(default=True, alias="denyExclusiveWithShared")
+
+
+def _default_tolerations() -> list[TolerationSpec]:
+    return [TolerationSpec(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
+
+
+class PolicySpecModel(_Model):
+    shared_resources: list[ResourceName] = Field(
+        default_factory=lambda: ["nvidia.com/gpu.shared"], alias="sharedResources", min_length=1
+    )
+    runtime_class_name: DnsSubdomain = Field(default="nvidia", alias="runtimeClassName")
+    tolerations: list[TolerationSpec] = Field(default_factory=_default_tolerations)
+    # Also tolerate a taint named after the requested resource, as the ExtendedResourceToleration
+    # admission plugin would, for clusters that taint GPU nodes that way.
+    tolerate_resource_taint: bool = Field(default=True, alias="tolerateResourceTaint")
+    node_classes: list[NodeClassSpec] = Field(alias="nodeClasses", min_length=1)
+    profiles: dict[DnsLabel, ProfileSpec] = Field(default_factory=dict)
+    default_profile: DnsLabel | None = Field(default=None, alias="defaultProfile")
+    rules: RulesSpec = Field(default_factory=RulesSpec)
+
+    @model_validator(mode="after")
+    def _coherent(self) -> PolicySpecModel:
+        problems: list[str] = []
+        names = [c.name for c in self.node_classes]
+        for dup in sorted({n for n in names if names.count(n) > 1}):
+            problems.append(f"nodeClasses: two classes named {dup!r}")
+        shared = set(self.shared_resources)
+        if len(shared) != len(self.shared_resources):
+            problems.append("sharedResources: a resource is listed twice")
+        served = {advertised_resource(c.resource, c.renamed) for c in self.node_classes}
+        for c in self.node_classes:
+            adv = advertised_resource(c.resource, c.renamed)
+            if adv not in shared:
+                problems.append(
+                    f"nodeClasses[{c.name}]: advertises {adv}, which is not in sharedResources"
+                )
+        for res in sorted(shared - served):
+            problems.append(f"sharedResources: no node class advertises {res}")
+        if self.profiles:
+            if self.default_profile is None:
+                problems.append("defaultProfile: required when profiles are defined")
+            elif self.default_profile not in self.profiles:
+                problems.append(
+                    f"defaultProfile: {self.default_profile!r} is not one of the profiles"
+                    f" ({', '.join(sorted(self.profiles))})"
+                )
+        elif self.default_profile is not None:
+            problems.append("defaultProfile: set, but no profiles are defined")
+        mps = [c for c in self.node_classes if c.strategy == "mps"]
+        if mps:
+            for pname, prof in sorted(self.profiles.items()):
+                if not any(_fits(prof, c) for c in mps):
+                    ceilings = ", ".join(
+                        f"{c.name}: {100 // c.replicas}% / {(c.memory_mib or 0) // c.replicas} MiB"
+                        for c in mps
+                    )
+                    problems.append(
+                        f"profiles.{pname}: above the MPS ceiling of every class ({ceilings})"
+                    )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+class MetadataModel(_Model):
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: DnsLabel
+
+
+class PolicyDocument(_Model):
+    api_version: Literal["gpu-share.io/v1alpha1"] = Field(alias="apiVersion")
+    kind: Literal["SharingPolicy"]
+    metadata: MetadataModel
+    spec: PolicySpecModel
+
+
+def advertised_resource(resource: str, renamed: bool) -> str:
+    """What a pod asks for to get a replica on such a node."""
+    return resource + SHARED_SUFFIX if renamed else resource
+
+
+def _fits(profile: ProfileSpec, cls: NodeClassSpec) -> bool:
+    threads = profile.active_thread_percentage
+    memory = profile.pinned_memory_mib
+    if threads is not None and threads > 100 // cls.replicas:
+        return False
+    ceiling = cls.memory_mib // cls.replicas if cls.memory_mib is not None else None
+    return memory is None or ceiling is None or memory <= ceiling
+
+
+# --------------------------------------------------------------------------- compiled form
+
+
+@dataclass(frozen=True, slots=True)
+class NodeClass:
+    """A node class, compiled: what it advertises, the labels to select it, its MPS ceilings."""
+
+    name: str
+    index: int
+    resource: str
+    advertised: str
+    product: str
+    strategy: str
+    renamed: bool
+    replicas: int
+    memory_mib: int | None
+    gpus_per_node: int
+    fail_requests_greater_than_one: bool
+    # The labels the webhook pins: sharing strategy, product as labelled, replicas.
+    selector: tuple[tuple[str, str], ...]
+    product_label: str
+    # Every label GFD sets on such nodes that we can judge a user's selector against.
+    known_labels: Mapping[str, str]
+    thread_ceiling: int | None
+    memory_ceiling_mib: int | None
+
+    @property
+    def mps(self) -> bool:
+        return self.strategy == "mps"
+
+
+@dataclass(frozen=True, slots=True)
+class Profile:
+    name: str
+    active_thread_percentage: int | None
+    pinned_memory_mib: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class Rules:
+    deny_privileged: bool
+    deny_visible_devices_without_gpu: bool
+    void_visible_devices_without_gpu: bool
+    deny_exclusive_with_shared: bool
+
+
+@dataclass(eq=False, slots=True)
+class Policy:
+    """A policy compiled for reviews. Built once per load; treat as read-only."""
+
+    name: str
+    source: str
+    shared_resources: frozenset[str]
+    runtime_class_name: str
+    tolerations: tuple[dict[str, Any], ...]
+    tolerate_resource_taint: bool
+    classes: tuple[NodeClass, ...]
+    classes_by_resource: Mapping[str, tuple[NodeClass, ...]]
+    profiles: Mapping[str, Profile]
+    default_profile: str | None
+    rules: Rules
+    # Profile names other policies define: lets a denial tell "not allowed here" from "unknown".
+    foreign_profiles: frozenset[str] = frozenset()
+    # Per-policy memo of work that depends only on the policy and a small key (node terms
+    # for a set of classes); bounded by the number of class subsets actually seen.
+    memo: dict[Any, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicySet:
+    """All policies in force, by name."""
+
+    policies: Mapping[str, Policy]
+
+    def get(self, name: str) -> Policy | None:
+        return self.policies.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.policies)
+
+
+def compile_node_class(spec: NodeClassSpec, index: int) -> NodeClass:
+    r = spec.resource
+    product_value = spec.product if spec.renamed else spec.product + PRODUCT_SHARED_SUFFIX
+    selector = (
+        (f"{r}.sharing-strategy", spec.strategy),
+        (f"{r}.product", product_value),
+        (f"{r}.replicas", str(spec.replicas)),
+    )
+    known = dict(selector)
+    known[f"{r}.count"] = str(spec.gpus_per_node)
+    if spec.memory_mib is not None:
+        known[f"{r}.memory"] = str(spec.memory_mib)
+    known["nvidia.com/gpu.present"] = "true"
+    if spec.strategy == "mps":
+        known["nvidia.com/mps.capable"] = "true"
+    fail = spec.fail_requests_greater_than_one
+    if fail is None:
+        fail = spec.strategy == "mps"
+    mps = spec.strategy == "mps"
+    return NodeClass(
+        name=spec.name,
+        index=index,
+        resource=r,
+        advertised=advertised_resource(r, spec.renamed),
+        product=spec.product,
+        strategy=spec.strategy,
+        renamed=spec.renamed,
+        replicas=spec.replicas,
+        memory_mib=spec.memory_mib,
+        gpus_per_node=spec.gpus_per_node,
+        fail_requests_greater_than_one=fail,
+        selector=selector,
+        product_label=f"{r}.product",
+        known_labels=known,
+        thread_ceiling=100 // spec.replicas if mps else None,
+        memory_ceiling_mib=(spec.memory_mib // spec.replicas) if mps and spec.memory_mib else None,
+    )
+
+
+def compile_policy(doc: PolicyDocument, source: str) -> Policy:
+    spec = doc.spec
+    classes = tuple(compile_node_class(c, i) for i, c in enumerate(spec.node_classes))
+    by_resource: dict[str, list[NodeClass]] = {}
+    for c in classes:
+        by_resource.setdefault(c.advertised, []).append(c)
+    return Policy(
+        name=doc.metadata.name,
+        source=source,
+        shared_resources=frozenset(spec.shared_resources),
+        runtime_class_name=spec.runtime_class_name,
+        tolerations=tuple(t.as_k8s() for t in spec.tolerations),
+        tolerate_resource_taint=spec.tolerate_resource_taint,
+        classes=classes,
+        classes_by_resource={k: tuple(v) for k, v in by_resource.items()},
+        profiles={
+            n: Profile(n, p.active_thread_percentage, p.pinned_memory_mib)
+            for n, p in spec.profiles.items()
+        },
+        default_profile=spec.default_profile,
+        rules=Rules(
+            deny_privileged=spec.rules.deny_privileged,
+            deny_visible_devices_without_gpu=spec.rules.deny_visible_devices_without_gpu,
+            void_visible_devices_without_gpu=spec.rules.void_visible_devices_without_gpu,
+            deny_exclusive_with_shared=spec.rules.deny_exclusive_with_shared,
+        ),
+    )
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(document)"
+
+
+def _describe(exc: pydantic.ValidationError) -> list[str]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        msg = err["msg"]
+        if msg.startswith("Value error, "):
+            msg = msg[len("Value error, ") :]
+        loc = tuple(p for p in err["loc"] if p not in ("function-after[_coherent()]",))
+        # Model validators report with the model's own location; "; " joins several problems.
+        for part in msg.split("; "):
+            problems.append(f"{_location(loc)}: {part}")
+    return problems
+
+
+def parse_documents(text: str, source: str) -> tuple[list[Policy], list[str]]:
+    """Validate and compile the policies in one file's text; returns (policies, problems)."""
+    policies: list[Policy] = []
+    problems: list[str] = []
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return [], [f"{source}: not valid YAML{where}: {reason}"]
+    numbered = [(i, d) for i, d in enumerate(docs, 1) if d is not None]
+    if not numbered:
+        return [], [f"{source}: holds no policy document"]
+    for number, doc in numbered:
+        label = source if len(docs) == 1 else f"{source} (document {number})"
+        if not isinstance(doc, dict):
+            problems.append(f"{label}: a policy is a mapping, not {type(doc).__name__}")
+            continue
+        try:
+            model = PolicyDocument.model_validate(doc)
+        except pydantic.ValidationError as exc:
+            problems.extend(f"{label}: {p}" for p in _describe(exc))
+            continue
+        policies.append(compile_policy(model, label))
+    return policies, problems
+
+
+def policy_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+
+
+def load_directory(directory: str | Path) -> PolicySet:
+    """Load every policy in `directory`; raise PolicyError listing every problem found."""
+    path = Path(directory)
+    if not path.is_dir():
+        raise PolicyError([f"{path}: not a directory of policy files"])
+    problems: list[str] = []
+    loaded: list[Policy] = []
+    files = policy_files(path)
+    if not files:
+        raise PolicyError([f"{path}: holds no *.yaml policy file"])
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            problems.append(f"{file}: cannot be read: {exc}")
+            continue
+        found, errs = parse_documents(text, str(file))
+        loaded.extend(found)
+        problems.extend(errs)
+    return build_set(loaded, problems)
+
+
+def build_set(policies: Iterable[Policy], problems: list[str] | None = None) -> PolicySet:
+    """Assemble compiled policies into a set; two with one name are an error."""
+    problems = list(problems or [])
+    by_name: dict[str, Policy] = {}
+    for p in policies:
+        if p.name in by_name:
+            problems.append(
+                f"{p.source}: metadata.name: policy {p.name!r} is already defined in"
+                f" {by_name[p.name].source}"
+            )
+            continue
+        by_name[p.name] = p
+    if problems:
+        raise PolicyError(problems)
+    all_profiles = {n for p in by_name.values() for n in p.profiles}
+    for p in by_name.values():
+        p.foreign_profiles = frozenset(all_profiles - set(p.profiles))
+    return PolicySet(by_name)
+
+
+def embedded_directory() -> Path:
+    """The policies shipped with the package (the wheel embeds the repository's `policies/`)."""
+    here = Path(__file__).resolve().parent
+    embedded = here / "_embedded" / "policies"
+    if embedded.is_dir():
+        return embedded
+    # A source checkout or an editable install: the repository's own policies/.
+    return here.parent / "policies"
+
+
+_NAME_RE = re.compile(rf"^{_DNS_LABEL}$")
+
+
+def is_policy_name(name: str) -> bool:
+    return len(name) <= 63 and bool(_NAME_RE.match(name))

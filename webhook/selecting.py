@@ -1,0 +1,322 @@
+"""Node selection: which node classes a pod's own constraints allow, and what to add.
+
+A pod's required node constraints are its `nodeSelector` AND (any of its required node
+affinity terms). We judge them against the labels gpu-feature-discovery puts on each class
+(`NodeClass.known_labels`); a requirement on a label we know nothing about (hostname, zone...)
+might hold on such a node, so it never excludes a class.
+
+When the constraints do not already pin the pod to allowed classes, we add the class labels:
+a `nodeSelector` for one class; for several, required node affinity terms with `In`
+(label selectors cannot match a suffix, so products are listed). Existing affinity terms are
+ANDed with ours, never replaced by a wider choice; a second pass finds the pod pinned and
+adds nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.policies import NodeClass, Policy
+
+# A requirement: (key, operator, values). nodeSelector entries become (key, "In", (value,)).
+Requirement = tuple[str, str, tuple[str, ...]]
+
+_AFFINITY = "affinity"
+_NODE_AFFINITY = "nodeAffinity"
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_TERMS = "nodeSelectorTerms"
+# Bound on the combinations a pinning check enumerates; beyond it we add our terms anyway.
+_MAX_COMBINATIONS = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Constraints:
+    """A pod's required node constraints, read defensively from its spec."""
+
+    node_selector: Mapping[str, str]
+    # The raw required terms as sent (None: the pod has none), and each as a conjunction of
+    # requirements (nodeSelector included); None for a term that can match no node.
+    raw_terms: Sequence[Any] | None
+    conjunctions: tuple[tuple[Requirement, ...] | None, ...]
+
+    @property
+    def empty(self) -> bool:
+        return not self.node_selector and self.raw_terms is None
+
+
+NO_CONSTRAINTS = Constraints({}, None, ((),))
+
+
+def read(spec: Mapping[str, Any]) -> Constraints:
+    ns_raw = spec.get("nodeSelector")
+    node_selector: dict[str, str] = {}
+    if isinstance(ns_raw, dict):
+        node_selector = {str(k): str(v) for k, v in ns_raw.items() if v is not None}
+    terms = _required_terms(spec)
+    if not node_selector and terms is None:
+        return NO_CONSTRAINTS
+    base = tuple((k, "In", (v,)) for k, v in node_selector.items())
+    if terms is None:
+        return Constraints(node_selector, None, (base,))
+    conjunctions: list[tuple[Requirement, ...] | None] = []
+    for term in terms:
+        reqs = _term_requirements(term)
+        conjunctions.append(None if reqs is None else base + reqs)
+    return Constraints(node_selector, terms, tuple(conjunctions))
+
+
+def _required_terms(spec: Mapping[str, Any]) -> list[Any] | None:
+    affinity = spec.get(_AFFINITY)
+    if not isinstance(affinity, dict):
+        return None
+    node_affinity = affinity.get(_NODE_AFFINITY)
+    if not isinstance(node_affinity, dict):
+        return None
+    required = node_affinity.get(_REQUIRED)
+    if not isinstance(required, dict):
+        return None
+    terms = required.get(_TERMS)
+    if not isinstance(terms, list) or not terms:
+        return None
+    return terms
+
+
+def _term_requirements(term: Any) -> tuple[Requirement, ...] | None:
+    if not isinstance(term, dict):
+        return None
+    exprs = term.get("matchExpressions")
+    fields = term.get("matchFields")
+    # An empty term matches no node (Kubernetes' rule); matchFields we cannot judge.
+    if not exprs and not fields:
+        return None
+    reqs: list[Requirement] = []
+    for expr in exprs if isinstance(exprs, list) else ():
+        if not isinstance(expr, dict):
+            continue
+        key = expr.get("key")
+        op = expr.get("operator")
+        values = expr.get("values") or ()
+        if not isinstance(key, str) or not isinstance(op, str):
+            continue
+        if not isinstance(values, list | tuple):
+            values = ()
+        reqs.append((key, op, tuple(str(v) for v in values)))
+    return tuple(reqs)
+
+
+def _holds(req: Requirement, labels: Mapping[str, str]) -> bool:
+    key, op, values = req
+    value = labels.get(key)
+    if value is None:
+        # A label we do not know for this class: a node of the class may carry it.
+        return True
+    if op == "In":
+        return value in values
+    if op == "NotIn":
+        return value not in values
+    if op == "Exists":
+        return True
+    if op == "DoesNotExist":
+        return False
+    if op in ("Gt", "Lt") and len(values) == 1:
+        try:
+            have, bound = int(value), int(values[0])
+        except ValueError:
+            return False
+        return have > bound if op == "Gt" else have < bound
+    return True
+
+
+def admits(constraints: Constraints, cls: NodeClass) -> bool:
+    labels = cls.known_labels
+    for conj in constraints.conjunctions:
+        if conj is not None and all(_holds(r, labels) for r in conj):
+            return True
+    return False
+
+
+def _finite_values(conj: Sequence[Requirement], key: str) -> set[str] | None:
+    allowed: set[str] | None = None
+    for k, op, values in conj:
+        if k == key and op == "In":
+            allowed = set(values) if allowed is None else allowed & set(values)
+    return allowed
+
+
+def _pins(conj: Sequence[Requirement], classes: Sequence[NodeClass]) -> bool:
+    """True when every node that satisfies `conj` belongs to one of `classes`."""
+    shapes: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+    for c in classes:
+        keys = tuple(k for k, _ in c.selector)
+        shapes.setdefault(keys, set()).add(tuple(v for _, v in c.selector))
+    for keys, allowed_tuples in shapes.items():
+        sets = [_finite_values(conj, k) for k in keys]
+        if any(s is None for s in sets):
+            continue
+        finite = [sorted(s) for s in sets if s is not None]
+        size = 1
+        for s in finite:
+            size *= len(s)
+        if size > _MAX_COMBINATIONS:
+            continue
+        if all(combo in allowed_tuples for combo in itertools.product(*finite)):
+            return True
+    return False
+
+
+def pinned(constraints: Constraints, classes: Sequence[NodeClass]) -> bool:
+    """The pod can only land on `classes`: every satisfiable conjunction pins it."""
+    conjs = [c for c in constraints.conjunctions if c is not None]
+    return bool(conjs) and all(_pins(c, classes) for c in conjs)
+
+
+def groups(
+    policy: Policy, classes: Sequence[NodeClass]
+) -> list[tuple[list[dict[str, Any]], list[NodeClass]]]:
+    """Classes grouped by all selector labels but the product, with each group's match
+    expressions (the fixed labels, then the product `In` the group's products). Memoised
+    on the policy: the same few class sets recur in every review."""
+    key = ("groups", tuple(c.index for c in classes))
+    cached = policy.memo.get(key)
+    if cached is not None:
+        return cached  # type: ignore[no-any-return]
+    by_shape: dict[tuple[tuple[str, str], ...], list[NodeClass]] = {}
+    for c in classes:
+        fixed = tuple((k, v) for k, v in c.selector if k != c.product_label)
+        by_shape.setdefault((*fixed, ("", c.product_label)), []).append(c)
+    out: list[tuple[list[dict[str, Any]], list[NodeClass]]] = []
+    for shape, members in by_shape.items():
+        exprs: list[dict[str, Any]] = [
+            {"key": k, "operator": "In", "values": [v]} for k, v in shape if k
+        ]
+        products: list[str] = []
+        for c in members:
+            product = dict(c.selector)[c.product_label]
+            if product not in products:
+                products.append(product)
+        exprs.append({"key": members[0].product_label, "operator": "In", "values": products})
+        out.append((exprs, members))
+    policy.memo[key] = out
+    return out
+
+
+def plan(
+    spec: Mapping[str, Any],
+    constraints: Constraints,
+    classes: Sequence[NodeClass],
+    *,
+    policy: Policy,
+    path: str,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """JSON Patch ops that pin the pod to `classes`, and the step's name (None: nothing to do).
+
+    `classes` are the allowed classes the pod's constraints admit, never empty.
+    """
+    if pinned(constraints, classes):
+        return [], None
+    if len(classes) == 1:
+        return _pin_with_node_selector(spec, classes[0], path), "node-selector"
+    grouped = groups(policy, classes)
+    if constraints.raw_terms is None:
+        terms = [{"matchExpressions": [dict(e) for e in g]} for g, _ in grouped]
+        return _add_required_terms(spec, terms, path), "node-affinity"
+    new_terms: list[Any] = []
+    for raw, conj in zip(constraints.raw_terms, constraints.conjunctions, strict=True):
+        if conj is None:
+            # A term that matches no node stays one; keeping it keeps the user's intent visible.
+            new_terms.append(raw)
+            continue
+        if _pins(conj, classes):
+            new_terms.append(raw)
+            continue
+        for group, group_classes in grouped:
+            if not any(all(_holds(r, c.known_labels) for r in conj) for c in group_classes):
+                continue
+            term = dict(raw)
+            existing = list(term.get("matchExpressions") or [])
+            term["matchExpressions"] = existing + [dict(e) for e in group if e not in existing]
+            new_terms.append(term)
+    return (
+        [
+            {
+                "op": "replace",
+                "path": f"{path}/{_AFFINITY}/{_NODE_AFFINITY}/{_REQUIRED}/{_TERMS}",
+                "value": new_terms,
+            }
+        ],
+        "node-affinity",
+    )
+
+
+def _pin_with_node_selector(
+    spec: Mapping[str, Any], cls: NodeClass, path: str
+) -> list[dict[str, Any]]:
+    current = spec.get("nodeSelector")
+    if not isinstance(current, dict):
+        return [{"op": "add", "path": f"{path}/nodeSelector", "value": dict(cls.selector)}]
+    return [
+        {"op": "add", "path": f"{path}/nodeSelector/{escape(k)}", "value": v}
+        for k, v in cls.selector
+        if current.get(k) != v
+    ]
+
+
+def _add_required_terms(
+    spec: Mapping[str, Any], terms: list[dict[str, Any]], path: str
+) -> list[dict[str, Any]]:
+    required = {_TERMS: terms}
+    affinity = spec.get(_AFFINITY)
+    if not isinstance(affinity, dict):
+        return [
+            {
+                "op": "add",
+                "path": f"{path}/{_AFFINITY}",
+                "value": {_NODE_AFFINITY: {_REQUIRED: required}},
+            }
+        ]
+    node_affinity = affinity.get(_NODE_AFFINITY)
+    if not isinstance(node_affinity, dict):
+        return [
+            {
+                "op": "add",
+                "path": f"{path}/{_AFFINITY}/{_NODE_AFFINITY}",
+                "value": {_REQUIRED: required},
+            }
+        ]
+    return [
+        {"op": "add", "path": f"{path}/{_AFFINITY}/{_NODE_AFFINITY}/{_REQUIRED}", "value": required}
+    ]
+
+
+def describe(constraints: Constraints, classes: Sequence[NodeClass]) -> str:
+    """The user's requirements on labels the classes carry, for a denial message."""
+    known = {k for c in classes for k in c.known_labels}
+    parts: list[str] = []
+    for k, v in constraints.node_selector.items():
+        if k in known:
+            parts.append(f"nodeSelector {k}={v}")
+    seen: set[Requirement] = set()
+    for conj in constraints.conjunctions:
+        for req in conj or ():
+            k, op, values = req
+            if (
+                k in known
+                and req not in seen
+                and (k, "In", values)
+                not in {(kk, "In", (vv,)) for kk, vv in constraints.node_selector.items()}
+            ):
+                seen.add(req)
+                parts.append(f"affinity {k} {op} ({', '.join(values)})")
+    return ", ".join(parts) or "its node affinity"
+
+
+def describe_class(cls: NodeClass) -> str:
+    return f"{cls.name} [" + ", ".join(f"{k}={v}" for k, v in cls.selector) + "]"
+
+
+def escape(key: str) -> str:
+    """A JSON Pointer reference token (RFC 6901)."""
+    return key.replace("~", "~0").replace("/", "~1")
