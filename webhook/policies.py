@@ -342,8 +342,8 @@ def compile_node_class(spec: NodeClassSpec, index: int) -> NodeClass:
     if spec.memory_mib is not None:
         known[f"{r}.memory"] = str(spec.memory_mib)
     known["nvidia.com/gpu.present"] = "true"
-    if spec.strategy == "mps":
-        known["nvidia.com/mps.capable"] = "true"
+    # GFD labels MPS nodes mps.capable=true; a selector asking for it keeps pods off the rest.
+    known["nvidia.com/mps.capable"] = "true" if spec.strategy == "mps" else "false"
     fail = spec.fail_requests_greater_than_one
     if fail is None:
         fail = spec.strategy == "mps"

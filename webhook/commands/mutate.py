@@ -1,0 +1,157 @@
+"""`gpu-share-webhook mutate`: run the admission core offline on the objects in a file.
+
+Pods come out as the webhook admits them. For workloads (Deployment, ReplicaSet,
+StatefulSet, DaemonSet, Job, CronJob) the webhook itself never changes the object, only
+refuses it; here their pod template comes out as the pods it creates will be admitted, so a
+user sees what will run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+from typing import Any
+
+import jsonpatch
+import orjson
+import yaml
+
+from webhook import documents, mutating, namespaces, policies, reviews
+from webhook.commands import env_default
+from webhook.commands.policy import default_directory
+from webhook.decisions import Decision
+from webhook.errors import InputError, PolicyError
+
+EXIT_ALLOWED = 0
+EXIT_DENIED = 1
+EXIT_BAD_INPUT = 2
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "mutate",
+        help="show what the webhook does to the objects in a file",
+        description=(
+            "Run the admission core on every object in FILE (YAML or JSON, several documents)"
+            " and print the result. Exit 0: all allowed; 1: something was refused (reasons on"
+            " stderr); 2: bad input or usage. Workloads are shown with their pod template as"
+            " its pods will be admitted (the webhook itself only validates workloads)."
+        ),
+    )
+    parser.add_argument(
+        "-f", "--filename", required=True, metavar="FILE", help="file, or - for stdin"
+    )
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        default=env_default("namespace", ""),
+        help="namespace of the objects (env GPU_SHARE_WEBHOOK_NAMESPACE)",
+    )
+    parser.add_argument(
+        "--namespace-label",
+        "-l",
+        action="append",
+        metavar="K=V",
+        help="a label of the namespace, repeatable (default: gpu-share.io/enabled=true, the"
+        " opt-in; add gpu-share.io/policy=NAME to pick a policy)",
+    )
+    parser.add_argument(
+        "--policies",
+        default=env_default("policies", ""),
+        metavar="DIR",
+        help="policy directory (env GPU_SHARE_WEBHOOK_POLICIES; default: ./policies if it"
+        " exists, else the policies shipped with the package)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("yaml", "json", "patch"),
+        default=env_default("output", "yaml"),
+        help="yaml or json: the objects as admitted; patch: each object's JSON Patch, one"
+        " JSON array per line (env GPU_SHARE_WEBHOOK_OUTPUT; default yaml)",
+    )
+    parser.set_defaults(func=run)
+
+
+def _labels(args: argparse.Namespace) -> dict[str, str]:
+    given = args.namespace_label
+    pairs = given if given is not None else [f"{namespaces.ENABLED_LABEL}=true"]
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InputError(f"--namespace-label {pair!r}: expected KEY=VALUE")
+        labels[key] = value
+    if args.namespace:
+        labels.setdefault(namespaces.NAME_LABEL, args.namespace)
+    return labels
+
+
+def decide(obj: dict[str, Any], *, labels: dict[str, str], loaded: policies.PolicySet) -> Decision:
+    """What the webhook decides for `obj` in a namespace with `labels`."""
+    name = namespaces.policy_name(labels)
+    if name is None:
+        return Decision()
+    policy = loaded.get(name)
+    if policy is None:
+        return reviews.unknown_policy(name, loaded)
+    return mutating.review(obj, policy=policy, mutate=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        labels = _labels(args)
+        text, source = documents.read_text(args.filename)
+        objects = documents.parse(text, source)
+        loaded = policies.load_directory(args.policies or default_directory())
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except PolicyError as exc:
+        print(f"error: policies: {exc.problems[0]}", file=sys.stderr)
+        if len(exc.problems) > 1:
+            print(
+                f"  (and {len(exc.problems) - 1} more: run `gpu-share-webhook policy check`)",
+                file=sys.stderr,
+            )
+        return EXIT_BAD_INPUT
+    results: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    denied = False
+    for obj in objects:
+        what = documents.describe(obj)
+        decision = decide(obj, labels=labels, loaded=loaded)
+        for warning in decision.warnings:
+            print(f"Warning: {what}: {warning}", file=sys.stderr)
+        if not decision.allowed:
+            denied = True
+            for v in decision.violations:
+                print(f"denied: {what}: {v.message}", file=sys.stderr)
+            continue
+        patched = (
+            jsonpatch.apply_patch(obj, decision.patch) if decision.patch else copy.deepcopy(obj)
+        )
+        results.append((patched, decision.patch))
+    _print(results, args.output)
+    return EXIT_DENIED if denied else EXIT_ALLOWED
+
+
+def _print(results: list[tuple[dict[str, Any], list[dict[str, Any]]]], output: str) -> None:
+    if output == "patch":
+        for _, patch in results:
+            sys.stdout.write(orjson.dumps(patch).decode() + "\n")
+        return
+    objects = [obj for obj, _ in results]
+    if output == "json":
+        doc: Any = (
+            objects[0]
+            if len(objects) == 1
+            else {"apiVersion": "v1", "kind": "List", "items": objects}
+        )
+        if objects:
+            sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return
+    if objects:
+        sys.stdout.write(
+            yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False, width=1000)
+        )

@@ -1,0 +1,53 @@
+"""`gpu-share-webhook policy check [DIR]`: validate policy files."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from webhook import policies
+from webhook.commands import env_default
+from webhook.errors import PolicyError
+
+
+def default_directory() -> str:
+    """`policies/` in the current directory when there is one, else the embedded defaults."""
+    return "policies" if Path("policies").is_dir() else str(policies.embedded_directory())
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser("policy", help="work with policy files")
+    sub = parser.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
+    check = sub.add_parser(
+        "check",
+        help="validate the policies in a directory",
+        description="Validate every policy in DIR; print each problem as file: field: reason.",
+    )
+    check.add_argument(
+        "directory",
+        nargs="?",
+        metavar="DIR",
+        default=env_default("policies", ""),
+        help="policy directory (env GPU_SHARE_WEBHOOK_POLICIES; default: ./policies if it"
+        " exists, else the policies shipped with the package)",
+    )
+    check.set_defaults(func=run_check)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    directory = args.directory or default_directory()
+    try:
+        loaded = policies.load_directory(directory)
+    except PolicyError as exc:
+        for problem in exc.problems:
+            print(f"error: {problem}", file=sys.stderr)
+        count = len(exc.problems)
+        print(f"{directory}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
+        return 1
+    for name in loaded.names:
+        p = loaded.policies[name]
+        classes = ", ".join(c.name for c in p.classes)
+        print(f"ok: policy {name} ({p.source}): classes {classes}")
+    return 0
