@@ -169,8 +169,8 @@ def _scan_resources(c: _Container, policy: Policy, d: Decision) -> None:
             bad = limits[name] if in_limits and limit is None else requests[name]
             d.deny(
                 "invalid-quantity",
-                f'container "{c.name}": {name}: {bad!r} is not a whole number of devices;'
-                f" ask for {name}: 1.",
+                f'container "{c.name}": invalid quantity: {name}: {bad!r} is not a whole'
+                f" number of devices. Ask for {name}: 1.",
                 c.name,
             )
             c.shared[name] = 1
@@ -178,9 +178,10 @@ def _scan_resources(c: _Container, policy: Policy, d: Decision) -> None:
         if shared and in_requests and not in_limits:
             d.deny(
                 "requests-limits-mismatch",
-                f'container "{c.name}": requests {name}: {requests[name]} but no limit; an'
-                f" extended resource is asked for in limits. Set limits {name}:"
-                f" {requests[name]} (requests may then be left out).",
+                f'container "{c.name}": requests and limits disagree: requests {name}:'
+                f" {requests[name]} with no limit, and an extended resource is asked for in"
+                f" limits. Set limits {name}: {requests[name]} (requests may then be left"
+                " out).",
                 c.name,
             )
             if request:
@@ -189,8 +190,8 @@ def _scan_resources(c: _Container, policy: Policy, d: Decision) -> None:
         if shared and in_requests and request != limit:
             d.deny(
                 "requests-limits-mismatch",
-                f'container "{c.name}": requests and limits of {name} disagree (requests'
-                f" {requests[name]}, limits {limits[name]}); they must be equal. Set both to"
+                f'container "{c.name}": requests and limits disagree: {name} requests'
+                f" {requests[name]}, limits {limits[name]}; they must be equal. Set both to"
                 f" {limits[name]}, or set only limits.",
                 c.name,
             )
@@ -234,23 +235,24 @@ def review_template(
         if var is None:
             continue
         value = _env_value(var)
+        if value is not None and value.strip().lower() in HIDDEN_DEVICES:
+            continue
         if c.gpu:
-            if value is None or value.strip().lower() not in HIDDEN_DEVICES:
-                d.warn(
-                    f'container "{c.name}" sets {VISIBLE_DEVICES}; the device plugin,'
-                    " not the variable, decides which GPU it gets"
-                )
-        elif value is None or value.strip().lower() not in HIDDEN_DEVICES:
-            if rules.deny_visible_devices_without_gpu:
-                shown = "from valueFrom" if value is None else f"={value}"
-                d.deny(
-                    "visible-devices-without-gpu",
-                    f'container "{c.name}" sets {VISIBLE_DEVICES}{shown} without asking for a'
-                    " GPU: that exposes GPUs outside the device plugin's allocation. Remove it"
-                    f' and ask for {_preferred_resource(policy)}: 1 (policy "{policy.name}",'
-                    " rule denyVisibleDevicesWithoutGpu).",
-                    c.name,
-                )
+            d.warn(
+                f'container "{c.name}" sets {VISIBLE_DEVICES}; the device plugin,'
+                " not the variable, decides which GPU it gets"
+            )
+        elif rules.deny_visible_devices_without_gpu:
+            shown = "from valueFrom" if value is None else f"={value}"
+            d.deny(
+                "visible-devices-without-gpu",
+                f'container "{c.name}": {VISIBLE_DEVICES} without a GPU:'
+                f" {VISIBLE_DEVICES}{shown} on a container that asks for no GPU exposes"
+                " GPUs outside the device plugin's allocation. Remove it, or ask for"
+                f" {_preferred_resource(policy)}: 1 if the container needs a GPU (policy"
+                f' "{policy.name}", rule denyVisibleDevicesWithoutGpu).',
+                c.name,
+            )
     if not users:
         return d
     annotations = meta.get("annotations")
@@ -279,21 +281,22 @@ def _shared_rules(d: Decision, pod: _Pod, *, mutate: bool) -> None:
     if rules.deny_exclusive_with_shared:
         exclusive = [c for c in containers if c.exclusive]
         if exclusive:
-            ex = ", ".join(f'"{c.name}" ({", ".join(c.exclusive)})' for c in exclusive)
-            sh = ", ".join(f'"{c.name}"' for c in users)
+            ex = ", ".join(f'"{c.name}" asks for {", ".join(c.exclusive)}' for c in exclusive)
+            sh = ", ".join(f'"{c.name}" for {", ".join(c.shared)}' for c in users)
             d.deny(
                 "exclusive-with-shared",
-                f"pod mixes exclusive GPUs (container {ex}) with shared GPUs (container {sh}):"
-                f" one pod gets one kind of node. Ask for {', '.join(requested)} only, or run"
-                " the exclusive GPU in a pod of its own.",
+                f"exclusive and shared GPUs in one pod: container {ex}, container {sh}; one pod"
+                f" lands on one kind of node. Ask for {', '.join(requested)} only, or run the"
+                " exclusive GPU in a pod of its own (policy"
+                f' "{policy.name}", rule denyExclusiveWithShared).',
             )
     runtime_class = spec.get("runtimeClassName")
     if runtime_class not in (None, "", policy.runtime_class_name):
         d.deny(
             "runtime-class",
-            f'runtimeClassName "{runtime_class}" is not the one policy "{policy.name}" uses'
-            f' for shared GPUs ("{policy.runtime_class_name}"). Remove runtimeClassName (the'
-            f' webhook sets it) or set it to "{policy.runtime_class_name}".',
+            f'runtime class: runtimeClassName "{runtime_class}" is not the one policy'
+            f' "{policy.name}" uses for shared GPUs ("{policy.runtime_class_name}"). Remove'
+            f' runtimeClassName (the webhook sets it) or set it to "{policy.runtime_class_name}".',
         )
     if rules.deny_privileged:
         for c in containers:
@@ -301,8 +304,8 @@ def _shared_rules(d: Decision, pod: _Pod, *, mutate: bool) -> None:
             if isinstance(sc, dict) and sc.get("privileged") is True:
                 d.deny(
                     "privileged",
-                    f'container "{c.name}" is privileged in a pod that uses a shared GPU: a'
-                    " privileged container sees every GPU of the node. Remove"
+                    f'container "{c.name}": privileged container in a pod that uses a shared'
+                    " GPU: a privileged container sees every GPU of the node. Remove"
                     f' securityContext.privileged (policy "{policy.name}", rule'
                     " denyPrivileged).",
                     c.name,
@@ -311,8 +314,8 @@ def _shared_rules(d: Decision, pod: _Pod, *, mutate: bool) -> None:
     if len(requested) > 1:
         d.deny(
             "several-shared-resources",
-            f"pod asks for several shared resources ({', '.join(requested)}); a node class"
-            " serves one. Ask for one of them in every container.",
+            f"several shared resources: the pod asks for {', '.join(requested)}, and a node"
+            " class serves one. Ask for one of them in every container.",
         )
         return
     resource = requested[0]
@@ -335,35 +338,35 @@ def _profile(d: Decision, annotations: Mapping[str, Any], policy: Policy) -> Pro
     if not offered:
         d.deny(
             "unknown-profile",
-            f'profile "{name}" (annotation {ANNOTATION_PROFILE}): policy "{policy.name}"'
-            " defines no MPS profiles. Remove the annotation.",
+            f'unknown profile: "{name}" (annotation {ANNOTATION_PROFILE}), and policy'
+            f' "{policy.name}" defines no MPS profiles. Remove the annotation.',
         )
     elif name in policy.foreign_profiles:
         d.deny(
             "profile-not-allowed",
-            f'profile "{name}" (annotation {ANNOTATION_PROFILE}) is not allowed by policy'
-            f' "{policy.name}", which offers: {offered}. Use one of them, or remove the'
-            f' annotation for the default "{policy.default_profile}".',
+            f'profile not allowed: "{name}" (annotation {ANNOTATION_PROFILE}) is not one'
+            f' policy "{policy.name}" allows; it offers: {offered}. Use one of them, or remove'
+            f' the annotation for the default "{policy.default_profile}".',
         )
     else:
         d.deny(
             "unknown-profile",
-            f'profile "{name}" (annotation {ANNOTATION_PROFILE}) is unknown; policy'
+            f'unknown profile: "{name}" (annotation {ANNOTATION_PROFILE}); policy'
             f' "{policy.name}" offers: {offered}. Use one of them, or remove the annotation'
             f' for the default "{policy.default_profile}".',
         )
     return None
 
 
-@dataclass(slots=True)
-class _Demand:
-    """What one container's MPS settings need of a class: values and where they come from."""
+@dataclass(frozen=True, slots=True)
+class _Limit:
+    """One MPS limit a container will run with, and where it comes from."""
 
     container: str
-    threads: float | None = None
-    threads_from: str = ""
-    memory_mib: float | None = None
-    memory_from: str = ""
+    variable: str  # MPS_THREADS or MPS_MEMORY
+    value: float  # percent, or MiB per device
+    source: str  # for messages: the profile, or the container's own variable
+    user_set: bool
 
 
 def _parse_threads(raw: str) -> float | None:
@@ -374,9 +377,8 @@ def _parse_threads(raw: str) -> float | None:
     return value if 0 < value <= 100 else None
 
 
+# MiB per unit; CUDA reads sizes like 4096M or 4G (a bare number is not a size it documents).
 _UNITS = {
-    "": None,
-    "B": 1 / 2**20,
     "K": 1 / 1024,
     "KB": 1 / 1024,
     "M": 1.0,
@@ -390,92 +392,64 @@ _UNITS = {
 
 def _parse_memory(raw: str) -> float | None:
     """The largest per-device limit, in MiB, of `0=4096M,1=2G`; None when unreadable."""
-    largest = 0.0
     entries = [e.strip() for e in raw.split(",") if e.strip()]
     if not entries:
         return None
+    largest = 0.0
     for entry in entries:
         device, sep, size = entry.partition("=")
-        if not sep or not device.strip():
-            return None
         size = size.strip().upper()
         number = size.rstrip("KMGTB")
-        unit = size[len(number) :]
-        scale = _UNITS.get(unit)
-        if scale is None:
+        scale = _UNITS.get(size[len(number) :])
+        if not sep or not device.strip() or scale is None:
             return None
         try:
-            value = float(number) * scale
+            largest = max(largest, float(number) * scale)
         except ValueError:
             return None
-        largest = max(largest, value)
     return largest
 
 
-def _demands(d: Decision, users: list[_Container], profile: Profile | None) -> list[_Demand]:
-    out: list[_Demand] = []
+_PARSERS = {MPS_THREADS: _parse_threads, MPS_MEMORY: _parse_memory}
+_UNIT_SUFFIX = {MPS_THREADS: "%", MPS_MEMORY: " MiB"}
+
+
+def _limits(d: Decision, users: list[_Container], profile: Profile | None) -> list[_Limit]:
+    """The MPS limits each container will run with: its own values where it sets them (CUDA
+    reads those), else the profile's."""
+    out: list[_Limit] = []
     for c in users:
-        dem = _Demand(c.name)
-        threads_var = c.env.get(MPS_THREADS)
-        memory_var = c.env.get(MPS_MEMORY)
-        if threads_var is not None:
-            raw = _env_value(threads_var)
-            value = None if raw is None else _parse_threads(raw)
+        for variable, from_profile in (
+            (MPS_THREADS, profile.active_thread_percentage if profile else None),
+            (MPS_MEMORY, profile.pinned_memory_mib if profile else None),
+        ):
+            var = c.env.get(variable)
+            if var is None:
+                if from_profile is not None and profile is not None:
+                    source = f'profile "{profile.name}"'
+                    out.append(_Limit(c.name, variable, from_profile, source, False))
+                continue
+            raw = _env_value(var)
+            value = None if raw is None else _PARSERS[variable](raw)
             if value is None:
-                d.warn(f'container "{c.name}": {MPS_THREADS} cannot be read, so is not checked')
-            else:
-                dem.threads, dem.threads_from = value, f"its {MPS_THREADS}={raw}"
-                if (
-                    profile
-                    and profile.active_thread_percentage is not None
-                    and (value > profile.active_thread_percentage)
-                ):
-                    d.warn(
-                        f'container "{c.name}": {MPS_THREADS}={raw} is above profile'
-                        f' "{profile.name}" ({profile.active_thread_percentage})'
-                    )
-        elif profile and profile.active_thread_percentage is not None:
-            dem.threads = profile.active_thread_percentage
-            dem.threads_from = f'profile "{profile.name}"'
-        if memory_var is not None:
-            raw = _env_value(memory_var)
-            value = None if raw is None else _parse_memory(raw)
-            if value is None:
-                d.warn(f'container "{c.name}": {MPS_MEMORY} cannot be read, so is not checked')
-            else:
-                dem.memory_mib, dem.memory_from = value, f"its {MPS_MEMORY}={raw}"
-                if (
-                    profile
-                    and profile.pinned_memory_mib is not None
-                    and (value > profile.pinned_memory_mib)
-                ):
-                    d.warn(
-                        f'container "{c.name}": {MPS_MEMORY}={raw} is above profile'
-                        f' "{profile.name}" ({profile.pinned_memory_mib}M)'
-                    )
-        elif profile and profile.pinned_memory_mib is not None:
-            dem.memory_mib = profile.pinned_memory_mib
-            dem.memory_from = f'profile "{profile.name}"'
-        out.append(dem)
+                d.warn(f'container "{c.name}": {variable} cannot be read, so is not checked')
+                continue
+            out.append(_Limit(c.name, variable, value, f'"{c.name}" {variable}={raw}', True))
+            if from_profile is not None and profile is not None and value > from_profile:
+                d.warn(
+                    f'container "{c.name}": {variable}={raw} is above profile'
+                    f' "{profile.name}" ({from_profile:g}{_UNIT_SUFFIX[variable]})'
+                )
     return out
 
 
-def _over_ceiling(dem: _Demand, cls: NodeClass) -> list[tuple[str, str]]:
-    """(source, "value > ceiling") for each MPS setting of `dem` above `cls`'s ceiling."""
-    over: list[tuple[str, str]] = []
-    if (
-        dem.threads is not None
-        and cls.thread_ceiling is not None
-        and dem.threads > cls.thread_ceiling
-    ):
-        over.append((dem.threads_from, f"{dem.threads:g}% > {cls.thread_ceiling}%"))
-    if (
-        dem.memory_mib is not None
-        and cls.memory_ceiling_mib is not None
-        and dem.memory_mib > cls.memory_ceiling_mib
-    ):
-        over.append((dem.memory_from, f"{dem.memory_mib:g} MiB > {cls.memory_ceiling_mib} MiB"))
-    return over
+def _over_ceiling(limit: _Limit, cls: NodeClass) -> str | None:
+    """ "value > ceiling" when `limit` is above `cls`'s MPS ceiling."""
+    ceiling = cls.thread_ceiling if limit.variable == MPS_THREADS else cls.memory_ceiling_mib
+    if ceiling is None or limit.value <= ceiling:
+        return None
+    unit = _UNIT_SUFFIX[limit.variable]
+    return f"{limit.value:g}{unit} > {ceiling}{unit} ({limit.source})"
 
 
 def _allowed_classes(
@@ -490,8 +464,9 @@ def _allowed_classes(
         if not admitted:
             d.deny(
                 "node-selection",
-                f"the pod's node selection ({selecting.describe(constraints, candidates)})"
-                f' matches no node class of policy "{policy.name}" that serves {resource}: '
+                "node selection matches no allowed class: the pod's"
+                f" {selecting.describe(constraints, candidates)} matches no node class of"
+                f' policy "{policy.name}" that serves {resource}: '
                 + "; ".join(selecting.describe_class(c) for c in candidates)
                 + ". Remove or change that selector"
                 + _product_hint(constraints, candidates)
@@ -521,33 +496,36 @@ def _allowed_classes(
                 + ", ".join(cls.name for cls in refusing)
             )
             candidates = [cls for cls in candidates if cls not in refusing]
-    demands = _demands(d, users, profile)
+    limits = _limits(d, users, profile)
     fitting: list[NodeClass] = []
     excluded: list[str] = []
-    from_user = False
+    offenders: list[str] = []
     for cls in candidates:
-        over = [o for dem in demands for o in _over_ceiling(dem, cls)]
-        if over:
-            excluded.append(f"{cls.name}: " + ", ".join(f"{v} ({src})" for src, v in over))
-            from_user = from_user or any(src.startswith("its ") for src, _ in over)
-        else:
+        over = [(lim, text) for lim in limits if (text := _over_ceiling(lim, cls))]
+        if not over:
             fitting.append(cls)
+            continue
+        excluded.append(f"{cls.name}: " + ", ".join(text for _, text in over))
+        offenders += [
+            lim.container for lim, _ in over if lim.user_set and lim.container not in offenders
+        ]
     if not fitting:
-        if from_user:
+        if offenders:
+            names = ", ".join(f'container "{n}"' for n in offenders)
             d.deny(
                 "mps-above-ceiling",
-                "CUDA_MPS_* values set in the pod are above the MPS ceiling of every node class"
-                f" it may use ({'; '.join(excluded)}); MPS can only lower the daemon's limit"
-                " (100/replicas %, memory/replicas). Remove them or set them at most to the"
-                " ceiling.",
+                f"{names}: MPS limit above the ceiling: CUDA_MPS_* set in the pod exceed the"
+                f" MPS ceiling of every node class it may use ({'; '.join(excluded)}), and MPS"
+                " can only lower the daemon's limit (100/replicas %, memory/replicas MiB)."
+                " Remove them or set them at most to the ceiling.",
             )
         else:
             name = profile.name if profile else "?"
             d.deny(
                 "profile-above-ceiling",
-                f'profile "{name}" is above the MPS ceiling of every node class the pod may use'
-                f" ({'; '.join(excluded)}). Choose a smaller profile with the annotation"
-                f" {ANNOTATION_PROFILE}.",
+                f'profile too large: "{name}" is above the MPS ceiling of every node class the'
+                f" pod may use ({'; '.join(excluded)}). Choose a smaller profile with the"
+                f" annotation {ANNOTATION_PROFILE}.",
             )
         return []
     if excluded:
