@@ -106,7 +106,7 @@ class NodeClassSpec(_Model):
     # renameByDefault: true advertises `<resource>.shared`; false keeps `<resource>` and
     # labels the product `<product>-SHARED`.
     renamed: bool = True
-    replicas: int = Field(ge=2)
+    replicas: int
     memory_mib: int | None = Field(default=None, alias="memoryMiB", gt=0)
     gpus_per_node: int = Field(default=1, alias="gpusPerNode", ge=1)
     # Device plugin defaults: true for MPS (since v0.20), false for time-slicing.
@@ -116,15 +116,21 @@ class NodeClassSpec(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> NodeClassSpec:
+        if self.replicas < 2:
+            raise ValueError(
+                f"replicas: {self.replicas} is not sharing; the device plugin needs at least 2"
+            )
         if self.strategy == "mps":
             if self.resource.startswith("nvidia.com/mig-"):
-                raise ValueError("the device plugin refuses MPS on MIG devices; use time-slicing")
+                raise ValueError(
+                    "strategy: the device plugin refuses MPS on MIG devices (use time-slicing)"
+                )
             if self.memory_mib is None:
-                raise ValueError("memoryMiB is required for an mps class (it sets the ceiling)")
+                raise ValueError("memoryMiB: required for an mps class (it sets the ceiling)")
             if self.replicas > MPS_MAX_REPLICAS:
-                raise ValueError(f"MPS allows at most {MPS_MAX_REPLICAS} replicas per GPU")
+                raise ValueError(f"replicas: MPS allows at most {MPS_MAX_REPLICAS} per GPU")
         if not self.renamed and len(self.product) + len(PRODUCT_SHARED_SUFFIX) > 63:
-            raise ValueError("product plus the -SHARED suffix is longer than a label value")
+            raise ValueError("product: with the -SHARED suffix it is longer than a label value")
         return self
 
 
@@ -217,7 +223,8 @@ class PolicySpecModel(_Model):
                         f"profiles.{pname}: above the MPS ceiling of every class ({ceilings})"
                     )
         if problems:
-            raise ValueError("; ".join(problems))
+            # One ValueError carries them all; `_describe` splits them back into lines.
+            raise ValueError("\n".join(problems))
         return self
 
 
@@ -410,16 +417,26 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return out or "(document)"
 
 
+_FIELD_FIRST = re.compile(r"^([A-Za-z][\w.\[\]-]*): (.*)$", re.DOTALL)
+
+
 def _describe(exc: pydantic.ValidationError) -> list[str]:
     problems = []
     for err in exc.errors(include_url=False):
         msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field (a typo? unknown fields are refused, not ignored)"
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
         loc = tuple(p for p in err["loc"] if p not in ("function-after[_coherent()]",))
-        # Model validators report with the model's own location; "; " joins several problems.
-        for part in msg.split("; "):
-            problems.append(f"{_location(loc)}: {part}")
+        # Model validators report at the model's location, several problems joined by
+        # newlines, each naming its field first: put that field into the location.
+        for part in msg.split("\n"):
+            field = _FIELD_FIRST.match(part)
+            if field and loc:
+                problems.append(f"{_location(loc)}.{field.group(1)}: {field.group(2)}")
+            else:
+                problems.append(f"{_location(loc)}: {part}")
     return problems
 
 
