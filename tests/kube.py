@@ -233,3 +233,45 @@ def env_of(result: Mapping[str, Any], name: str = "main", group: str = "containe
         if c["name"] == name:
             return {e["name"]: e.get("value") for e in c.get("env") or []}
     raise AssertionError(f"no container {name}")
+
+
+_PLURALS = {"Pod": "pods", "Deployment": "deployments", "ReplicaSet": "replicasets",
+            "StatefulSet": "statefulsets", "DaemonSet": "daemonsets", "Job": "jobs",
+            "CronJob": "cronjobs"}
+
+
+def admission_review(
+    obj: Mapping[str, Any] | None,
+    *,
+    operation: str = "CREATE",
+    old: Mapping[str, Any] | None = None,
+    uid: str = "705ab4f5-6393-11e8-b7cc-42010a800002",
+    sub_resource: str | None = None,
+) -> dict[str, Any]:
+    """An AdmissionReview v1 request as the API server sends it for `obj`."""
+    source = obj if obj is not None else old
+    assert source is not None
+    group, _, version = str(source["apiVersion"]).rpartition("/")
+    kind = str(source["kind"])
+    resource = {"group": group, "version": version, "resource": _PLURALS.get(kind, kind.lower() + "s")}
+    meta = source.get("metadata") or {}
+    options_kind = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions",
+                    "DELETE": "DeleteOptions"}.get(operation)
+    request: dict[str, Any] = {
+        "uid": uid,
+        "kind": {"group": group, "version": version, "kind": kind},
+        "resource": resource,
+        "requestKind": {"group": group, "version": version, "kind": kind},
+        "requestResource": resource,
+        "name": meta.get("name", ""),
+        "namespace": meta.get("namespace", "team-a"),
+        "operation": operation,
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "object": as_served(obj) if obj is not None else None,
+        "oldObject": as_served(old) if old is not None else None,
+        "dryRun": False,
+        "options": {"apiVersion": "meta.k8s.io/v1", "kind": options_kind} if options_kind else None,
+    }
+    if sub_resource:
+        request["subResource"] = sub_resource
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}

@@ -1,0 +1,194 @@
+"""The AdmissionReview v1 codec: what the API server sends, what it gets back."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from tests.kube import admission_review, apply, check_valid, container, pod, shared, workload
+from webhook import policies, reviews
+from webhook.errors import BadReview
+
+
+def answer(body: dict[str, Any] | bytes, loaded: policies.PolicySet, *, policy: str = "default",
+           endpoint: reviews.Endpoint = "mutate") -> dict[str, Any]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    outcome = reviews.review(raw, policies=loaded, policy_name=policy, endpoint=endpoint)
+    doc: dict[str, Any] = json.loads(outcome.body)
+    return doc
+
+
+def test_the_response_echoes_uid_apiversion_and_kind(shipped_policies: policies.PolicySet) -> None:
+    doc = answer(admission_review(pod(), uid="abc-123"), shipped_policies)
+    assert doc["apiVersion"] == "admission.k8s.io/v1"
+    assert doc["kind"] == "AdmissionReview"
+    assert doc["response"]["uid"] == "abc-123"
+
+
+def test_the_patch_is_returned_to_kubernetes_and_applies_to_the_object_as_sent(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    review = admission_review(pod(shared(), container("log")))
+    response = answer(review, shipped_policies)["response"]
+    assert response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(response["patch"]))
+    result = apply(review["request"]["object"], patch)
+    check_valid(result)
+    assert result["spec"]["runtimeClassName"] == "nvidia"
+    assert response["auditAnnotations"] == {
+        "policy": "default", "profile": "medium", "classes": "t4-mps,a10g-time-slicing",
+        "mutations": "runtime-class,tolerations,node-affinity,mps-limits,visible-devices",
+    }
+    assert "warnings" not in response
+    assert "status" not in response
+
+
+def test_an_allowed_review_without_changes_carries_neither_patch_nor_patch_type(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    response = answer(admission_review(pod(container())), shipped_policies)["response"]
+    assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+
+
+def test_a_denial_has_status_code_and_message_and_no_patch(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    response = answer(admission_review(pod(shared(2))), shipped_policies)["response"]
+    assert response["allowed"] is False
+    assert "patch" not in response and "patchType" not in response
+    assert response["status"]["code"] == 403
+    assert response["status"]["reason"] == "Forbidden"
+    assert response["status"]["message"].startswith(
+        'container "main": invalid multi-replica request: nvidia.com/gpu.shared: 2.')
+
+
+def test_warnings_are_short_and_plain(shipped_policies: policies.PolicySet) -> None:
+    p = pod(shared(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]))
+    response = answer(admission_review(p), shipped_policies)["response"]
+    assert response["warnings"] == [
+        'container "main" sets NVIDIA_VISIBLE_DEVICES; the device plugin, not the variable,'
+        " decides which GPU it gets"]
+
+
+@pytest.mark.parametrize("name", ["gold", reviews.UNKNOWN_POLICY])
+def test_an_unknown_policy_is_a_denial_that_says_so(
+    shipped_policies: policies.PolicySet, name: str
+) -> None:
+    response = answer(admission_review(pod()), shipped_policies, policy=name)["response"]
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "does not exist (policies: default, not-renamed)" in message
+    assert ("gpu-share.io/policy" in message)
+
+
+def test_the_named_policy_governs(shipped_policies: policies.PolicySet) -> None:
+    p = pod(container(limits={"nvidia.com/gpu": 1}))
+    default = answer(admission_review(p), shipped_policies)["response"]
+    assert "patch" not in default  # an exclusive GPU under the renamed policy
+    plain = answer(admission_review(p), shipped_policies, policy="not-renamed")["response"]
+    assert plain["auditAnnotations"]["policy"] == "not-renamed"
+
+
+@pytest.mark.parametrize("kind", ["Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job",
+                                  "CronJob"])
+def test_the_validating_endpoint_refuses_a_workload_whose_pods_would_be_refused(
+    shipped_policies: policies.PolicySet, kind: str
+) -> None:
+    bad = workload(kind, pod(shared(2)))
+    response = answer(admission_review(bad), shipped_policies, endpoint="validate")["response"]
+    assert response["allowed"] is False
+    assert "invalid multi-replica request" in response["status"]["message"]
+    good = workload(kind, pod(shared(1)))
+    response = answer(admission_review(good), shipped_policies, endpoint="validate")["response"]
+    assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+
+
+def test_the_mutating_endpoint_leaves_workloads_alone(shipped_policies: policies.PolicySet) -> None:
+    response = answer(admission_review(workload("Deployment", pod(shared(2)))),
+                      shipped_policies)["response"]
+    assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+
+
+def test_the_validating_endpoint_checks_pods_without_patching_them(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    ok = answer(admission_review(pod()), shipped_policies, endpoint="validate")["response"]
+    assert ok == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+    bad = answer(admission_review(pod(shared(securityContext={"privileged": True}))),
+                 shipped_policies, endpoint="validate")["response"]
+    assert bad["allowed"] is False
+
+
+def test_an_update_that_keeps_the_template_is_let_through_with_a_warning(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    old = workload("Deployment", pod(shared(2)))
+    new = json.loads(json.dumps(old))
+    new["metadata"]["labels"] = {"tier": "gpu"}
+    response = answer(admission_review(new, operation="UPDATE", old=old), shipped_policies,
+                      endpoint="validate")["response"]
+    assert response["allowed"] is True
+    assert response["warnings"] == [
+        "the pod template breaks gpu-share rules; its new pods will be refused"]
+    new["spec"]["template"]["spec"]["containers"][0]["image"] = "cuda:13"
+    response = answer(admission_review(new, operation="UPDATE", old=old), shipped_policies,
+                      endpoint="validate")["response"]
+    assert response["allowed"] is False
+
+
+@pytest.mark.parametrize(
+    "review",
+    [
+        pytest.param(admission_review(None, operation="DELETE", old=pod(shared(2))), id="delete"),
+        pytest.param(admission_review(pod(shared(2)), sub_resource="status"), id="subresource"),
+        pytest.param(admission_review(pod(shared(2)), operation="UPDATE", old=pod(shared(2))),
+                     id="pod-update"),
+    ],
+)
+def test_what_the_webhook_does_not_review_is_allowed(
+    shipped_policies: policies.PolicySet, review: dict[str, Any]
+) -> None:
+    for endpoint in ("mutate", "validate"):
+        response = answer(review, shipped_policies, endpoint=endpoint)["response"]  # type: ignore[arg-type]
+        assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        pytest.param(b"{not json", "body is not JSON: ", id="not-json"),
+        pytest.param(b"[1, 2]", "body is not an AdmissionReview object", id="not-an-object"),
+        pytest.param(json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview",
+                                 "request": {"uid": "u"}}).encode(),
+                     "expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got"
+                     " admission.k8s.io/v1beta1 AdmissionReview", id="v1beta1"),
+        pytest.param(json.dumps({"apiVersion": "admission.k8s.io/v1",
+                                 "kind": "AdmissionReview"}).encode(),
+                     "the AdmissionReview has no request", id="no-request"),
+        pytest.param(json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                 "request": {"uid": ""}}).encode(),
+                     "the AdmissionReview request has no uid", id="no-uid"),
+    ],
+)
+def test_a_body_that_is_not_a_usable_review_is_a_bad_review(
+    shipped_policies: policies.PolicySet, body: bytes, reason: str
+) -> None:
+    with pytest.raises(BadReview) as caught:
+        reviews.review(body, policies=shipped_policies, policy_name="default", endpoint="mutate")
+    assert str(caught.value).startswith(reason)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_internal_error_answer_still_echoes_the_uid() -> None:
+    body = json.dumps(admission_review(pod(), uid="u-1")).encode()
+    uid = reviews.uid_of(body)
+    assert uid == "u-1"
+    doc = json.loads(reviews.internal_error(uid, "ref-7"))
+    assert doc["response"]["uid"] == "u-1"
+    assert doc["response"]["allowed"] is False
+    assert doc["response"]["status"]["code"] == 500
+    assert "internal error ref-7" in doc["response"]["status"]["message"]
