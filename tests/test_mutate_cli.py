@@ -1,0 +1,245 @@
+"""`gpu-share-webhook mutate` over the examples and the real-world manifests: the documented
+exit codes and output, valid and idempotent results, one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.kube import REAL_WORLD, REPO, check_valid
+from webhook import cli, mutating
+
+EXAMPLES = REPO / "examples"
+NOT_RENAMED = ["-l", "gpu-share.io/enabled=true", "-l", "gpu-share.io/policy=not-renamed"]
+
+# The mutation each allowed example shows, as recorded in gpu-share.io/mutations.
+STEPS = {
+    "runtime-class.yaml": "runtime-class",
+    "tolerations.yaml": "tolerations",
+    "node-affinity.yaml": "node-affinity",
+    "node-selector.yaml": "node-selector",
+    "mps-limits.yaml": "mps-limits",
+    "visible-devices.yaml": "visible-devices",
+    "annotations.yaml": "tolerations",
+    "not-renamed.yaml": "node-selector",
+}
+# The rule each denied example breaks, as its message names it.
+RULES = {
+    "multi-replica.yaml": "invalid multi-replica request",
+    "requests-limits.yaml": "requests and limits disagree",
+    "exclusive-and-shared.yaml": "exclusive and shared GPUs in one pod",
+    "runtime-class.yaml": "runtime class: runtimeClassName",
+    "unknown-profile.yaml": 'unknown profile: "xlarge"',
+    "mps-above-ceiling.yaml": "MPS limit above the ceiling",
+    "privileged.yaml": "privileged container in a pod that uses a shared GPU",
+    "visible-devices.yaml": "NVIDIA_VISIBLE_DEVICES without a GPU",
+    "node-selection.yaml": "node selection matches no allowed class",
+}
+
+
+def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = cli.main(["mutate", "--policies", str(REPO / "policies"), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def extra_args(path: Path) -> list[str]:
+    return NOT_RENAMED if path.name == "not-renamed.yaml" else []
+
+
+def test_every_example_is_listed_in_the_tables() -> None:
+    assert {p.name for p in (EXAMPLES / "allowed").glob("*.yaml")} == set(STEPS)
+    assert {p.name for p in (EXAMPLES / "denied").glob("*.yaml")} == set(RULES)
+    readme = (EXAMPLES / "README.md").read_text()
+    for folder, names in (("allowed", STEPS), ("denied", RULES)):
+        for name in names:
+            assert f"`{folder}/{name}`" in readme
+
+
+@pytest.mark.parametrize("name", sorted(STEPS))
+def test_an_allowed_example_exits_0_and_shows_its_mutation(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    path = EXAMPLES / "allowed" / name
+    code, out, err = run(capsys, "-f", str(path), *extra_args(path))
+    assert (code, err) == (0, "")
+    results = list(yaml.safe_load_all(out))
+    originals = list(yaml.safe_load_all(path.read_text()))
+    assert [r["kind"] for r in results] == [o["kind"] for o in originals]
+    assert results[0]["kind"] == "Pod" and results[1]["kind"] != "Pod"
+    for result in results:
+        check_valid(result)
+        template = mutating.template_of(result)
+        assert template is not None
+        assert STEPS[name] in template["metadata"]["annotations"]["gpu-share.io/mutations"]
+    # Idempotent: its own output gives empty patches.
+    again = tmp_path / "again.yaml"
+    again.write_text(out)
+    code, out2, _ = run(capsys, "-f", str(again), "-o", "patch", *extra_args(path))
+    assert (code, out2) == (0, "[]\n[]\n")
+
+
+@pytest.mark.parametrize("name", sorted(RULES))
+def test_a_denied_example_exits_1_with_the_rule_for_the_pod_and_the_workload(
+    capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    path = EXAMPLES / "denied" / name
+    code, out, err = run(capsys, "-f", str(path))
+    assert (code, out) == (1, "")
+    denials = [line for line in err.splitlines() if line.startswith("denied: ")]
+    kinds = [line.split(":")[1].strip().split("/")[0] for line in denials]
+    assert kinds[0] == "Pod" and len(kinds) == 2 and kinds[1] != "Pod"
+    assert all(RULES[name] in line for line in denials), denials
+
+
+def test_output_formats(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(EXAMPLES / "allowed" / "runtime-class.yaml")
+    code, out, _ = run(capsys, "-f", path, "-o", "json")
+    doc = json.loads(out)
+    assert (code, doc["kind"], len(doc["items"])) == (0, "List", 2)
+    code, out, _ = run(capsys, "-f", path, "-o", "patch")
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert code == 0 and len(lines) == 2
+    assert {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"} in lines[0]
+    assert {"op": "add", "path": "/spec/template/spec/runtimeClassName", "value": "nvidia"} in lines[1]
+
+
+def test_a_namespace_that_has_not_opted_in_is_left_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(EXAMPLES / "denied" / "multi-replica.yaml")
+    code, out, err = run(capsys, "-f", path, "-l", "team=a", "-o", "patch")
+    assert (code, out, err) == (0, "[]\n[]\n", "")
+
+
+def test_an_unknown_policy_label_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(EXAMPLES / "allowed" / "runtime-class.yaml")
+    code, _, err = run(capsys, "-f", path, "-l", "gpu-share.io/enabled=true",
+                       "-l", "gpu-share.io/policy=gold")
+    assert code == 1
+    assert 'policy "gold" does not exist (policies: default, not-renamed)' in err
+
+
+@pytest.mark.parametrize(
+    ("setup", "args", "message"),
+    [
+        pytest.param(None, ["-f", "missing.yaml"], "error: missing.yaml: no such file", id="missing"),
+        pytest.param("kind: Pod\nspec: [\n", ["-f", "{f}"],
+                     "error: {f}: not valid YAML or JSON at line 3, column 1: expected the node"
+                     " content, but found '<stream end>'", id="not-yaml"),
+        pytest.param("- a\n- b\n", ["-f", "{f}"],
+                     "error: {f}: document 1 is a list, not a Kubernetes object", id="not-object"),
+        pytest.param("", ["-f", "{f}"], "error: {f}: holds no Kubernetes object", id="empty"),
+        pytest.param("kind: Pod\n", ["-f", "{f}", "-l", "novalue"],
+                     "error: --namespace-label 'novalue': expected KEY=VALUE", id="bad-label"),
+        pytest.param(b"\xff\xfe", ["-f", "{f}"], "error: {f}: is not UTF-8 text", id="binary"),
+    ],
+)
+def test_bad_input_exits_2_with_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setup: str | bytes | None,
+    args: list[str], message: str,
+) -> None:
+    f = tmp_path / "in.yaml"
+    if isinstance(setup, bytes):
+        f.write_bytes(setup)
+    elif setup is not None:
+        f.write_text(setup)
+    code, out, err = run(capsys, *[a.replace("{f}", str(f)) for a in args])
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [message.replace("{f}", str(f))]
+
+
+def test_a_broken_policy_directory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "p.yaml").write_text("nope: [\n")
+    code = cli.main(["mutate", "-f", str(EXAMPLES / "allowed" / "runtime-class.yaml"),
+                     "--policies", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith(f"error: policies: {tmp_path / 'p.yaml'}: not valid YAML")
+
+
+def test_the_console_script_and_python_m_are_the_same_program(tmp_path: Path) -> None:
+    path = str(EXAMPLES / "denied" / "multi-replica.yaml")
+    for argv in ([sys.executable, "-m", "webhook"],
+                 [str(Path(sys.executable).parent / "gpu-share-webhook")]):
+        proc = subprocess.run([*argv, "mutate", "-f", path], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=60, check=False)
+        assert proc.returncode == 1, proc.stderr
+        assert "invalid multi-replica request" in proc.stderr
+        assert "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- real world
+
+# What each published manifest gets under each shipped policy: "mutated" (every pod template
+# that asks for a shared GPU changes), "untouched", or "denied: <rule phrase>".
+REAL = {
+    "01-pre6g-yolo26-3inst.yaml": ("mutated", "untouched"),
+    "03-pre6g-shared-gpu-runtimeclass-job.yaml": ("mutated", "untouched"),
+    "05-pre6g-yolo26-user-job.yaml": ("mutated", "untouched"),
+    "07-tokenlabs-qwen36-vllm-anchors.yaml": ("untouched", "mutated"),
+    "08-iet-transformers-mps.yaml": ("mutated", "untouched"),
+    "10-etherport-ollama-gpushared-limits-only.yaml": ("mutated", "untouched"),
+    "13-pre6g-test-gpu-shared-4pods.yaml": ("mutated", "untouched"),
+    "17-selectel-triton-timeslicing-t4-shared.yaml": ("untouched", "mutated"),
+    "19-eks-time-slicing-verification.yaml": ("untouched", "mutated"),
+    "20-data-on-eks-timeslicing-test-hostpid.yaml": ("untouched", "mutated"),
+    "23-nvdp-e2e-job-quoted.yaml": ("untouched", "mutated"),
+    "24-gke-vit-statefulset-privileged.yaml": (
+        "untouched", "denied: privileged container in a pod that uses a shared GPU"),
+    "26-giex-vllm-native-sidecar-initcontainer.yaml": ("untouched", "mutated"),
+    "29-autopilot-cronjob-8gpu.yaml": ("untouched", "denied: invalid multi-replica request"),
+    "31-gpu-burn-kind-first-custom-toleration.yaml": ("untouched", "mutated"),
+    "33-gardenlinux-gpu-pod-leading-blank.yaml": ("untouched", "mutated"),
+    "C1-kubeflow-pytorchjob-nccl.yaml": ("untouched", "untouched"),
+}
+
+
+def test_every_real_world_manifest_has_an_expectation() -> None:
+    assert {p.name for p in REAL_WORLD.glob("*.yaml")} == set(REAL)
+
+
+@pytest.mark.parametrize("policy", ["default", "not-renamed"])
+@pytest.mark.parametrize("name", sorted(REAL))
+def test_a_real_world_manifest_comes_out_valid_and_idempotent_untouched_or_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, policy: str
+) -> None:
+    expected = REAL[name][0 if policy == "default" else 1]
+    path = REAL_WORLD / name
+    labels = ["-l", "gpu-share.io/enabled=true", "-l", f"gpu-share.io/policy={policy}"]
+    code, out, err = run(capsys, "-f", str(path), *labels)
+    assert "Traceback" not in err
+    originals = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    if expected.startswith("denied: "):
+        assert code == 1
+        assert expected.removeprefix("denied: ") in err
+        return
+    assert (code, err) == (0, "")
+    results = list(yaml.safe_load_all(out))
+    assert len(results) == len(originals)
+    changed = [r != o for r, o in zip(results, originals, strict=True)]
+    gpu_templates = [mutating.template_of(o) is not None for o in originals]
+    if expected == "untouched":
+        assert not any(changed)
+    else:
+        assert any(changed)
+        assert all(c for c, g in zip(changed, gpu_templates, strict=True) if g)
+    for result in results:
+        if result.get("kind") in mutating.TEMPLATE_PATHS or result.get("kind") == "Pod":
+            check_valid(_fill_placeholders(result))
+    again = tmp_path / "again.yaml"
+    again.write_text(out)
+    code, patches, _ = run(capsys, "-f", str(again), "-o", "patch", *labels)
+    assert code == 0
+    assert patches == "[]\n" * len(results)
+
+
+def _fill_placeholders(obj: dict[str, Any]) -> dict[str, Any]:
+    """Published manifests keep placeholders (`<GCSFUSE_KSA>`); the schema rightly refuses
+    them as names, which is not the webhook's doing."""
+    text = json.dumps(obj).replace("<GCSFUSE_KSA>", "gcsfuse-ksa")
+    return dict(json.loads(text))
