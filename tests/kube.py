@@ -163,9 +163,10 @@ def as_served(obj: Mapping[str, Any]) -> dict[str, Any]:
     """`obj` as the API server serialises it: quantities are strings (`1` -> "1")."""
     out = copy.deepcopy(dict(obj))
     template = mutating.template_of(out)
-    if template is not None:
+    spec = template.get("spec") if template is not None else None
+    if isinstance(spec, dict):
         for group in ("initContainers", "containers"):
-            for c in template["spec"].get(group) or []:
+            for c in spec.get(group) or []:
                 for part in ("limits", "requests"):
                     values = (c.get("resources") or {}).get(part) or {}
                     for k, v in values.items():
