@@ -1,0 +1,759 @@
+"""Certificates: a CA and a serving certificate for the webhook's Service, on disk and in TLS.
+
+The API server calls the webhook over HTTPS, checks the serving certificate against the
+`caBundle` of the webhook configuration and matches it by the Service DNS name
+`<svc>.<ns>.svc` (a SAN: the common name is ignored). This module makes such a pair
+(ECDSA P-256), keeps it in the layout of a `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`,
+plus `ca.crt`), builds the server's `ssl.SSLContext` from it, and reloads that context when
+the files change (a mounted Secret being rotated) without a restart.
+
+Nothing here talks to the Kubernetes API: that is `cabundle`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import re
+import ssl
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TypeVar
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.types import (
+    CertificatePublicKeyTypes,
+    PrivateKeyTypes,
+    PublicKeyTypes,
+)
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from webhook.errors import CertificateError
+
+logger = logging.getLogger(__name__)
+
+# The key names of a kubernetes.io/tls Secret (what cert-manager writes too), plus ca.crt:
+# a mounted Secret and a local directory look the same to the server.
+CA_FILE = "ca.crt"
+CERT_FILE = "tls.crt"
+KEY_FILE = "tls.key"
+
+CA_DAYS = 3650
+SERVING_DAYS = 365
+# A pair with less left than this is replaced rather than reused: a yearly certificate is
+# then renewed by any run of `certs` in its last month, long before anything breaks.
+MIN_DAYS_LEFT = 30
+# The signer's clock and the API server's disagree a little; a certificate valid from "now"
+# would be refused by a server whose clock is a minute behind.
+CLOCK_SKEW = timedelta(minutes=5)
+# The kubelet refreshes a mounted Secret about once a minute; looking every few seconds
+# costs two stat calls.
+RELOAD_INTERVAL_SECONDS = 10.0
+
+# For running the server on a workstation and calling it from there.
+LOCAL_DNS_NAMES = ("localhost",)
+LOCAL_IP_ADDRESSES = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
+
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+# X.520 caps a common name at 64 characters; `<svc>.<ns>.svc` can be longer.
+_MAX_COMMON_NAME = 64
+
+PathLike = str | os.PathLike[str]
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True)
+class Authority:
+    """A CA that can sign: its certificate and its private key (held in memory only)."""
+
+    certificate: x509.Certificate
+    key: ec.EllipticCurvePrivateKey
+
+    @property
+    def cert_pem(self) -> bytes:
+        return self.certificate.public_bytes(serialization.Encoding.PEM)
+
+
+@dataclass(frozen=True)
+class ServingPair:
+    """A serving certificate as PEM (leaf first, then any intermediates) and its key."""
+
+    cert_pem: bytes
+    key_pem: bytes
+    certificate: x509.Certificate  # the leaf, parsed
+
+    @property
+    def not_after(self) -> datetime:
+        return self.certificate.not_valid_after_utc
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The contents of `ca.crt`, `tls.crt` and `tls.key` (PEM; empty when absent).
+
+    `ca_pem` may hold several CAs: during a rotation it also carries the CA of the
+    certificate being replaced, so servers that still present it stay trusted.
+    """
+
+    ca_pem: bytes
+    cert_pem: bytes
+    key_pem: bytes
+
+    @property
+    def not_after(self) -> datetime:
+        """When the serving certificate expires (UTC); CertificateError if it cannot be read."""
+        return _parse_certificates(self.cert_pem, CERT_FILE)[0].not_valid_after_utc
+
+
+@dataclass(frozen=True)
+class Files:
+    """The three files of a bundle in a directory."""
+
+    directory: Path
+
+    @classmethod
+    def at(cls, directory: PathLike) -> Files:
+        return cls(Path(directory))
+
+    @property
+    def ca(self) -> Path:
+        return self.directory / CA_FILE
+
+    @property
+    def cert(self) -> Path:
+        return self.directory / CERT_FILE
+
+    @property
+    def key(self) -> Path:
+        return self.directory / KEY_FILE
+
+
+# --- names -----------------------------------------------------------------------------
+
+
+def subject_alt_names(
+    *, service: str, namespace: str, extra_sans: Iterable[str] = ()
+) -> list[x509.GeneralName]:
+    """The SANs of the serving certificate for `service` in `namespace`.
+
+    The Service's DNS names in every form a client may use, `localhost` and the loopback
+    addresses, then `extra_sans` (each a DNS name, `*.` wildcards allowed, or an IP address).
+    Raises CertificateError for a name Kubernetes or DNS would not accept.
+    """
+    _require_label(service, "service name", _DNS1035_LABEL)
+    _require_label(namespace, "namespace", _DNS1123_LABEL)
+    dns_names = [
+        service,
+        f"{service}.{namespace}",
+        f"{service}.{namespace}.svc",
+        f"{service}.{namespace}.svc.cluster.local",
+        *LOCAL_DNS_NAMES,
+    ]
+    addresses: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = list(LOCAL_IP_ADDRESSES)
+    for raw in extra_sans:
+        value = raw.strip()
+        try:
+            addresses.append(ipaddress.ip_address(value))
+        except ValueError:
+            dns_names.append(_dns_name(value))
+    return [
+        *(x509.DNSName(name) for name in _unique(dns_names)),
+        *(x509.IPAddress(address) for address in _unique(addresses)),
+    ]
+
+
+def service_host(*, service: str, namespace: str) -> str:
+    """The name the API server calls the webhook by, and must find among the SANs."""
+    return f"{service}.{namespace}.svc"
+
+
+def _require_label(value: str, what: str, pattern: re.Pattern[str]) -> None:
+    if len(value) > 63 or not pattern.fullmatch(value):
+        raise CertificateError(
+            f"{what} {value!r} is not a valid Kubernetes name "
+            "(lower-case letters, digits and '-', at most 63 characters)"
+        )
+
+
+def _dns_name(value: str) -> str:
+    name = value.lower()
+    labels = name.removeprefix("*.").split(".")
+    if (
+        not name
+        or len(name) > 253
+        or not all(len(label) <= 63 and _DNS1123_LABEL.fullmatch(label) for label in labels)
+    ):
+        raise CertificateError(f"extra SAN {value!r} is neither a DNS name nor an IP address")
+    return name
+
+
+def _unique(items: Iterable[_T]) -> list[_T]:
+    return list(dict.fromkeys(items))
+
+
+# --- making ----------------------------------------------------------------------------
+
+
+def make_ca(*, days: int = CA_DAYS, now: datetime | None = None) -> Authority:
+    """A new self-signed CA (ECDSA P-256) valid for `days`."""
+    _require_days(days)
+    now = _utc(now)
+    key = ec.generate_private_key(ec.SECP256R1())
+    # A distinct name per CA: during a rotation two of them sit in one caBundle.
+    name = x509.Name(
+        [x509.NameAttribute(NameOID.COMMON_NAME, f"gpu-share-webhook CA {now:%Y-%m-%dT%H:%M:%SZ}")]
+    )
+    key_id = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(now + timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(_key_usage(digital_signature=True, key_cert_sign=True), critical=True)
+        .add_extension(key_id, critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(key_id), critical=False
+        )
+        .sign(key, hashes.SHA256())
+    )
+    return Authority(certificate, key)
+
+
+def make_serving_certificate(
+    ca: Authority,
+    *,
+    service: str,
+    namespace: str,
+    extra_sans: Iterable[str] = (),
+    days: int = SERVING_DAYS,
+    now: datetime | None = None,
+) -> ServingPair:
+    """A serving certificate for the Service, signed by `ca`, valid for `days`.
+
+    It never outlives its CA: a certificate valid longer than its issuer fails to verify.
+    """
+    _require_days(days)
+    names = subject_alt_names(service=service, namespace=namespace, extra_sans=extra_sans)
+    now = _utc(now)
+    key = ec.generate_private_key(ec.SECP256R1())
+    common_name = service_host(service=service, namespace=namespace)
+    if len(common_name) > _MAX_COMMON_NAME:
+        common_name = service  # only informative: clients match the SANs
+    ca_key_id = ca.certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca.certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(min(now + timedelta(days=days), ca.certificate.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        # ECDSA keys sign the handshake; key encipherment is an RSA notion.
+        .add_extension(_key_usage(digital_signature=True), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_key_id.value),
+            critical=False,
+        )
+        .sign(ca.key, hashes.SHA256())
+    )
+    return ServingPair(
+        cert_pem=certificate.public_bytes(serialization.Encoding.PEM),
+        key_pem=_key_pem(key),
+        certificate=certificate,
+    )
+
+
+def make_bundle(
+    *,
+    service: str,
+    namespace: str,
+    extra_sans: Iterable[str] = (),
+    days: int = SERVING_DAYS,
+    also_trust: bytes = b"",
+    now: datetime | None = None,
+) -> Bundle:
+    """A new CA and a serving certificate signed by it.
+
+    `also_trust` (PEM) is appended to the CA bundle: see `outgoing_ca`. The CA's key is
+    dropped once the certificate is signed; the next renewal makes a new CA.
+    """
+    now = _utc(now)
+    ca = make_ca(days=max(CA_DAYS, days), now=now)
+    pair = make_serving_certificate(
+        ca, service=service, namespace=namespace, extra_sans=extra_sans, days=days, now=now
+    )
+    return Bundle(ca_pem=ca.cert_pem + also_trust, cert_pem=pair.cert_pem, key_pem=pair.key_pem)
+
+
+def _key_usage(*, digital_signature: bool = False, key_cert_sign: bool = False) -> x509.KeyUsage:
+    return x509.KeyUsage(
+        digital_signature=digital_signature,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=key_cert_sign,
+        crl_sign=key_cert_sign,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
+def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
+def _require_days(days: int) -> None:
+    if days < 1:
+        raise CertificateError(f"validity must be at least one day, not {days}")
+
+
+def _utc(now: datetime | None) -> datetime:
+    return datetime.now(UTC) if now is None else now.astimezone(UTC)
+
+
+# --- judging an existing bundle --------------------------------------------------------
+
+
+def why_not_reusable(
+    bundle: Bundle,
+    *,
+    service: str,
+    namespace: str,
+    extra_sans: Iterable[str] = (),
+    min_days_left: int = MIN_DAYS_LEFT,
+    now: datetime | None = None,
+) -> str | None:
+    """Why `bundle` should be replaced, or None when it can be kept as it is.
+
+    Kept means: the key matches, the certificate is signed by a CA in `ca.crt`, it names
+    exactly the SANs asked for, and both it and that CA have more than `min_days_left`.
+    """
+    now = _utc(now)
+    try:
+        leaf = _parse_certificates(bundle.cert_pem, CERT_FILE)[0]
+        _require_match(_parse_key(bundle.key_pem, KEY_FILE), leaf, KEY_FILE, CERT_FILE)
+    except CertificateError as exc:
+        return str(exc)
+    issuer = _issuer_of(leaf, _lenient_certificates(bundle.ca_pem))
+    if issuer is None:
+        return f"{CERT_FILE} is not signed by a CA in {CA_FILE}"
+    wanted = subject_alt_names(service=service, namespace=namespace, extra_sans=extra_sans)
+    if set(_sans_of(leaf)) != set(wanted):
+        return "its names differ from the ones asked for"
+    if leaf.not_valid_before_utc > now:
+        return f"it is not valid before {leaf.not_valid_before_utc:%Y-%m-%d %H:%M} UTC"
+    deadline = now + timedelta(days=min_days_left)
+    for what, certificate in ((CERT_FILE, leaf), (CA_FILE, issuer)):
+        if certificate.not_valid_after_utc <= deadline:
+            return (
+                f"{what} expires on {certificate.not_valid_after_utc:%Y-%m-%d}"
+                f" (less than {min_days_left} days left)"
+            )
+    return None
+
+
+def outgoing_ca(previous: Bundle | None, *, now: datetime | None = None) -> bytes:
+    """The CA (PEM) that signed `previous`'s certificate while that is still valid, else b"".
+
+    A new bundle carries it in its CA bundle, so that servers still presenting the old
+    certificate (the kubelet takes a minute or two to update a mounted Secret) keep being
+    trusted by the API server. It drops out at the next renewal.
+    """
+    if previous is None:
+        return b""
+    now = _utc(now)
+    try:
+        leaf = _parse_certificates(previous.cert_pem, CERT_FILE)[0]
+    except CertificateError:
+        return b""
+    issuer = _issuer_of(leaf, _lenient_certificates(previous.ca_pem))
+    if issuer is None or min(leaf.not_valid_after_utc, issuer.not_valid_after_utc) <= now:
+        return b""
+    return issuer.public_bytes(serialization.Encoding.PEM)
+
+
+def _issuer_of(
+    leaf: x509.Certificate, authorities: Iterable[x509.Certificate]
+) -> x509.Certificate | None:
+    for authority in authorities:
+        try:
+            leaf.verify_directly_issued_by(authority)
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+        return authority
+    return None
+
+
+def _sans_of(certificate: x509.Certificate) -> list[x509.GeneralName]:
+    try:
+        extension = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return []
+    return list(extension.value)
+
+
+def _lenient_certificates(pem: bytes) -> list[x509.Certificate]:
+    try:
+        return x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        return []
+
+
+# --- reading and writing files ---------------------------------------------------------
+
+
+def write_bundle(directory: PathLike, bundle: Bundle) -> Files:
+    """Write `bundle` into `directory` (created if needed), each file atomically.
+
+    A reader never sees a half-written file. The pair as a whole is not atomic: a server
+    reloading between two writes may see a new key with the old certificate, which
+    `CertificateReloader` refuses and retries.
+    """
+    files = Files.at(directory)
+    try:
+        files.directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CertificateError(f"{files.directory}: cannot create: {_reason(exc)}") from exc
+    _write_atomically(files.key, bundle.key_pem, mode=0o600)
+    _write_atomically(files.cert, bundle.cert_pem, mode=0o644)
+    _write_atomically(files.ca, bundle.ca_pem, mode=0o644)
+    return files
+
+
+def read_bundle(directory: PathLike) -> Bundle | None:
+    """The bundle in `directory` as it is (absent files read as b""), or None if it has none."""
+    files = Files.at(directory)
+    contents = [_read_if_present(path) for path in (files.ca, files.cert, files.key)]
+    if all(content is None for content in contents):
+        return None
+    ca_pem, cert_pem, key_pem = (content or b"" for content in contents)
+    return Bundle(ca_pem=ca_pem, cert_pem=cert_pem, key_pem=key_pem)
+
+
+def ensure_local_certs(
+    directory: PathLike,
+    *,
+    service: str,
+    namespace: str,
+    extra_sans: Iterable[str] = (),
+    days: int = SERVING_DAYS,
+) -> bool:
+    """Make a CA and serving certificate in `directory` unless it already has a pair.
+
+    Returns True when it made them. An existing `tls.crt`/`tls.key` is never touched, even
+    with other names (it may be the admin's own, or a read-only mounted Secret); one that
+    cannot be served, or half a pair, is a CertificateError. An expired one is only logged.
+    """
+    files = Files.at(directory)
+    present = [path for path in (files.cert, files.key) if path.exists()]
+    if len(present) == 2:
+        pair = load_pair(files.cert, files.key)
+        if pair.not_after <= datetime.now(UTC):
+            logger.warning("%s expired on %s", files.cert, f"{pair.not_after:%Y-%m-%d}")
+        return False
+    if present:
+        missing = files.key if present[0] == files.cert else files.cert
+        raise CertificateError(
+            f"{present[0]} exists but {missing} does not; "
+            "remove it or run `gpu-share-webhook certs --force`"
+        )
+    bundle = make_bundle(service=service, namespace=namespace, extra_sans=extra_sans, days=days)
+    write_bundle(files.directory, bundle)
+    return True
+
+
+def _write_atomically(path: Path, data: bytes, *, mode: int) -> None:
+    try:
+        fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        raise CertificateError(f"{path}: cannot write: {_reason(exc)}") from exc
+    try:
+        with os.fdopen(fd, "wb") as stream:
+            # Before any byte is written: the key must never be readable by others.
+            os.fchmod(stream.fileno(), mode)
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise CertificateError(f"{path}: cannot write: {_reason(exc)}") from exc
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise CertificateError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise CertificateError(f"{path}: cannot read: {_reason(exc)}") from exc
+
+
+def _read_if_present(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CertificateError(f"{path}: cannot read: {_reason(exc)}") from exc
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+# --- loading into TLS ------------------------------------------------------------------
+
+
+def load_pair(cert_file: PathLike, key_file: PathLike) -> ServingPair:
+    """Read and check a certificate (chain) and its key: both PEM, and the key matches."""
+    cert_path, key_path = Path(cert_file), Path(key_file)
+    cert_pem, key_pem = _read(cert_path), _read(key_path)
+    leaf = _parse_certificates(cert_pem, str(cert_path))[0]
+    _require_match(_parse_key(key_pem, str(key_path)), leaf, str(key_path), str(cert_path))
+    return ServingPair(cert_pem=cert_pem, key_pem=key_pem, certificate=leaf)
+
+
+def server_ssl_context(cert_file: PathLike, key_file: PathLike) -> ssl.SSLContext:
+    """A TLS server context (TLS 1.2 or newer) serving the pair in the two files."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    _load_into(context, load_pair(cert_file, key_file), source=str(cert_file))
+    return context
+
+
+def _parse_certificates(pem: bytes, source: str) -> list[x509.Certificate]:
+    if not pem.strip():
+        raise CertificateError(f"{source}: empty, expected a PEM certificate")
+    try:
+        return x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        raise CertificateError(f"{source}: not a PEM certificate, or a damaged one") from None
+
+
+def _parse_key(pem: bytes, source: str) -> PrivateKeyTypes:
+    if not pem.strip():
+        raise CertificateError(f"{source}: empty, expected a PEM private key")
+    try:
+        return serialization.load_pem_private_key(pem, password=None)
+    except TypeError:
+        raise CertificateError(f"{source}: the private key is encrypted") from None
+    except (ValueError, UnsupportedAlgorithm):
+        raise CertificateError(f"{source}: not a PEM private key, or a damaged one") from None
+
+
+def _require_match(
+    key: PrivateKeyTypes, leaf: x509.Certificate, key_source: str, cert_source: str
+) -> None:
+    if _public_key_bytes(key.public_key()) != _public_key_bytes(leaf.public_key()):
+        raise CertificateError(
+            f"{key_source}: the key does not match the certificate in {cert_source}"
+        )
+
+
+def _public_key_bytes(key: PublicKeyTypes | CertificatePublicKeyTypes) -> bytes:
+    return key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+
+
+def _load_into(context: ssl.SSLContext, pair: ServingPair, *, source: str) -> None:
+    """Make `context` serve `pair`, or leave it exactly as it was.
+
+    `load_cert_chain` on a live context is not all-or-nothing: OpenSSL installs the
+    certificate before it looks at the key, so a failure half-way leaves a certificate
+    without its key, and every later handshake fails. Hence: load from one private snapshot
+    of the checked bytes (the files may change between two reads), into a scratch context
+    first, and into the live one only once that worked.
+    """
+    with _private_file(pair.cert_pem.rstrip(b"\n") + b"\n" + pair.key_pem) as path:
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(path)
+            context.load_cert_chain(path)
+        except ssl.SSLError as exc:
+            raise CertificateError(
+                f"{source}: TLS cannot use this pair: {exc.reason or exc}"
+            ) from exc
+
+
+@contextlib.contextmanager
+def _private_file(data: bytes) -> Iterator[str]:
+    """A path to `data` that nothing else can see or change, for APIs that want a file.
+
+    On Linux an anonymous in-memory file: it needs no writable directory (the server
+    runs with a read-only root filesystem) and puts no key on disk.
+    """
+    memfd_create = getattr(os, "memfd_create", None)
+    if memfd_create is not None and os.path.isdir("/proc/self/fd"):
+        with os.fdopen(memfd_create("gpu-share-webhook-tls", os.MFD_CLOEXEC), "w+b") as memory:
+            memory.write(data)
+            memory.flush()
+            yield f"/proc/self/fd/{memory.fileno()}"
+        return
+    with tempfile.NamedTemporaryFile(prefix="gpu-share-webhook-", suffix=".pem") as stream:
+        stream.write(data)
+        stream.flush()
+        yield stream.name
+
+
+# --- hot reload ------------------------------------------------------------------------
+
+# What identifies a file's content without reading it. The resolved path matters for a
+# mounted Secret: the kubelet writes a new `..2026_11_21_...` directory and swaps the
+# `..data` symlink, so `tls.crt` resolves elsewhere while inode and mtime may look the same.
+_Stamp = tuple[str, int, int, int, int] | None
+
+
+def _stamp(path: Path) -> _Stamp:
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return (
+        os.path.realpath(path),
+        status.st_dev,
+        status.st_ino,
+        status.st_mtime_ns,
+        status.st_size,
+    )
+
+
+class CertificateReloader:
+    """Keeps an `ssl.SSLContext` serving what its certificate and key files hold.
+
+    `check()` loads a changed pair into the same context: new handshakes use it, open
+    connections keep theirs. A pair that cannot be served is refused, the current one stays,
+    `on_error` hears about it once, and the next check tries again. `run()` checks
+    periodically. The constructor loads the pair once, so that what is served and what
+    `not_after` says agree from the start; it raises CertificateError if it cannot.
+    """
+
+    def __init__(
+        self,
+        context: ssl.SSLContext,
+        cert_file: PathLike,
+        key_file: PathLike,
+        *,
+        on_reload: Callable[[x509.Certificate], object] | None = None,
+        on_error: Callable[[CertificateError], object] | None = None,
+    ) -> None:
+        self.context = context
+        self.cert_file = Path(cert_file)
+        self.key_file = Path(key_file)
+        self._on_reload = on_reload
+        self._on_error = on_error
+        # Stamp before reading: a change during the read then shows on the next check.
+        stamps = self._stamps()
+        self._pair = load_pair(self.cert_file, self.key_file)
+        _load_into(context, self._pair, source=str(self.cert_file))
+        self._stamps_served = stamps
+        self._last_failure: tuple[object, str] | None = None
+
+    @property
+    def certificate(self) -> x509.Certificate:
+        """The certificate new handshakes present."""
+        return self._pair.certificate
+
+    @property
+    def not_after(self) -> datetime:
+        """When the certificate being served expires (UTC)."""
+        return self._pair.not_after
+
+    def seconds_until_expiry(self, now: datetime | None = None) -> float:
+        """Seconds until the served certificate expires; negative once it has."""
+        return (self.not_after - _utc(now)).total_seconds()
+
+    def check(self) -> bool:
+        """Load the pair again if either file changed; True when a new pair is now served."""
+        stamps = self._stamps()
+        if stamps == self._stamps_served:
+            return False
+        try:
+            pair = load_pair(self.cert_file, self.key_file)
+            if (pair.cert_pem, pair.key_pem) == (self._pair.cert_pem, self._pair.key_pem):
+                self._stamps_served = stamps  # touched or re-mounted, same content
+                self._last_failure = None
+                return False
+            _load_into(self.context, pair, source=str(self.cert_file))
+        except CertificateError as exc:
+            self._refused(stamps, exc)
+            return False
+        self._pair, self._stamps_served, self._last_failure = pair, stamps, None
+        self._log_reload(pair.certificate)
+        _call(self._on_reload, pair.certificate)
+        return True
+
+    async def run(self, interval_seconds: float = RELOAD_INTERVAL_SECONDS) -> None:
+        """Call `check()` every `interval_seconds` until cancelled; no error stops it."""
+        if interval_seconds <= 0:
+            raise ValueError(f"interval_seconds must be positive, not {interval_seconds}")
+        while True:
+            await asyncio.sleep(interval_seconds)
+            # On the event loop's thread on purpose: OpenSSL does not allow changing a
+            # context while another thread starts connections from it, and a check is a
+            # millisecond of work.
+            try:
+                self.check()
+            except Exception:
+                logger.exception("checking %s for a new certificate failed", self.cert_file)
+
+    def _stamps(self) -> tuple[_Stamp, _Stamp]:
+        return _stamp(self.cert_file), _stamp(self.key_file)
+
+    def _refused(self, stamps: tuple[_Stamp, _Stamp], exc: CertificateError) -> None:
+        # The same broken files are retried on every check; say so once, not every time.
+        failure = (stamps, str(exc))
+        if failure == self._last_failure:
+            logger.debug("still refusing the new certificate: %s", exc)
+            return
+        self._last_failure = failure
+        logger.error(
+            "refused the new certificate, still serving the one valid until %s: %s",
+            f"{self.not_after:%Y-%m-%d %H:%M} UTC",
+            exc,
+        )
+        _call(self._on_error, exc)
+
+    def _log_reload(self, certificate: x509.Certificate) -> None:
+        logger.info(
+            "serving a new certificate from %s: serial %x, valid until %s",
+            self.cert_file,
+            certificate.serial_number,
+            f"{certificate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC",
+        )
+        if certificate.not_valid_after_utc <= datetime.now(UTC):
+            logger.warning("the new certificate in %s has already expired", self.cert_file)
+
+
+def _call(callback: Callable[[_T], object] | None, argument: _T) -> None:
+    # A failing callback (a metric, a log hook) must not undo or stop a reload.
+    if callback is None:
+        return
+    try:
+        callback(argument)
+    except Exception:
+        logger.exception("certificate reload callback %r failed", callback)

@@ -1,0 +1,303 @@
+"""`gpu-share-webhook certs`: the CA and serving certificate, locally and in the cluster.
+
+It always leaves `ca.crt`, `tls.crt` and `tls.key` in --dir. With --secret the pair lives in
+that TLS Secret too, and with --inject-ca the CA goes into the webhook configurations. The
+bootstrap Job runs all of it in one go:
+
+    gpu-share-webhook certs --dir /tmp/certs --secret gpu-share-webhook-tls --inject-ca
+
+Every run is idempotent: a pair that still fits (same names, signed by its ca.crt, more than
+30 days left) is kept, so running the Job again writes nothing; --force makes a new one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from webhook import cabundle, certificates
+from webhook.commands import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_SERVICE,
+    DEFAULT_WEBHOOK_NAME,
+    env_default,
+    env_int,
+    env_name,
+)
+from webhook.errors import CertificateError
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "certs",
+        help="make the CA and serving certificate; store them in a Secret, inject the CA",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--dir",
+        "--cert-dir",
+        dest="dir",
+        metavar="DIR",
+        default=env_default("cert-dir", "certs"),
+        help=_help("directory for ca.crt, tls.crt and tls.key", "cert-dir"),
+    )
+    parser.add_argument(
+        "--service",
+        default=env_default("service", DEFAULT_SERVICE),
+        help=_help("name of the webhook's Service", "service"),
+    )
+    parser.add_argument(
+        "--namespace",
+        default=env_default("namespace", DEFAULT_NAMESPACE),
+        help=_help("namespace of the Service and the Secret", "namespace"),
+    )
+    parser.add_argument(
+        "--extra-san",
+        action="append",
+        metavar="NAME",
+        help="one more DNS name or IP address for the certificate, repeatable"
+        f" (env {env_name('extra-san')}, comma-separated)",
+    )
+    parser.add_argument(
+        "--days",
+        type=int,
+        default=env_int("days", certificates.SERVING_DAYS),
+        help=_help("validity of the serving certificate in days", "days"),
+    )
+    parser.add_argument(
+        "--force",
+        action=argparse.BooleanOptionalAction,
+        default=_env_flag("force"),
+        help=_help("make a new pair even if the current one still fits", "force"),
+    )
+    parser.add_argument(
+        "--secret",
+        metavar="NAME",
+        default=env_default("secret", "") or None,
+        help=_help(
+            "keep the pair in this kubernetes.io/tls Secret in --namespace", "secret", "none"
+        ),
+    )
+    parser.add_argument(
+        "--inject-ca",
+        action=argparse.BooleanOptionalAction,
+        default=_env_flag("inject-ca"),
+        help=_help("write the CA into the webhook configurations' caBundle", "inject-ca"),
+    )
+    parser.add_argument(
+        "--mutating-webhook",
+        metavar="NAME",
+        default=env_default("mutating-webhook", DEFAULT_WEBHOOK_NAME),
+        help=_help("MutatingWebhookConfiguration for --inject-ca; '' skips it", "mutating-webhook"),
+    )
+    parser.add_argument(
+        "--validating-webhook",
+        metavar="NAME",
+        default=env_default("validating-webhook", DEFAULT_WEBHOOK_NAME),
+        help=_help(
+            "ValidatingWebhookConfiguration for --inject-ca; '' skips it", "validating-webhook"
+        ),
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        default=env_default("kubeconfig", "") or None,
+        help=_help(
+            "kubeconfig for --secret and --inject-ca",
+            "kubeconfig",
+            "the pod's service account, else $KUBECONFIG or ~/.kube/config",
+        ),
+    )
+    parser.set_defaults(func=run)
+
+
+@dataclass(frozen=True)
+class _Request:
+    directory: Path
+    service: str
+    namespace: str
+    extra_sans: tuple[str, ...]
+    days: int
+    force: bool
+    secret: str | None
+    inject_ca: bool
+    mutating: str | None
+    validating: str | None
+    kubeconfig: str | None
+
+    @property
+    def needs_cluster(self) -> bool:
+        return bool(self.secret) or self.inject_ca
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        request = _request(args)
+    except CertificateError as exc:
+        return _fail(exc, EXIT_USAGE)
+    try:
+        _carry_out(request)
+    except CertificateError as exc:
+        return _fail(exc, EXIT_FAILED)
+    return EXIT_OK
+
+
+def _request(args: argparse.Namespace) -> _Request:
+    """The arguments, checked before anything is written or asked of the cluster."""
+    extra = args.extra_san if args.extra_san is not None else _env_list("extra-san")
+    request = _Request(
+        directory=Path(args.dir),
+        service=args.service,
+        namespace=args.namespace,
+        extra_sans=tuple(extra),
+        days=args.days,
+        force=args.force,
+        secret=args.secret or None,
+        inject_ca=args.inject_ca,
+        mutating=args.mutating_webhook or None,
+        validating=args.validating_webhook or None,
+        kubeconfig=args.kubeconfig or None,
+    )
+    certificates.subject_alt_names(
+        service=request.service, namespace=request.namespace, extra_sans=request.extra_sans
+    )
+    if request.days < 1:
+        raise CertificateError(f"--days must be at least 1, not {request.days}")
+    if request.secret and not (
+        len(request.secret) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(request.secret)
+    ):
+        raise CertificateError(f"--secret {request.secret!r} is not a valid Secret name")
+    if request.inject_ca and not (request.mutating or request.validating):
+        raise CertificateError("--inject-ca needs --mutating-webhook or --validating-webhook")
+    return request
+
+
+def _carry_out(request: _Request) -> None:
+    local = certificates.read_bundle(request.directory)
+    candidates = [(f"in {request.directory}", local)]
+    if not request.needs_cluster:
+        _write_local(request, _choose(request, candidates, previous=local), local)
+        return
+    with cabundle.connect(request.kubeconfig) as api:
+        previous = local
+        if request.secret:
+            stored = cabundle.read_secret(api, namespace=request.namespace, name=request.secret)
+            candidates.insert(0, (f"in {_secret_name(request)}", stored))
+            # The CA to keep trusting is that of the certificate the servers present now,
+            # which is the Secret's.
+            previous = stored
+        bundle = _choose(request, candidates, previous=previous)
+        _write_local(request, bundle, local)
+        if request.secret and bundle != previous:
+            _store(request, api, bundle)
+        if request.inject_ca:
+            for installed in cabundle.install_ca_bundle(
+                api, bundle.ca_pem, mutating=request.mutating, validating=request.validating
+            ):
+                _say(str(installed))
+
+
+def _store(request: _Request, api: Any, bundle: certificates.Bundle) -> None:
+    assert request.secret is not None
+    outcome = cabundle.store_secret(
+        api,
+        namespace=request.namespace,
+        name=request.secret,
+        ca_pem=bundle.ca_pem,
+        cert_pem=bundle.cert_pem,
+        key_pem=bundle.key_pem,
+    )
+    _say(f"{_secret_name(request)}: {outcome}")
+
+
+def _secret_name(request: _Request) -> str:
+    return f"Secret {request.namespace}/{request.secret}"
+
+
+def _choose(
+    request: _Request,
+    candidates: list[tuple[str, certificates.Bundle | None]],
+    *,
+    previous: certificates.Bundle | None,
+) -> certificates.Bundle:
+    """The first candidate that still fits, else a new bundle that also trusts `previous`."""
+    if not request.force:
+        for where, candidate in candidates:
+            if candidate is None:
+                continue
+            problem = certificates.why_not_reusable(
+                candidate,
+                service=request.service,
+                namespace=request.namespace,
+                extra_sans=request.extra_sans,
+            )
+            if problem is None:
+                _say(f"keeping the certificate {where}, valid until {_date(candidate)}")
+                return candidate
+            _say(f"replacing the certificate {where}: {problem}")
+    bundle = certificates.make_bundle(
+        service=request.service,
+        namespace=request.namespace,
+        extra_sans=request.extra_sans,
+        days=request.days,
+        also_trust=certificates.outgoing_ca(previous),
+    )
+    host = certificates.service_host(service=request.service, namespace=request.namespace)
+    _say(f"made a new CA and serving certificate for {host}, valid until {_date(bundle)}")
+    return bundle
+
+
+def _write_local(
+    request: _Request, bundle: certificates.Bundle, local: certificates.Bundle | None
+) -> None:
+    files = certificates.Files.at(request.directory)
+    if bundle == local:
+        _say(f"{files.directory}: up to date")
+        return
+    certificates.write_bundle(files.directory, bundle)
+    _say(f"wrote {files.ca}, {files.cert}, {files.key}")
+
+
+def _date(bundle: certificates.Bundle) -> str:
+    return f"{bundle.not_after:%Y-%m-%d}"
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _fail(exc: CertificateError, code: int) -> int:
+    print(f"gpu-share-webhook certs: {exc}", file=sys.stderr, flush=True)
+    return code
+
+
+def _help(text: str, option: str, default: str = "%(default)s") -> str:
+    return f"{text} (env {env_name(option)}; default {default})"
+
+
+def _env_flag(option: str) -> bool:
+    raw = os.environ.get(env_name(option), "").strip().lower()
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise SystemExit(f"gpu-share-webhook: {env_name(option)}={raw!r} is not true or false")
+
+
+def _env_list(option: str) -> list[str]:
+    raw = os.environ.get(env_name(option), "")
+    return [item.strip() for item in raw.split(",") if item.strip()]
