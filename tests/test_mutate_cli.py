@@ -69,6 +69,7 @@ def test_an_allowed_example_exits_0_and_shows_its_mutation(
     path = EXAMPLES / "allowed" / name
     code, out, err = run(capsys, "-f", str(path), *extra_args(path))
     assert (code, err) == (0, "")
+    assert "&id" not in out, "shared objects in the output (YAML anchors)"
     results = list(yaml.safe_load_all(out))
     originals = list(yaml.safe_load_all(path.read_text()))
     assert [r["kind"] for r in results] == [o["kind"] for o in originals]

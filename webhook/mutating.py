@@ -114,6 +114,7 @@ class _Pod:
     # JSON Pointer of the pod in the reviewed object ("" for a Pod).
     path: str
     policy: Policy
+    constraints: selecting.Constraints
 
 
 def _containers(spec: Mapping[str, Any]) -> list[_Container]:
@@ -265,6 +266,7 @@ def review_template(
         users=users,
         path=path,
         policy=policy,
+        constraints=selecting.read(spec),
     )
     _shared_rules(d, pod, mutate=mutate)
     return d
@@ -458,7 +460,7 @@ def _allowed_classes(
     """The classes the pod may land on, narrowed step by step; a step that leaves none denies."""
     policy, spec, users = pod.policy, pod.spec, pod.users
     candidates = list(policy.classes_by_resource.get(resource, ()))
-    constraints = selecting.read(spec)
+    constraints = pod.constraints
     if not constraints.empty:
         admitted = [c for c in candidates if selecting.admits(constraints, c)]
         if not admitted:
@@ -590,16 +592,15 @@ def _mutate(
         )
         steps.append("runtime-class")
     # 2. Tolerations, each only when no existing toleration already covers it.
-    wanted = list(policy.tolerations)
-    if policy.tolerate_resource_taint:
-        wanted.append({"key": resource, "operator": "Exists", "effect": "NoSchedule"})
     existing_raw = spec.get("tolerations")
     existing = (
         [t for t in existing_raw if isinstance(t, dict)] if isinstance(existing_raw, list) else []
     )
     added: list[dict[str, Any]] = []
-    for tol in wanted:
-        if not any(_covers(e, tol) for e in existing) and not any(_covers(a, tol) for a in added):
+    for tol in _wanted_tolerations(policy, resource):
+        if tol in existing or tol in added:
+            continue
+        if not any(_covers(e, tol) for e in existing):
             added.append(dict(tol))
     if added:
         if isinstance(existing_raw, list):
@@ -610,9 +611,7 @@ def _mutate(
             ops.append({"op": "add", "path": f"{spec_path}/tolerations", "value": added})
         steps.append("tolerations")
     # 3. Node selection.
-    node_ops, step = selecting.plan(
-        spec, selecting.read(spec), classes, policy=policy, path=spec_path
-    )
+    node_ops, step = selecting.plan(spec, pod.constraints, classes, policy=policy, path=spec_path)
     if step:
         ops.extend(node_ops)
         steps.append(step)
@@ -620,14 +619,8 @@ def _mutate(
     if profile is not None and any(c.mps for c in classes):
         env_added = False
         for c in pod.users:
-            new: list[dict[str, str]] = []
-            if profile.active_thread_percentage is not None and MPS_THREADS not in c.env:
-                new.append({"name": MPS_THREADS, "value": str(profile.active_thread_percentage)})
-            if profile.pinned_memory_mib is not None and MPS_MEMORY not in c.env:
-                # One entry per device the container gets, by the ordinal CUDA sees.
-                devices = max(1, c.shared.get(resource, 1))
-                limit = ",".join(f"{i}={profile.pinned_memory_mib}M" for i in range(devices))
-                new.append({"name": MPS_MEMORY, "value": limit})
+            threads, memory = _mps_env(policy, profile, max(1, c.shared.get(resource, 1)))
+            new = [var for var in (threads, memory) if var is not None and var["name"] not in c.env]
             if new:
                 _append_env(ops, c, new, spec_path)
                 env_added = True
@@ -676,6 +669,42 @@ def _mutate(
     d.audit["classes"] = ",".join(c.name for c in classes)
     if steps:
         d.audit["mutations"] = ",".join(steps)
+
+
+def _mps_env(
+    policy: Policy, profile: Profile, devices: int
+) -> tuple[dict[str, str] | None, dict[str, str] | None]:
+    """The profile's MPS variables for a container with `devices` replicas, as CUDA reads
+    them. Memoised; the dicts go into patches only, which are serialised, never changed."""
+    key = ("mps-env", profile.name, devices)
+    cached = policy.memo.get(key)
+    if cached is None:
+        threads = memory = None
+        if profile.active_thread_percentage is not None:
+            threads = {"name": MPS_THREADS, "value": str(profile.active_thread_percentage)}
+        if profile.pinned_memory_mib is not None:
+            # One entry per device the container gets, by the ordinal CUDA sees.
+            value = ",".join(f"{i}={profile.pinned_memory_mib}M" for i in range(devices))
+            memory = {"name": MPS_MEMORY, "value": value}
+        cached = policy.memo[key] = (threads, memory)
+    return cached  # type: ignore[no-any-return]
+
+
+def _wanted_tolerations(policy: Policy, resource: str) -> tuple[dict[str, Any], ...]:
+    """The policy's tolerations and, where it says so, the one for the resource's own taint,
+    without duplicates; memoised per resource."""
+    key = ("tolerations", resource)
+    cached = policy.memo.get(key)
+    if cached is None:
+        wanted = list(policy.tolerations)
+        if policy.tolerate_resource_taint:
+            wanted.append({"key": resource, "operator": "Exists", "effect": "NoSchedule"})
+        unique: list[dict[str, Any]] = []
+        for tol in wanted:
+            if not any(_covers(u, tol) for u in unique):
+                unique.append(tol)
+        cached = policy.memo[key] = tuple(unique)
+    return cached  # type: ignore[no-any-return]
 
 
 def _append_env(

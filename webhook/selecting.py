@@ -14,6 +14,7 @@ adds nothing.
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -169,6 +170,8 @@ def _pins(conj: Sequence[Requirement], classes: Sequence[NodeClass]) -> bool:
 
 def pinned(constraints: Constraints, classes: Sequence[NodeClass]) -> bool:
     """The pod can only land on `classes`: every satisfiable conjunction pins it."""
+    if constraints.empty:
+        return False
     conjs = [c for c in constraints.conjunctions if c is not None]
     return bool(conjs) and all(_pins(c, classes) for c in conjs)
 
@@ -221,8 +224,7 @@ def plan(
         return _pin_with_node_selector(spec, classes[0], path), "node-selector"
     grouped = groups(policy, classes)
     if constraints.raw_terms is None:
-        terms = [{"matchExpressions": [dict(e) for e in g]} for g, _ in grouped]
-        return _add_required_terms(spec, terms, path), "node-affinity"
+        return _add_required_terms(spec, _fresh_terms(policy, classes), path), "node-affinity"
     new_terms: list[Any] = []
     for raw, conj in zip(constraints.raw_terms, constraints.conjunctions, strict=True):
         if conj is None:
@@ -235,7 +237,8 @@ def plan(
         for group, group_classes in grouped:
             if not any(all(_holds(r, c.known_labels) for r in conj) for c in group_classes):
                 continue
-            term = dict(raw)
+            # A copy per new term: one object in two places of a patch is one too many.
+            term = copy.deepcopy(raw)
             existing = list(term.get("matchExpressions") or [])
             term["matchExpressions"] = existing + [dict(e) for e in group if e not in existing]
             new_terms.append(term)
@@ -249,6 +252,17 @@ def plan(
         ],
         "node-affinity",
     )
+
+
+def _fresh_terms(policy: Policy, classes: Sequence[NodeClass]) -> list[dict[str, Any]]:
+    """The node selector terms for a pod with no terms of its own. Memoised: the value goes
+    into patches that are serialised and never changed, so one list serves every review."""
+    key = ("terms", tuple(c.index for c in classes))
+    cached = policy.memo.get(key)
+    if cached is None:
+        cached = [{"matchExpressions": [dict(e) for e in g]} for g, _ in groups(policy, classes)]
+        policy.memo[key] = cached
+    return cached  # type: ignore[no-any-return]
 
 
 def _pin_with_node_selector(

@@ -128,8 +128,10 @@ def run(args: argparse.Namespace) -> int:
             for v in decision.violations:
                 print(f"denied: {what}: {v.message}", file=sys.stderr)
             continue
-        patched = (
-            jsonpatch.apply_patch(obj, decision.patch) if decision.patch else copy.deepcopy(obj)
+        # Copies of the object and of the patch: patch values may be objects the core
+        # memoises and shares between reviews (YAML would print them as anchors).
+        patched = jsonpatch.apply_patch(
+            copy.deepcopy(obj), copy.deepcopy(decision.patch), in_place=True
         )
         results.append((patched, decision.patch))
     _print(results, args.output)

@@ -1,0 +1,185 @@
+"""Reviews per second of the admission core, in process: AdmissionReview bytes in, response
+bytes out (parse, decide, patch, encode), on one core.
+
+    python bench/core.py [--seconds 3] [--policy default]
+
+Prints a table for a one-container pod, a five-container pod with init containers and a
+fifty-container pod, each as a fresh review to mutate, plus the cost per container (which
+should stay flat: cost grows linearly with containers). Compare rows of one run: these
+machines are shared, so absolute figures move from run to run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from webhook import policies, reviews  # noqa: E402
+
+
+def container(name: str, *, gpu: bool) -> dict[str, Any]:
+    c: dict[str, Any] = {
+        "name": name,
+        "image": "nvcr.io/nvidia/tritonserver:24.08-py3",
+        "imagePullPolicy": "IfNotPresent",
+        "ports": [{"containerPort": 8000, "protocol": "TCP"}],
+        "env": [{"name": "MODEL_REPOSITORY", "value": "/models"}],
+        "resources": {
+            "limits": {"cpu": "2", "memory": "8Gi"},
+            "requests": {"cpu": "1", "memory": "4Gi"},
+        },
+        "volumeMounts": [
+            {
+                "name": "kube-api-access",
+                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+                "readOnly": True,
+            }
+        ],
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+    }
+    if gpu:
+        c["resources"]["limits"]["nvidia.com/gpu.shared"] = "1"
+        c["resources"]["requests"]["nvidia.com/gpu.shared"] = "1"
+    return c
+
+
+def pod(containers: int, init: int = 0) -> dict[str, Any]:
+    """A pod as the API server hands it to webhooks: defaulted, with its service account
+    volume and default tolerations; every other container asks for the shared GPU."""
+    spec: dict[str, Any] = {
+        "containers": [container(f"c{i}", gpu=i % 2 == 0) for i in range(containers)],
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": 30,
+        "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": "default",
+        "schedulerName": "default-scheduler",
+        "enableServiceLinks": True,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "priority": 0,
+        "securityContext": {},
+        "tolerations": [
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
+            {
+                "key": "node.kubernetes.io/unreachable",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
+        ],
+        "volumes": [
+            {
+                "name": "kube-api-access",
+                "projected": {
+                    "sources": [
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}
+                    ]
+                },
+            }
+        ],
+    }
+    if init:
+        spec["initContainers"] = [container(f"init{i}", gpu=i == 0) for i in range(init)]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "triton-7d9f8c-",
+            "namespace": "team-a",
+            "labels": {"app": "triton", "pod-template-hash": "7d9f8c"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": "triton-7d9f8c",
+                    "uid": "0e6e8f0a-1111-2222-3333-444455556666",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def review_body(obj: dict[str, Any]) -> bytes:
+    return json.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "team-a",
+                "operation": "CREATE",
+                "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+                "object": obj,
+                "oldObject": None,
+                "dryRun": False,
+                "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+            },
+        }
+    ).encode()
+
+
+def measure(
+    body: bytes, loaded: policies.PolicySet, policy: str, seconds: float
+) -> tuple[float, int]:
+    """Reviews per second over about `seconds`, in batches, best batch of the run."""
+
+    def once() -> bytes:
+        return reviews.review(body, policies=loaded, policy_name=policy, endpoint="mutate").body
+
+    out = once()
+    assert b'"patch"' in out, out[:200]
+    batch = 200
+    best = 0.0
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline:
+        start = time.perf_counter()
+        for _ in range(batch):
+            once()
+        rate = batch / (time.perf_counter() - start)
+        best = max(best, rate)
+    return best, len(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="per row (default 3)")
+    parser.add_argument("--policy", default="default")
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core, as targeted
+    loaded = policies.load_directory(REPO / "policies")
+    rows = [
+        ("1 container", pod(1), 1),
+        ("5 containers + 2 init", pod(5, init=2), 7),
+        ("50 containers", pod(50), 50),
+    ]
+    print(f"{'pod':<24}{'request bytes':>14}{'reviews/s':>12}{'us/review':>11}{'us/container':>14}")
+    for label, obj, n in rows:
+        body = review_body(copy.deepcopy(obj))
+        rate, _ = measure(body, loaded, args.policy, args.seconds)
+        us = 1e6 / rate
+        print(f"{label:<24}{len(body):>14}{rate:>12,.0f}{us:>11.1f}{us / n:>14.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
