@@ -458,7 +458,7 @@ def _allowed_classes(
     d: Decision, pod: _Pod, resource: str, profile: Profile | None
 ) -> list[NodeClass]:
     """The classes the pod may land on, narrowed step by step; a step that leaves none denies."""
-    policy, spec, users = pod.policy, pod.spec, pod.users
+    policy, users = pod.policy, pod.users
     candidates = list(policy.classes_by_resource.get(resource, ()))
     constraints = pod.constraints
     if not constraints.empty:
@@ -687,7 +687,7 @@ def _mps_env(
             value = ",".join(f"{i}={profile.pinned_memory_mib}M" for i in range(devices))
             memory = {"name": MPS_MEMORY, "value": value}
         cached = policy.memo[key] = (threads, memory)
-    return cached  # type: ignore[no-any-return]
+    return cached
 
 
 def _wanted_tolerations(policy: Policy, resource: str) -> tuple[dict[str, Any], ...]:
@@ -704,7 +704,7 @@ def _wanted_tolerations(policy: Policy, resource: str) -> tuple[dict[str, Any], 
             if not any(_covers(u, tol) for u in unique):
                 unique.append(tol)
         cached = policy.memo[key] = tuple(unique)
-    return cached  # type: ignore[no-any-return]
+    return cached
 
 
 def _append_env(

@@ -262,7 +262,7 @@ def _fresh_terms(policy: Policy, classes: Sequence[NodeClass]) -> list[dict[str,
     if cached is None:
         cached = [{"matchExpressions": [dict(e) for e in g]} for g, _ in groups(policy, classes)]
         policy.memo[key] = cached
-    return cached  # type: ignore[no-any-return]
+    return cached
 
 
 def _pin_with_node_selector(
