@@ -1,0 +1,20 @@
+"""The project's own tool settings hold: ruff and mypy --strict pass on the package."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from tests.kube import REPO
+
+
+def test_ruff_finds_nothing() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", "webhook", "bench"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_mypy_strict_finds_nothing() -> None:
+    proc = subprocess.run([sys.executable, "-m", "mypy", "webhook"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
