@@ -45,8 +45,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--namespace",
         "-n",
-        default=env_default("namespace", ""),
-        help="namespace of the objects (env GPU_SHARE_WEBHOOK_NAMESPACE)",
+        # Not GPU_SHARE_WEBHOOK_NAMESPACE: that one names the webhook's own namespace.
+        default=env_default("object-namespace", ""),
+        help="namespace of the objects (env GPU_SHARE_WEBHOOK_OBJECT_NAMESPACE)",
     )
     parser.add_argument(
         "--namespace-label",
