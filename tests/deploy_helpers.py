@@ -42,8 +42,8 @@ INSTALLS = ("bootstrap", "cert-manager")
 # The oldest Kubernetes with matchConditions GA, and the newest kubernetes-validate knows.
 VERSIONS = ("1.30", kubernetes_validate.latest_version())
 
-# The flag the docs tell admins to use: the policies ConfigMap reads ../../policies.
-KUSTOMIZE = ("kustomize", "--load-restrictor", "LoadRestrictionsNone")
+# Plain `kubectl kustomize`, as `kubectl apply -k` builds: no flags needed.
+KUSTOMIZE = ("kustomize",)
 
 
 def tool(name: str) -> str:

@@ -468,8 +468,17 @@ def parse_documents(text: str, source: str) -> tuple[list[Policy], list[str]]:
     return policies, problems
 
 
+# Not policies: the kustomization that turns the directory into the deploy/ ConfigMap.
+NOT_POLICIES = frozenset({"kustomization.yaml", "kustomization.yml"})
+
+
 def policy_files(directory: Path) -> list[Path]:
-    return sorted(p for p in directory.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+    """The policy files of a directory: its *.yaml and *.yml files, the kustomization aside."""
+    return sorted(
+        p
+        for p in directory.iterdir()
+        if p.suffix in (".yaml", ".yml") and p.name not in NOT_POLICIES and p.is_file()
+    )
 
 
 def load_directory(directory: str | Path) -> PolicySet:
