@@ -1,0 +1,148 @@
+"""`gpu-share-webhook serve` as a real process: a fresh start, SIGTERM, several workers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from prometheus_client.mmap_dict import MmapedDict
+
+from tests import server_helpers as h
+from webhook import certificates
+
+
+async def test_serve_in_a_fresh_directory_makes_certificates_says_where_and_answers(
+    tmp_path: Path,
+) -> None:
+    # Settings from the environment this time, as a Deployment would give them.
+    port, metrics_port = h.free_port(), h.free_port()
+    env = {
+        "GPU_SHARE_WEBHOOK_PORT": str(port),
+        "GPU_SHARE_WEBHOOK_METRICS_PORT": str(metrics_port),
+        "GPU_SHARE_WEBHOOK_DRAIN_SECONDS": "0.2",
+    }
+    with h.serving(tmp_path, env=env) as serve:
+        ca = tmp_path / "certs" / certificates.CA_FILE
+        await serve.ready()
+        async with h.session_trusting(ca) as session:
+            assert {p.name for p in (tmp_path / "certs").iterdir()} >= {
+                "ca.crt",
+                "tls.crt",
+                "tls.key",
+            }
+            said = [line["message"] for line in serve.log_lines()]
+            assert any(str(tmp_path / "certs") in m and "made a local CA" in m for m in said)
+            assert any("shipped with the package" in m for m in said)
+            pod = h.real_pods()[0]
+            async with session.post(
+                serve.url(f"/mutate?{h.TIMEOUT}"),
+                data=h.review_body(pod, "uid-fresh"),
+                headers=h.JSON,
+                server_hostname=h.HOST,
+            ) as response:
+                assert response.status == 200
+                result = h.response_of(await response.json(), "uid-fresh")
+            assert result["allowed"] is True
+            h.patched(pod, result)
+        serve.terminate()
+        assert serve.wait() == 0
+    reviews = [line for line in serve.log_lines() if line.get("message") == "review"]
+    assert [r["uid"] for r in reviews] == ["uid-fresh"]
+
+
+async def test_sigterm_drains_answering_in_flight_and_new_requests_then_exits_0(
+    tmp_path: Path,
+) -> None:
+    drain = 3.0
+    with h.serving(tmp_path, "--drain-seconds", str(drain)) as serve:
+        ca = tmp_path / "certs" / certificates.CA_FILE
+        await serve.ready()
+        async with h.session_trusting(ca) as session:
+            body = h.review_body(h.real_pods()[0], "uid-in-flight")
+            async with h.connect(serve.port, ca) as in_flight:
+                # Half a request when SIGTERM comes: the rest follows during the drain.
+                await in_flight.send_head("/mutate", len(body))
+                await in_flight.send(body[: len(body) // 2])
+                await asyncio.sleep(0.1)
+                serve.terminate()
+
+                async def not_ready() -> bool:
+                    async with session.get(serve.probe_url("/readyz")) as response:
+                        return response.status == 503
+
+                await h.eventually(not_ready, seconds=drain, what="readiness false")
+                # Arriving during the drain: answered, and told to reconnect elsewhere.
+                async with h.connect(serve.port, ca) as late:
+                    late_body = h.review_body(h.real_pods()[1], "uid-during-drain")
+                    status, headers, answer = await late.post("/mutate", late_body)
+                assert status == 200
+                assert headers["connection"] == "close"
+                h.response_of(json.loads(answer), "uid-during-drain")
+
+                await in_flight.send(body[len(body) // 2 :])
+                status, headers, answer = await in_flight.response()
+            assert status == 200
+            assert headers["connection"] == "close"
+            assert h.response_of(json.loads(answer), "uid-in-flight")["allowed"] is True
+        assert await asyncio.to_thread(serve.wait) == 0
+    messages = [line["message"] for line in serve.log_lines()]
+    assert any(m.startswith("shutting down") for m in messages)
+    assert messages[-1] == "stopped"
+
+
+async def test_workers_share_the_port_and_their_metrics_add_up(tmp_path: Path) -> None:
+    metrics_dir = tmp_path / "metrics"
+    env = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
+    with h.serving(tmp_path, "--workers", "2", "--drain-seconds", "0.2", env=env) as serve:
+        ca = tmp_path / "certs" / certificates.CA_FILE
+        await serve.ready()
+        async with h.session_trusting(ca) as session:
+            count = 40
+            for number in range(count):
+                # A new connection each time: the kernel spreads connections, not requests.
+                async with h.connect(serve.port, ca) as connection:
+                    uid = f"uid-{number}"
+                    status, _, answer = await connection.post(
+                        "/mutate", h.review_body(h.real_pods()[0], uid)
+                    )
+                assert status == 200
+                h.response_of(json.loads(answer), uid)
+            async with session.get(serve.probe_url("/metrics")) as response:
+                text = await response.text()
+            assert h.metric(text, "gpu_share_webhook_reviews_total", decision="allowed") == count
+            assert h.metric(text, "gpu_share_webhook_review_duration_seconds_count") == count
+            # Both workers answered some: each process counts in a file of its own.
+            per_process = _reviews_per_process(metrics_dir)
+            assert len(per_process) == 2, per_process
+            assert sum(per_process) == count
+        serve.terminate()
+        assert await asyncio.to_thread(serve.wait) == 0
+
+
+async def test_serve_refuses_to_start_on_broken_policies_naming_the_problem(
+    tmp_path: Path,
+) -> None:
+    policies_dir = tmp_path / "policies"
+    policies_dir.mkdir()
+    (policies_dir / "default.yaml").write_text("apiVersion: gpu-share.io/v1alpha1\nkind: Nope\n")
+    with h.serving(tmp_path) as serve:
+        assert await asyncio.to_thread(serve.wait) == 2
+    problems = [p for line in serve.log_lines() for p in line.get("problems", [])]
+    assert any(str(policies_dir / "default.yaml") in p and "kind" in p for p in problems)
+
+
+def _reviews_per_process(metrics_dir: Path) -> list[float]:
+    """Reviews counted by each process that counted any, from prometheus-client's files."""
+    counted = []
+    for path in metrics_dir.glob("counter_*.db"):
+        # prometheus-client leaves this unannotated.
+        values = MmapedDict.read_all_values_from_file(str(path))  # type: ignore[no-untyped-call]
+        total = sum(
+            value
+            for key, value, *_ in values
+            if json.loads(key)[1] == "gpu_share_webhook_reviews_total"
+        )
+        if total:
+            counted.append(total)
+    return counted

@@ -1,0 +1,414 @@
+"""`gpu-share-webhook serve`: the admission server (HTTPS) with probes and metrics (HTTP).
+
+With no flags, from any directory: policies from `./policies` when it exists, else the
+policies shipped with the package; certificates from `./certs`, made there (a local CA and
+a serving certificate for the Service and localhost) when there are none. Every option also
+reads `GPU_SHARE_WEBHOOK_<OPTION>`.
+
+Ports: admission on --port (HTTPS, 8443); `/healthz`, `/readyz` and `/metrics` on
+--metrics-port (plain HTTP, 8080).
+
+--workers N runs N server processes on the same ports (SO_REUSEPORT; the kernel spreads
+connections over them) under this process, which restarts a worker that dies, passes
+SIGTERM on and exits when they have drained. Their metrics are added up through
+prometheus-client's multiprocess mode, in a temporary directory (set
+PROMETHEUS_MULTIPROC_DIR to choose it; it must be writable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from multiprocessing.process import BaseProcess
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from prometheus_client import multiprocess
+
+from webhook import certificates, policies, server
+from webhook.commands import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_SERVICE,
+    env_default,
+    env_float,
+    env_int,
+    env_name,
+)
+from webhook.errors import CertificateError, PolicyError
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("json", "text")
+_MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# A worker that dies sooner than this after it started is failing to start (a port in use,
+# unreadable files): restarting it would only loop, so the whole server stops instead.
+_CRASH_LOOP_SECONDS = 10.0
+# Between a worker dying and its replacement starting.
+_RESTART_DELAY_SECONDS = 1.0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the admission webhook server",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    defaults = server.Settings(policies_dir=Path())
+    parser.add_argument(
+        "--host",
+        default=env_default("host", defaults.host),
+        help=_help("address to listen on, for both ports", "host"),
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=env_int("port", defaults.port),
+        help=_help("HTTPS port for admission reviews", "port"),
+    )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=env_int("metrics-port", defaults.metrics_port),
+        help=_help("plain-HTTP port for /healthz, /readyz and /metrics", "metrics-port"),
+    )
+    parser.add_argument(
+        "--cert-dir",
+        metavar="DIR",
+        default=env_default("cert-dir", str(defaults.cert_dir)),
+        help=_help(
+            "directory with tls.crt and tls.key (a mounted kubernetes.io/tls Secret works);"
+            " made there when missing, reloaded when they change",
+            "cert-dir",
+        ),
+    )
+    parser.add_argument(
+        "--policies",
+        metavar="DIR",
+        default=env_default("policies", "") or None,
+        help=_help(
+            "directory of policy files, reloaded when they change",
+            "policies",
+            "./policies if it exists, else the policies shipped with the package",
+        ),
+    )
+    parser.add_argument(
+        "--service",
+        default=env_default("service", DEFAULT_SERVICE),
+        help=_help("the webhook's Service: a certificate made here is for its names", "service"),
+    )
+    parser.add_argument(
+        "--namespace",
+        default=env_default("namespace", DEFAULT_NAMESPACE),
+        help=_help("namespace of the Service", "namespace"),
+    )
+    parser.add_argument(
+        "--extra-san",
+        action="append",
+        metavar="NAME",
+        default=None,
+        help="one more DNS name or IP address for a certificate made here, repeatable"
+        f" (env {env_name('extra-san')}, comma-separated)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=env_int("workers", defaults.workers),
+        help=_help("server processes sharing the ports (SO_REUSEPORT)", "workers"),
+    )
+    parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=env_float("drain-seconds", defaults.drain_seconds),
+        help=_help(
+            "after SIGTERM: how long to keep answering (not ready, Connection: close)"
+            " before closing the port",
+            "drain-seconds",
+        ),
+    )
+    parser.add_argument(
+        "--reload-interval",
+        type=float,
+        default=env_float("reload-interval", defaults.reload_interval),
+        help=_help("seconds between looks at the policy and certificate files", "reload-interval"),
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=LOG_LEVELS,
+        default=env_default("log-level", "info").lower(),
+        help=_help("least severe log lines written (info: one line per review)", "log-level"),
+    )
+    parser.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default=env_default("log-format", "json").lower(),
+        help=_help("json: one JSON object per line; text: for reading", "log-format"),
+    )
+    parser.set_defaults(func=run)
+
+
+def _help(text: str, option: str, default: str = "%(default)s") -> str:
+    return f"{text} (env {env_name(option)}; default {default})"
+
+
+def run(args: argparse.Namespace) -> int:
+    # argparse checks choices on the command line only, not defaults from the environment.
+    for option, value, allowed in (
+        ("log-level", args.log_level, LOG_LEVELS),
+        ("log-format", args.log_format, LOG_FORMATS),
+    ):
+        if value not in allowed:
+            print(
+                f"gpu-share-webhook serve: {env_name(option)}={value!r} is not one of"
+                f" {', '.join(allowed)}",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+    configure_logging(args.log_level, args.log_format)
+    problem = _usage_problem(args)
+    if problem:
+        logger.error("%s", problem)
+        return EXIT_USAGE
+    directory, origin = _policies_directory(args.policies)
+    settings = server.Settings(
+        policies_dir=directory,
+        cert_dir=Path(args.cert_dir).absolute(),
+        host=args.host,
+        port=args.port,
+        metrics_port=args.metrics_port,
+        service=args.service,
+        namespace=args.namespace,
+        workers=args.workers,
+        drain_seconds=args.drain_seconds,
+        reload_interval=args.reload_interval,
+    )
+    logger.info("policies from %s (%s)", directory, origin)
+    try:
+        # Once, here, before any worker starts: workers must not race to make a CA each.
+        made = certificates.ensure_local_certs(
+            settings.cert_dir,
+            service=settings.service,
+            namespace=settings.namespace,
+            extra_sans=_extra_sans(args.extra_san),
+        )
+    except CertificateError as exc:
+        logger.error("cannot serve without a certificate: %s", exc)
+        return EXIT_USAGE
+    if made:
+        logger.info(
+            "no certificate in %s: made a local CA (%s) and a serving certificate for %s (%s, %s)",
+            settings.cert_dir,
+            settings.cert_dir / certificates.CA_FILE,
+            certificates.service_host(service=settings.service, namespace=settings.namespace),
+            settings.cert_dir / certificates.CERT_FILE,
+            settings.cert_dir / certificates.KEY_FILE,
+        )
+    try:
+        # Checked here too so that bad policies stop the server before any worker starts.
+        policies.load_directory(settings.policies_dir)
+    except PolicyError as exc:
+        logger.error(
+            {"message": f"cannot serve these policies: {directory}", "problems": exc.problems}
+        )
+        return EXIT_USAGE
+    if settings.workers == 1:
+        return _serve(
+            settings, reuse_port=False, log_level=args.log_level, log_format=args.log_format
+        )
+    return supervise(settings, log_level=args.log_level, log_format=args.log_format)
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    for option in ("port", "metrics_port"):
+        value = getattr(args, option)
+        if not 1 <= value <= 65535:
+            return f"--{option.replace('_', '-')} {value}: not a port number (1-65535)"
+    if args.port == args.metrics_port:
+        return f"--port and --metrics-port are both {args.port}; they must differ"
+    if args.workers < 1:
+        return f"--workers {args.workers}: at least 1"
+    if args.workers > 1 and not hasattr(socket, "SO_REUSEPORT"):
+        return "--workers above 1 needs SO_REUSEPORT, which this system does not have"
+    if args.drain_seconds < 0:
+        return f"--drain-seconds {args.drain_seconds}: not negative"
+    if args.reload_interval <= 0:
+        return f"--reload-interval {args.reload_interval}: must be positive"
+    return None
+
+
+def _policies_directory(option: str | None) -> tuple[Path, str]:
+    if option:
+        return Path(option).absolute(), "--policies"
+    local = Path("policies")
+    if local.is_dir():
+        return local.absolute(), "./policies"
+    return policies.embedded_directory(), "the policies shipped with the package"
+
+
+def _extra_sans(option: list[str] | None) -> list[str]:
+    if option:
+        return option
+    raw = os.environ.get(env_name("extra-san"), "")
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def _serve(settings: server.Settings, *, reuse_port: bool, log_level: str, log_format: str) -> int:
+    # JSON review lines skip `logging` (see `server.JsonLines`); text ones are for reading.
+    review_log = None
+    if log_format == "json" and logging.getLevelName(log_level.upper()) <= logging.INFO:
+        review_log = server.JsonLines(sys.stderr.buffer)
+    try:
+        asyncio.run(server.serve(settings, reuse_port=reuse_port, review_log=review_log))
+    except (PolicyError, CertificateError) as exc:
+        # The files changed between the checks above and the worker's start.
+        logger.error("cannot serve: %s", exc)
+        return EXIT_USAGE
+    except OSError as exc:
+        logger.error(
+            "cannot serve on %s:%s/%s: %s", settings.host, settings.port, settings.metrics_port, exc
+        )
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+def configure_logging(level: str, log_format: str = "json") -> None:
+    """Log lines to stderr (where container runtimes collect them) at `level`."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(server.JsonFormatter() if log_format == "json" else server.TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+# --------------------------------------------------------------------------- workers
+
+
+def supervise(settings: server.Settings, *, log_level: str, log_format: str) -> int:
+    """Run `settings.workers` worker processes until SIGTERM; 0 when all drained cleanly."""
+    metrics_dir, own_dir = _metrics_directory()
+    # Before any worker imports prometheus-client: it picks its mode from this on import.
+    os.environ[_MULTIPROC_ENV] = str(metrics_dir)
+    context = multiprocessing.get_context("spawn")
+    workers: dict[int, BaseProcess] = {}
+    started: dict[int, float] = {}
+    stopping = False
+    failed = False
+
+    def start(index: int) -> None:
+        process = context.Process(
+            target=_worker,
+            args=(settings, log_level, log_format),
+            name=f"gpu-share-webhook-worker-{index}",
+        )
+        process.start()
+        workers[index], started[index] = process, time.monotonic()
+        if stopping:  # a signal came while it was starting
+            _terminate(process)
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        if not stopping:
+            logger.info("%s: stopping %d workers", signal.Signals(signum).name, len(workers))
+        stopping = True
+        for process in workers.values():
+            _terminate(process)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for index in range(settings.workers):
+            start(index)
+        logger.info("started %d workers, metrics added up in %s", settings.workers, metrics_dir)
+        while workers:
+            multiprocessing.connection.wait([p.sentinel for p in workers.values()], timeout=1.0)
+            for index, process in list(workers.items()):
+                if process.is_alive():
+                    continue
+                process.join()
+                del workers[index]
+                _forget(process.pid, metrics_dir)
+                code = process.exitcode
+                if stopping:
+                    # Killed by the forwarded SIGTERM before it set up its handler: it had
+                    # no connection yet, nothing was lost.
+                    if code not in (0, -signal.SIGTERM):
+                        logger.error("worker %d exited with %s while stopping", index, code)
+                        failed = True
+                    continue
+                lived = time.monotonic() - started[index]
+                if lived < _CRASH_LOOP_SECONDS:
+                    logger.error(
+                        "worker %d exited with %s %.1f s after it started; stopping all",
+                        index,
+                        code,
+                        lived,
+                    )
+                    failed = stopping = True
+                    for other in workers.values():
+                        _terminate(other)
+                    continue
+                logger.error("worker %d exited with %s; starting a new one", index, code)
+                time.sleep(_RESTART_DELAY_SECONDS)
+                if not stopping:
+                    start(index)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for process in workers.values():
+            process.kill()
+            process.join()
+        if own_dir:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+    logger.info("all workers stopped")
+    return EXIT_FAILED if failed else EXIT_OK
+
+
+def _worker(settings: server.Settings, log_level: str, log_format: str) -> None:
+    """A worker process: one server on the shared ports."""
+    configure_logging(log_level, log_format)
+    sys.exit(_serve(settings, reuse_port=True, log_level=log_level, log_format=log_format))
+
+
+def _terminate(process: BaseProcess) -> None:
+    with contextlib.suppress(ProcessLookupError, ValueError, AttributeError):
+        process.terminate()
+
+
+def _metrics_directory() -> tuple[Path, bool]:
+    """Where the workers keep their metrics, and whether this process made it (and removes it).
+
+    A directory the admin chose is emptied first: values left by an earlier run would be
+    added to this one's.
+    """
+    chosen = os.environ.get(_MULTIPROC_ENV)
+    if chosen:
+        path = Path(chosen)
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.db"):
+            stale.unlink(missing_ok=True)
+        return path, False
+    return Path(tempfile.mkdtemp(prefix="gpu-share-webhook-metrics-")), True
+
+
+def _forget(pid: int | None, metrics_dir: Path) -> None:
+    # Drops a dead worker's live gauges (in flight, certificate expiry); its counters stay.
+    if pid is None:
+        return
+    with contextlib.suppress(OSError):
+        multiprocess.mark_process_dead(pid, str(metrics_dir))  # type: ignore[no-untyped-call]

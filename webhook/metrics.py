@@ -1,0 +1,169 @@
+"""The Prometheus metrics of the admission server (`GET /metrics` on the plain-HTTP port).
+
+One `Metrics` per server. In a single process its metrics live in a registry of their own
+(so tests can run several servers side by side). With `serve --workers N` the N processes
+share nothing in memory, so prometheus-client's multiprocess mode is used: the parent sets
+`PROMETHEUS_MULTIPROC_DIR` before it starts the workers, each worker writes its values to
+memory-mapped files there, and whichever worker answers a scrape adds up the files of all
+of them. Counters and histograms are then sums over the workers (a worker that was restarted
+still counts), `in_flight` is the sum over the living workers and the certificate expiry is
+the smallest value any living worker reports.
+
+Each worker watches the policy and certificate files on its own, so with N workers one
+changed file counts as N reloads (and a refused one as N errors): the reload counters count
+reloads per process, which is what a rate or `increase(...) > 0` alert wants.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+    generate_latest,
+    multiprocess,
+    values,
+)
+
+# Without this every counter also exposes a `_created` timestamp series, doubling the
+# series for nothing a dashboard uses (process start time is there already).
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+PREFIX = "gpu_share_webhook"
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+# A review takes well under a millisecond for an ordinary pod and tens of milliseconds for
+# a review near the body limit; the API server gives up after `timeoutSeconds` (<= 30 s).
+LATENCY_BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+)
+
+# The values of the `decision` label of the reviews counter.
+ALLOWED = "allowed"
+DENIED = "denied"
+# Answered with an AdmissionReview that denies because the review failed or ran out of time.
+ERROR = "error"
+# Not a usable AdmissionReview: answered 400, 413 or 415.
+INVALID = "invalid"
+
+
+def multiprocess_mode() -> bool:
+    """Whether prometheus-client keeps its values in files shared by several processes.
+
+    prometheus-client decides this once, when it is first imported, from
+    `PROMETHEUS_MULTIPROC_DIR`; asking it rather than the environment gives its answer.
+    """
+    return values.ValueClass is not values.MutexValue
+
+
+class Metrics:
+    """The server's metrics and the registry `/metrics` exposes."""
+
+    def __init__(self) -> None:
+        self.multiprocess = multiprocess_mode()
+        self.registry = CollectorRegistry()
+        # In multiprocess mode the metrics are registered nowhere: their values go to the
+        # shared files, and the collector that reads all the files is what gets exposed
+        # (registering both would expose this process's values twice).
+        own: CollectorRegistry | None
+        if self.multiprocess:
+            # prometheus-client leaves this constructor unannotated.
+            multiprocess.MultiProcessCollector(self.registry)  # type: ignore[no-untyped-call]
+            own = None
+        else:
+            # Process metrics only make sense for one process (the multiprocess collector
+            # cannot add up CPU seconds or resident memory).
+            ProcessCollector(registry=self.registry)
+            PlatformCollector(registry=self.registry)
+            GCCollector(registry=self.registry)
+            own = self.registry
+        self.reviews = Counter(
+            f"{PREFIX}_reviews",
+            "Admission requests answered, by endpoint, policy and decision"
+            " (allowed, denied, error: answered with an internal-error denial,"
+            " invalid: refused with HTTP 400/413/415).",
+            ["endpoint", "policy", "decision"],
+            registry=own,
+        )
+        self.latency = Histogram(
+            f"{PREFIX}_review_duration_seconds",
+            "Time from receiving an admission request to having its answer.",
+            ["endpoint"],
+            buckets=LATENCY_BUCKETS,
+            registry=own,
+        )
+        self.in_flight = Gauge(
+            f"{PREFIX}_reviews_in_flight",
+            "Admission requests being received or reviewed right now.",
+            registry=own,
+            multiprocess_mode="livesum",
+        )
+        self.policy_reloads = Counter(
+            f"{PREFIX}_policy_reloads",
+            "Changed policy sets loaded and put in force (per worker process).",
+            registry=own,
+        )
+        self.policy_reload_errors = Counter(
+            f"{PREFIX}_policy_reload_errors",
+            "Changed policy sets refused as invalid; the last good set stayed in force.",
+            registry=own,
+        )
+        self.certificate_reloads = Counter(
+            f"{PREFIX}_certificate_reloads",
+            "New serving certificates loaded from the certificate directory (per worker).",
+            registry=own,
+        )
+        self.certificate_reload_errors = Counter(
+            f"{PREFIX}_certificate_reload_errors",
+            "New certificate files refused; the certificate served before stayed.",
+            registry=own,
+        )
+        self.certificate_expiry = Gauge(
+            f"{PREFIX}_certificate_expiry_seconds",
+            "Seconds until the serving certificate expires (negative once it has).",
+            registry=own,
+            multiprocess_mode="livemin",
+        )
+
+        # Labelled children by label values: `labels()` takes a lock and builds a key on
+        # every call, a measurable share of a review's cost; the label values are few.
+        self._review_counters: dict[tuple[str, str, str], Any] = {}
+        self._latencies: dict[str, Any] = {}
+
+    def count_review(self, endpoint: str, policy: str, decision: str, seconds: float) -> None:
+        """One admission request answered: count it by its labels and observe its latency."""
+        key = (endpoint, policy, decision)
+        counter = self._review_counters.get(key)
+        if counter is None:
+            counter = self._review_counters[key] = self.reviews.labels(*key)
+        counter.inc()
+        latency = self._latencies.get(endpoint)
+        if latency is None:
+            latency = self._latencies[endpoint] = self.latency.labels(endpoint)
+        latency.observe(seconds)
+
+    def exposition(self) -> bytes:
+        """The text format a Prometheus scrape reads."""
+        return bytes(generate_latest(self.registry))
