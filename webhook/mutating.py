@@ -666,7 +666,7 @@ def _mutate(
     d.audit["policy"] = policy.name
     if profile is not None:
         d.audit["profile"] = profile.name
-    d.audit["classes"] = ",".join(c.name for c in classes)
+    d.audit["classes"] = ",".join([c.name for c in classes])
     if steps:
         d.audit["mutations"] = ",".join(steps)
 

@@ -147,13 +147,26 @@ def _finite_values(conj: Sequence[Requirement], key: str) -> set[str] | None:
     return allowed
 
 
-def _pins(conj: Sequence[Requirement], classes: Sequence[NodeClass]) -> bool:
-    """True when every node that satisfies `conj` belongs to one of `classes`."""
+def _shapes(classes: Sequence[NodeClass]) -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+    """The classes' selector values by selector keys (classes of one resource share keys)."""
     shapes: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
     for c in classes:
         keys = tuple(k for k, _ in c.selector)
         shapes.setdefault(keys, set()).add(tuple(v for _, v in c.selector))
-    for keys, allowed_tuples in shapes.items():
+    return shapes
+
+
+def _pins(
+    conj: Sequence[Requirement],
+    classes: Sequence[NodeClass],
+    shapes: dict[tuple[str, ...], set[tuple[str, ...]]] | None = None,
+) -> bool:
+    """True when every node that satisfies `conj` belongs to one of `classes`."""
+    # Keys first: a conjunction that does not constrain every selector key to listed
+    # values (the common case: hostname, zone) pins nothing.
+    if not any(op == "In" for _, op, _ in conj):
+        return False
+    for keys, allowed_tuples in (shapes or _shapes(classes)).items():
         sets = [_finite_values(conj, k) for k in keys]
         if any(s is None for s in sets):
             continue
@@ -173,7 +186,10 @@ def pinned(constraints: Constraints, classes: Sequence[NodeClass]) -> bool:
     if constraints.empty:
         return False
     conjs = [c for c in constraints.conjunctions if c is not None]
-    return bool(conjs) and all(_pins(c, classes) for c in conjs)
+    if not conjs:
+        return False
+    shapes = _shapes(classes)
+    return all(_pins(c, classes, shapes) for c in conjs)
 
 
 def groups(

@@ -285,6 +285,9 @@ def _serve(settings: server.Settings, *, reuse_port: bool, log_level: str, log_f
             "cannot serve on %s:%s/%s: %s", settings.host, settings.port, settings.metrics_port, exc
         )
         return EXIT_FAILED
+    finally:
+        if review_log is not None:
+            review_log.flush()
     return EXIT_OK
 
 
