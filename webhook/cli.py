@@ -21,13 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"webhook.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"webhook.commands.{name}":
-                raise
-            continue
-        module.register(subparsers)
+        importlib.import_module(f"webhook.commands.{name}").register(subparsers)
     return parser
 
 

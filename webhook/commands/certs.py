@@ -25,18 +25,17 @@ from webhook.commands import (
     DEFAULT_NAMESPACE,
     DEFAULT_SERVICE,
     DEFAULT_WEBHOOK_NAME,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
     env_default,
+    env_flag,
     env_int,
     env_name,
+    help_text,
 )
 from webhook.errors import CertificateError
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"", "0", "false", "no", "off"})
 _DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -53,17 +52,17 @@ def register(subparsers: Any) -> None:
         dest="dir",
         metavar="DIR",
         default=env_default("cert-dir", "certs"),
-        help=_help("directory for ca.crt, tls.crt and tls.key", "cert-dir"),
+        help=help_text("directory for ca.crt, tls.crt and tls.key", "cert-dir"),
     )
     parser.add_argument(
         "--service",
         default=env_default("service", DEFAULT_SERVICE),
-        help=_help("name of the webhook's Service", "service"),
+        help=help_text("name of the webhook's Service", "service"),
     )
     parser.add_argument(
         "--namespace",
         default=env_default("namespace", DEFAULT_NAMESPACE),
-        help=_help("namespace of the Service and the Secret", "namespace"),
+        help=help_text("namespace of the Service and the Secret", "namespace"),
     )
     parser.add_argument(
         "--extra-san",
@@ -76,39 +75,41 @@ def register(subparsers: Any) -> None:
         "--days",
         type=int,
         default=env_int("days", certificates.SERVING_DAYS),
-        help=_help("validity of the serving certificate in days", "days"),
+        help=help_text("validity of the serving certificate in days", "days"),
     )
     parser.add_argument(
         "--force",
         action=argparse.BooleanOptionalAction,
-        default=_env_flag("force"),
-        help=_help("make a new pair even if the current one still fits", "force"),
+        default=env_flag("force"),
+        help=help_text("make a new pair even if the current one still fits", "force"),
     )
     parser.add_argument(
         "--secret",
         metavar="NAME",
         default=env_default("secret", "") or None,
-        help=_help(
+        help=help_text(
             "keep the pair in this kubernetes.io/tls Secret in --namespace", "secret", "none"
         ),
     )
     parser.add_argument(
         "--inject-ca",
         action=argparse.BooleanOptionalAction,
-        default=_env_flag("inject-ca"),
-        help=_help("write the CA into the webhook configurations' caBundle", "inject-ca"),
+        default=env_flag("inject-ca"),
+        help=help_text("write the CA into the webhook configurations' caBundle", "inject-ca"),
     )
     parser.add_argument(
         "--mutating-webhook",
         metavar="NAME",
         default=env_default("mutating-webhook", DEFAULT_WEBHOOK_NAME),
-        help=_help("MutatingWebhookConfiguration for --inject-ca; '' skips it", "mutating-webhook"),
+        help=help_text(
+            "MutatingWebhookConfiguration for --inject-ca; '' skips it", "mutating-webhook"
+        ),
     )
     parser.add_argument(
         "--validating-webhook",
         metavar="NAME",
         default=env_default("validating-webhook", DEFAULT_WEBHOOK_NAME),
-        help=_help(
+        help=help_text(
             "ValidatingWebhookConfiguration for --inject-ca; '' skips it", "validating-webhook"
         ),
     )
@@ -116,7 +117,7 @@ def register(subparsers: Any) -> None:
         "--kubeconfig",
         metavar="PATH",
         default=env_default("kubeconfig", "") or None,
-        help=_help(
+        help=help_text(
             "kubeconfig for --secret and --inject-ca",
             "kubeconfig",
             "the pod's service account, else $KUBECONFIG or ~/.kube/config",
@@ -283,19 +284,6 @@ def _say(line: str) -> None:
 def _fail(exc: CertificateError, code: int) -> int:
     print(f"gpu-share-webhook certs: {exc}", file=sys.stderr, flush=True)
     return code
-
-
-def _help(text: str, option: str, default: str = "%(default)s") -> str:
-    return f"{text} (env {env_name(option)}; default {default})"
-
-
-def _env_flag(option: str) -> bool:
-    raw = os.environ.get(env_name(option), "").strip().lower()
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    raise SystemExit(f"gpu-share-webhook: {env_name(option)}={raw!r} is not true or false")
 
 
 def _env_list(option: str) -> list[str]:

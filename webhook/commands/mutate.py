@@ -18,14 +18,19 @@ import orjson
 import yaml
 
 from webhook import documents, mutating, namespaces, policies, reviews
-from webhook.commands import env_default
-from webhook.commands.policy import default_directory
+from webhook.commands import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    env_default,
+    policies_directory,
+)
 from webhook.decisions import Decision
 from webhook.errors import InputError, PolicyError
 
-EXIT_ALLOWED = 0
-EXIT_DENIED = 1
-EXIT_BAD_INPUT = 2
+EXIT_ALLOWED = EXIT_OK
+EXIT_DENIED = EXIT_FAILED
+EXIT_BAD_INPUT = EXIT_USAGE
 
 
 def register(subparsers: Any) -> None:
@@ -105,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
         labels = _labels(args)
         text, source = documents.read_text(args.filename)
         objects = documents.parse(text, source)
-        loaded = policies.load_directory(args.policies or default_directory())
+        loaded = policies.load_directory(policies_directory(args.policies)[0])
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 from webhook import policies
-from webhook.commands import env_default
+from webhook.commands import (
+    env_default,
+    policies_directory,
+)
 from webhook.errors import PolicyError
-
-
-def default_directory() -> str:
-    """`policies/` in the current directory when there is one, else the embedded defaults."""
-    return "policies" if Path("policies").is_dir() else str(policies.embedded_directory())
 
 
 def register(subparsers: Any) -> None:
@@ -37,7 +34,7 @@ def register(subparsers: Any) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    directory = args.directory or default_directory()
+    directory, _ = policies_directory(args.directory)
     try:
         loaded = policies.load_directory(directory)
     except PolicyError as exc:

@@ -29,14 +29,14 @@ from webhook.commands import (
     DEFAULT_NAMESPACE,
     DEFAULT_SERVICE,
     DEFAULT_WEBHOOK_NAME,
+    EXIT_OK,
+    EXIT_USAGE,
     env_default,
     env_int,
-    env_name,
+    help_text,
+    policies_directory,
 )
 from webhook.errors import PolicyError
-
-EXIT_OK = 0
-EXIT_USAGE = 2
 
 OUTPUT_FORMATS = ("yaml", "json")
 
@@ -57,7 +57,7 @@ def register(subparsers: Any) -> None:
         "--policies",
         metavar="DIR",
         default=env_default("policies", "") or None,
-        help=_help(
+        help=help_text(
             "directory of policy files",
             "policies",
             "./policies if it exists, else the policies shipped with the package",
@@ -66,12 +66,12 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--service",
         default=env_default("service", DEFAULT_SERVICE),
-        help=_help("the webhook's Service", "service"),
+        help=help_text("the webhook's Service", "service"),
     )
     parser.add_argument(
         "--namespace",
         default=env_default("namespace", DEFAULT_NAMESPACE),
-        help=_help(
+        help=help_text(
             "namespace of the Service; also left out of the webhook, with kube-system",
             "namespace",
         ),
@@ -79,19 +79,19 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--name",
         default=env_default("name", DEFAULT_WEBHOOK_NAME),
-        help=_help("name of both configurations", "name"),
+        help=help_text("name of both configurations", "name"),
     )
     parser.add_argument(
         "--ca-bundle-file",
         metavar="PEM",
         default=env_default("ca-bundle-file", "") or None,
-        help=_help("CA certificate(s) for caBundle", "ca-bundle-file", "none"),
+        help=help_text("CA certificate(s) for caBundle", "ca-bundle-file", "none"),
     )
     parser.add_argument(
         "--failure-policy",
         choices=rendering.FAILURE_POLICIES,
         default=env_default("failure-policy", "Fail"),
-        help=_help(
+        help=help_text(
             "what the API server does when the webhook cannot answer (see docs/install.md)",
             "failure-policy",
         ),
@@ -101,13 +101,13 @@ def register(subparsers: Any) -> None:
         type=int,
         metavar="N",
         default=env_int("timeout-seconds", rendering.DEFAULT_TIMEOUT_SECONDS),
-        help=_help("how long the API server waits for an answer, 1..30", "timeout-seconds"),
+        help=help_text("how long the API server waits for an answer, 1..30", "timeout-seconds"),
     )
     parser.add_argument(
         "--cert-manager-certificate",
         metavar="NS/NAME",
         default=env_default("cert-manager-certificate", "") or None,
-        help=_help(
+        help=help_text(
             "annotate for cert-manager's CA injector with this Certificate",
             "cert-manager-certificate",
             "none",
@@ -118,13 +118,9 @@ def register(subparsers: Any) -> None:
         "--output",
         choices=OUTPUT_FORMATS,
         default=env_default("output", "yaml"),
-        help=_help("yaml: two documents; json: a v1 List", "output"),
+        help=help_text("yaml: two documents; json: a v1 List", "output"),
     )
     parser.set_defaults(func=run)
-
-
-def _help(text: str, option: str, default: str = "%(default)s") -> str:
-    return f"{text} (env {env_name(option)}; default {default})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -132,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     if args.output not in OUTPUT_FORMATS:
         print(f"error: output {args.output!r} is not one of yaml, json", file=sys.stderr)
         return EXIT_USAGE
-    directory = Path(args.policies) if args.policies else default_directory()
+    directory, _ = policies_directory(args.policies)
     try:
         loaded = policies.load_directory(directory)
     except PolicyError as exc:
@@ -166,12 +162,6 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(HEADER.format(source=_shown(directory)) + dump_yaml(objects))
     return EXIT_OK
-
-
-def default_directory() -> Path:
-    """`./policies` when there is one, else the policies shipped with the package."""
-    local = Path("policies")
-    return local if local.is_dir() else policies.embedded_directory()
 
 
 def _shown(directory: Path) -> str:

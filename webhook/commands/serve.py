@@ -41,18 +41,20 @@ from webhook import certificates, policies, server
 from webhook.commands import (
     DEFAULT_NAMESPACE,
     DEFAULT_SERVICE,
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
     env_default,
     env_float,
     env_int,
     env_name,
+    help_text,
+    policies_directory,
 )
 from webhook.errors import CertificateError, PolicyError
 
 logger = logging.getLogger(__name__)
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "text")
@@ -75,25 +77,25 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--host",
         default=env_default("host", defaults.host),
-        help=_help("address to listen on, for both ports", "host"),
+        help=help_text("address to listen on, for both ports", "host"),
     )
     parser.add_argument(
         "--port",
         type=int,
         default=env_int("port", defaults.port),
-        help=_help("HTTPS port for admission reviews", "port"),
+        help=help_text("HTTPS port for admission reviews", "port"),
     )
     parser.add_argument(
         "--metrics-port",
         type=int,
         default=env_int("metrics-port", defaults.metrics_port),
-        help=_help("plain-HTTP port for /healthz, /readyz and /metrics", "metrics-port"),
+        help=help_text("plain-HTTP port for /healthz, /readyz and /metrics", "metrics-port"),
     )
     parser.add_argument(
         "--cert-dir",
         metavar="DIR",
         default=env_default("cert-dir", str(defaults.cert_dir)),
-        help=_help(
+        help=help_text(
             "directory with tls.crt and tls.key (a mounted kubernetes.io/tls Secret works);"
             " made there when missing, reloaded when they change",
             "cert-dir",
@@ -103,7 +105,7 @@ def register(subparsers: Any) -> None:
         "--policies",
         metavar="DIR",
         default=env_default("policies", "") or None,
-        help=_help(
+        help=help_text(
             "directory of policy files, reloaded when they change",
             "policies",
             "./policies if it exists, else the policies shipped with the package",
@@ -112,12 +114,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--service",
         default=env_default("service", DEFAULT_SERVICE),
-        help=_help("the webhook's Service: a certificate made here is for its names", "service"),
+        help=help_text(
+            "the webhook's Service: a certificate made here is for its names", "service"
+        ),
     )
     parser.add_argument(
         "--namespace",
         default=env_default("namespace", DEFAULT_NAMESPACE),
-        help=_help("namespace of the Service", "namespace"),
+        help=help_text("namespace of the Service", "namespace"),
     )
     parser.add_argument(
         "--extra-san",
@@ -131,13 +135,13 @@ def register(subparsers: Any) -> None:
         "--workers",
         type=int,
         default=env_int("workers", defaults.workers),
-        help=_help("server processes sharing the ports (SO_REUSEPORT)", "workers"),
+        help=help_text("server processes sharing the ports (SO_REUSEPORT)", "workers"),
     )
     parser.add_argument(
         "--drain-seconds",
         type=float,
         default=env_float("drain-seconds", defaults.drain_seconds),
-        help=_help(
+        help=help_text(
             "after SIGTERM: how long to keep answering (not ready, Connection: close)"
             " before closing the port",
             "drain-seconds",
@@ -147,25 +151,23 @@ def register(subparsers: Any) -> None:
         "--reload-interval",
         type=float,
         default=env_float("reload-interval", defaults.reload_interval),
-        help=_help("seconds between looks at the policy and certificate files", "reload-interval"),
+        help=help_text(
+            "seconds between looks at the policy and certificate files", "reload-interval"
+        ),
     )
     parser.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
         default=env_default("log-level", "info").lower(),
-        help=_help("least severe log lines written (info: one line per review)", "log-level"),
+        help=help_text("least severe log lines written (info: one line per review)", "log-level"),
     )
     parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
         default=env_default("log-format", "json").lower(),
-        help=_help("json: one JSON object per line; text: for reading", "log-format"),
+        help=help_text("json: one JSON object per line; text: for reading", "log-format"),
     )
     parser.set_defaults(func=run)
-
-
-def _help(text: str, option: str, default: str = "%(default)s") -> str:
-    return f"{text} (env {env_name(option)}; default {default})"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -186,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         logger.error("%s", problem)
         return EXIT_USAGE
-    directory, origin = _policies_directory(args.policies)
+    directory, origin = policies_directory(args.policies)
+    directory = directory.absolute()
     settings = server.Settings(
         policies_dir=directory,
         cert_dir=Path(args.cert_dir).absolute(),
@@ -251,15 +254,6 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     if args.reload_interval <= 0:
         return f"--reload-interval {args.reload_interval}: must be positive"
     return None
-
-
-def _policies_directory(option: str | None) -> tuple[Path, str]:
-    if option:
-        return Path(option).absolute(), "--policies"
-    local = Path("policies")
-    if local.is_dir():
-        return local.absolute(), "./policies"
-    return policies.embedded_directory(), "the policies shipped with the package"
 
 
 def _extra_sans(option: list[str] | None) -> list[str]:
