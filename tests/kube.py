@@ -29,6 +29,14 @@ REPO = Path(__file__).resolve().parent.parent
 REAL_WORLD = REPO.parent / "shared" / "real-world"
 VERSIONS = ("1.30", kubernetes_validate.latest_version())
 
+# Node classes and profiles the core's tests share.
+T4_MPS = {"name": "t4-mps", "product": "Tesla-T4", "strategy": "mps", "replicas": 4,
+          "memoryMiB": 15360}
+A10G_TS = {"name": "a10g-ts", "product": "NVIDIA-A10G", "strategy": "time-slicing",
+           "replicas": 4, "memoryMiB": 23028}
+PROFILES = {"small": {"activeThreadPercentage": 10, "pinnedMemoryMiB": 1536},
+            "medium": {"activeThreadPercentage": 25, "pinnedMemoryMiB": 3840}}
+
 _MODEL = {
     "Pod": "V1Pod",
     "Deployment": "V1Deployment",

@@ -6,15 +6,19 @@ from typing import Any
 
 import pytest
 
-from tests.kube import admit, container, make_policy, pod, shared, workload
+from tests.kube import (
+    A10G_TS,
+    PROFILES,
+    T4_MPS,
+    admit,
+    container,
+    make_policy,
+    pod,
+    shared,
+    workload,
+)
 from webhook import mutating, policies
 
-T4_MPS = {"name": "t4-mps", "product": "Tesla-T4", "strategy": "mps", "replicas": 4,
-          "memoryMiB": 15360}
-A10G_TS = {"name": "a10g-ts", "product": "NVIDIA-A10G", "strategy": "time-slicing",
-           "replicas": 4, "memoryMiB": 23028}
-PROFILES = {"small": {"activeThreadPercentage": 10, "pinnedMemoryMiB": 1536},
-            "medium": {"activeThreadPercentage": 25, "pinnedMemoryMiB": 3840}}
 
 
 def lab(*classes: dict[str, Any], **spec: Any) -> policies.Policy:

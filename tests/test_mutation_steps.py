@@ -6,15 +6,9 @@ from typing import Any
 
 import pytest
 
-from tests.kube import admit, container, env_of, make_policy, pod, shared
+from tests.kube import A10G_TS, PROFILES, T4_MPS, admit, container, env_of, make_policy, pod, shared
 from webhook import mutating
 
-T4_MPS = {"name": "t4-mps", "product": "Tesla-T4", "strategy": "mps", "replicas": 4,
-          "memoryMiB": 15360}
-A10G_TS = {"name": "a10g-ts", "product": "NVIDIA-A10G", "strategy": "time-slicing",
-           "replicas": 4, "memoryMiB": 23028}
-PROFILES = {"small": {"activeThreadPercentage": 10, "pinnedMemoryMiB": 1536},
-            "medium": {"activeThreadPercentage": 25, "pinnedMemoryMiB": 3840}}
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 SHARED_TOLERATION = {"key": "nvidia.com/gpu.shared", "operator": "Exists", "effect": "NoSchedule"}
