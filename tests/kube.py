@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -26,7 +27,9 @@ from webhook import mutating, policies
 from webhook.decisions import Decision
 
 REPO = Path(__file__).resolve().parent.parent
-REAL_WORLD = REPO.parent / "shared" / "real-world"
+# Published GPU manifests, kept as found beside this repository (../shared/real-world);
+# GPU_SHARE_REAL_WORLD points elsewhere.
+REAL_WORLD = Path(os.environ.get("GPU_SHARE_REAL_WORLD", REPO.parent / "shared" / "real-world"))
 VERSIONS = ("1.30", kubernetes_validate.latest_version())
 
 # Node classes and profiles the core's tests share.

@@ -201,6 +201,7 @@ REAL = {
 
 
 def test_every_real_world_manifest_has_an_expectation() -> None:
+    assert REAL_WORLD.is_dir(), f"{REAL_WORLD}: not found; set GPU_SHARE_REAL_WORLD"
     assert {p.name for p in REAL_WORLD.glob("*.yaml")} == set(REAL)
 
 
