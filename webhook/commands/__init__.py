@@ -7,6 +7,7 @@ variable, `GPU_SHARE_WEBHOOK_<NAME>`, read through `env_default` so `--help` sho
 
 from __future__ import annotations
 
+import argparse
 import os
 from pathlib import Path
 
@@ -88,3 +89,37 @@ def policies_directory(option: str | None) -> tuple[Path, str]:
     if local.is_dir():
         return local, "./policies"
     return policies.embedded_directory(), "the policies shipped with the package"
+
+
+def add_service_arguments(
+    parser: argparse.ArgumentParser, *, service_help: str, namespace_help: str, san_help: str
+) -> None:
+    """--service, --namespace and --extra-san: the names a serving certificate is made for.
+
+    Read the extra names with `extra_sans(args)`: their variable is a comma-separated list.
+    """
+    parser.add_argument(
+        "--service",
+        default=env_default("service", DEFAULT_SERVICE),
+        help=help_text(service_help, "service"),
+    )
+    parser.add_argument(
+        "--namespace",
+        default=env_default("namespace", DEFAULT_NAMESPACE),
+        help=help_text(namespace_help, "namespace"),
+    )
+    parser.add_argument(
+        "--extra-san",
+        action="append",
+        metavar="NAME",
+        default=None,
+        help=f"{san_help}, repeatable (env {env_name('extra-san')}, comma-separated)",
+    )
+
+
+def extra_sans(args: argparse.Namespace) -> list[str]:
+    """--extra-san as given, else its environment variable's comma-separated names."""
+    if args.extra_san:
+        return list(args.extra_san)
+    raw = os.environ.get(env_name("extra-san"), "")
+    return [item.strip() for item in raw.split(",") if item.strip()]

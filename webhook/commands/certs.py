@@ -13,7 +13,6 @@ Every run is idempotent: a pair that still fits (same names, signed by its ca.cr
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -22,16 +21,15 @@ from typing import Any
 
 from webhook import cabundle, certificates
 from webhook.commands import (
-    DEFAULT_NAMESPACE,
-    DEFAULT_SERVICE,
     DEFAULT_WEBHOOK_NAME,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    add_service_arguments,
     env_default,
     env_flag,
     env_int,
-    env_name,
+    extra_sans,
     help_text,
 )
 from webhook.errors import CertificateError
@@ -54,22 +52,11 @@ def register(subparsers: Any) -> None:
         default=env_default("cert-dir", "certs"),
         help=help_text("directory for ca.crt, tls.crt and tls.key", "cert-dir"),
     )
-    parser.add_argument(
-        "--service",
-        default=env_default("service", DEFAULT_SERVICE),
-        help=help_text("name of the webhook's Service", "service"),
-    )
-    parser.add_argument(
-        "--namespace",
-        default=env_default("namespace", DEFAULT_NAMESPACE),
-        help=help_text("namespace of the Service and the Secret", "namespace"),
-    )
-    parser.add_argument(
-        "--extra-san",
-        action="append",
-        metavar="NAME",
-        help="one more DNS name or IP address for the certificate, repeatable"
-        f" (env {env_name('extra-san')}, comma-separated)",
+    add_service_arguments(
+        parser,
+        service_help="name of the webhook's Service",
+        namespace_help="namespace of the Service and the Secret",
+        san_help="one more DNS name or IP address for the certificate",
     )
     parser.add_argument(
         "--days",
@@ -159,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _request(args: argparse.Namespace) -> _Request:
     """The arguments, checked before anything is written or asked of the cluster."""
-    extra = args.extra_san if args.extra_san is not None else _env_list("extra-san")
+    extra = extra_sans(args)
     request = _Request(
         directory=Path(args.dir),
         service=args.service,
@@ -284,8 +271,3 @@ def _say(line: str) -> None:
 def _fail(exc: CertificateError, code: int) -> int:
     print(f"gpu-share-webhook certs: {exc}", file=sys.stderr, flush=True)
     return code
-
-
-def _env_list(option: str) -> list[str]:
-    raw = os.environ.get(env_name(option), "")
-    return [item.strip() for item in raw.split(",") if item.strip()]

@@ -39,15 +39,15 @@ from prometheus_client import multiprocess
 
 from webhook import certificates, policies, server
 from webhook.commands import (
-    DEFAULT_NAMESPACE,
-    DEFAULT_SERVICE,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    add_service_arguments,
     env_default,
     env_float,
     env_int,
     env_name,
+    extra_sans,
     help_text,
     policies_directory,
 )
@@ -111,25 +111,11 @@ def register(subparsers: Any) -> None:
             "./policies if it exists, else the policies shipped with the package",
         ),
     )
-    parser.add_argument(
-        "--service",
-        default=env_default("service", DEFAULT_SERVICE),
-        help=help_text(
-            "the webhook's Service: a certificate made here is for its names", "service"
-        ),
-    )
-    parser.add_argument(
-        "--namespace",
-        default=env_default("namespace", DEFAULT_NAMESPACE),
-        help=help_text("namespace of the Service", "namespace"),
-    )
-    parser.add_argument(
-        "--extra-san",
-        action="append",
-        metavar="NAME",
-        default=None,
-        help="one more DNS name or IP address for a certificate made here, repeatable"
-        f" (env {env_name('extra-san')}, comma-separated)",
+    add_service_arguments(
+        parser,
+        service_help="the webhook's Service: a certificate made here is for its names",
+        namespace_help="namespace of the Service",
+        san_help="one more DNS name or IP address for a certificate made here",
     )
     parser.add_argument(
         "--workers",
@@ -209,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
             settings.cert_dir,
             service=settings.service,
             namespace=settings.namespace,
-            extra_sans=_extra_sans(args.extra_san),
+            extra_sans=extra_sans(args),
         )
     except CertificateError as exc:
         logger.error("cannot serve without a certificate: %s", exc)
@@ -254,13 +240,6 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     if args.reload_interval <= 0:
         return f"--reload-interval {args.reload_interval}: must be positive"
     return None
-
-
-def _extra_sans(option: list[str] | None) -> list[str]:
-    if option:
-        return option
-    raw = os.environ.get(env_name("extra-san"), "")
-    return [item.strip() for item in raw.split(",") if item.strip()]
 
 
 def _serve(settings: server.Settings, *, reuse_port: bool, log_level: str, log_format: str) -> int:
