@@ -45,13 +45,3 @@ class Decision:
 
     def deny(self, rule: str, message: str, container: str | None = None) -> None:
         self.violations.append(Violation(rule, message, container))
-
-
-def allow() -> Decision:
-    return Decision()
-
-
-def deny(rule: str, message: str) -> Decision:
-    d = Decision()
-    d.deny(rule, message)
-    return d

@@ -531,10 +531,3 @@ def embedded_directory() -> Path:
         return embedded
     # A source checkout or an editable install: the repository's own policies/.
     return here.parent / "policies"
-
-
-_NAME_RE = re.compile(rf"^{_DNS_LABEL}$")
-
-
-def is_policy_name(name: str) -> bool:
-    return len(name) <= 63 and bool(_NAME_RE.match(name))
