@@ -6,9 +6,10 @@ In one run, for each worker count: a bare aiohttp server that reads the body and
 canned AdmissionReview of the same size as the webhook's answer, then `gpu-share-webhook
 serve` itself (JSON review log on, to a file, as in a pod), both over TLS with keep-alive,
 driven by wrk (one thread, --connections connections) for --seconds each after a short
-warm-up. Prints reviews/s, p50 and p99 for each and the webhook's share of the bare
-server's throughput. The difference is what the webhook costs on top of HTTP and TLS: the
-review itself, metrics and the log line.
+warm-up; and a third server, the bare one that also parses each review with orjson: the
+floor for any Python webhook, which must read the request to answer it. Prints reviews/s,
+p50 and p99 for each and its share of the bare server's throughput. The difference is what
+the webhook costs on top of HTTP and TLS: the review itself, metrics and the log line.
 
 Needs wrk (C, so the load generator is not the bottleneck a Python client would be on a
 small machine): `apt-get install -y wrk` on Debian/Ubuntu, `brew install wrk` on macOS.
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from webhook import certificates
@@ -47,6 +49,8 @@ SERVICE = "gpu-share-webhook"
 NAMESPACE = "gpu-share-system"
 HOST = f"{SERVICE}.{NAMESPACE}.svc"
 PATH = "/mutate?timeout=10s"
+BARE = "bare aiohttp"
+BARE_PARSE = "bare + JSON parse"
 
 # The first pod of a real manifest (shared/real-world/13-pre6g-test-gpu-shared-4pods.yaml),
 # as the API server sends it: defaulted fields are left out, which makes no difference here.
@@ -234,12 +238,16 @@ def parse_wrk(out: str) -> Result:
 # --------------------------------------------------------------------------- the bare server
 
 
-def bare_server(port: int, cert_dir: Path, response_file: Path) -> None:
-    """An aiohttp TLS server with the same TLS settings answering every POST with one body."""
+def bare_server(port: int, cert_dir: Path, response_file: Path, *, parse: bool) -> None:
+    """An aiohttp TLS server with the same TLS settings answering every POST with one body;
+    with `parse`, it also parses the review with orjson (and does nothing with it): the
+    least any Python webhook does, since it has to read the request's uid and object."""
     canned = response_file.read_bytes()
 
     async def answer(request: web.Request) -> web.Response:
-        await request.read()  # the webhook has to read the review too
+        body = await request.read()  # the webhook has to read the review too
+        if parse:
+            orjson.loads(body)
         return web.Response(body=canned, content_type="application/json")
 
     async def main() -> None:
@@ -330,31 +338,36 @@ def run(args: argparse.Namespace) -> list[Result]:
                     script=script,
                 )
                 check_answer(post(port, body, ca_file), body)
-            bare_port = free_port()
-            bare = [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                f"--bare-port={bare_port}",
-                f"--bare-cert-dir={cert_dir}",
-                f"--bare-response={response_file}",
-            ]
-            bare_log = work / f"bare-{workers}.log"
-            with contextlib.ExitStack() as stack:
-                processes = [
-                    stack.enter_context(running(bare, bare_log, env)) for _ in range(workers)
+            baselines = []
+            for name, parse in ((BARE, False), (BARE_PARSE, True)):
+                bare_port = free_port()
+                bare = [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    f"--bare-port={bare_port}",
+                    f"--bare-cert-dir={cert_dir}",
+                    f"--bare-response={response_file}",
+                    *(["--bare-parse"] if parse else []),
                 ]
-                wait_listening(workers, processes, bare_log)
-                if len(post(bare_port, body, ca_file)) != len(answer):
-                    raise SystemExit("the bare server's answer differs in size")
-                baseline = measure(
-                    "bare aiohttp",
-                    workers,
-                    bare_port,
-                    args=args,
-                    body_file=body_file,
-                    script=script,
-                )
-            results += [baseline, webhook]
+                bare_log = work / f"bare-{workers}-{int(parse)}.log"
+                with contextlib.ExitStack() as stack:
+                    processes = [
+                        stack.enter_context(running(bare, bare_log, env)) for _ in range(workers)
+                    ]
+                    wait_listening(workers, processes, bare_log)
+                    if len(post(bare_port, body, ca_file)) != len(answer):
+                        raise SystemExit("the bare server's answer differs in size")
+                    baselines.append(
+                        measure(
+                            name,
+                            workers,
+                            bare_port,
+                            args=args,
+                            body_file=body_file,
+                            script=script,
+                        )
+                    )
+            results += [*baselines, webhook]
         return results
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -368,7 +381,7 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
         f"{'server':<20} {'workers':>7} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8}"
         f" {'errors':>7} {'vs bare':>8}",
     ]
-    bare = {r.workers: r for r in results if r.name == "bare aiohttp"}
+    bare = {r.workers: r for r in results if r.name == BARE}
     for r in results:
         ratio = r.requests_per_second / bare[r.workers].requests_per_second
         lines.append(
@@ -392,9 +405,10 @@ def main() -> int:
     parser.add_argument("--bare-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--bare-cert-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--bare-response", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--bare-parse", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_port:
-        bare_server(args.bare_port, args.bare_cert_dir, args.bare_response)
+        bare_server(args.bare_port, args.bare_cert_dir, args.bare_response, parse=args.bare_parse)
         return 0
     if shutil.which("wrk") is None:
         print(
