@@ -249,6 +249,8 @@ def test_a_reinvocation_after_another_webhook_added_a_container_records_both_pas
                       "spec": {"ports": [{"port": 80}]}}, id="other-kind"),
         pytest.param({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}},
                      id="pod-without-spec"),
+        pytest.param(pod(shared(2), annotations={"kubernetes.io/config.mirror": "abc"}),
+                     id="mirror-pod"),
     ],
 )
 def test_objects_that_ask_for_no_shared_gpu_pass_untouched(obj: dict[str, Any]) -> None:

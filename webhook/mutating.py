@@ -27,6 +27,7 @@ from webhook.policies import NodeClass, Policy, Profile
 ANNOTATION_POLICY = "gpu-share.io/policy"
 ANNOTATION_PROFILE = "gpu-share.io/profile"
 ANNOTATION_MUTATIONS = "gpu-share.io/mutations"
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 MPS_THREADS = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
@@ -54,6 +55,10 @@ def review(obj: Mapping[str, Any], *, policy: Policy, mutate: bool = True) -> De
     """Review a Pod, or the pod template of a workload; other kinds pass untouched."""
     kind = obj.get("kind")
     if kind == "Pod":
+        if _is_mirror_pod(obj):
+            # The kubelet's copy of a static pod: the API server lets nobody change it, and
+            # the webhook configurations keep it out; should one arrive, leave it be.
+            return Decision()
         return review_template(obj, policy=policy, path="", mutate=mutate)
     steps = TEMPLATE_PATHS.get(kind) if isinstance(kind, str) else None
     if steps is None:
@@ -64,6 +69,12 @@ def review(obj: Mapping[str, Any], *, policy: Policy, mutate: bool = True) -> De
     if not isinstance(template, dict):
         return Decision()
     return review_template(template, policy=policy, path="/" + "/".join(steps), mutate=mutate)
+
+
+def _is_mirror_pod(obj: Mapping[str, Any]) -> bool:
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return isinstance(annotations, dict) and MIRROR_ANNOTATION in annotations
 
 
 def template_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
