@@ -1,0 +1,213 @@
+"""Where the admission server's time goes: the real server with its review swapped for
+stand-ins that do ever more of the work, under the load of bench/server.py.
+
+    python bench/server_breakdown.py [--seconds 10] [--connections 32]
+
+Rows, each a server process on one core driven by wrk (one thread, keep-alive TLS):
+
+- bare aiohttp: reads the body, answers a canned AdmissionReview (bench/server.py's);
+- canned review: gpu-share-webhook's server (routing, limits, metrics) answering the
+  canned response without looking at the body;
+- + parse: `reviews.parse` of each body, then the canned answer;
+- + decide: parse and `reviews.decide` (the core), then the canned answer;
+- real review: `reviews.review` (parse, decide, encode);
+- serve: `gpu-share-webhook serve` itself, with its JSON review log line.
+
+The rows below "bare" run without review log lines; "serve" adds them. Compare the rows of
+one run (the cores are shared with wrk), and read the differences as CPU per request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import functools
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from webhook import certificates, policies, reviews, server  # noqa: E402
+
+
+def _bench_server() -> ModuleType:
+    """bench/server.py, for its body, wrk driver and process helpers."""
+    spec = importlib.util.spec_from_file_location("bench_server", REPO / "bench" / "server.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+VARIANTS = ("canned", "parse", "decide", "real")
+
+
+def serve_variant(
+    variant: str, *, port: int, metrics_port: int, cert_dir: Path, body_file: Path
+) -> None:
+    """Run the real server with the review stand-in `variant` until SIGTERM."""
+    loaded = policies.load_directory(REPO / "policies")
+    body = body_file.read_bytes()
+    canned = reviews.review(body, policies=loaded, policy_name="default", endpoint="mutate")
+
+    def canned_review(raw: bytes, **_: Any) -> reviews.Outcome:
+        return canned
+
+    def parse_review(raw: bytes, **_: Any) -> reviews.Outcome:
+        reviews.parse(raw)
+        return canned
+
+    def decide_review(raw: bytes, *, policies: Any, policy_name: str, endpoint: Any) -> Any:
+        request = reviews.parse(raw)
+        reviews.decide(request, policies=policies, policy_name=policy_name, endpoint=endpoint)
+        return canned
+
+    stand_ins = {
+        "canned": canned_review,
+        "parse": parse_review,
+        "decide": decide_review,
+        "real": reviews.review,
+    }
+    # `serve` makes its app with create_app: hand it the stand-in.
+    server.create_app = functools.partial(server.create_app, review=stand_ins[variant])  # type: ignore[assignment]
+    settings = server.Settings(
+        policies_dir=REPO / "policies",
+        cert_dir=cert_dir,
+        host="127.0.0.1",
+        port=port,
+        metrics_port=metrics_port,
+        drain_seconds=0,
+    )
+    asyncio.run(server.serve(settings, review_log=None))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=10.0, help="per row")
+    parser.add_argument("--warmup", type=float, default=2.0, help="before each row")
+    parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--metrics-port", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--cert-dir", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--body", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.variant:
+        serve_variant(
+            args.variant,
+            port=args.port,
+            metrics_port=args.metrics_port,
+            cert_dir=args.cert_dir,
+            body_file=args.body,
+        )
+        return 0
+    if shutil.which("wrk") is None:
+        print("bench/server_breakdown.py needs wrk: apt-get install -y wrk", file=sys.stderr)
+        return 2
+    bench = _bench_server()
+    work = Path(tempfile.mkdtemp(prefix="gpu-share-webhook-breakdown-"))
+    rows: list[tuple[str, float]] = []
+    try:
+        cert_dir = work / "certs"
+        certificates.write_bundle(
+            cert_dir, certificates.make_bundle(service=bench.SERVICE, namespace=bench.NAMESPACE)
+        )
+        ca_file = cert_dir / certificates.CA_FILE
+        body = bench.review_body(bench.POD)
+        body_file = work / "review.json"
+        body_file.write_bytes(body)
+        script = work / "post.lua"
+        script.write_text(bench.LUA)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SHARE_WEBHOOK_")}
+
+        def measure(name: str, port: int) -> None:
+            result = bench.measure(name, 1, port, args=args, body_file=body_file, script=script)
+            rows.append((name, result.requests_per_second))
+
+        response_file = work / "response.json"
+        for variant in VARIANTS:
+            port, metrics_port = bench.free_port(), bench.free_port()
+            command = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                f"--variant={variant}",
+                f"--port={port}",
+                f"--metrics-port={metrics_port}",
+                f"--cert-dir={cert_dir}",
+                f"--body={body_file}",
+            ]
+            log = work / f"{variant}.log"
+            with bench.running(command, log, env) as process:
+                bench.wait_ready(metrics_port, process, log)
+                answer = bench.post(port, body, ca_file)
+                bench.check_answer(answer, body)
+                response_file.write_bytes(answer)
+                measure(
+                    {
+                        "canned": "canned review",
+                        "parse": "+ parse",
+                        "decide": "+ decide",
+                        "real": "real review",
+                    }[variant],
+                    port,
+                )
+        port, metrics_port = bench.free_port(), bench.free_port()
+        serve = [
+            sys.executable,
+            "-m",
+            "webhook",
+            "serve",
+            "--host=127.0.0.1",
+            f"--port={port}",
+            f"--metrics-port={metrics_port}",
+            f"--cert-dir={cert_dir}",
+            f"--policies={REPO / 'policies'}",
+            "--drain-seconds=0",
+            "--log-level=info",
+        ]
+        log = work / "serve.log"
+        with bench.running(serve, log, env) as process:
+            bench.wait_ready(metrics_port, process, log)
+            measure("serve (with review log)", port)
+        bare_port = bench.free_port()
+        bare = [
+            sys.executable,
+            str(REPO / "bench" / "server.py"),
+            f"--bare-port={bare_port}",
+            f"--bare-cert-dir={cert_dir}",
+            f"--bare-response={response_file}",
+        ]
+        log = work / "bare.log"
+        with contextlib.ExitStack() as stack:
+            processes = [stack.enter_context(bench.running(bare, log, env))]
+            bench.wait_listening(1, processes, log)
+            measure("bare aiohttp", bare_port)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    rows.insert(0, rows.pop())  # bare first
+    bare_rate = rows[0][1]
+    print(
+        f"POST {bench.PATH}, TLS, keep-alive, wrk -t1 -c{args.connections},"
+        f" {args.seconds:g} s each, 1 server process"
+    )
+    print()
+    print(f"{'server answers with':<26}{'reviews/s':>11}{'us/request':>12}{'vs bare':>9}")
+    for name, rate in rows:
+        print(f"{name:<26}{rate:>11,.0f}{1e6 / rate:>12.1f}{rate / bare_rate:>9.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
