@@ -46,49 +46,40 @@ TEMPLATE_PATHS: Mapping[str, tuple[str, ...]] = {
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
 
-_ANN_POLICY_PATH = selecting.escape(ANNOTATION_POLICY)
-_ANN_PROFILE_PATH = selecting.escape(ANNOTATION_PROFILE)
-_ANN_MUTATIONS_PATH = selecting.escape(ANNOTATION_MUTATIONS)
-
 
 def review(obj: Mapping[str, Any], *, policy: Policy, mutate: bool = True) -> Decision:
     """Review a Pod, or the pod template of a workload; other kinds pass untouched."""
-    kind = obj.get("kind")
-    if kind == "Pod":
-        if _is_mirror_pod(obj):
-            # The kubelet's copy of a static pod: the API server lets nobody change it, and
-            # the webhook configurations keep it out; should one arrive, leave it be.
-            return Decision()
-        return review_template(obj, policy=policy, path="", mutate=mutate)
-    steps = TEMPLATE_PATHS.get(kind) if isinstance(kind, str) else None
-    if steps is None:
+    found = _locate(obj)
+    if found is None:
         return Decision()
-    template: Any = obj
-    for step in steps:
-        template = template.get(step) if isinstance(template, dict) else None
-    if not isinstance(template, dict):
-        return Decision()
-    return review_template(template, policy=policy, path="/" + "/".join(steps), mutate=mutate)
-
-
-def _is_mirror_pod(obj: Mapping[str, Any]) -> bool:
-    meta = obj.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    return isinstance(annotations, dict) and MIRROR_ANNOTATION in annotations
+    template, path = found
+    return review_template(template, policy=policy, path=path, mutate=mutate)
 
 
 def template_of(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The pod (template) inside `obj`: the object itself for a Pod."""
+    found = _locate(obj)
+    return found[0] if found is not None else None
+
+
+def _locate(obj: Mapping[str, Any]) -> tuple[Mapping[str, Any], str] | None:
+    """The pod (template) the rules apply to and its JSON Pointer in `obj`; None for kinds
+    without one, and for mirror pods: the kubelet's copies of static pods, which the API
+    server lets nobody change (the webhook configurations keep them out too)."""
     kind = obj.get("kind")
     if kind == "Pod":
-        return obj
+        meta = obj.get("metadata")
+        annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        if isinstance(annotations, dict) and MIRROR_ANNOTATION in annotations:
+            return None
+        return obj, ""
     steps = TEMPLATE_PATHS.get(kind) if isinstance(kind, str) else None
     if steps is None:
         return None
     node: Any = obj
     for step in steps:
         node = node.get(step) if isinstance(node, dict) else None
-    return node if isinstance(node, dict) else None
+    return (node, "/" + "/".join(steps)) if isinstance(node, dict) else None
 
 
 @dataclass(slots=True)

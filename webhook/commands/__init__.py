@@ -80,6 +80,20 @@ def help_text(text: str, option: str, default: str = "%(default)s") -> str:
     return f"{text} (env {env_name(option)}; default {default})"
 
 
+def add_policies_argument(parser: argparse.ArgumentParser, help_first: str) -> None:
+    """--policies DIR; read it with `policies_directory(args.policies)`."""
+    parser.add_argument(
+        "--policies",
+        metavar="DIR",
+        default=env_default("policies", "") or None,
+        help=help_text(
+            help_first,
+            "policies",
+            "./policies if it exists, else the policies shipped with the package",
+        ),
+    )
+
+
 def policies_directory(option: str | None) -> tuple[Path, str]:
     """The policy directory to use, and where it came from: the option, else `./policies`
     when there is one, else the policies shipped with the package."""

@@ -22,6 +22,7 @@ from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    add_policies_argument,
     env_default,
     policies_directory,
 )
@@ -62,13 +63,7 @@ def register(subparsers: Any) -> None:
         help="a label of the namespace, repeatable (default: gpu-share.io/enabled=true, the"
         " opt-in; add gpu-share.io/policy=NAME to pick a policy)",
     )
-    parser.add_argument(
-        "--policies",
-        default=env_default("policies", ""),
-        metavar="DIR",
-        help="policy directory (env GPU_SHARE_WEBHOOK_POLICIES; default: ./policies if it"
-        " exists, else the policies shipped with the package)",
-    )
+    add_policies_argument(parser, "directory of policy files")
     parser.add_argument(
         "-o",
         "--output",

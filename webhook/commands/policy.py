@@ -8,7 +8,10 @@ from typing import Any
 
 from webhook import policies
 from webhook.commands import (
+    EXIT_FAILED,
+    EXIT_OK,
     env_default,
+    help_text,
     policies_directory,
 )
 from webhook.errors import PolicyError
@@ -26,9 +29,12 @@ def register(subparsers: Any) -> None:
         "directory",
         nargs="?",
         metavar="DIR",
-        default=env_default("policies", ""),
-        help="policy directory (env GPU_SHARE_WEBHOOK_POLICIES; default: ./policies if it"
-        " exists, else the policies shipped with the package)",
+        default=env_default("policies", "") or None,
+        help=help_text(
+            "directory of policy files",
+            "policies",
+            "./policies if it exists, else the policies shipped with the package",
+        ),
     )
     check.set_defaults(func=run_check)
 
@@ -42,9 +48,9 @@ def run_check(args: argparse.Namespace) -> int:
             print(f"error: {problem}", file=sys.stderr)
         count = len(exc.problems)
         print(f"{directory}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     for name in loaded.names:
         p = loaded.policies[name]
         classes = ", ".join(c.name for c in p.classes)
         print(f"ok: policy {name} ({p.source}): classes {classes}")
-    return 0
+    return EXIT_OK

@@ -31,6 +31,7 @@ from webhook.commands import (
     DEFAULT_WEBHOOK_NAME,
     EXIT_OK,
     EXIT_USAGE,
+    add_policies_argument,
     env_default,
     env_int,
     help_text,
@@ -53,16 +54,7 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument(
-        "--policies",
-        metavar="DIR",
-        default=env_default("policies", "") or None,
-        help=help_text(
-            "directory of policy files",
-            "policies",
-            "./policies if it exists, else the policies shipped with the package",
-        ),
-    )
+    add_policies_argument(parser, "directory of policy files")
     parser.add_argument(
         "--service",
         default=env_default("service", DEFAULT_SERVICE),

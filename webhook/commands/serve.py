@@ -42,6 +42,7 @@ from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    add_policies_argument,
     add_service_arguments,
     env_default,
     env_float,
@@ -101,16 +102,7 @@ def register(subparsers: Any) -> None:
             "cert-dir",
         ),
     )
-    parser.add_argument(
-        "--policies",
-        metavar="DIR",
-        default=env_default("policies", "") or None,
-        help=help_text(
-            "directory of policy files, reloaded when they change",
-            "policies",
-            "./policies if it exists, else the policies shipped with the package",
-        ),
-    )
+    add_policies_argument(parser, "directory of policy files, reloaded when they change")
     add_service_arguments(
         parser,
         service_help="the webhook's Service: a certificate made here is for its names",
