@@ -291,86 +291,115 @@ def measure(
     return result
 
 
-def run(args: argparse.Namespace) -> list[Result]:
-    work = Path(tempfile.mkdtemp(prefix="gpu-share-webhook-bench-"))
+@dataclass
+class Workspace:
+    """What every measurement needs: certificates, the review body, wrk's script."""
+
+    directory: Path
+    cert_dir: Path
+    ca_file: Path
+    body: bytes
+    body_file: Path
+    script: Path
+    # The servers' environment, without settings of the caller's own.
+    env: dict[str, str]
+
+
+@contextlib.contextmanager
+def workspace(prefix: str) -> Iterator[Workspace]:
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
     try:
-        cert_dir = work / "certs"
+        cert_dir = directory / "certs"
         certificates.write_bundle(
             cert_dir, certificates.make_bundle(service=SERVICE, namespace=NAMESPACE)
         )
-        ca_file = cert_dir / certificates.CA_FILE
         body = review_body(POD)
-        body_file = work / "review.json"
+        body_file = directory / "review.json"
         body_file.write_bytes(body)
-        script = work / "post.lua"
+        script = directory / "post.lua"
         script.write_text(LUA)
-        results: list[Result] = []
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SHARE_WEBHOOK_")}
+        yield Workspace(
+            directory, cert_dir, cert_dir / certificates.CA_FILE, body, body_file, script, env
+        )
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def serve_command(port: int, metrics_port: int, cert_dir: Path, *, workers: int = 1) -> list[str]:
+    """`gpu-share-webhook serve` as measured: loopback, review log on, no drain."""
+    return [
+        sys.executable,
+        "-m",
+        "webhook",
+        "serve",
+        "--host=127.0.0.1",
+        f"--port={port}",
+        f"--metrics-port={metrics_port}",
+        f"--cert-dir={cert_dir}",
+        f"--policies={REPO / 'policies'}",
+        f"--workers={workers}",
+        "--drain-seconds=0",
+        "--log-level=info",
+    ]
+
+
+def measure_bare(
+    name: str,
+    ws: Workspace,
+    answer: bytes,
+    *,
+    workers: int,
+    parse: bool,
+    args: argparse.Namespace,
+) -> Result:
+    """The bare server (`workers` processes on one port) answering with `answer`."""
+    response_file = ws.directory / "response.json"
+    response_file.write_bytes(answer)
+    port = free_port()
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        f"--bare-port={port}",
+        f"--bare-cert-dir={ws.cert_dir}",
+        f"--bare-response={response_file}",
+        *(["--bare-parse"] if parse else []),
+    ]
+    log = ws.directory / f"bare-{workers}-{int(parse)}.log"
+    with contextlib.ExitStack() as stack:
+        processes = [stack.enter_context(running(command, log, ws.env)) for _ in range(workers)]
+        wait_listening(workers, processes, log)
+        if len(post(port, ws.body, ws.ca_file)) != len(answer):
+            raise SystemExit("the bare server's answer differs in size")
+        return measure(name, workers, port, args=args, body_file=ws.body_file, script=ws.script)
+
+
+def run(args: argparse.Namespace) -> list[Result]:
+    results: list[Result] = []
+    with workspace("gpu-share-webhook-bench-") as ws:
         for workers in args.workers:
-            env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SHARE_WEBHOOK_")}
             port, metrics_port = free_port(), free_port()
-            serve = [
-                sys.executable,
-                "-m",
-                "webhook",
-                "serve",
-                "--host=127.0.0.1",
-                f"--port={port}",
-                f"--metrics-port={metrics_port}",
-                f"--cert-dir={cert_dir}",
-                f"--policies={REPO / 'policies'}",
-                f"--workers={workers}",
-                "--drain-seconds=0",
-                "--log-level=info",
-            ]
-            log = work / f"serve-{workers}.log"
-            with running(serve, log, env) as process:
+            serve = serve_command(port, metrics_port, ws.cert_dir, workers=workers)
+            log = ws.directory / f"serve-{workers}.log"
+            with running(serve, log, ws.env) as process:
                 wait_ready(metrics_port, process, log)
-                answer = post(port, body, ca_file)
-                check_answer(answer, body)
-                response_file = work / "response.json"
-                response_file.write_bytes(answer)
+                answer = post(port, ws.body, ws.ca_file)
+                check_answer(answer, ws.body)
                 webhook = measure(
                     "gpu-share-webhook",
                     workers,
                     port,
                     args=args,
-                    body_file=body_file,
-                    script=script,
+                    body_file=ws.body_file,
+                    script=ws.script,
                 )
-                check_answer(post(port, body, ca_file), body)
-            baselines = []
-            for name, parse in ((BARE, False), (BARE_PARSE, True)):
-                bare_port = free_port()
-                bare = [
-                    sys.executable,
-                    str(Path(__file__).resolve()),
-                    f"--bare-port={bare_port}",
-                    f"--bare-cert-dir={cert_dir}",
-                    f"--bare-response={response_file}",
-                    *(["--bare-parse"] if parse else []),
-                ]
-                bare_log = work / f"bare-{workers}-{int(parse)}.log"
-                with contextlib.ExitStack() as stack:
-                    processes = [
-                        stack.enter_context(running(bare, bare_log, env)) for _ in range(workers)
-                    ]
-                    wait_listening(workers, processes, bare_log)
-                    if len(post(bare_port, body, ca_file)) != len(answer):
-                        raise SystemExit("the bare server's answer differs in size")
-                    baselines.append(
-                        measure(
-                            name,
-                            workers,
-                            bare_port,
-                            args=args,
-                            body_file=body_file,
-                            script=script,
-                        )
-                    )
-            results += [*baselines, webhook]
-        return results
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+                check_answer(post(port, ws.body, ws.ca_file), ws.body)
+            results += [
+                measure_bare(BARE, ws, answer, workers=workers, parse=False, args=args),
+                measure_bare(BARE_PARSE, ws, answer, workers=workers, parse=True, args=args),
+                webhook,
+            ]
+    return results
 
 
 def table(results: list[Result], args: argparse.Namespace) -> str:

@@ -27,10 +27,8 @@ import asyncio
 import contextlib
 import functools
 import importlib.util
-import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -40,7 +38,9 @@ sys.path.insert(0, str(REPO))
 
 import orjson  # noqa: E402
 
-from webhook import certificates, policies, reviews, server  # noqa: E402
+from webhook import policies, reviews, server  # noqa: E402
+from webhook.decisions import Decision  # noqa: E402
+from webhook.policies import PolicySet  # noqa: E402
 
 
 def _bench_server() -> ModuleType:
@@ -54,7 +54,14 @@ def _bench_server() -> ModuleType:
     return module
 
 
-VARIANTS = ("canned", "parse", "decide", "cached", "real")
+# Stand-in: its row in the table.
+VARIANTS = {
+    "canned": "canned review",
+    "parse": "+ parse",
+    "decide": "+ decide",
+    "cached": "cache hit (upper bound)",
+    "real": "real review",
+}
 
 
 def serve_variant(
@@ -62,25 +69,22 @@ def serve_variant(
 ) -> None:
     """Run the real server with the review stand-in `variant` until SIGTERM."""
     loaded = policies.load_directory(REPO / "policies")
-    body = body_file.read_bytes()
-    canned = reviews.review(body, policies=loaded, policy_name="default", endpoint="mutate")
+    sample = body_file.read_bytes()
+    canned = reviews.review(sample, policies=loaded, policy_name="default", endpoint="mutate")
 
-    def canned_review(raw: bytes, **_: Any) -> reviews.Outcome:
-        return canned
+    hits: dict[bytes, Decision] = {}
 
-    def parse_review(raw: bytes, **_: Any) -> reviews.Outcome:
-        reviews.parse(raw)
-        return canned
-
-    def decide_review(raw: bytes, *, policies: Any, policy_name: str, endpoint: Any) -> Any:
-        request = reviews.parse(raw)
-        reviews.decide(request, policies=policies, policy_name=policy_name, endpoint=endpoint)
-        return canned
-
-    hits: dict[bytes, Any] = {}
-
-    def cached_review(raw: bytes, *, policies: Any, policy_name: str, endpoint: Any) -> Any:
-        request = reviews.parse(raw)
+    def stand_in(
+        body: bytes, *, policies: PolicySet, policy_name: str, endpoint: reviews.Endpoint
+    ) -> reviews.Outcome:
+        if variant == "canned":
+            return canned
+        request = reviews.parse(body)
+        if variant == "parse":
+            return canned
+        if variant == "decide":
+            reviews.decide(request, policies=policies, policy_name=policy_name, endpoint=endpoint)
+            return canned
         obj = request.object or {}
         key = orjson.dumps([obj.get("spec"), (obj.get("metadata") or {}).get("annotations")])
         decision = hits.get(key)
@@ -90,15 +94,9 @@ def serve_variant(
             )
         return reviews.Outcome(request, decision, reviews.encode(request.uid, decision))
 
-    stand_ins = {
-        "cached": cached_review,
-        "canned": canned_review,
-        "parse": parse_review,
-        "decide": decide_review,
-        "real": reviews.review,
-    }
     # `serve` makes its app with create_app: hand it the stand-in.
-    server.create_app = functools.partial(server.create_app, review=stand_ins[variant])  # type: ignore[assignment]
+    review = reviews.review if variant == "real" else stand_in
+    server.create_app = functools.partial(server.create_app, review=review)
     settings = server.Settings(
         policies_dir=REPO / "policies",
         cert_dir=cert_dir,
@@ -136,27 +134,30 @@ def main() -> int:
         print("bench/server_breakdown.py needs wrk: apt-get install -y wrk", file=sys.stderr)
         return 2
     bench = _bench_server()
-    work = Path(tempfile.mkdtemp(prefix="gpu-share-webhook-breakdown-"))
     rows: list[tuple[str, float]] = []
-    try:
-        cert_dir = work / "certs"
-        certificates.write_bundle(
-            cert_dir, certificates.make_bundle(service=bench.SERVICE, namespace=bench.NAMESPACE)
-        )
-        ca_file = cert_dir / certificates.CA_FILE
-        body = bench.review_body(bench.POD)
-        body_file = work / "review.json"
-        body_file.write_bytes(body)
-        script = work / "post.lua"
-        script.write_text(bench.LUA)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SHARE_WEBHOOK_")}
+    with bench.workspace("gpu-share-webhook-breakdown-") as ws:
 
         def measure(name: str, port: int) -> None:
-            result = bench.measure(name, 1, port, args=args, body_file=body_file, script=script)
+            result = bench.measure(
+                name, 1, port, args=args, body_file=ws.body_file, script=ws.script
+            )
             rows.append((name, result.requests_per_second))
 
-        response_file = work / "response.json"
-        for variant in VARIANTS:
+        def answered(
+            stack: contextlib.ExitStack[Any],
+            command: list[str],
+            log: Path,
+            metrics_port: int,
+            port: int,
+        ) -> bytes:
+            """Start `command`, wait until it is ready, check one review; its answer."""
+            process = stack.enter_context(bench.running(command, log, ws.env))
+            bench.wait_ready(metrics_port, process, log)
+            answer = bytes(bench.post(port, ws.body, ws.ca_file))
+            bench.check_answer(answer, ws.body)
+            return answer
+
+        for variant, label in VARIANTS.items():
             port, metrics_port = bench.free_port(), bench.free_port()
             command = [
                 sys.executable,
@@ -164,58 +165,20 @@ def main() -> int:
                 f"--variant={variant}",
                 f"--port={port}",
                 f"--metrics-port={metrics_port}",
-                f"--cert-dir={cert_dir}",
-                f"--body={body_file}",
+                f"--cert-dir={ws.cert_dir}",
+                f"--body={ws.body_file}",
             ]
-            log = work / f"{variant}.log"
-            with bench.running(command, log, env) as process:
-                bench.wait_ready(metrics_port, process, log)
-                answer = bench.post(port, body, ca_file)
-                bench.check_answer(answer, body)
-                response_file.write_bytes(answer)
-                measure(
-                    {
-                        "canned": "canned review",
-                        "parse": "+ parse",
-                        "decide": "+ decide",
-                        "real": "real review",
-                        "cached": "cache hit (upper bound)",
-                    }[variant],
-                    port,
-                )
+            with contextlib.ExitStack() as stack:
+                log = ws.directory / f"{variant}.log"
+                answer = answered(stack, command, log, metrics_port, port)
+                measure(label, port)
         port, metrics_port = bench.free_port(), bench.free_port()
-        serve = [
-            sys.executable,
-            "-m",
-            "webhook",
-            "serve",
-            "--host=127.0.0.1",
-            f"--port={port}",
-            f"--metrics-port={metrics_port}",
-            f"--cert-dir={cert_dir}",
-            f"--policies={REPO / 'policies'}",
-            "--drain-seconds=0",
-            "--log-level=info",
-        ]
-        log = work / "serve.log"
-        with bench.running(serve, log, env) as process:
-            bench.wait_ready(metrics_port, process, log)
-            measure("serve (with review log)", port)
-        bare_port = bench.free_port()
-        bare = [
-            sys.executable,
-            str(REPO / "bench" / "server.py"),
-            f"--bare-port={bare_port}",
-            f"--bare-cert-dir={cert_dir}",
-            f"--bare-response={response_file}",
-        ]
-        log = work / "bare.log"
         with contextlib.ExitStack() as stack:
-            processes = [stack.enter_context(bench.running(bare, log, env))]
-            bench.wait_listening(1, processes, log)
-            measure("bare aiohttp", bare_port)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+            serve = bench.serve_command(port, metrics_port, ws.cert_dir)
+            answered(stack, serve, ws.directory / "serve.log", metrics_port, port)
+            measure("serve (with review log)", port)
+        bare = bench.measure_bare(bench.BARE, ws, answer, workers=1, parse=False, args=args)
+        rows.append((bare.name, bare.requests_per_second))
     rows.insert(0, rows.pop())  # bare first
     bare_rate = rows[0][1]
     print(
