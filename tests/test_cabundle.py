@@ -225,10 +225,9 @@ def test_the_patch_of_a_configuration_without_webhooks_is_empty() -> None:
 # --- the Secret ------------------------------------------------------------------------
 
 
-async def test_a_new_secret_is_created_as_kubernetes_io_tls(
-    kube: FakeKubernetes, api: Any, bundle: certificates.Bundle
-) -> None:
-    outcome = await call(
+async def store(api: Any, bundle: certificates.Bundle) -> str:
+    """`store_secret` of `bundle` into the test Secret, off the event loop."""
+    outcome: str = await call(
         cabundle.store_secret,
         api,
         namespace=NAMESPACE,
@@ -237,6 +236,13 @@ async def test_a_new_secret_is_created_as_kubernetes_io_tls(
         cert_pem=bundle.cert_pem,
         key_pem=bundle.key_pem,
     )
+    return outcome
+
+
+async def test_a_new_secret_is_created_as_kubernetes_io_tls(
+    kube: FakeKubernetes, api: Any, bundle: certificates.Bundle
+) -> None:
+    outcome = await store(api, bundle)
     assert outcome == "created"
     [request] = kube.requests
     assert (request.method, request.path) == ("POST", secrets_path(NAMESPACE))
@@ -260,15 +266,7 @@ async def test_an_existing_secret_is_replaced_keeping_its_metadata_and_guarded_b
         annotations={"note": "kept"},
     )
     version = kube.objects[path]["metadata"]["resourceVersion"]
-    outcome = await call(
-        cabundle.store_secret,
-        api,
-        namespace=NAMESPACE,
-        name=SECRET,
-        ca_pem=bundle.ca_pem,
-        cert_pem=bundle.cert_pem,
-        key_pem=bundle.key_pem,
-    )
+    outcome = await store(api, bundle)
     assert outcome == "replaced"
     assert [r.method for r in kube.requests] == ["POST", "GET", "PUT"]
     put = kube.requests[2]
@@ -305,15 +303,7 @@ async def test_a_secret_that_is_not_ours_to_replace_is_left_alone(
 ) -> None:
     kube.add_secret(NAMESPACE, SECRET, {"tls.crt": b"theirs"}, **existing)
     with pytest.raises(CertificateError, match=re.escape(words)):
-        await call(
-            cabundle.store_secret,
-            api,
-            namespace=NAMESPACE,
-            name=SECRET,
-            ca_pem=bundle.ca_pem,
-            cert_pem=bundle.cert_pem,
-            key_pem=bundle.key_pem,
-        )
+        await store(api, bundle)
     assert [r.method for r in kube.requests] == ["POST", "GET"]
     assert kube.secret_files(NAMESPACE, SECRET) == {"tls.crt": b"theirs"}
 

@@ -242,17 +242,16 @@ def test_a_switched_off_rule_lets_the_pod_through(rules: dict[str, Any], obj: di
                                       "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}])),
                      'container "main": CUDA_MPS_ACTIVE_THREAD_PERCENTAGE cannot be read, so is'
                      " not checked", id="mps-from-value-from"),
-        pytest.param(pod(shared(env=[{"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "20"}])),
+        pytest.param(pod(shared(env=[{"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "value": "20"}]),
+                         annotations={"gpu-share.io/profile": "small"}),
                      'container "main": CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20 is above profile'
-                     ' "medium" (10%)', id="user-value-above-profile-below-ceiling"),
+                     ' "small" (10%)', id="user-value-above-profile-below-ceiling"),
     ],
 )
 def test_what_a_user_should_know_but_is_not_refused_is_a_warning(
     obj: dict[str, Any], warning: str
 ) -> None:
-    policy = lab(T4_MPS) if "20" not in str(obj) else make_policy(
-        [T4_MPS], profiles={"medium": {"activeThreadPercentage": 10}}, name="lab")
-    decision, result = admit(obj, policy)
+    decision, result = admit(obj, lab(T4_MPS))
     assert result is not None
     assert warning in decision.warnings
     assert all(len(w) <= 120 and not w.lower().startswith("warning") for w in decision.warnings)
