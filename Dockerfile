@@ -2,27 +2,44 @@
 #
 # gpu-share-webhook: `docker build -t gpu-share-webhook:0.1.0 .` from the repository root.
 # Two stages: the builder makes the wheel and installs it with its dependencies into a
-# virtualenv; the final image gets that virtualenv and nothing else of the builder. Every
-# dependency ships binary wheels for linux/amd64 and linux/arm64, so neither stage has (or
-# needs) a compiler.
+# virtualenv; the final image gets that virtualenv and nothing else of the builder.
+#
+# The wheel build compiles the request path with mypyc (hatch_build.py), which needs a C
+# compiler, the C library's headers and Python's headers. The builder is therefore the full
+# python image, which has all three (gcc and libc6-dev come with it) and so needs no
+# apt-get; the final image is the slim one, with no compiler. Both are Python 3.12 on Debian
+# bookworm: one ABI, one C library, so the compiled modules run in the final image.
+# Dependencies come as binary wheels only (each ships them for linux/amd64 and linux/arm64),
+# so none is built against a library that only the builder has.
 
-FROM python:3.12-slim-bookworm AS builder
+FROM python:3.12-bookworm AS builder
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
 
+# Set (to 1) for a pure-Python wheel on purpose: hatch_build.py then skips the compile.
+ARG GPU_SHARE_WEBHOOK_PURE_PYTHON=
+
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# hatch_build.py is the wheel's build hook (pyproject.toml enables it): no wheel without it.
+COPY pyproject.toml README.md hatch_build.py ./
 COPY webhook/ webhook/
 # The wheel embeds the shipped policies (pyproject: force-include).
 COPY policies/ policies/
 
+# A compile that fails does not fail the wheel build (hatch_build.py falls back to pure
+# Python with a warning), so a pure-Python wheel is refused here, unless it was asked for:
+# an image that is only slower would otherwise ship unnoticed.
 # The virtualenv has no pip of its own: the builder's pip installs into it (--python).
 # Versions come from the ranges in pyproject.toml.
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist . \
+    && if [ -z "$GPU_SHARE_WEBHOOK_PURE_PYTHON" ] \
+        && [ -n "$(find /dist -name '*-none-any.whl')" ]; then \
+        echo "mypyc did not compile the request path (its warning is above)" >&2; exit 1; \
+    fi \
     && python -m venv --without-pip /opt/gpu-share-webhook \
     && python -m pip --python /opt/gpu-share-webhook/bin/python install --no-cache-dir \
-        --no-compile /dist/gpu_share_webhook-*.whl
+        --no-compile --only-binary=:all: /dist/gpu_share_webhook-*.whl
 
 
 FROM python:3.12-slim-bookworm

@@ -3,10 +3,15 @@ bytes out (parse, decide, patch, encode), on one core.
 
     python bench/core.py [--seconds 3] [--policy default]
 
-Prints a table for a one-container pod, a five-container pod with init containers and a
-fifty-container pod, each as a fresh review to mutate, plus the cost per container (which
-should stay flat: cost grows linearly with containers). Compare rows of one run: these
-machines are shared, so absolute figures move from run to run.
+Prints a table for a one-container pod (with a shared GPU, and without: a pod that asks for
+none only gets NVIDIA_VISIBLE_DEVICES=void, and must cost less), a five-container pod with
+init containers and a fifty-container pod, each as a fresh review to mutate, plus the cost
+per container (which should stay flat: cost grows linearly with containers). Compare rows
+of one run: these machines are shared, so absolute figures move from run to run.
+
+It measures the installed package when there is one: a wheel install (`pip install .`) runs
+the core compiled with mypyc (hatch_build.py), an editable install the pure-Python source.
+The first line says which.
 """
 
 from __future__ import annotations
@@ -21,9 +26,14 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+# The installed package when there is one (a wheel install is compiled with mypyc, see
+# hatch_build.py), else this checkout.
+sys.path.append(str(REPO))
 
 from webhook import policies, reviews  # noqa: E402
+from webhook.core import reviewing  # noqa: E402
+
+BUILD = "compiled (mypyc)" if not reviewing.__file__.endswith(".py") else "pure Python"
 
 
 def container(name: str, *, gpu: bool) -> dict[str, Any]:
@@ -53,11 +63,12 @@ def container(name: str, *, gpu: bool) -> dict[str, Any]:
     return c
 
 
-def pod(containers: int, init: int = 0) -> dict[str, Any]:
+def pod(containers: int, init: int = 0, *, gpu: bool = True) -> dict[str, Any]:
     """A pod as the API server hands it to webhooks: defaulted, with its service account
-    volume and default tolerations; every other container asks for the shared GPU."""
+    volume and default tolerations; every other container asks for the shared GPU (none
+    when not `gpu`: such a pod of an opted-in namespace only gets NVIDIA_VISIBLE_DEVICES=void)."""
     spec: dict[str, Any] = {
-        "containers": [container(f"c{i}", gpu=i % 2 == 0) for i in range(containers)],
+        "containers": [container(f"c{i}", gpu=gpu and i % 2 == 0) for i in range(containers)],
         "restartPolicy": "Always",
         "terminationGracePeriodSeconds": 30,
         "dnsPolicy": "ClusterFirst",
@@ -169,9 +180,11 @@ def main() -> int:
     loaded = policies.load_directory(REPO / "policies")
     rows = [
         ("1 container", pod(1), 1),
+        ("1 container, no GPU", pod(1, gpu=False), 1),
         ("5 containers + 2 init", pod(5, init=2), 7),
         ("50 containers", pod(50), 50),
     ]
+    print(f"core: {BUILD} ({Path(reviewing.__file__).parent})")
     print(f"{'pod':<24}{'request bytes':>14}{'reviews/s':>12}{'us/review':>11}{'us/container':>14}")
     for label, obj, n in rows:
         body = review_body(copy.deepcopy(obj))

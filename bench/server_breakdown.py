@@ -23,7 +23,6 @@ one run (the cores are shared with wrk), and read the differences as CPU per req
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import functools
 import importlib.util
@@ -38,9 +37,12 @@ sys.path.insert(0, str(REPO))
 
 import orjson  # noqa: E402
 
-from webhook import policies, reviews, server  # noqa: E402
-from webhook.decisions import Decision  # noqa: E402
+from webhook import policies, reviews  # noqa: E402
+from webhook.core import pods  # noqa: E402
+from webhook.core.decisions import Decision  # noqa: E402
 from webhook.policies import PolicySet  # noqa: E402
+from webhook.transport import app as server  # noqa: E402
+from webhook.transport import serving  # noqa: E402
 
 
 def _bench_server() -> ModuleType:
@@ -75,7 +77,12 @@ def serve_variant(
     hits: dict[bytes, Decision] = {}
 
     def stand_in(
-        body: bytes, *, policies: PolicySet, policy_name: str, endpoint: reviews.Endpoint
+        body: bytes,
+        *,
+        policies: PolicySet,
+        policy_name: str,
+        endpoint: reviews.Endpoint,
+        kinds: pods.Kinds = pods.BUILTIN,
     ) -> reviews.Outcome:
         if variant == "canned":
             return canned
@@ -83,20 +90,22 @@ def serve_variant(
         if variant == "parse":
             return canned
         if variant == "decide":
-            reviews.decide(request, policies=policies, policy_name=policy_name, endpoint=endpoint)
+            reviews.decide(
+                request, policies=policies, policy_name=policy_name, endpoint=endpoint, kinds=kinds
+            )
             return canned
         obj = request.object or {}
         key = orjson.dumps([obj.get("spec"), (obj.get("metadata") or {}).get("annotations")])
         decision = hits.get(key)
         if decision is None:
             decision = hits[key] = reviews.decide(
-                request, policies=policies, policy_name=policy_name, endpoint=endpoint
+                request, policies=policies, policy_name=policy_name, endpoint=endpoint, kinds=kinds
             )
         return reviews.Outcome(request, decision, reviews.encode(request.uid, decision))
 
     # `serve` makes its app with create_app: hand it the stand-in.
     review = reviews.review if variant == "real" else stand_in
-    server.create_app = functools.partial(server.create_app, review=review)
+    serving.create_app = functools.partial(server.create_app, review=review)  # type: ignore[assignment]
     settings = server.Settings(
         policies_dir=REPO / "policies",
         cert_dir=cert_dir,
@@ -105,7 +114,7 @@ def serve_variant(
         metrics_port=metrics_port,
         drain_seconds=0,
     )
-    asyncio.run(server.serve(settings, review_log=None))
+    serving.run(settings, review_log=None)
 
 
 def main() -> int:

@@ -136,9 +136,14 @@ class Conditions:
             for c in entry.get("matchConditions") or []
         ]
 
-    def results(self, obj: Mapping[str, Any]) -> dict[str, bool]:
+    def results(
+        self, obj: Mapping[str, Any], *, operation: str = "CREATE", sub_resource: str = ""
+    ) -> dict[str, bool]:
         """Each condition's value. A CEL error raises: with Fail it would refuse the object."""
-        activation = {"object": json_to_cel(json.loads(json.dumps(obj)))}
+        activation = {
+            "object": json_to_cel(json.loads(json.dumps(obj))),
+            "request": json_to_cel(request_of(obj, operation=operation, sub_resource=sub_resource)),
+        }
         out: dict[str, bool] = {}
         for name, program in self.programs:
             value = program.evaluate(activation)
@@ -148,9 +153,35 @@ class Conditions:
             out[name] = bool(value)
         return out
 
-    def match(self, obj: Mapping[str, Any]) -> bool:
+    def match(
+        self, obj: Mapping[str, Any], *, operation: str = "CREATE", sub_resource: str = ""
+    ) -> bool:
         """Whether the API server would call the webhook: every condition true."""
-        return all(self.results(obj).values())
+        return all(self.results(obj, operation=operation, sub_resource=sub_resource).values())
+
+
+def request_of(obj: Mapping[str, Any], *, operation: str, sub_resource: str) -> dict[str, Any]:
+    """The `request` a matchCondition sees (an AdmissionRequest): for a subresource, the kind
+    and resource are the parent's (a Pod for pods/ephemeralcontainers)."""
+    group, _, version = str(obj.get("apiVersion", "v1")).rpartition("/")
+    kind = str(obj.get("kind", ""))
+    meta = obj.get("metadata") or {}
+    gvk = {"group": group, "version": version, "kind": kind}
+    gvr = {"group": group, "version": version, "resource": kind.lower() + "s"}
+    return {
+        "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+        "kind": gvk,
+        "resource": gvr,
+        "subResource": sub_resource,
+        "requestKind": gvk,
+        "requestResource": gvr,
+        "requestSubResource": sub_resource,
+        "name": meta.get("name", ""),
+        "namespace": meta.get("namespace", ""),
+        "operation": operation,
+        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
+        "dryRun": False,
+    }
 
 
 # --------------------------------------------------------------------------- objects
@@ -206,6 +237,7 @@ _WORKLOADS = {
     "DaemonSet": "apps/v1",
     "Job": "batch/v1",
     "CronJob": "batch/v1",
+    "ReplicationController": "v1",
 }
 
 
@@ -217,6 +249,8 @@ def workload(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
         body = {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": template}}}
     elif kind == "Job":
         body = {"template": template}
+    elif kind == "ReplicationController":
+        body = {"selector": {"app": "w"}, "template": template}
     else:
         body = {"selector": {"matchLabels": {"app": "w"}}, "template": template}
     return {
@@ -228,3 +262,69 @@ def workload(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 WORKLOAD_KINDS = tuple(_WORKLOADS)
+
+
+# --------------------------------------------------------------------------- RBAC
+
+
+def api_request(method: str, path: str) -> dict[str, str]:
+    """The attributes RBAC authorizes a resource request by (verb, apiGroup, resource,
+    namespace, name), from its HTTP method and path, as the API server derives them.
+
+    A POST names no object (its name is in the body): that is why `create` cannot be limited
+    by resourceNames.
+    """
+    parts = path.strip("/").split("/")
+    if parts[0] == "api":
+        group, rest = "", parts[2:]
+    else:
+        assert parts[0] == "apis", path
+        group, rest = parts[1], parts[3:]
+    namespace = ""
+    if rest[0] == "namespaces" and len(rest) > 2:
+        namespace, rest = rest[1], rest[2:]
+    resource, name = rest[0], (rest[1] if len(rest) > 1 else "")
+    verb = {"GET": "get" if name else "list", "POST": "create", "PUT": "update",
+            "PATCH": "patch", "DELETE": "delete" if name else "deletecollection"}[method]
+    return {"verb": verb, "apiGroup": group, "resource": resource, "namespace": namespace,
+            "name": name}
+
+
+def rule_allows(rule: Mapping[str, Any], request: Mapping[str, str]) -> bool:
+    """Whether one PolicyRule grants `request` (from `api_request`), as RBAC matches rules:
+    group, resource and verb listed (or `*`), and resourceNames empty or naming the object."""
+
+    def listed(values: Sequence[str], value: str) -> bool:
+        return value in values or "*" in values
+
+    names = rule.get("resourceNames") or []
+    return (
+        listed(rule.get("apiGroups") or [], request["apiGroup"])
+        and listed(rule.get("resources") or [], request["resource"])
+        and listed(rule.get("verbs") or [], request["verb"])
+        and (not names or request["name"] in names)
+    )
+
+
+def granting_rules(
+    roles: Sequence[tuple[str | None, Sequence[Mapping[str, Any]]]], request: Mapping[str, str]
+) -> list[tuple[int, int]]:
+    """(role index, rule index) of every rule that grants `request`. `roles` are (namespace,
+    rules): a Role's rules apply in its namespace only, a ClusterRole's (None) everywhere."""
+    return [
+        (r, i)
+        for r, (namespace, rules) in enumerate(roles)
+        if namespace is None or namespace == request["namespace"]
+        for i, rule in enumerate(rules)
+        if rule_allows(rule, request)
+    ]
+
+
+# --------------------------------------------------------------------------- CEL, plain
+
+
+def cel(expression: str, **variables: Any) -> Any:
+    """The value of a CEL expression with these variables (plain JSON data), as a
+    ValidatingAdmissionPolicy's matchConditions and validations see `object`, `request`."""
+    activation = {k: json_to_cel(json.loads(json.dumps(v))) for k, v in variables.items()}
+    return _CEL.program(_CEL.compile(expression)).evaluate(activation)

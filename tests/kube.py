@@ -23,8 +23,9 @@ import kubernetes
 import kubernetes_validate
 import yaml
 
-from webhook import mutating, policies
-from webhook.decisions import Decision
+from webhook import policies
+from webhook.core import pods, reviewing
+from webhook.core.decisions import Decision
 
 REPO = Path(__file__).resolve().parent.parent
 # Published GPU manifests, kept as found beside this repository (../shared/real-world);
@@ -48,6 +49,7 @@ _MODEL = {
     "DaemonSet": "V1DaemonSet",
     "Job": "V1Job",
     "CronJob": "V1CronJob",
+    "ReplicationController": "V1ReplicationController",
 }
 _API_CLIENT = kubernetes.client.ApiClient()
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -133,7 +135,8 @@ def workload(kind: str, template: dict[str, Any]) -> dict[str, Any]:
     tmpl = {"metadata": {"labels": {"app": "x"}}, "spec": copy.deepcopy(template["spec"])}
     if "annotations" in template.get("metadata", {}):
         tmpl["metadata"]["annotations"] = dict(template["metadata"]["annotations"])
-    api = {"Job": "batch/v1", "CronJob": "batch/v1"}.get(kind, "apps/v1")
+    api = {"Job": "batch/v1", "CronJob": "batch/v1", "ReplicationController": "v1"}.get(
+        kind, "apps/v1")
     meta = {"name": "w", "namespace": "team-a"}
     if kind in ("Job", "CronJob"):
         tmpl["spec"].setdefault("restartPolicy", "Never")
@@ -141,7 +144,9 @@ def workload(kind: str, template: dict[str, Any]) -> dict[str, Any]:
         return {"apiVersion": api, "kind": kind, "metadata": meta,
                 "spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": tmpl}}}}
     spec: dict[str, Any] = {"template": tmpl}
-    if kind != "Job":
+    if kind == "ReplicationController":
+        spec["selector"] = {"app": "x"}
+    elif kind != "Job":
         spec["selector"] = {"matchLabels": {"app": "x"}}
     if kind == "StatefulSet":
         spec["serviceName"] = "w"
@@ -165,24 +170,35 @@ def check_valid(obj: Mapping[str, Any]) -> None:
         wire = json.dumps(as_served(obj))
         parsed = _API_CLIENT.deserialize(wire, model, "application/json")
         assert _API_CLIENT.sanitize_for_serialization(parsed)["kind"] == obj["kind"]
-    template = mutating.template_of(obj)
-    if template is not None:
+    for template in templates_of(obj):
         check_pod_rules(template)
 
 
 def as_served(obj: Mapping[str, Any]) -> dict[str, Any]:
     """`obj` as the API server serialises it: quantities are strings (`1` -> "1")."""
     out = copy.deepcopy(dict(obj))
-    template = mutating.template_of(out)
-    spec = template.get("spec") if template is not None else None
-    if isinstance(spec, dict):
-        for group in ("initContainers", "containers"):
+    for template in templates_of(out):
+        spec = template.get("spec")
+        if not isinstance(spec, dict):
+            continue
+        for group in pods.CONTAINER_GROUPS:
             for c in spec.get(group) or []:
                 for part in ("limits", "requests"):
                     values = (c.get("resources") or {}).get(part) or {}
                     for k, v in values.items():
                         values[k] = str(v)
     return out
+
+
+def templates_of(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The pod specs `obj` carries (the Pod itself; a workload's templates)."""
+    found, _ = pods.templates(obj)
+    return [t.node for t in found]  # type: ignore[misc]
+
+
+def review(obj: Mapping[str, Any], policy: policies.Policy, **options: Any) -> Decision:
+    """The core's decision for `obj` (a fresh one, as every review makes)."""
+    return reviewing.review(obj, policy=policy, **options)
 
 
 def check_pod_rules(template: Mapping[str, Any]) -> None:
@@ -211,7 +227,7 @@ def check_pod_rules(template: Mapping[str, Any]) -> None:
     runtime = spec.get("runtimeClassName")
     if runtime is not None:
         assert re.match(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", runtime), runtime
-    for group in ("initContainers", "containers"):
+    for group in pods.CONTAINER_GROUPS:
         for c in spec.get(group) or []:
             names = [e["name"] for e in c.get("env") or []]
             assert all(_ENV_NAME.match(n) for n in names), names
@@ -226,22 +242,26 @@ def admit(
 ) -> tuple[Decision, dict[str, Any] | None]:
     """Review `obj` and, when allowed, apply the patch, validate the result and check that a
     second pass (reinvocation) wants nothing more. Returns the decision and the result."""
-    decision = mutating.review(obj, policy=policy)
+    decision = reviewing.review(obj, policy=policy)
     if not decision.allowed:
         assert decision.patch == [], "a denial carries no patch"
         return decision, None
     result = apply(obj, decision.patch)
     check_valid(result)
-    again = mutating.review(result, policy=policy)
+    again = reviewing.review(result, policy=policy)
     assert again.allowed, again.message
     assert again.patch == [], f"not idempotent: second pass wants {again.patch}"
+    if result.get("kind") == "Pod":
+        # What the validating webhook sees after the mutating one: nothing missing.
+        checked = reviewing.review(result, policy=policy, mutate=False, require=True)
+        assert checked.allowed, checked.message
     return decision, result
 
 
 def env_of(result: Mapping[str, Any], name: str = "main", group: str = "containers") -> dict[str, str]:
-    template = mutating.template_of(result)
-    assert template is not None
-    for c in template["spec"].get(group) or []:
+    found = templates_of(result)
+    assert found
+    for c in found[0]["spec"].get(group) or []:
         if c["name"] == name:
             return {e["name"]: e.get("value") for e in c.get("env") or []}
     raise AssertionError(f"no container {name}")
@@ -249,7 +269,12 @@ def env_of(result: Mapping[str, Any], name: str = "main", group: str = "containe
 
 _PLURALS = {"Pod": "pods", "Deployment": "deployments", "ReplicaSet": "replicasets",
             "StatefulSet": "statefulsets", "DaemonSet": "daemonsets", "Job": "jobs",
-            "CronJob": "cronjobs"}
+            "CronJob": "cronjobs", "ReplicationController": "replicationcontrollers"}
+
+
+def plural(kind: str) -> str:
+    """The resource name of a kind, as webhook rules name it."""
+    return _PLURALS.get(kind, kind.lower() + "s")
 
 
 def admission_review(
@@ -265,7 +290,7 @@ def admission_review(
     assert source is not None
     group, _, version = str(source["apiVersion"]).rpartition("/")
     kind = str(source["kind"])
-    resource = {"group": group, "version": version, "resource": _PLURALS.get(kind, kind.lower() + "s")}
+    resource = {"group": group, "version": version, "resource": plural(kind)}
     meta = source.get("metadata") or {}
     options_kind = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions",
                     "DELETE": "DeleteOptions"}.get(operation)
@@ -287,3 +312,16 @@ def admission_review(
     if sub_resource:
         request["subResource"] = sub_resource
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+WORKLOAD_KINDS = sorted(k.kind for k in pods.BUILTIN_KINDS)
+
+
+_POD_FIELD = re.compile(r"(?<![\w.\[])(spec|metadata)\.")
+
+
+def in_template(message: str, kind: str) -> str:
+    """A pod's message as the same rule words it for the pod template of a `kind`: each
+    field named where it is in the workload."""
+    prefix = "spec.jobTemplate.spec.template." if kind == "CronJob" else "spec.template."
+    return _POD_FIELD.sub(lambda m: prefix + m.group(0), message)

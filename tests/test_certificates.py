@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests.certs_helpers import (
@@ -31,7 +31,7 @@ from tests.certs_helpers import (
     served_fingerprint,
     tls_connection,
 )
-from webhook import certificates
+from webhook import certificates, watching
 from webhook.errors import CertificateError
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -243,6 +243,155 @@ async def test_the_tls_1_1_client_itself_works_where_tls_1_1_is_allowed(
         await served_fingerprint(port, tls11_client(files.ca))
 
 
+
+# TLS 1.2 suites a client may ask for that the server must refuse, with the key type of
+# the certificate they need: ECDHE with CBC (the first four, which Python's default list
+# has), the SHA-1 CBC ones of TLS 1.0, and suites without ECDHE (plain RSA key exchange,
+# AEAD or not).
+# Finite-field DHE is left out: a Python server has no DH parameters, so it never spoke it.
+REFUSED_TLS12 = {
+    "ECDHE-ECDSA-AES128-SHA256": "ecdsa",
+    "ECDHE-ECDSA-AES256-SHA384": "ecdsa",
+    "ECDHE-RSA-AES128-SHA256": "rsa",
+    "ECDHE-RSA-AES256-SHA384": "rsa",
+    "ECDHE-ECDSA-AES128-SHA": "ecdsa",
+    "ECDHE-RSA-AES256-SHA": "rsa",
+    "AES128-GCM-SHA256": "rsa",
+    "AES256-SHA256": "rsa",
+}
+TLS13_SUITES = {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"}
+
+
+@pytest.fixture
+def pairs(files: certificates.Files, tmp_path: Path) -> dict[str, certificates.Files]:
+    """A serving pair per key type: ours (ECDSA) and an RSA one, as a site might bring."""
+    return {"ecdsa": files, "rsa": rsa_pair(tmp_path / "rsa")}
+
+
+def rsa_pair(directory: Path) -> certificates.Files:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, HOST)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(datetime.now(UTC) - timedelta(minutes=5))
+        .not_valid_after(datetime.now(UTC) + timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(HOST)]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    directory.mkdir()
+    found = certificates.Files.at(directory)
+    found.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    found.key.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return found
+
+
+def suite_client(version: ssl.TLSVersion, ciphers: str | None = None) -> ssl.SSLContext:
+    """A client limited to one TLS version (and, for TLS 1.2, to `ciphers`); it does not
+    check the certificate: these tests are about what the server agrees to speak."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.minimum_version = context.maximum_version = version
+    if ciphers is not None:
+        # Security level 0, so that only the server can be what refuses a suite.
+        context.set_ciphers(f"{ciphers}:@SECLEVEL=0")
+    return context
+
+
+async def negotiated(port: int, client: ssl.SSLContext) -> tuple[str, str, object, bool]:
+    """Handshake, exchange a line; (suite, version, compression, session has a ticket)."""
+    async with tls_connection(port, client) as (reader, writer):
+        assert await echo(reader, writer, b"ping\n") == b"ping\n"
+        tls = writer.get_extra_info("ssl_object")
+        return tls.cipher()[0], tls.version(), tls.compression(), tls.session.has_ticket
+
+
+def test_tls_1_2_offers_only_ecdhe_with_aead_and_tls_1_3_only_aead(
+    files: certificates.Files,
+) -> None:
+    context = certificates.server_ssl_context(files.cert, files.key)
+    assert context.minimum_version == ssl.TLSVersion.TLSv1_2
+    assert context.maximum_version in (ssl.TLSVersion.MAXIMUM_SUPPORTED, ssl.TLSVersion.TLSv1_3)
+    offered = context.get_ciphers()
+    tls12 = [c for c in offered if c["protocol"] == "TLSv1.2"]
+    assert [c["name"] for c in tls12] == list(certificates.TLS12_CIPHERS)
+    assert all(c["aead"] and c["kea"] == "kx-ecdhe" for c in tls12)
+    assert {c["name"] for c in offered if c["protocol"] == "TLSv1.3"} == TLS13_SUITES
+    assert {c["protocol"] for c in offered} == {"TLSv1.2", "TLSv1.3"}
+    for option in (ssl.OP_NO_COMPRESSION, ssl.OP_NO_RENEGOTIATION, ssl.OP_NO_TICKET):
+        assert context.options & option
+    assert context.num_tickets == 0
+
+
+@pytest.mark.parametrize("suite", certificates.TLS12_CIPHERS)
+async def test_each_offered_tls_1_2_suite_is_agreed(
+    pairs: dict[str, certificates.Files], suite: str
+) -> None:
+    pair = pairs["rsa" if "-RSA-" in suite else "ecdsa"]
+    context = certificates.server_ssl_context(pair.cert, pair.key)
+    async with echo_server(context) as port:
+        got = await negotiated(port, suite_client(ssl.TLSVersion.TLSv1_2, suite))
+    assert got == (suite, "TLSv1.2", None, False)
+
+
+@pytest.mark.parametrize("suite", list(REFUSED_TLS12))
+async def test_tls_1_2_suites_without_ecdhe_or_aead_are_refused(
+    pairs: dict[str, certificates.Files], suite: str
+) -> None:
+    pair = pairs[REFUSED_TLS12[suite]]
+    context = certificates.server_ssl_context(pair.cert, pair.key)
+    async with echo_server(context) as port:
+        with pytest.raises((ssl.SSLError, ConnectionError)):
+            await negotiated(port, suite_client(ssl.TLSVersion.TLSv1_2, suite))
+
+
+@pytest.mark.parametrize("suite", list(REFUSED_TLS12))
+async def test_the_refused_suites_clients_work_where_the_server_allows_them(
+    pairs: dict[str, certificates.Files], suite: str
+) -> None:
+    """The control for the test above: the refusal is the server's, not the client's."""
+    pair = pairs[REFUSED_TLS12[suite]]
+    context = certificates.server_ssl_context(pair.cert, pair.key)
+    context.set_ciphers("ALL:@SECLEVEL=0")
+    async with echo_server(context) as port:
+        got = await negotiated(port, suite_client(ssl.TLSVersion.TLSv1_2, suite))
+    assert got[:2] == (suite, "TLSv1.2")
+
+
+@pytest.mark.parametrize("key_type", ["ecdsa", "rsa"])
+async def test_tls_1_3_is_agreed_with_an_aead_suite_and_no_ticket(
+    pairs: dict[str, certificates.Files], key_type: str
+) -> None:
+    pair = pairs[key_type]
+    context = certificates.server_ssl_context(pair.cert, pair.key)
+    async with echo_server(context) as port:
+        suite, version, compression, ticket = await negotiated(
+            port, suite_client(ssl.TLSVersion.TLSv1_3)
+        )
+    assert version == "TLSv1.3"
+    assert suite in TLS13_SUITES
+    assert (compression, ticket) == (None, False)
+
+
+async def test_a_client_offering_every_suite_gets_the_servers_first_choice(
+    files: certificates.Files,
+) -> None:
+    context = certificates.server_ssl_context(files.cert, files.key)
+    client = suite_client(ssl.TLSVersion.TLSv1_2, "ALL")
+    async with echo_server(context) as port:
+        suite, version, _, _ = await negotiated(port, client)
+    assert (suite, version) == (certificates.TLS12_CIPHERS[0], "TLSv1.2")
+
 # --- files -----------------------------------------------------------------------------
 
 
@@ -428,13 +577,20 @@ async def stop(task: asyncio.Task[None]) -> None:
         await task
 
 
+async def poll(watch: watching.CertificateWatch, interval: float) -> None:
+    """What the server's watcher task does: check every `interval` seconds."""
+    while True:
+        await asyncio.sleep(interval)
+        watch.check()
+
+
 async def test_rotation_under_load_drops_no_connection_and_serves_the_new_certificate(
     files: certificates.Files, tmp_path: Path
 ) -> None:
     context = certificates.server_ssl_context(files.cert, files.key)
     reloaded: list[x509.Certificate] = []
     errors: list[CertificateError] = []
-    reloader = certificates.CertificateReloader(
+    reloader = watching.CertificateWatch(
         context, files.cert, files.key, on_reload=reloaded.append, on_error=errors.append
     )
     old = fingerprint_of_pem(files.cert.read_bytes())
@@ -445,7 +601,7 @@ async def test_rotation_under_load_drops_no_connection_and_serves_the_new_certif
 
     seen: list[str] = []
     failures: list[BaseException] = []
-    task = asyncio.create_task(reloader.run(0.005))
+    task = asyncio.create_task(poll(reloader, 0.005))
     async with echo_server(context) as port, tls_connection(port, client) as (reader, writer):
         # A connection opened before the rotation must carry on after it.
         assert await echo(reader, writer, b"before\n") == b"before\n"
@@ -520,7 +676,7 @@ async def test_the_kubelet_secret_volume_swap_is_picked_up(tmp_path: Path) -> No
     kubelet_volume(volume, first, "2026_11_21_06_00_00.000000001")
     cert, key = volume / "tls.crt", volume / "tls.key"
     context = certificates.server_ssl_context(cert, key)
-    reloader = certificates.CertificateReloader(context, cert, key)
+    reloader = watching.CertificateWatch(context, cert, key)
     assert not reloader.check()
 
     second = certificates.make_bundle(service=SERVICE, namespace=NAMESPACE)
@@ -555,7 +711,7 @@ async def test_a_broken_pair_is_refused_and_the_old_certificate_keeps_being_serv
 ) -> None:
     context = certificates.server_ssl_context(files.cert, files.key)
     errors: list[CertificateError] = []
-    reloader = certificates.CertificateReloader(
+    reloader = watching.CertificateWatch(
         context, files.cert, files.key, on_error=errors.append
     )
     good = certificates.read_bundle(files.directory)
@@ -583,7 +739,7 @@ async def test_a_broken_pair_is_refused_and_the_old_certificate_keeps_being_serv
 def test_unchanged_or_merely_touched_files_do_not_reload(files: certificates.Files) -> None:
     context = certificates.server_ssl_context(files.cert, files.key)
     reloads: list[x509.Certificate] = []
-    reloader = certificates.CertificateReloader(
+    reloader = watching.CertificateWatch(
         context, files.cert, files.key, on_reload=reloads.append
     )
     assert not reloader.check()
@@ -600,51 +756,16 @@ def test_a_failing_callback_does_not_undo_the_reload(files: certificates.Files) 
     def explode(_: object) -> None:
         raise RuntimeError("metrics are down")
 
-    reloader = certificates.CertificateReloader(context, files.cert, files.key, on_reload=explode)
+    reloader = watching.CertificateWatch(context, files.cert, files.key, on_reload=explode)
     new = certificates.make_bundle(service=SERVICE, namespace=NAMESPACE)
     certificates.write_bundle(files.directory, new)
     assert reloader.check()
     assert reloader.certificate == leaf(new.cert_pem)
 
 
-async def test_run_survives_unexpected_errors_and_stops_when_cancelled(
-    files: certificates.Files, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    reloader = certificates.CertificateReloader(
-        certificates.server_ssl_context(files.cert, files.key), files.cert, files.key
-    )
-    calls = 0
-
-    def flaky() -> bool:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
-            raise OSError("the disk went away")
-        return False
-
-    monkeypatch.setattr(reloader, "check", flaky)
-    task = asyncio.create_task(reloader.run(0.001))
-    for _ in range(200):
-        await asyncio.sleep(0.001)
-        if calls >= 3:
-            break
-    assert not task.done()
-    await stop(task)
-    assert calls >= 3
-    assert task.cancelled()
-
-
-async def test_run_wants_a_positive_interval(files: certificates.Files) -> None:
-    reloader = certificates.CertificateReloader(
-        certificates.server_ssl_context(files.cert, files.key), files.cert, files.key
-    )
-    with pytest.raises(ValueError, match="positive"):
-        await reloader.run(0)
-
-
 def test_expiry_is_exported_from_the_certificate_being_served(tmp_path: Path) -> None:
     files = make(tmp_path / "certs", days=10)
-    reloader = certificates.CertificateReloader(
+    reloader = watching.CertificateWatch(
         certificates.server_ssl_context(files.cert, files.key), files.cert, files.key
     )
     assert reloader.not_after == leaf(files.cert.read_bytes()).not_valid_after_utc

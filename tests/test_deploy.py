@@ -7,18 +7,31 @@ them and the Dockerfile.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import shlex
-from collections.abc import Iterator
+import shutil
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 
 from tests import deploy_helpers as dh
+from tests.certs_helpers import (
+    MUTATING_PATH,
+    VALIDATING_PATH,
+    FakeKubernetes,
+    webhook,
+    write_kubeconfig,
+)
 from webhook import __version__, cli, policies, rendering
 from webhook.commands import DEFAULT_NAMESPACE, DEFAULT_SERVICE, DEFAULT_WEBHOOK_NAME
 
@@ -33,8 +46,12 @@ CLUSTER_SCOPED = {
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
     "RuntimeClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 }
 RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+# What limits the bootstrap Job's Secret creation to one name (RBAC cannot).
+SECRET_POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 CERT_MANAGER_GROUP = "cert-manager.io"
 
 
@@ -81,7 +98,7 @@ def test_each_install_holds_the_parts_the_spec_lists(
         "ValidatingWebhookConfiguration",
     }
     assert set(dh.kinds(built["cert-manager"])) == base | {"Issuer", "Certificate"}
-    assert set(dh.kinds(built["bootstrap"])) == base | RBAC_KINDS | {"Job"}
+    assert set(dh.kinds(built["bootstrap"])) == base | RBAC_KINDS | SECRET_POLICY_KINDS | {"Job"}
     assert dh.kinds(built["runtimeclass-nvidia"]) == ["RuntimeClass"]
 
 
@@ -319,7 +336,44 @@ def test_a_site_kustomization_sets_the_image_as_the_install_guide_shows(tmp_path
     assert images == {"registry.example.com/gpu-share-webhook:9.9.9"}
 
 
-def test_the_network_policy_admits_the_served_ports_and_no_egress(
+def _admits(
+    policy: Mapping[str, Any],
+    port: int,
+    *,
+    namespace: Mapping[str, str],
+    pod: Mapping[str, str] | None,
+) -> bool:
+    """Whether an ingress NetworkPolicy lets a connection to `port` in, with Kubernetes'
+    semantics, from a pod with labels `pod` in a namespace with labels `namespace`; `pod`
+    None is a source that is no pod (the API server, a node), which only a rule without
+    `from` admits (or an ipBlock, which this policy has none of)."""
+    own = dh.namespace_labels(policy["metadata"]["namespace"])
+    for rule in policy["spec"].get("ingress") or []:
+        ports = rule.get("ports")
+        if ports and port not in {p["port"] for p in ports}:
+            continue
+        peers = rule.get("from")
+        if not peers:
+            return True
+        for peer in peers:
+            assert "ipBlock" not in peer
+            if pod is None:
+                continue
+            if "namespaceSelector" in peer:
+                namespace_ok = dh.selector_matches(peer["namespaceSelector"], namespace)
+            else:
+                namespace_ok = namespace == own  # a podSelector alone: the policy's namespace
+            pod_ok = "podSelector" not in peer or dh.selector_matches(peer["podSelector"], pod)
+            if namespace_ok and pod_ok:
+                return True
+    return False
+
+
+PROMETHEUS = {"app.kubernetes.io/name": "prometheus"}
+MONITORING = dh.namespace_labels("monitoring")
+
+
+def test_the_network_policy_admits_anyone_to_admission_and_prometheus_to_metrics(
     built: dict[str, list[dict[str, Any]]], server: dict[str, Any]
 ) -> None:
     policy = dh.find(built["bootstrap"], "NetworkPolicy", "gpu-share-webhook")
@@ -328,8 +382,63 @@ def test_the_network_policy_admits_the_served_ports_and_no_egress(
     )
     assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     assert policy["spec"]["egress"] == []
-    (rule,) = policy["spec"]["ingress"]
-    assert {p["port"] for p in rule["ports"]} == {8443, 8080}
+    anyone = dh.namespace_labels("team-a")
+    # 8443: the API server, whose address is not known, so any source at all.
+    assert _admits(policy, 8443, namespace=anyone, pod=None)
+    assert _admits(policy, 8443, namespace=anyone, pod={"app": "x"})
+    # 8080: Prometheus in `monitoring`, and nothing else that policy can govern.
+    assert _admits(policy, 8080, namespace=MONITORING, pod=PROMETHEUS)
+    assert not _admits(policy, 8080, namespace=MONITORING, pod={"app": "grafana"})
+    assert not _admits(policy, 8080, namespace=anyone, pod=PROMETHEUS)
+    assert not _admits(policy, 8080, namespace=anyone, pod=None)
+    own = dh.namespace_labels(NAMESPACE)
+    assert not _admits(policy, 8080, namespace=own, pod={"app": "x"})
+    # No selector in the 8080 rule may be empty (an empty one matches everything).
+    (metrics,) = [r for r in policy["spec"]["ingress"] if r.get("from")]
+    for peer in metrics["from"]:
+        assert all(selector.get("matchLabels") or selector.get("matchExpressions")
+                   for selector in peer.values())
+    # No other port, from anyone.
+    assert not _admits(policy, 9999, namespace=MONITORING, pod=PROMETHEUS)
+
+
+def test_the_probes_and_scrapes_go_to_the_port_the_network_policy_narrows(
+    built: dict[str, list[dict[str, Any]]], server: dict[str, Any]
+) -> None:
+    policy = dh.find(built["bootstrap"], "NetworkPolicy", "gpu-share-webhook")
+    c = server["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    narrowed = {p["port"] for r in policy["spec"]["ingress"] if r.get("from") for p in r["ports"]}
+    open_ = {p["port"] for r in policy["spec"]["ingress"] if not r.get("from") for p in r["ports"]}
+    assert (narrowed, open_) == ({ports["metrics"]}, {ports["https"]})
+
+
+def _doc_yaml_blocks() -> list[str]:
+    text = (dh.REPO / "docs" / "install.md").read_text(encoding="utf-8")
+    return re.findall(r"```yaml\n(.*?)```", text, flags=re.DOTALL)
+
+
+def test_a_site_overlay_changes_who_may_scrape_as_the_install_guide_shows(
+    tmp_path: Path,
+) -> None:
+    (block,) = [b for b in _doc_yaml_blocks() if "kind: NetworkPolicy" in b]
+    site = yaml.safe_load(block)
+    site["resources"] = [os.path.relpath(dh.BUILDS["bootstrap"], tmp_path)]
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump(site), encoding="utf-8")
+    objects = dh.kustomize(tmp_path)
+    policy = dh.find(objects, "NetworkPolicy", "gpu-share-webhook")
+    for version in dh.VERSIONS:
+        kubernetes_validate.validate(policy, version, strict=True)
+    (patch,) = [p for p in site["patches"] if p["target"]["kind"] == "NetworkPolicy"]
+    (replace,) = [op for op in yaml.safe_load(patch["patch"]) if op["op"] == "replace"]
+    (metrics,) = [r for r in policy["spec"]["ingress"] if r.get("from")]
+    assert metrics["from"] == replace["value"]
+    assert {p["port"] for p in metrics["ports"]} == {8080}
+    # The admission rule is untouched, and the scrapers the guide names get in.
+    anyone = dh.namespace_labels("team-a")
+    assert _admits(policy, 8443, namespace=anyone, pod=None)
+    assert _admits(policy, 8080, namespace=dh.namespace_labels("observability"), pod=PROMETHEUS)
+    assert not _admits(policy, 8080, namespace=MONITORING, pod=PROMETHEUS)
 
 
 def test_the_server_has_no_api_access(built: dict[str, list[dict[str, Any]]]) -> None:
@@ -374,13 +483,15 @@ def test_the_bootstrap_job_has_the_least_rbac_it_needs(
 ) -> None:
     objects = built["bootstrap"]
     assert _rules(objects, "Role") == [
+        # Read and replace (PUT) the serving Secret, by name; the command never patches it.
         {
             "apiGroups": [""],
             "resources": ["secrets"],
             "resourceNames": [TLS_SECRET],
-            "verbs": ["get", "update", "patch"],
+            "verbs": ["get", "update"],
         },
-        # create cannot be limited by name: Kubernetes authorizes it before the name exists.
+        # create cannot be limited by name (a POST is authorized before its body is read):
+        # the admission policy below limits it.
         {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
     ]
     assert _rules(objects, "ClusterRole") == [
@@ -391,6 +502,11 @@ def test_the_bootstrap_job_has_the_least_rbac_it_needs(
             "verbs": ["get", "patch"],
         }
     ]
+    for kind in ("Role", "ClusterRole"):
+        for rule in _rules(objects, kind):
+            assert "*" not in str(rule)
+            # Every rule is limited by name, except create, which cannot be.
+            assert rule.get("resourceNames") or rule["verbs"] == ["create"], rule
     for kind, role in (("RoleBinding", "Role"), ("ClusterRoleBinding", "ClusterRole")):
         binding = dh.find(objects, kind, CERTS_ACCOUNT)
         assert binding["roleRef"] == {
@@ -401,6 +517,127 @@ def test_the_bootstrap_job_has_the_least_rbac_it_needs(
         assert binding["subjects"] == [
             {"kind": "ServiceAccount", "name": CERTS_ACCOUNT, "namespace": NAMESPACE}
         ]
+
+
+def _certs_username(objects: list[dict[str, Any]]) -> str:
+    job = dh.find(objects, "Job")
+    account = job["spec"]["template"]["spec"]["serviceAccountName"]
+    return f"system:serviceaccount:{job['metadata']['namespace']}:{account}"
+
+
+def _secret(name: str, type_: str = "kubernetes.io/tls") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "type": type_,
+        "data": {"tls.crt": "", "tls.key": ""},
+    }
+
+
+def _secret_policy_refuses(
+    objects: list[dict[str, Any]], secret: Mapping[str, Any], *, username: str, namespace: str
+) -> bool:
+    """Whether the API server would refuse creating `secret` in `namespace` as `username`
+    because of the install's ValidatingAdmissionPolicies (played from their spec)."""
+    refused = False
+    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    for policy in (o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"):
+        spec = policy["spec"]
+        (binding,) = [b for b in bindings if b["spec"]["policyName"] == policy["metadata"]["name"]]
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        assert "matchResources" not in binding["spec"]
+        constraints = spec["matchConstraints"]
+        if not dh.selector_matches(
+            constraints.get("namespaceSelector") or {}, dh.namespace_labels(namespace)
+        ):
+            continue
+        if not any(
+            "" in rule["apiGroups"] and "secrets" in rule["resources"]
+            and "CREATE" in rule["operations"]
+            for rule in constraints["resourceRules"]
+        ):
+            continue
+        request = {"userInfo": {"username": username}, "operation": "CREATE",
+                   "namespace": namespace, "name": secret["metadata"]["name"]}
+        if not all(dh.cel(c["expression"], object=secret, request=request)
+                   for c in spec.get("matchConditions") or []):
+            continue
+        assert spec["failurePolicy"] == "Fail"
+        if not all(dh.cel(v["expression"], object=secret, request=request)
+                   for v in spec["validations"]):
+            refused = True
+    return refused
+
+
+def test_the_jobs_account_may_create_the_serving_secret_and_no_other(
+    built: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = built["bootstrap"]
+    job = _certs_username(objects)
+
+    def refused(secret: dict[str, Any], username: str = job, namespace: str = NAMESPACE) -> bool:
+        return _secret_policy_refuses(objects, secret, username=username, namespace=namespace)
+
+    assert not refused(_secret(TLS_SECRET))
+    assert refused(_secret("anything-else"))
+    assert refused(_secret(TLS_SECRET + "-2"))
+    # A Secret that the server would mount but that is no TLS pair.
+    assert refused(_secret(TLS_SECRET, "Opaque"))
+    # Nobody else is affected: an admin, the server's account, another namespace.
+    assert not refused(_secret("anything-else"), "kubernetes-admin")
+    assert not refused(
+        _secret("anything-else"), f"system:serviceaccount:{NAMESPACE}:{SERVER_ACCOUNT}"
+    )
+    assert not refused(_secret("anything-else"), namespace="team-a")
+    # The cert-manager install needs none of it: cert-manager creates its Secrets itself.
+    assert not SECRET_POLICY_KINDS & set(dh.kinds(built["cert-manager"]))
+
+
+async def test_the_bootstrap_job_runs_on_exactly_the_rights_it_is_granted(
+    built: dict[str, list[dict[str, Any]]], aiohttp_server: Any, tmp_path: Path
+) -> None:
+    """The Job's command, against a stand-in API server: every request it makes in a first
+    run, a second one and a renewal is granted by the rendered Role and ClusterRole and
+    passes the admission policy, and every right they grant is used."""
+    objects = built["bootstrap"]
+    kube = FakeKubernetes()
+    server = await aiohttp_server(kube.app())
+    kube.url = f"http://{server.host}:{server.port}"
+    for collection in (MUTATING_PATH, VALIDATING_PATH):
+        kube.add_webhook_configuration(
+            collection, DEFAULT_WEBHOOK_NAME, [webhook("default.gpu-share.io")]
+        )
+    (c,) = dh.find(objects, "Job")["spec"]["template"]["spec"]["containers"]
+    kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", kube.url)
+
+    def run(directory: str, *extra: str) -> int:
+        args = [a for a in c["args"] if not a.startswith("--dir=")]
+        return cli.main([*args, f"--dir={tmp_path / directory}",
+                         f"--kubeconfig={kubeconfig}", *extra])
+
+    # A first run, a new pod with the Secret in place, and a forced renewal.
+    for directory, extra in (("first", ()), ("second", ()), ("renewal", ("--force",))):
+        assert await asyncio.to_thread(run, directory, *extra) == 0, directory
+
+    roles = [(NAMESPACE, _rules(objects, "Role")), (None, _rules(objects, "ClusterRole"))]
+    used: set[tuple[int, int, str]] = set()
+    for request in kube.requests:
+        attributes = dh.api_request(request.method, request.path)
+        granted = dh.granting_rules(roles, attributes)
+        assert granted, f"the Job would be refused {request.method} {request.path}"
+        used |= {(role, rule, attributes["verb"]) for role, rule in granted}
+        if attributes["verb"] == "create":
+            assert not _secret_policy_refuses(
+                objects, request.body, username=_certs_username(objects), namespace=NAMESPACE
+            )
+    offered = {
+        (role, index, verb)
+        for role, (_, rules) in enumerate(roles)
+        for index, rule in enumerate(rules)
+        for verb in rule["verbs"]
+    }
+    assert offered == used, f"granted and never used: {offered - used}"
 
 
 def test_the_cert_manager_chain_signs_the_secret_the_server_mounts(
@@ -576,12 +813,79 @@ def test_the_build_context_holds_what_the_dockerfile_copies_and_no_secrets(
     ]
     assert patterns[0] == "*"
     included = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
-    assert included == {"pyproject.toml", "README.md", "webhook", "policies"}
+    assert included == {"pyproject.toml", "README.md", "hatch_build.py", "webhook", "policies"}
     for word, args in _instructions(dockerfile):
         if word == "COPY" and not args.startswith("--from"):
             for source in shlex.split(args)[:-1]:
                 assert source.rstrip("/") in included
                 assert (dh.REPO / source).exists(), source
+
+
+def _stages(dockerfile: str) -> list[list[tuple[str, str]]]:
+    stages: list[list[tuple[str, str]]] = []
+    for word, args in _instructions(dockerfile):
+        if word == "FROM":
+            stages.append([])
+        if stages:
+            stages[-1].append((word, args))
+    return stages
+
+
+def test_the_builder_has_a_compiler_and_the_final_image_the_same_python_without_one(
+    dockerfile: str,
+) -> None:
+    builder, final = _stages(dockerfile)
+    builder_image = builder[0][1].removesuffix(" AS builder")
+    final_image = final[0][1]
+    # The full python image ships gcc, libc6-dev and Python's headers (mypyc needs all
+    # three); a slim builder would have to install them.
+    installs = " ".join(args for word, args in builder if word == "RUN")
+    full = re.fullmatch(r"python:(3\.1[1-9])-(\w+)", builder_image)
+    assert full or re.search(r"apt-get install .*\bgcc\b.*\blibc6-dev\b", installs)
+    slim = re.fullmatch(r"python:(3\.1[1-9])-slim-(\w+)", final_image)
+    assert slim, final_image
+    if full:
+        # One Python ABI and one C library: what was compiled runs in the final image.
+        assert full.groups() == slim.groups()
+    # A compile that fell back to pure Python stops the build.
+    assert "-none-any.whl" in installs
+    assert "--only-binary=:all:" in installs
+
+
+def test_a_wheel_builds_from_what_the_docker_build_copies(
+    dockerfile: str, tmp_path: Path
+) -> None:
+    """The builder's COPY lines, from the repository, then its `pip wheel` (pure Python and
+    without build isolation here, to stay offline and fast: the compile itself is
+    tests/test_compiled_core.py's)."""
+    source = tmp_path / "src"
+    source.mkdir()
+    builder = _stages(dockerfile)[0]
+    for word, args in builder:
+        if word != "COPY" or args.startswith("--from"):
+            continue
+        *sources, destination = shlex.split(args)
+        for name in sources:
+            origin = dh.REPO / name
+            if origin.is_dir():
+                # What .dockerignore leaves out of the context is left out here too.
+                ignored = shutil.ignore_patterns("__pycache__", "*.py[cod]", "*.so")
+                shutil.copytree(origin, source / destination, ignore=ignored)
+            else:
+                (source / destination).mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(origin, source / destination / origin.name)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+         "--no-cache-dir", "--wheel-dir", str(tmp_path / "dist"), str(source)],
+        capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "GPU_SHARE_WEBHOOK_PURE_PYTHON": "1",
+             "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (wheel,) = (tmp_path / "dist").glob("gpu_share_webhook-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "webhook/cli.py" in names
+    assert any(n.startswith("webhook/_embedded/policies/") for n in names)
 
 
 # --------------------------------------------------------------------------- the docs

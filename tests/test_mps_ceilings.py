@@ -52,7 +52,7 @@ def test_a_profile_above_every_class_the_pod_may_use_is_refused() -> None:
     assert decision.message == (
         'profile too large: "half" is above the MPS ceiling of every node class the pod may use'
         ' (t4: 50% > 25% (profile "half")). Choose a smaller profile with the annotation'
-        " gpu-share.io/profile."
+        " gpu-share.io/profile (rule mps-limits)"
     )
 
 
@@ -78,15 +78,56 @@ def test_user_memory_limits_are_read_as_cuda_reads_them(value: str, allowed: boo
         assert env_of(result)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == value
 
 
-@pytest.mark.parametrize("value", ["4096", "0=", "=4G", "lots", ""])
-def test_an_unreadable_user_limit_is_kept_with_a_warning(value: str) -> None:
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        pytest.param("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "4096", '"4096" is not', id="no-unit"),
+        pytest.param("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=16000", '"0=16000" is not',
+                     id="no-unit-with-device"),
+        pytest.param("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=15Gi", '"0=15Gi" is not',
+                     id="kubernetes-unit"),
+        pytest.param("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=", '"0=" is not', id="no-size"),
+        pytest.param("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "=4G", '"=4G" is not', id="no-device"),
+        pytest.param("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "", '"" is not', id="empty"),
+        pytest.param("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=1G," * 300, "is not",
+                     id="very-long"),
+        pytest.param("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "200", '"200" is not a whole number'
+                     " from 1 to 100", id="threads-above-100"),
+        pytest.param("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "0", '"0" is not', id="threads-zero"),
+        pytest.param("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "abc", '"abc" is not', id="threads-text"),
+        pytest.param("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "12.5", '"12.5" is not',
+                     id="threads-decimal"),
+        pytest.param("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "\u0662\u0665", "is not",
+                     id="threads-arabic-indic-digits"),
+        pytest.param("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "$(OTHER)", "refers to another"
+                     " variable", id="threads-reference"),
+    ],
+)
+def test_an_unreadable_user_limit_is_refused_not_skipped(
+    variable: str, value: str, problem: str
+) -> None:
     policy = make_policy([T4], profiles={"p": {"pinnedMemoryMiB": 1024}})
-    p = pod(shared(env=[{"name": "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "value": value}]))
+    p = pod(shared(env=[{"name": variable, "value": value}]))
     decision, result = admit(p, policy)
-    assert result is not None
-    assert decision.warnings == [
-        'container "main": CUDA_MPS_PINNED_DEVICE_MEM_LIMIT cannot be read, so is not checked'
-    ]
+    assert result is None
+    [violation] = decision.violations
+    assert (violation.rule, violation.container) == ("mps-limits", "main")
+    assert violation.message.startswith(f'container "main": {variable} (spec.containers[0].env[0])')
+    assert problem in violation.message
+    assert len(violation.message) < 400
+
+
+def test_a_user_limit_from_value_from_is_refused() -> None:
+    policy = make_policy([T4], profiles={"p": {"pinnedMemoryMiB": 1024}})
+    var = {"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+           "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}
+    decision, _ = admit(pod(shared(env=[var])), policy)
+    assert decision.message == (
+        'container "main": CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (spec.containers[0].env[0]) comes'
+        " from valueFrom, which cannot be read at admission; MPS limits are checked against the"
+        " node's ceiling before the pod runs. Set a plain value, or remove it for the profile's"
+        " (rule mps-limits)"
+    )
 
 
 @pytest.mark.parametrize(

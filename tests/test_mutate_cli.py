@@ -9,11 +9,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
-from tests.kube import REAL_WORLD, REPO, check_valid
-from webhook import cli, mutating
+from tests.kube import (
+    REAL_WORLD,
+    REPO,
+    WORKLOAD_KINDS,
+    as_served,
+    check_pod_rules,
+    check_valid,
+    templates_of,
+)
+from webhook import cli
 
 EXAMPLES = REPO / "examples"
 NOT_RENAMED = ["-l", "gpu-share.io/enabled=true", "-l", "gpu-share.io/policy=not-renamed"]
@@ -22,25 +31,38 @@ NOT_RENAMED = ["-l", "gpu-share.io/enabled=true", "-l", "gpu-share.io/policy=not
 STEPS = {
     "runtime-class.yaml": "runtime-class",
     "tolerations.yaml": "tolerations",
-    "node-affinity.yaml": "node-affinity",
-    "node-selector.yaml": "node-selector",
+    "node-affinity.yaml": "node-selection",
+    "node-selector.yaml": "node-selection",
     "mps-limits.yaml": "mps-limits",
     "visible-devices.yaml": "visible-devices",
+    "no-gpu.yaml": "visible-devices",
     "annotations.yaml": "tolerations",
-    "not-renamed.yaml": "node-selector",
+    "not-renamed.yaml": "node-selection",
 }
 # The rule each denied example breaks, as its message names it.
 RULES = {
-    "multi-replica.yaml": "invalid multi-replica request",
-    "requests-limits.yaml": "requests and limits disagree",
-    "exclusive-and-shared.yaml": "exclusive and shared GPUs in one pod",
-    "runtime-class.yaml": "runtime class: runtimeClassName",
-    "unknown-profile.yaml": 'unknown profile: "xlarge"',
-    "mps-above-ceiling.yaml": "MPS limit above the ceiling",
-    "privileged.yaml": "privileged container in a pod that uses a shared GPU",
-    "visible-devices.yaml": "NVIDIA_VISIBLE_DEVICES without a GPU",
-    "node-selection.yaml": "node selection matches no allowed class",
+    "multi-replica.yaml": "(rule multi-replica)",
+    "requests-limits.yaml": "(rule requests-limits-mismatch)",
+    "exclusive-and-shared.yaml": "(rule exclusive-with-shared)",
+    "resource-not-allowed.yaml": "(rule resource-not-allowed)",
+    "runtime-class.yaml": "(rule runtime-class)",
+    "unknown-profile.yaml": "(rule profile)",
+    "node-selection.yaml": "(rule node-selection)",
+    "mps-above-ceiling.yaml": "(rule mps-limits)",
+    "mps-values.yaml": "(rule mps-limits)",
+    "device-variables.yaml": "(rule device-variables)",
+    "mps-directories.yaml": "(rule mps-directories)",
+    "privileged.yaml": "(rule privileged)",
+    "capabilities.yaml": "(rule capabilities)",
+    "host-namespaces.yaml": "(rule host-namespaces)",
+    "host-path.yaml": "(rule host-path)",
+    "device-list-mount.yaml": "(rule device-list-mount)",
+    "cdi-annotations.yaml": "(rule cdi-annotations)",
+    "resource-claims.yaml": "(rule resource-claims)",
 }
+# Denied examples the API server would refuse too: an extended resource's requests must
+# equal its limits. Every other denied example is a valid object that only the webhook refuses.
+REFUSED_BY_THE_API_SERVER_TOO = {"requests-limits.yaml"}
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -76,7 +98,7 @@ def test_an_allowed_example_exits_0_and_shows_its_mutation(
     assert results[0]["kind"] == "Pod" and results[1]["kind"] != "Pod"
     for result in results:
         check_valid(result)
-        template = mutating.template_of(result)
+        template = (templates_of(result) or [None])[0]
         assert template is not None
         assert STEPS[name] in template["metadata"]["annotations"]["gpu-share.io/mutations"]
     # Idempotent: its own output gives empty patches.
@@ -97,6 +119,16 @@ def test_a_denied_example_exits_1_with_the_rule_for_the_pod_and_the_workload(
     kinds = [line.split(":")[1].strip().split("/")[0] for line in denials]
     assert kinds[0] == "Pod" and len(kinds) == 2 and kinds[1] != "Pod"
     assert all(RULES[name] in line for line in denials), denials
+
+
+@pytest.mark.parametrize("name", sorted(set(RULES) - REFUSED_BY_THE_API_SERVER_TOO))
+def test_a_denied_example_is_an_object_the_api_server_would_accept(name: str) -> None:
+    # The latest schema only: resource claims have their 1.31+ shape.
+    version = kubernetes_validate.latest_version()
+    for doc in yaml.safe_load_all((EXAMPLES / "denied" / name).read_text()):
+        kubernetes_validate.validate(as_served(doc), version, strict=True)
+        for template in templates_of(doc):
+            check_pod_rules(template)
 
 
 def test_output_formats(capsys: pytest.CaptureFixture[str]) -> None:
@@ -176,27 +208,33 @@ def test_the_console_script_and_python_m_are_the_same_program(tmp_path: Path) ->
 
 # --------------------------------------------------------------------------- real world
 
-# What each published manifest gets under each shipped policy: "mutated" (every pod template
-# that asks for a shared GPU changes), "untouched", or "denied: <rule phrase>".
+# What each published manifest gets under each shipped policy: "mutated" (every object with a
+# pod template changes), "untouched", or "denied: <rule phrase>". Under not-renamed, whose
+# shared GPU is `nvidia.com/gpu`, a `nvidia.com/gpu.shared` request is not allowed.
 REAL = {
-    "01-pre6g-yolo26-3inst.yaml": ("mutated", "untouched"),
-    "03-pre6g-shared-gpu-runtimeclass-job.yaml": ("mutated", "untouched"),
-    "05-pre6g-yolo26-user-job.yaml": ("mutated", "untouched"),
+    "01-pre6g-yolo26-3inst.yaml": ("mutated", "denied: (rule resource-not-allowed)"),
+    "03-pre6g-shared-gpu-runtimeclass-job.yaml": ("mutated", "denied: (rule resource-not-allowed)"),
+    "05-pre6g-yolo26-user-job.yaml": ("mutated", "denied: (rule resource-not-allowed)"),
     "07-tokenlabs-qwen36-vllm-anchors.yaml": ("untouched", "mutated"),
-    "08-iet-transformers-mps.yaml": ("mutated", "untouched"),
-    "10-etherport-ollama-gpushared-limits-only.yaml": ("mutated", "untouched"),
-    "13-pre6g-test-gpu-shared-4pods.yaml": ("mutated", "untouched"),
+    "08-iet-transformers-mps.yaml": ("mutated", "denied: (rule resource-not-allowed)"),
+    "10-etherport-ollama-gpushared-limits-only.yaml": (
+        "mutated", "denied: (rule resource-not-allowed)"),
+    "13-pre6g-test-gpu-shared-4pods.yaml": ("mutated", "denied: (rule resource-not-allowed)"),
     "17-selectel-triton-timeslicing-t4-shared.yaml": ("untouched", "mutated"),
     "19-eks-time-slicing-verification.yaml": ("untouched", "mutated"),
-    "20-data-on-eks-timeslicing-test-hostpid.yaml": ("untouched", "mutated"),
+    "20-data-on-eks-timeslicing-test-hostpid.yaml": (
+        "denied: (rule host-namespaces)", "denied: (rule host-namespaces)"),
     "23-nvdp-e2e-job-quoted.yaml": ("untouched", "mutated"),
-    "24-gke-vit-statefulset-privileged.yaml": (
-        "untouched", "denied: privileged container in a pod that uses a shared GPU"),
-    "26-giex-vllm-native-sidecar-initcontainer.yaml": ("untouched", "mutated"),
-    "29-autopilot-cronjob-8gpu.yaml": ("untouched", "denied: invalid multi-replica request"),
+    "24-gke-vit-statefulset-privileged.yaml": ("denied: (rule privileged)",
+                                               "denied: (rule privileged)"),
+    # The init container (a native sidecar) asks for no GPU: it is hidden from them.
+    "26-giex-vllm-native-sidecar-initcontainer.yaml": ("mutated", "mutated"),
+    "29-autopilot-cronjob-8gpu.yaml": ("untouched", "denied: (rule multi-replica)"),
     "31-gpu-burn-kind-first-custom-toleration.yaml": ("untouched", "mutated"),
     "33-gardenlinux-gpu-pod-leading-blank.yaml": ("untouched", "mutated"),
-    "C1-kubeflow-pytorchjob-nccl.yaml": ("untouched", "untouched"),
+    # A Kubeflow PyTorchJob, a kind of webhook/workload-kinds.yaml: its templates ask for
+    # nvidia.com/gpu, which is the shared resource under not-renamed only.
+    "C1-kubeflow-pytorchjob-nccl.yaml": ("untouched", "mutated"),
 }
 
 
@@ -224,14 +262,14 @@ def test_a_real_world_manifest_comes_out_valid_and_idempotent_untouched_or_refus
     results = list(yaml.safe_load_all(out))
     assert len(results) == len(originals)
     changed = [r != o for r, o in zip(results, originals, strict=True)]
-    gpu_templates = [mutating.template_of(o) is not None for o in originals]
+    gpu_templates = [bool(templates_of(o)) for o in originals]
     if expected == "untouched":
         assert not any(changed)
     else:
         assert any(changed)
         assert all(c for c, g in zip(changed, gpu_templates, strict=True) if g)
     for result in results:
-        if result.get("kind") in mutating.TEMPLATE_PATHS or result.get("kind") == "Pod":
+        if result.get("kind") in WORKLOAD_KINDS or result.get("kind") == "Pod":
             check_valid(_fill_placeholders(result))
     again = tmp_path / "again.yaml"
     again.write_text(out)

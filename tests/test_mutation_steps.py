@@ -6,8 +6,18 @@ from typing import Any
 
 import pytest
 
-from tests.kube import A10G_TS, PROFILES, T4_MPS, admit, container, env_of, make_policy, pod, shared
-from webhook import mutating
+from tests.kube import (
+    A10G_TS,
+    PROFILES,
+    T4_MPS,
+    admit,
+    container,
+    env_of,
+    make_policy,
+    pod,
+    review,
+    shared,
+)
 
 
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -171,8 +181,9 @@ def test_no_mps_limits_when_the_pod_can_only_land_on_time_slicing_nodes() -> Non
         pytest.param(container("log"), {}, {"NVIDIA_VISIBLE_DEVICES": "void"}, id="added"),
         pytest.param(container("log", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]),
                      {}, {"NVIDIA_VISIBLE_DEVICES": "none"}, id="none-is-kept"),
-        pytest.param(container("log"), {"voidVisibleDevicesWithoutGpu": False}, {},
-                     id="switched-off"),
+        pytest.param(container("log"), {"voidVisibleDevicesWithoutGpu": False},
+                     {"NVIDIA_VISIBLE_DEVICES": "void"},
+                     id="switched-to-gpu-pods-only-still-in-a-gpu-pod"),
     ],
 )
 def test_containers_that_ask_for_no_gpu_see_none(
@@ -197,11 +208,11 @@ def test_annotations_record_policy_profile_and_what_was_done() -> None:
     assert result["metadata"]["annotations"] == {
         "gpu-share.io/policy": "test",
         "gpu-share.io/profile": "medium",
-        "gpu-share.io/mutations": "mps-limits,node-selector,runtime-class,tolerations",
+        "gpu-share.io/mutations": "mps-limits,node-selection,runtime-class,tolerations",
     }
     assert decision.audit == {
         "policy": "test", "profile": "medium", "classes": "t4-mps",
-        "mutations": "runtime-class,tolerations,node-selector,mps-limits",
+        "mutations": "runtime-class,tolerations,node-selection,mps-limits",
     }
     assert decision.warnings == []
 
@@ -212,7 +223,7 @@ def test_annotations_are_added_key_by_key_to_existing_ones() -> None:
         {"op": "add", "path": "/metadata/annotations/gpu-share.io~1policy", "value": "test"},
         {"op": "add", "path": "/metadata/annotations/gpu-share.io~1profile", "value": "medium"},
         {"op": "add", "path": "/metadata/annotations/gpu-share.io~1mutations",
-         "value": "mps-limits,node-selector,runtime-class,tolerations"},
+         "value": "mps-limits,node-selection,runtime-class,tolerations"},
     ]
 
 
@@ -233,8 +244,39 @@ def test_a_reinvocation_after_another_webhook_added_a_container_records_both_pas
         {"op": "add", "path": "/spec/containers/1/env",
          "value": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]},
         {"op": "add", "path": "/metadata/annotations/gpu-share.io~1mutations",
-         "value": "mps-limits,node-selector,runtime-class,tolerations,visible-devices"},
+         "value": "mps-limits,node-selection,runtime-class,tolerations,visible-devices"},
     ]
+
+
+@pytest.mark.parametrize(
+    ("obj", "rules", "voided"),
+    [
+        pytest.param(pod(container()), {}, ["main"], id="pod-without-gpu"),
+        pytest.param(pod(container(limits={"nvidia.com/gpu.shared": 0})), {}, ["main"],
+                     id="zero-shared-is-none"),
+        pytest.param(pod(container(limits={"nvidia.com/gpu": 1}), container("log")), {},
+                     ["log"], id="exclusive-gpu-pod-sidecar"),
+        pytest.param(pod(container(), container("b")), {"voidVisibleDevicesWithoutGpu": False},
+                     [], id="switched-to-gpu-pods-only"),
+        pytest.param(pod(container(limits={"nvidia.com/gpu": 1}), container("log")),
+                     {"voidVisibleDevicesWithoutGpu": False}, ["log"],
+                     id="switched-to-gpu-pods-only-exclusive-gpu-pod"),
+    ],
+)
+def test_every_pod_of_the_namespace_hides_gpus_from_containers_that_ask_for_none(
+    obj: dict[str, Any], rules: dict[str, Any], voided: list[str]
+) -> None:
+    decision, result = admit(obj, mps_policy(rules=rules))
+    assert result is not None
+    hidden = [c["name"] for c in result["spec"]["containers"]
+              if env_of(result, c["name"]).get("NVIDIA_VISIBLE_DEVICES") == "void"]
+    assert hidden == voided
+    if voided:
+        assert decision.mutations == ["visible-devices"]
+        assert result["metadata"]["annotations"] == {
+            "gpu-share.io/policy": "test", "gpu-share.io/mutations": "visible-devices"}
+    else:
+        assert decision.patch == []
 
 
 # --------------------------------------------------------------------------- what is untouched
@@ -242,19 +284,19 @@ def test_a_reinvocation_after_another_webhook_added_a_container_records_both_pas
 @pytest.mark.parametrize(
     "obj",
     [
-        pytest.param(pod(container()), id="pod-without-gpu"),
         pytest.param(pod(container(limits={"nvidia.com/gpu": 1})), id="exclusive-gpu"),
-        pytest.param(pod(container(limits={"nvidia.com/gpu.shared": 0})), id="zero-shared"),
         pytest.param({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
                       "spec": {"ports": [{"port": 80}]}}, id="other-kind"),
         pytest.param({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"}},
                      id="pod-without-spec"),
         pytest.param(pod(shared(2), annotations={"kubernetes.io/config.mirror": "abc"}),
                      id="mirror-pod"),
+        pytest.param(pod(container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}])),
+                     id="only-gpu-setting-is-void"),
     ],
 )
-def test_objects_that_ask_for_no_shared_gpu_pass_untouched(obj: dict[str, Any]) -> None:
-    decision = mutating.review(obj, policy=mps_policy())
+def test_objects_with_nothing_to_change_pass_untouched(obj: dict[str, Any]) -> None:
+    decision = review(obj, mps_policy())
     assert decision.allowed
     assert decision.patch == []
     assert decision.warnings == []

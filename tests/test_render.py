@@ -7,7 +7,9 @@ Kubernetes matches them, and the matchConditions evaluated by a CEL implementati
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import dataclasses
 import datetime
 import json
 import re
@@ -24,8 +26,11 @@ from cryptography.x509.oid import NameOID
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import apiserver, kube
 from tests import deploy_helpers as dh
-from webhook import cli, mutating, namespaces, policies, rendering, reviews
+from tests.kube import WORKLOAD_KINDS
+from webhook import cli, kinds, namespaces, policies, rendering, reviews
+from webhook.core import reviewing
 from webhook.commands import DEFAULT_NAMESPACE, DEFAULT_SERVICE, DEFAULT_WEBHOOK_NAME
 
 SHARED = "nvidia.com/gpu.shared"
@@ -37,6 +42,7 @@ WORKLOAD_RESOURCES = {
     ("apps", "daemonsets"),
     ("batch", "jobs"),
     ("batch", "cronjobs"),
+    ("", "replicationcontrollers"),
 }
 # A qualified name as Kubernetes validates matchCondition names (no prefix used here).
 _QUALIFIED = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
@@ -162,36 +168,39 @@ def test_every_entry_has_the_settings_the_spec_asks_for(
                 assert "reinvocationPolicy" not in e
 
 
-def test_mutation_sees_pods_on_create_only(mutating_config: dict[str, Any]) -> None:
+POD_RULES = [
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
+     "scope": "Namespaced"},
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+     "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"},
+]
+
+
+def test_mutation_sees_pods_on_create_and_their_ephemeral_containers_on_update(
+    mutating_config: dict[str, Any],
+) -> None:
     for e in mutating_config["webhooks"]:
-        assert e["rules"] == [
-            {
-                "apiGroups": [""],
-                "apiVersions": ["v1"],
-                "operations": ["CREATE"],
-                "resources": ["pods"],
-                "scope": "Namespaced",
-            }
-        ]
+        assert e["rules"] == POD_RULES
 
 
-def test_validation_sees_pods_on_create_and_the_six_workloads_on_create_and_update(
+def test_validation_also_sees_the_workloads_on_create_and_update(
     validating_config: dict[str, Any],
 ) -> None:
+    expected = {(k.group, k.resource): list(k.versions) for k in kinds.all_kinds()}
     for e in validating_config["webhooks"]:
+        assert e["rules"][:2] == POD_RULES
         seen: dict[tuple[str, str], list[str]] = {}
-        for rule in e["rules"]:
-            assert rule["apiVersions"] == ["v1"]
+        for rule in e["rules"][2:]:
             assert rule["scope"] == "Namespaced"
+            assert rule["operations"] == ["CREATE", "UPDATE"]
             for group in rule["apiGroups"]:
                 for resource in rule["resources"]:
                     assert (group, resource) not in seen
-                    seen[(group, resource)] = rule["operations"]
-        assert seen.pop(("", "pods")) == ["CREATE"]
-        assert set(seen) == WORKLOAD_RESOURCES
-        # The same kinds whose templates the core reviews.
-        assert {r for _, r in seen} == {k.lower() + "s" for k in mutating.TEMPLATE_PATHS}
-        assert all(ops == ["CREATE", "UPDATE"] for ops in seen.values())
+                    seen[(group, resource)] = rule["apiVersions"]
+        assert seen == expected
+        # The built-in kinds are there, and the same kinds whose templates the core reviews.
+        assert WORKLOAD_RESOURCES <= set(seen)
+        assert {r for g, r in WORKLOAD_RESOURCES} == {k.lower() + "s" for k in WORKLOAD_KINDS}
 
 
 def test_match_conditions_are_few_and_well_named(
@@ -283,27 +292,14 @@ def test_without_a_default_policy_unlabelled_namespaces_are_sent_to_be_refused(
     )
     assert not decision.allowed
     assert 'policy "default" does not exist' in decision.message
-    # Any GPU asks reach it: which names were meant as shared is not known.
+    # Every pod reaches it: the rules that need no policy still guard them.
     conditions = dh.Conditions(by_name[rendering.DEFAULT_ENTRY])
     assert conditions.match(dh.pod(dh.container(limits={"nvidia.com/mig-1g.5gb": 1})))
-    assert not conditions.match(dh.pod(dh.container(limits={"cpu": 1})))
+    assert conditions.match(dh.pod(dh.container(limits={"cpu": 1})))
 
 
 def _review(obj: dict[str, Any], operation: str = "CREATE") -> bytes:
-    group, _, version = obj["apiVersion"].rpartition("/")
-    return json.dumps(
-        {
-            "apiVersion": "admission.k8s.io/v1",
-            "kind": "AdmissionReview",
-            "request": {
-                "uid": "u",
-                "kind": {"group": group, "version": version, "kind": obj["kind"]},
-                "operation": operation,
-                "namespace": "team",
-                "object": obj,
-            },
-        }
-    ).encode()
+    return json.dumps(kube.admission_review(obj, operation=operation, uid="u")).encode()
 
 
 def _admit(
@@ -312,58 +308,41 @@ def _admit(
     labels: dict[str, str],
     obj: dict[str, Any],
     operation: str = "CREATE",
-) -> list[tuple[str, str, Any]]:
-    """What the API server would do: (configuration kind, entry, decision) of each call.
-
-    An entry is called when the namespace matches its selector, one of its rules the
-    object's resource and operation, and all its matchConditions hold; the server then
-    answers from the path's policy segment.
-    """
-    group, _, _ = obj["apiVersion"].rpartition("/")
-    resource = obj["kind"].lower() + "s"
-    calls = []
-    for kind in (rendering.MUTATING_KIND, rendering.VALIDATING_KIND):
-        for e in configurations[kind]["webhooks"]:
-            if not dh.selector_matches(e["namespaceSelector"], labels):
-                continue
-            if not any(
-                group in r["apiGroups"]
-                and resource in r["resources"]
-                and operation in r["operations"]
-                for r in e["rules"]
-            ):
-                continue
-            if not dh.Conditions(e).match(obj):
-                continue
-            endpoint, policy_name = entry_path(e).strip("/").split("/")
-            decision = reviews.decide(
-                reviews.parse(_review(obj, operation)),
-                policies=shipped,
-                policy_name=policy_name,
-                endpoint="mutate" if endpoint == "mutate" else "validate",
-            )
-            calls.append((kind, e["name"], decision))
-    return calls
+    old: dict[str, Any] | None = None,
+) -> apiserver.Outcome:
+    """What the API server would do with `obj` in a namespace with `labels`."""
+    cluster = apiserver.ApiServer(list(configurations.values()), apiserver.codec(shipped))
+    return asyncio.run(cluster.admit(obj, labels=labels, operation=operation, old=old))
 
 
 def test_in_a_cluster_a_shared_gpu_pod_is_mutated_by_its_namespaces_policy_only(
     configurations: dict[str, dict[str, Any]], shipped_policies: policies.PolicySet
 ) -> None:
     pod = dh.pod(dh.container(limits={SHARED: 1}))
-    calls = _admit(configurations, shipped_policies, NS("team", **ENABLED), pod)
-    assert [(k, n) for k, n, _ in calls] == [
+    outcome = _admit(configurations, shipped_policies, NS("team", **ENABLED), pod)
+    assert outcome.entries == [
         (rendering.MUTATING_KIND, rendering.DEFAULT_ENTRY),
         (rendering.VALIDATING_KIND, rendering.DEFAULT_ENTRY),
     ]
-    mutated, validated = (d for _, _, d in calls)
-    assert mutated.allowed
-    assert mutated.patch
-    assert validated.allowed
-    assert not validated.patch
-    # Not opted in, or nothing GPU-related: the webhook is never called.
-    assert _admit(configurations, shipped_policies, NS("team"), pod) == []
+    assert outcome.allowed
+    assert outcome.stored is not None
+    assert outcome.stored["spec"]["runtimeClassName"] == "nvidia"
+    # Not opted in: the webhook is never called.
+    assert _admit(configurations, shipped_policies, NS("team"), pod).calls == []
+
+
+def test_in_a_cluster_every_pod_of_an_opted_in_namespace_hides_the_gpus_it_did_not_ask_for(
+    configurations: dict[str, dict[str, Any]], shipped_policies: policies.PolicySet
+) -> None:
     plain = dh.pod(dh.container())
-    assert _admit(configurations, shipped_policies, NS("team", **ENABLED), plain) == []
+    outcome = _admit(configurations, shipped_policies, NS("team", **ENABLED), plain)
+    assert len(outcome.calls) == 2
+    assert outcome.stored is not None
+    assert outcome.stored["spec"]["containers"][0]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+    # A workload without GPUs is not reviewed: its pods are, when created.
+    job = dh.workload("Job", dh.pod_spec(dh.container()))
+    assert _admit(configurations, shipped_policies, NS("team", **ENABLED), job).calls == []
 
 
 def test_in_a_cluster_a_labelled_namespace_gets_its_policy_and_a_typo_gets_a_reason(
@@ -371,27 +350,27 @@ def test_in_a_cluster_a_labelled_namespace_gets_its_policy_and_a_typo_gets_a_rea
 ) -> None:
     pod = dh.pod(dh.container(limits={"nvidia.com/gpu": 1}))
     labels = NS("team", **ENABLED, **{POLICY: "not-renamed"})
-    calls = _admit(configurations, shipped_policies, labels, pod)
-    assert {n for _, n, _ in calls} == {rendering.policy_entry("not-renamed")}
-    assert all(d.allowed for _, _, d in calls)
+    outcome = _admit(configurations, shipped_policies, labels, pod)
+    assert {n for _, n in outcome.entries} == {rendering.policy_entry("not-renamed")}
+    assert outcome.allowed
     typo = NS("team", **ENABLED, **{POLICY: "not-renamd"})
-    calls = _admit(configurations, shipped_policies, typo, pod)
-    assert {n for _, n, _ in calls} == {rendering.UNKNOWN_ENTRY}
-    assert all("does not exist" in d.message for _, _, d in calls)
+    outcome = _admit(configurations, shipped_policies, typo, pod)
+    assert {n for _, n in outcome.entries} == {rendering.UNKNOWN_ENTRY}
+    assert not outcome.allowed
+    assert "does not exist" in outcome.message
 
 
 def test_in_a_cluster_a_workload_that_breaks_a_rule_is_refused_when_applied(
     configurations: dict[str, dict[str, Any]], shipped_policies: policies.PolicySet
 ) -> None:
     deployment = dh.workload("Deployment", dh.pod_spec(dh.container(limits={SHARED: 2})))
-    for operation in ("CREATE", "UPDATE"):
-        calls = _admit(
-            configurations, shipped_policies, NS("team", **ENABLED), deployment, operation
+    before = dh.workload("Deployment", dh.pod_spec(dh.container(limits={SHARED: 1})))
+    for operation, old in (("CREATE", None), ("UPDATE", before)):
+        outcome = _admit(
+            configurations, shipped_policies, NS("team", **ENABLED), deployment, operation, old
         )
-        assert [(k, n) for k, n, _ in calls] == [
-            (rendering.VALIDATING_KIND, rendering.DEFAULT_ENTRY)
-        ]
-        assert "invalid multi-replica request" in calls[0][2].message
+        assert outcome.entries == [(rendering.VALIDATING_KIND, rendering.DEFAULT_ENTRY)]
+        assert "invalid multi-replica request" in outcome.message
 
 
 # --------------------------------------------------------------------------- matchConditions
@@ -401,137 +380,139 @@ def _shared_pod() -> dict[str, Any]:
     return dh.pod(dh.container(limits={SHARED: 1}))
 
 
-SELECTED = [
-    pytest.param(_shared_pod(), id="pod-limits"),
-    pytest.param(dh.pod(dh.container(requests={SHARED: 1})), id="pod-requests-only"),
-    pytest.param(
-        dh.pod(dh.container(), init=[dh.container("init", limits={SHARED: 1})]),
-        id="pod-init-container",
-    ),
-    pytest.param(
-        dh.pod(dh.container("a"), dh.container("b", limits={SHARED: 2})), id="second-container"
-    ),
-    pytest.param(dh.pod(dh.container(env={"NVIDIA_VISIBLE_DEVICES": "all"})), id="visible-devices"),
-    pytest.param(
-        dh.pod(dh.container(env={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})), id="cuda-mps-env"
-    ),
-    pytest.param(
-        dh.pod(dh.container(), init=[dh.container("i", env={"CUDA_MPS_PIPE_DIRECTORY": "/x"})]),
-        id="cuda-mps-env-init",
-    ),
-    *(
-        pytest.param(
-            dh.workload(kind, dh.pod_spec(dh.container(limits={SHARED: 1}))),
-            id=f"{kind}-template",
-        )
-        for kind in dh.WORKLOAD_KINDS
-    ),
-    pytest.param(
-        dh.workload("CronJob", dh.pod_spec(dh.container(env={"NVIDIA_VISIBLE_DEVICES": "0"}))),
-        id="CronJob-visible-devices",
-    ),
-    pytest.param(
-        dh.workload(
-            "Deployment",
-            dh.pod_spec(dh.container(), init=[dh.container("i", requests={SHARED: 1})]),
-        ),
-        id="Deployment-init-requests",
-    ),
+def _with(c: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {**c, **extra}
+
+
+# What one of the rules can refuse or change: these reach the webhook in any pod spec.
+REFUSABLE = [
+    pytest.param(dh.pod_spec(dh.container(limits={SHARED: 1})), id="limits"),
+    pytest.param(dh.pod_spec(dh.container(requests={SHARED: 1})), id="requests-only"),
+    pytest.param(dh.pod_spec(dh.container(), init=[dh.container("i", limits={SHARED: 1})]),
+                 id="init-container"),
+    pytest.param(dh.pod_spec(dh.container("a"), dh.container("b", limits={SHARED: 2})),
+                 id="second-container"),
+    pytest.param(dh.pod_spec(dh.container(limits={"nvidia.com/gpu": 1})), id="exclusive-gpu"),
+    pytest.param(dh.pod_spec(dh.container(limits={"nvidia.com/mig-1g.5gb.shared": 1})),
+                 id="another-policys-resource"),
+    pytest.param(dh.pod_spec(dh.container(env={"NVIDIA_VISIBLE_DEVICES": "all"})),
+                 id="visible-devices"),
+    pytest.param(dh.pod_spec(dh.container(env={"NVIDIA_MIG_CONFIG_DEVICES": "all"})),
+                 id="other-device-variable"),
+    pytest.param(dh.pod_spec(dh.container(env={"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50"})),
+                 id="cuda-mps-env"),
+    pytest.param(dh.pod_spec(dh.container(), init=[
+        dh.container("i", env={"CUDA_MPS_PIPE_DIRECTORY": "/x"})]), id="cuda-mps-env-init"),
+    pytest.param(dh.pod_spec(_with(dh.container(), securityContext={"privileged": True})),
+                 id="privileged"),
+    pytest.param(dh.pod_spec(_with(dh.container(), volumeMounts=[
+        {"name": "n", "mountPath": "/var/run/nvidia-container-devices/all"}])),
+                 id="device-list-mount"),
+    pytest.param({**dh.pod_spec(dh.container()), "resourceClaims": [{"name": "c"}]},
+                 id="resource-claims"),
 ]
 
-LEFT_OUT = [
-    pytest.param(dh.pod(dh.container()), id="plain-pod"),
-    pytest.param(dh.pod(dh.container(limits={"cpu": "1", "memory": "1Gi"})), id="cpu-pod"),
-    pytest.param(
-        dh.pod(dh.container(env={"CUDA_VISIBLE_DEVICES": "0", "PATH": "/bin"})), id="other-env"
-    ),
-    pytest.param(dh.pod(dh.container(limits={"nvidia.com/gpu": 1})), id="exclusive-gpu"),
-    pytest.param(
-        dh.pod(dh.container(limits={"nvidia.com/mig-1g.5gb.shared": 1})),
-        id="another-policys-resource",
-    ),
-    pytest.param(
-        {**_shared_pod(), "metadata": {"name": "p", "annotations": MIRROR}}, id="mirror-pod"
-    ),
-    pytest.param(
-        {
-            **dh.pod(dh.container(env={"NVIDIA_VISIBLE_DEVICES": "all"})),
-            "metadata": {"name": "p", "annotations": MIRROR},
-        },
-        id="mirror-pod-env",
-    ),
-    *(
-        pytest.param(dh.workload(kind, dh.pod_spec(dh.container())), id=f"{kind}-no-gpu")
-        for kind in dh.WORKLOAD_KINDS
-    ),
+# Nothing a rule refuses: only a policy with route 2 on wants such pods (to hide GPUs).
+PLAIN = [
+    pytest.param(dh.pod_spec(dh.container()), id="plain"),
+    pytest.param(dh.pod_spec(dh.container(limits={"cpu": "1", "memory": "1Gi"})), id="cpu"),
+    pytest.param(dh.pod_spec(dh.container(env={"CUDA_VISIBLE_DEVICES": "0", "PATH": "/bin"})),
+                 id="other-env"),
+    pytest.param(dh.pod_spec(_with(dh.container(), volumeMounts=[
+        {"name": "d", "mountPath": "/data"}])), id="ordinary-mount"),
 ]
 
 
-def _default_entries(
+def _as(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
+    if kind == "Pod":
+        return {**dh.pod(), "spec": spec}
+    return dh.workload(kind, spec)
+
+
+def _entries_of(conditions: dict[tuple[str, str], dh.Conditions], kind: str) -> list[Any]:
+    """The entries that serve the default policy (unlabelled and labelled) and the catch-all,
+    of the configurations that review `kind`."""
+    names = (rendering.DEFAULT_ENTRY, rendering.policy_entry("default"), rendering.UNKNOWN_ENTRY)
+    return [
+        c for (config, name), c in conditions.items()
+        if name in names and (kind == "Pod" or config == rendering.VALIDATING_KIND)
+    ]
+
+
+@pytest.fixture(scope="module")
+def filtered(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dh.Conditions]:
+    """The entries of a default policy with route 2 switched off (GPU pods only get void)."""
+    directory = tmp_path_factory.mktemp("policies")
+    text = (dh.POLICIES / "default.yaml").read_text().replace(
+        "voidVisibleDevicesWithoutGpu: true", "voidVisibleDevicesWithoutGpu: false")
+    (directory / "default.yaml").write_text(text)
+    configs = render(policies.load_directory(directory))
+    return {(c["kind"], e["name"]): dh.Conditions(e) for c in configs for e in c["webhooks"]}
+
+
+@pytest.mark.parametrize("kind", ["Pod", *dh.WORKLOAD_KINDS])
+@pytest.mark.parametrize("spec", REFUSABLE)
+def test_what_a_rule_can_refuse_reaches_the_webhook_in_any_pod_spec(
     conditions: dict[tuple[str, str], dh.Conditions],
-) -> list[dh.Conditions]:
-    """The entries that serve the default policy (unlabelled and labelled), in both kinds."""
-    names = (rendering.DEFAULT_ENTRY, rendering.policy_entry("default"))
-    return [c for (_, name), c in conditions.items() if name in names]
-
-
-@pytest.mark.parametrize("obj", SELECTED)
-def test_objects_that_ask_for_a_shared_gpu_or_set_gpu_env_reach_the_webhook(
-    conditions: dict[tuple[str, str], dh.Conditions], obj: dict[str, Any]
+    filtered: dict[tuple[str, str], dh.Conditions],
+    kind: str,
+    spec: dict[str, Any],
 ) -> None:
-    for c in _default_entries(conditions):
+    obj = _as(kind, spec)
+    for c in _entries_of(conditions, kind) + _entries_of(filtered, kind):
         assert c.match(obj), c.entry
 
 
-@pytest.mark.parametrize("obj", LEFT_OUT)
-def test_plain_mirror_and_non_gpu_objects_never_reach_the_webhook(
-    conditions: dict[tuple[str, str], dh.Conditions], obj: dict[str, Any]
+@pytest.mark.parametrize("spec", PLAIN)
+def test_every_pod_reaches_the_webhook_where_route_2_is_on_and_only_there(
+    conditions: dict[tuple[str, str], dh.Conditions],
+    filtered: dict[tuple[str, str], dh.Conditions],
+    spec: dict[str, Any],
 ) -> None:
-    for c in _default_entries(conditions):
-        assert not c.match(obj), c.entry
+    for c in _entries_of(conditions, "Pod"):
+        assert c.match(_as("Pod", spec)), c.entry
+    for (_, name), c in filtered.items():
+        # The catch-all guards a namespace whose policy is unknown as if route 2 were on.
+        assert c.match(_as("Pod", spec)) is (name == rendering.UNKNOWN_ENTRY), name
 
 
-def test_each_policy_entry_asks_for_that_policys_shared_resources(
-    shipped_policies: policies.PolicySet, validating_config: dict[str, Any]
+@pytest.mark.parametrize("kind", dh.WORKLOAD_KINDS)
+@pytest.mark.parametrize("spec", PLAIN)
+def test_a_workload_nothing_can_refuse_never_reaches_the_webhook(
+    conditions: dict[tuple[str, str], dh.Conditions], kind: str, spec: dict[str, Any]
 ) -> None:
-    by_name = entries(validating_config)
-    renamed = dh.Conditions(by_name[rendering.policy_entry("default")])
-    not_renamed = dh.Conditions(by_name[rendering.policy_entry("not-renamed")])
-    assert shipped_policies.policies["not-renamed"].shared_resources == {"nvidia.com/gpu"}
-    exclusive = dh.pod(dh.container(limits={"nvidia.com/gpu": 1}))
-    assert not renamed.match(exclusive)
-    assert not_renamed.match(exclusive)
-    assert renamed.match(_shared_pod())
-    assert not not_renamed.match(_shared_pod())
+    for c in _entries_of(conditions, kind):
+        assert not c.match(_as(kind, spec)), c.entry
 
 
-@pytest.mark.parametrize(
-    "obj",
-    [
-        pytest.param(dh.pod(dh.container(limits={"nvidia.com/gpu": 1})), id="exclusive-gpu"),
-        pytest.param(dh.pod(dh.container(limits={"nvidia.com/mig-3g.20gb": 1})), id="mig"),
-        pytest.param(_shared_pod(), id="shared"),
-        pytest.param(
-            dh.workload("StatefulSet", dh.pod_spec(dh.container(requests={"nvidia.com/gpu": 1}))),
-            id="workload",
-        ),
-        pytest.param(dh.pod(dh.container(env={"NVIDIA_VISIBLE_DEVICES": "all"})), id="env"),
-    ],
-)
-def test_the_unknown_policy_entry_catches_every_gpu_ask(
-    conditions: dict[tuple[str, str], dh.Conditions], obj: dict[str, Any]
+def test_an_ephemeral_container_update_always_reaches_the_webhook(
+    conditions: dict[tuple[str, str], dh.Conditions],
+    filtered: dict[tuple[str, str], dh.Conditions],
 ) -> None:
-    for kind in (rendering.MUTATING_KIND, rendering.VALIDATING_KIND):
-        assert conditions[(kind, rendering.UNKNOWN_ENTRY)].match(obj)
+    debugged = dh.pod(dh.container())
+    debugged["spec"]["ephemeralContainers"] = [{"name": "debugger", "image": "busybox"}]
+    for c in [*conditions.values(), *filtered.values()]:
+        assert c.match(debugged, operation="UPDATE", sub_resource="ephemeralcontainers"), c.entry
 
 
-def test_the_unknown_policy_entry_leaves_non_gpu_and_mirror_pods_alone(
+def test_mirror_pods_never_reach_the_webhook(
     conditions: dict[tuple[str, str], dh.Conditions],
 ) -> None:
-    c = conditions[(rendering.VALIDATING_KIND, rendering.UNKNOWN_ENTRY)]
-    assert not c.match(dh.pod(dh.container(limits={"cpu": 2})))
-    assert not c.match(dh.workload("Job", dh.pod_spec(dh.container())))
-    assert not c.match({**_shared_pod(), "metadata": {"name": "m", "annotations": MIRROR}})
+    mirror = {**_shared_pod(), "metadata": {"name": "m", "annotations": MIRROR}}
+    env = dh.pod(dh.container(env={"NVIDIA_VISIBLE_DEVICES": "all"}))
+    env["metadata"]["annotations"] = MIRROR
+    for c in conditions.values():
+        assert not c.match(mirror), c.entry
+        assert not c.match(env), c.entry
+
+
+def test_a_cdi_annotation_on_a_template_reaches_the_webhook(
+    conditions: dict[tuple[str, str], dh.Conditions],
+) -> None:
+    job = dh.workload("Job", dh.pod_spec(dh.container()))
+    job["spec"]["template"]["metadata"]["annotations"] = {"cdi.k8s.io/x": "nvidia.com/gpu=all"}
+    for c in _entries_of(conditions, "Job"):
+        assert c.match(job), c.entry
 
 
 @pytest.mark.parametrize(
@@ -548,29 +529,39 @@ def test_the_unknown_policy_entry_leaves_non_gpu_and_mirror_pods_alone(
             id="empty-resources-and-env",
         ),
         pytest.param(
-            {"kind": "Pod", "spec": {"containers": [{"name": "a", "env": [{"value": "x"}]}]}},
-            id="env-without-name",
+            {"kind": "Pod", "spec": {"containers": [{"name": "a", "env": [{"value": "x"}],
+                                                     "volumeMounts": [{"name": "v"}],
+                                                     "securityContext": {}}]}},
+            id="fields-without-their-names",
         ),
-        pytest.param({"kind": "Deployment", "spec": {"replicas": 1}}, id="workload-no-template"),
+        pytest.param({"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"replicas": 1}},
+                     id="workload-no-template"),
         pytest.param(
-            {"kind": "Deployment", "spec": {"template": {"metadata": {}}}},
+            {"apiVersion": "apps/v1", "kind": "Deployment",
+             "spec": {"template": {"metadata": {}}}},
             id="template-no-spec",
         ),
         pytest.param(
-            {"kind": "CronJob", "spec": {"jobTemplate": {"spec": {}}}}, id="cronjob-no-template"
+            {"apiVersion": "batch/v1", "kind": "CronJob", "spec": {"jobTemplate": {"spec": {}}}},
+            id="cronjob-no-template",
         ),
         pytest.param(
-            {"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {}}}}},
+            {"apiVersion": "batch/v1", "kind": "CronJob",
+             "spec": {"jobTemplate": {"spec": {"template": {}}}}},
             id="cronjob-no-spec",
         ),
     ],
 )
 def test_conditions_evaluate_without_error_on_sparse_objects(
-    conditions: dict[tuple[str, str], dh.Conditions], obj: dict[str, Any]
+    conditions: dict[tuple[str, str], dh.Conditions],
+    filtered: dict[tuple[str, str], dh.Conditions],
+    obj: dict[str, Any],
 ) -> None:
     # With failurePolicy Fail a CEL error refuses the request: every field is guarded.
-    for c in conditions.values():
-        assert not c.match(obj), c.entry
+    for route_2_on, entries_of in ((True, conditions), (False, filtered)):
+        for (_, name), c in entries_of.items():
+            every_pod = route_2_on or name == rendering.UNKNOWN_ENTRY
+            assert c.match(obj) is (obj["kind"] == "Pod" and every_pod), c.entry
 
 
 # An object the conditions leave out must be one the webhook would not touch: else Fail
@@ -587,29 +578,40 @@ _RESOURCE_NAMES = [
 ]
 _ENV_NAMES = [
     "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
     "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+    "CUDA_MPS_PIPE_DIRECTORY",
     "CUDA_VISIBLE_DEVICES",
     "PATH",
 ]
-_quantities = st.sampled_from(["1", "2", 1, 2, "500m"])
+_MOUNT_PATHS = ["/data", "/var/run/nvidia-container-devices/all", "/dev/shm", "/run/nvidia"]
+_quantities = st.sampled_from(["1", "2", 1, 2, "500m", "0"])
 _resource_maps = st.dictionaries(st.sampled_from(_RESOURCE_NAMES), _quantities, max_size=3)
 
 
 @st.composite
 def _containers(draw: st.DrawFn, name: str) -> dict[str, Any]:
-    return dh.container(
+    c = dh.container(
         name,
         limits=draw(_resource_maps),
         requests=draw(_resource_maps),
         env=draw(
             st.dictionaries(
                 st.sampled_from(_ENV_NAMES),
-                st.sampled_from(["all", "void", "10", "0=1024M"]),
+                st.sampled_from(["all", "void", "10", "0=1024M", "/x"]),
                 max_size=2,
             )
         ),
     )
+    if draw(st.booleans()):
+        c["securityContext"] = {"privileged": draw(st.booleans()),
+                                "capabilities": {"add": draw(st.sampled_from(
+                                    [[], ["SYS_ADMIN"], ["NET_ADMIN"]]))}}
+    mounts = draw(st.lists(st.sampled_from(_MOUNT_PATHS), max_size=2, unique=True))
+    if mounts:
+        c["volumeMounts"] = [{"name": f"v{i}", "mountPath": m} for i, m in enumerate(mounts)]
+    return c
 
 
 @st.composite
@@ -620,12 +622,20 @@ def _objects(draw: st.DrawFn) -> dict[str, Any]:
     spec = dh.pod_spec(*main, init=init)
     if draw(st.booleans()):
         spec["runtimeClassName"] = draw(st.sampled_from(["nvidia", "runc"]))
-    kind = draw(st.sampled_from(["Pod", *dh.WORKLOAD_KINDS]))
-    obj = dh.pod(*main, init=init) if kind == "Pod" else dh.workload(kind, spec)
-    if kind == "Pod":
-        obj["spec"] = spec
     if draw(st.booleans()):
-        obj["metadata"]["annotations"] = {"gpu-share.io/profile": "no-such-profile"}
+        spec["volumes"] = [{"name": "v0", "hostPath": {"path": draw(st.sampled_from(
+            ["/dev", "/data", "/run/nvidia/mps"]))}}]
+    if draw(st.booleans()):
+        spec[draw(st.sampled_from(["hostPID", "hostIPC"]))] = True
+    kind = draw(st.sampled_from(["Pod", *dh.WORKLOAD_KINDS]))
+    obj = _as(kind, spec)
+    annotations = draw(st.sampled_from([None, {"gpu-share.io/profile": "no-such-profile"},
+                                        {"cdi.k8s.io/x": "nvidia.com/gpu=all"}]))
+    if annotations is not None:
+        meta = obj["metadata"] if kind == "Pod" else (
+            obj["spec"]["jobTemplate"]["spec"]["template"]["metadata"] if kind == "CronJob"
+            else obj["spec"]["template"]["metadata"])
+        meta["annotations"] = annotations
     return obj
 
 
@@ -638,23 +648,31 @@ def _objects(draw: st.DrawFn) -> dict[str, Any]:
 def test_what_the_conditions_leave_out_the_webhook_would_not_touch(
     shipped_policies: policies.PolicySet,
     conditions: dict[tuple[str, str], dh.Conditions],
+    filtered: dict[tuple[str, str], dh.Conditions],
     obj: dict[str, Any],
 ) -> None:
-    for (kind, entry_name), c in conditions.items():
-        if entry_name == rendering.UNKNOWN_ENTRY:
-            continue  # refuses whatever reaches it; tested above
-        name = "default" if entry_name == rendering.DEFAULT_ENTRY else entry_name.split(".")[0]
-        policy = shipped_policies.policies[name]
-        mutate = kind == rendering.MUTATING_KIND
-        if mutate and obj["kind"] != "Pod":
-            continue  # the mutating rules never send workloads
-        if c.match(obj):
-            continue
-        decision = mutating.review(obj, policy=policy, mutate=mutate)
-        why = f"{entry_name} leaves out an object that policy {name} acts on: {decision}"
-        assert decision.allowed, why
-        assert not decision.patch, why
-        assert not decision.warnings, why
+    for entries_of, switched_off in ((conditions, False), (filtered, True)):
+        for (kind, entry_name), c in entries_of.items():
+            if c.match(obj):
+                continue
+            if entry_name == rendering.UNKNOWN_ENTRY:
+                policy = shipped_policies.governing("_unknown")
+            else:
+                name = "default" if entry_name == rendering.DEFAULT_ENTRY else entry_name.split(".")[0]
+                policy = shipped_policies.policies[name]
+                if switched_off:
+                    if name != "default":
+                        continue
+                    policy = dataclasses.replace(policy, rules=policy.rules.model_copy(
+                        update={"void_visible_devices_without_gpu": False}))
+            endpoint = "mutate" if kind == rendering.MUTATING_KIND else "validate"
+            group = str(obj["apiVersion"]).rpartition("/")[0]
+            decision = reviewing.admit(obj, policy=policy, endpoint=endpoint, group=group,
+                                       kind=obj["kind"], operation="CREATE")
+            why = f"{entry_name} leaves out an object that policy {policy.name} acts on: {decision}"
+            assert decision.allowed, why
+            assert not decision.patch, why
+            assert not decision.warnings, why
 
 
 # --------------------------------------------------------------------------- options

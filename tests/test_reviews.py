@@ -8,7 +8,16 @@ from typing import Any
 
 import pytest
 
-from tests.kube import admission_review, apply, check_valid, container, pod, shared, workload
+from tests.kube import (
+    WORKLOAD_KINDS,
+    admission_review,
+    apply,
+    check_valid,
+    container,
+    pod,
+    shared,
+    workload,
+)
 from webhook import policies, reviews
 from webhook.errors import BadReview
 
@@ -41,7 +50,7 @@ def test_the_patch_is_returned_to_kubernetes_and_applies_to_the_object_as_sent(
     assert result["spec"]["runtimeClassName"] == "nvidia"
     assert response["auditAnnotations"] == {
         "policy": "default", "profile": "medium", "classes": "t4-mps,a10g-time-slicing",
-        "mutations": "runtime-class,tolerations,node-affinity,mps-limits,visible-devices",
+        "mutations": "runtime-class,tolerations,node-selection,mps-limits,visible-devices",
     }
     assert "warnings" not in response
     assert "status" not in response
@@ -50,7 +59,8 @@ def test_the_patch_is_returned_to_kubernetes_and_applies_to_the_object_as_sent(
 def test_an_allowed_review_without_changes_carries_neither_patch_nor_patch_type(
     shipped_policies: policies.PolicySet,
 ) -> None:
-    response = answer(admission_review(pod(container())), shipped_policies)["response"]
+    hidden = container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}])
+    response = answer(admission_review(pod(hidden)), shipped_policies)["response"]
     assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
 
 
@@ -67,11 +77,11 @@ def test_a_denial_has_status_code_and_message_and_no_patch(
 
 
 def test_warnings_are_short_and_plain(shipped_policies: policies.PolicySet) -> None:
-    p = pod(shared(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]))
+    p = pod(shared(envFrom=[{"configMapRef": {"name": "settings"}}]))
     response = answer(admission_review(p), shipped_policies)["response"]
     assert response["warnings"] == [
-        'container "main" sets NVIDIA_VISIBLE_DEVICES; the device plugin, not the variable,'
-        " decides which GPU it gets"]
+        'container "main" uses envFrom: NVIDIA_* or CUDA_MPS_* set there are not checked']
+    assert response["auditAnnotations"]["env-from"] == "main"
 
 
 @pytest.mark.parametrize("name", ["gold", reviews.UNKNOWN_POLICY])
@@ -79,6 +89,7 @@ def test_an_unknown_policy_is_a_denial_that_says_so(
     shipped_policies: policies.PolicySet, name: str
 ) -> None:
     response = answer(admission_review(pod()), shipped_policies, policy=name)["response"]
+    assert response["status"]["message"].endswith("(rule unknown-policy)")
     assert response["allowed"] is False
     message = response["status"]["message"]
     assert "does not exist (policies: default, not-renamed)" in message
@@ -93,8 +104,7 @@ def test_the_named_policy_governs(shipped_policies: policies.PolicySet) -> None:
     assert plain["auditAnnotations"]["policy"] == "not-renamed"
 
 
-@pytest.mark.parametrize("kind", ["Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job",
-                                  "CronJob"])
+@pytest.mark.parametrize("kind", WORKLOAD_KINDS)
 def test_the_validating_endpoint_refuses_a_workload_whose_pods_would_be_refused(
     shipped_policies: policies.PolicySet, kind: str
 ) -> None:
@@ -116,11 +126,33 @@ def test_the_mutating_endpoint_leaves_workloads_alone(shipped_policies: policies
 def test_the_validating_endpoint_checks_pods_without_patching_them(
     shipped_policies: policies.PolicySet,
 ) -> None:
-    ok = answer(admission_review(pod()), shipped_policies, endpoint="validate")["response"]
+    mutated = answer(admission_review(pod(shared(), container("log"))), shipped_policies)
+    patch = json.loads(base64.b64decode(mutated["response"]["patch"]))
+    stored = apply(pod(shared(), container("log")), patch)
+    ok = answer(admission_review(stored), shipped_policies, endpoint="validate")["response"]
     assert ok == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
     bad = answer(admission_review(pod(shared(securityContext={"privileged": True}))),
                  shipped_policies, endpoint="validate")["response"]
     assert bad["allowed"] is False
+
+
+def test_the_validating_endpoint_refuses_a_pod_the_mutating_webhook_did_not_guard(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    # As if the mutating webhook had been skipped, or a later webhook had undone its work:
+    # a container that asks for no GPU could see them all, and MPS would run without limits.
+    response = answer(admission_review(pod(shared(), container("log"))), shipped_policies,
+                      endpoint="validate")["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"] == (
+        '2 problems: (1) container "main": missing CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25,'
+        ' CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3840M (the MPS limits of profile "medium"), which'
+        " the mutating webhook adds: it did not run, or a later change took it away. Create the"
+        " pod again, or set it as shown (rule mps-limits); (2) container \"log\": missing"
+        " NVIDIA_VISIBLE_DEVICES=void (it hides the GPUs from a container that asks for none),"
+        " which the mutating webhook adds: it did not run, or a later change took it away."
+        " Create the pod again, or set it as shown (rule visible-devices)"
+    )
 
 
 def test_an_update_that_keeps_the_template_is_let_through_with_a_warning(

@@ -16,8 +16,9 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from tests import server_helpers as h
-from webhook import reviews, server
-from webhook.errors import PolicyError
+from webhook import reviews
+from webhook.transport import app as server
+from webhook.transport import logs
 
 Client = TestClient[Any, Any]
 
@@ -81,7 +82,9 @@ async def test_a_multi_replica_request_is_denied_with_status_and_reason(client: 
 
 
 async def test_the_validating_endpoint_judges_without_patching(client: Client) -> None:
-    allowed = await answer(client, "/validate", h.real_pods()[0], "uid-v1")
+    mutated = await answer(client, "/mutate", h.real_pods()[0], "uid-m1")
+    stored = h.patched(h.real_pods()[0], mutated)
+    allowed = await answer(client, "/validate", stored, "uid-v1")
     assert allowed["allowed"] is True
     assert "patch" not in allowed
     denied = await answer(client, "/validate/default", h.shared_pod(2), "uid-v2")
@@ -207,7 +210,7 @@ async def test_an_internal_error_is_still_an_admission_review_with_the_uid_and_l
 ) -> None:
     app = server.create_app(settings, review=failing_review)
     client = await h.start(aiohttp_server, aiohttp_client, app)
-    with caplog.at_level(logging.INFO, logger="webhook.server"):
+    with caplog.at_level(logging.INFO, logger="webhook"):
         result = await answer(client, "/mutate", h.real_pods()[0], "uid-internal")
     assert result["allowed"] is False
     assert result["status"]["code"] == 500
@@ -276,11 +279,11 @@ async def test_probes_and_metrics_are_served_on_their_own_plain_http_app(
 async def test_each_review_is_one_json_log_line_with_what_was_decided(
     client: Client, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.INFO, logger="webhook.server.review"):
+    with caplog.at_level(logging.INFO, logger="webhook.review"):
         await answer(client, "/mutate", h.real_pods()[1], "uid-logged")
-    records = [r for r in caplog.records if r.name == "webhook.server.review"]
+    records = [r for r in caplog.records if r.name == "webhook.review"]
     assert len(records) == 1
-    line = json.loads(server.JsonFormatter().format(records[0]))
+    line = json.loads(logs.JsonFormatter().format(records[0]))
     assert line["uid"] == "uid-logged"
     assert line["name"] == "gpu-shared-test-2"
     assert line["namespace"] == "team-a"
@@ -305,23 +308,33 @@ async def test_readiness_turns_false_while_draining_and_answers_say_connection_c
     assert response.headers["Connection"].lower() == "close"
 
 
-def test_policies_that_do_not_load_stop_the_app_from_being_made(tmp_path: Path) -> None:
+async def test_a_policy_file_that_does_not_load_takes_only_its_own_policies_out_of_force(
+    tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
+) -> None:
     settings = h.settings(tmp_path)
-    (settings.policies_dir / "broken.yaml").write_text("kind: SharingPolicy\n")
-    with pytest.raises(PolicyError):
-        server.create_app(settings)
+    broken = settings.policies_dir / "broken.yaml"
+    broken.write_text("kind: SharingPolicy\nmetadata: {name: broken}\n")
+    app = server.create_app(settings)
+    assert app[server.STATE].policies.names == ["default", "not-renamed"]
+    client = await h.start(aiohttp_server, aiohttp_client, app)
+    refused = await answer(client, "/mutate/broken", h.shared_pod(), "uid-broken")
+    assert refused["allowed"] is False
+    assert str(broken) in refused["status"]["message"]
+    assert "policy-not-loaded" in refused["status"]["message"]
+    served = await answer(client, "/mutate", h.shared_pod(), "uid-default")
+    assert served["allowed"] is True
 
 
 async def test_serve_writes_review_lines_straight_out_in_the_log_format(
     aiohttp_server: Any, aiohttp_client: Any, settings: server.Settings
 ) -> None:
     stream = io.BytesIO()
-    app = server.create_app(settings, review_log=server.JsonLines(stream))
+    app = server.create_app(settings, review_log=logs.JsonLines(stream))
     client = await h.start(aiohttp_server, aiohttp_client, app)
     await answer(client, "/mutate", h.shared_pod(2, name="two"), "uid-direct")
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert len(lines) == 1
-    assert lines[0]["logger"] == "webhook.server.review"
+    assert lines[0]["logger"] == "webhook.review"
     assert lines[0]["level"] == "info"
     assert lines[0]["time"].endswith("+00:00")
     assert lines[0]["uid"] == "uid-direct"

@@ -5,6 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
+
+import aiohttp
 
 from prometheus_client.mmap_dict import MmapedDict
 
@@ -120,16 +123,82 @@ async def test_workers_share_the_port_and_their_metrics_add_up(tmp_path: Path) -
         assert await asyncio.to_thread(serve.wait) == 0
 
 
-async def test_serve_refuses_to_start_on_broken_policies_naming_the_problem(
+async def _post(
+    serve: h.Process, ca: Path, path: str, pod: dict[str, object], uid: str
+) -> dict[str, Any]:
+    async with h.connect(serve.port, ca) as connection:
+        status, _, answer = await connection.post(path, h.review_body(pod, uid))
+    assert status == 200
+    return h.response_of(json.loads(answer), uid)
+
+
+async def _readyz(serve: h.Process) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(serve.probe_url("/readyz")) as r:
+        return r.status, await r.text()
+
+
+async def test_a_broken_policy_file_at_start_does_not_stop_serve_and_its_namespaces_hear_why(
     tmp_path: Path,
 ) -> None:
-    policies_dir = tmp_path / "policies"
-    policies_dir.mkdir()
-    (policies_dir / "default.yaml").write_text("apiVersion: gpu-share.io/v1alpha1\nkind: Nope\n")
-    with h.serving(tmp_path) as serve:
-        assert await asyncio.to_thread(serve.wait) == 2
-    problems = [p for line in serve.log_lines() for p in line.get("problems", [])]
-    assert any(str(policies_dir / "default.yaml") in p and "kind" in p for p in problems)
+    policies_dir = h.copy_policies(tmp_path / "policies")
+    broken = policies_dir / "default.yaml"
+    broken.write_text("apiVersion: gpu-share.io/v1alpha1\nkind: Nope\nmetadata: {name: default}\n")
+    with h.serving(tmp_path, "--drain-seconds", "0.2") as serve:
+        ca = tmp_path / "certs" / certificates.CA_FILE
+        await serve.ready()
+        # Ready: the other policies serve; not ready would fail every GPU pod of the cluster.
+        status, text = await _readyz(serve)
+        assert status == 200
+        assert text.startswith("ok\n")
+        assert "policy file default.yaml" in text
+        assert "not in force" in text
+        # The broken policy's namespaces: refused, naming the file and the error.
+        refused = await _post(serve, ca, "/mutate", h.shared_pod(), "uid-broken")
+        assert refused["allowed"] is False
+        message = refused["status"]["message"]
+        assert str(broken) in message
+        assert "kind" in message
+        # The good one answers as before.
+        good = await _post(serve, ca, "/mutate/not-renamed", h.shared_pod(), "uid-good")
+        assert "allowed" in good
+        async with aiohttp.ClientSession() as session:
+            async with session.get(serve.probe_url("/metrics")) as response:
+                metrics = await response.text()
+        assert h.metric(metrics, "gpu_share_webhook_policy_files_not_loaded") == 1
+        serve.terminate()
+        assert await asyncio.to_thread(serve.wait) == 0
+    logged = [line for line in serve.log_lines() if line.get("level") == "error"]
+    assert any("default.yaml" in line["message"] and "kind" in line["problem"] for line in logged)
+
+
+async def test_a_restarted_server_finds_the_last_good_policy_in_its_state_directory(
+    tmp_path: Path,
+) -> None:
+    policies_dir = h.copy_policies(tmp_path / "policies")
+    state = tmp_path / "state"
+    default = policies_dir / "default.yaml"
+    with h.serving(tmp_path, "--state-dir", str(state), "--drain-seconds", "0.2") as serve:
+        await serve.ready()
+        serve.terminate()
+        assert await asyncio.to_thread(serve.wait) == 0
+    assert (state / "policies" / "default.yaml").read_bytes() == default.read_bytes()
+    # A bad ConfigMap edit, then the container restarts.
+    default.write_text("spec: [not, a, policy]\n")
+    with h.serving(tmp_path, "--state-dir", str(state), "--drain-seconds", "0.2") as serve:
+        ca = tmp_path / "certs" / certificates.CA_FILE
+        await serve.ready()
+        status, text = await _readyz(serve)
+        assert status == 200
+        assert "policy file default.yaml" in text
+        assert "last good version serves on" in text
+        pod = h.shared_pod()
+        result = await _post(serve, ca, "/mutate", pod, "uid-last-good")
+        assert result["allowed"] is True
+        assert h.patched(pod, result)["spec"]["runtimeClassName"] == "nvidia"
+        serve.terminate()
+        assert await asyncio.to_thread(serve.wait) == 0
+    # The broken file never replaced the good one kept.
+    assert b"spec: [not" not in (state / "policies" / "default.yaml").read_bytes()
 
 
 def _reviews_per_process(metrics_dir: Path) -> list[float]:

@@ -14,8 +14,8 @@ from aiohttp.test_utils import TestClient
 from cryptography.hazmat.primitives import serialization
 
 from tests import server_helpers as h
-from webhook import certificates, server
-
+from webhook import certificates
+from webhook.transport import app as server
 Client = TestClient[Any, Any]
 
 
@@ -169,7 +169,7 @@ async def test_a_good_policy_change_takes_effect_without_a_restart(
     assert h.metric(text, "gpu_share_webhook_policy_reload_errors_total") == 0
 
 
-async def test_a_broken_policy_file_is_refused_logged_counted_and_the_old_policy_keeps_answering(
+async def test_a_broken_policy_file_is_refused_logged_counted_and_its_last_good_version_answers(
     tmp_path: Path,
     aiohttp_server: Any,
     aiohttp_client: Any,
@@ -182,7 +182,7 @@ async def test_a_broken_policy_file_is_refused_logged_counted_and_the_old_policy
     good = default.read_text()
     assert "replicas: 4" in good
 
-    with caplog.at_level(logging.ERROR, logger="webhook.server"):
+    with caplog.at_level(logging.ERROR, logger="webhook"):
         default.write_text(
             good.replace("runtimeClassName: nvidia", "runtimeClassName: nvidia-cdi").replace(
                 "replicas: 4", "replicas: 1", 1
@@ -195,7 +195,7 @@ async def test_a_broken_policy_file_is_refused_logged_counted_and_the_old_policy
 
         await h.eventually(refused, what="the broken policy refused")
     # Named: the file, the field, the reason.
-    problems = [p for r in caplog.records if isinstance(r.msg, dict) for p in r.msg["problems"]]
+    problems = [r.msg["problem"] for r in caplog.records if isinstance(r.msg, dict)]
     assert any(
         p.startswith(f"{default}: spec.nodeClasses[0].replicas: ") and "at least 2" in p
         for p in problems

@@ -4,15 +4,14 @@ The API server calls the webhook over HTTPS, checks the serving certificate agai
 `caBundle` of the webhook configuration and matches it by the Service DNS name
 `<svc>.<ns>.svc` (a SAN: the common name is ignored). This module makes such a pair
 (ECDSA P-256), keeps it in the layout of a `kubernetes.io/tls` Secret (`tls.crt`, `tls.key`,
-plus `ca.crt`), builds the server's `ssl.SSLContext` from it, and reloads that context when
-the files change (a mounted Secret being rotated) without a restart.
+plus `ca.crt`), builds the server's `ssl.SSLContext` from it and loads a pair into a live context
+(`watching.CertificateWatch` does so when a mounted Secret is rotated).
 
 Nothing here talks to the Kubernetes API: that is `cabundle`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import logging
@@ -20,7 +19,7 @@ import os
 import re
 import ssl
 import tempfile
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -55,10 +54,6 @@ MIN_DAYS_LEFT = 30
 # The signer's clock and the API server's disagree a little; a certificate valid from "now"
 # would be refused by a server whose clock is a minute behind.
 CLOCK_SKEW = timedelta(minutes=5)
-# The kubelet refreshes a mounted Secret about once a minute; looking every few seconds
-# costs two stat calls.
-RELOAD_INTERVAL_SECONDS = 10.0
-
 # For running the server on a workstation and calling it from there.
 LOCAL_DNS_NAMES = ("localhost",)
 LOCAL_IP_ADDRESSES = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
@@ -538,11 +533,47 @@ def load_pair(cert_file: PathLike, key_file: PathLike) -> ServingPair:
     return ServingPair(cert_pem=cert_pem, key_pem=key_pem, certificate=leaf)
 
 
+# TLS 1.2 suites: ECDHE key exchange (forward secrecy) with an AEAD cipher only, for ECDSA
+# certificates (ours, cert-manager's in deploy/) and RSA ones (a site's own). Named one by one
+# rather than by OpenSSL's aliases, whose meaning changes between versions; the order is the
+# server's preference. No CBC suite (Lucky 13 and its kin), no plain RSA or DHE key exchange.
+# TLS 1.3 has its own setting, and all its suites are AEAD with ephemeral keys: OpenSSL's
+# default three (AES-GCM and ChaCha20-Poly1305) stay.
+TLS12_CIPHERS = (
+    "ECDHE-ECDSA-AES128-GCM-SHA256",
+    "ECDHE-RSA-AES128-GCM-SHA256",
+    "ECDHE-ECDSA-AES256-GCM-SHA384",
+    "ECDHE-RSA-AES256-GCM-SHA384",
+    "ECDHE-ECDSA-CHACHA20-POLY1305",
+    "ECDHE-RSA-CHACHA20-POLY1305",
+)
+
+
 def server_ssl_context(cert_file: PathLike, key_file: PathLike) -> ssl.SSLContext:
-    """A TLS server context (TLS 1.2 or newer) serving the pair in the two files."""
+    """A TLS 1.2 and 1.3 server context serving the pair in the two files.
+
+    TLS 1.2 offers only `TLS12_CIPHERS`; nothing older than 1.2 is spoken (SPEC: "TLS 1.2
+    (ECDHE with AEAD suites only) and 1.3").
+    """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
-    _load_into(context, load_pair(cert_file, key_file), source=str(cert_file))
+    context.set_ciphers(":".join(TLS12_CIPHERS))
+    context.options |= (
+        # No TLS-level compression (CRIME); Python's default, stated so it stays.
+        ssl.OP_NO_COMPRESSION
+        # Our order of suites, not the client's.
+        | ssl.OP_CIPHER_SERVER_PREFERENCE
+        # No renegotiation in TLS 1.2 (TLS 1.3 has none): a client cannot make the server
+        # redo handshakes on one connection (CPU exhaustion) or splice sessions.
+        | ssl.OP_NO_RENEGOTIATION
+        # No TLS 1.2 session tickets: their key lives as long as the process, so a leaked
+        # key would open every recorded session. The API server does not resume sessions,
+        # and with --workers each process has its own key anyway.
+        | ssl.OP_NO_TICKET
+    )
+    # Nor TLS 1.3 tickets, for the same reasons.
+    context.num_tickets = 0
+    load_into(context, load_pair(cert_file, key_file), source=str(cert_file))
     return context
 
 
@@ -581,7 +612,7 @@ def _public_key_bytes(key: PublicKeyTypes | CertificatePublicKeyTypes) -> bytes:
     )
 
 
-def _load_into(context: ssl.SSLContext, pair: ServingPair, *, source: str) -> None:
+def load_into(context: ssl.SSLContext, pair: ServingPair, *, source: str) -> None:
     """Make `context` serve `pair`, or leave it exactly as it was.
 
     `load_cert_chain` on a live context is not all-or-nothing: OpenSSL installs the
@@ -618,142 +649,3 @@ def _private_file(data: bytes) -> Iterator[str]:
         stream.write(data)
         stream.flush()
         yield stream.name
-
-
-# --- hot reload ------------------------------------------------------------------------
-
-# What identifies a file's content without reading it. The resolved path matters for a
-# mounted Secret: the kubelet writes a new `..2026_11_21_...` directory and swaps the
-# `..data` symlink, so `tls.crt` resolves elsewhere while inode and mtime may look the same.
-_Stamp = tuple[str, int, int, int, int] | None
-
-
-def _stamp(path: Path) -> _Stamp:
-    try:
-        status = os.stat(path)
-    except OSError:
-        return None
-    return (
-        os.path.realpath(path),
-        status.st_dev,
-        status.st_ino,
-        status.st_mtime_ns,
-        status.st_size,
-    )
-
-
-class CertificateReloader:
-    """Keeps an `ssl.SSLContext` serving what its certificate and key files hold.
-
-    `check()` loads a changed pair into the same context: new handshakes use it, open
-    connections keep theirs. A pair that cannot be served is refused, the current one stays,
-    `on_error` hears about it once, and the next check tries again. `run()` checks
-    periodically. The constructor loads the pair once, so that what is served and what
-    `not_after` says agree from the start; it raises CertificateError if it cannot.
-    """
-
-    def __init__(
-        self,
-        context: ssl.SSLContext,
-        cert_file: PathLike,
-        key_file: PathLike,
-        *,
-        on_reload: Callable[[x509.Certificate], object] | None = None,
-        on_error: Callable[[CertificateError], object] | None = None,
-    ) -> None:
-        self.context = context
-        self.cert_file = Path(cert_file)
-        self.key_file = Path(key_file)
-        self._on_reload = on_reload
-        self._on_error = on_error
-        # Stamp before reading: a change during the read then shows on the next check.
-        stamps = self._stamps()
-        self._pair = load_pair(self.cert_file, self.key_file)
-        _load_into(context, self._pair, source=str(self.cert_file))
-        self._stamps_served = stamps
-        self._last_failure: tuple[object, str] | None = None
-
-    @property
-    def certificate(self) -> x509.Certificate:
-        """The certificate new handshakes present."""
-        return self._pair.certificate
-
-    @property
-    def not_after(self) -> datetime:
-        """When the certificate being served expires (UTC)."""
-        return self._pair.not_after
-
-    def seconds_until_expiry(self, now: datetime | None = None) -> float:
-        """Seconds until the served certificate expires; negative once it has."""
-        return (self.not_after - _utc(now)).total_seconds()
-
-    def check(self) -> bool:
-        """Load the pair again if either file changed; True when a new pair is now served."""
-        stamps = self._stamps()
-        if stamps == self._stamps_served:
-            return False
-        try:
-            pair = load_pair(self.cert_file, self.key_file)
-            if (pair.cert_pem, pair.key_pem) == (self._pair.cert_pem, self._pair.key_pem):
-                self._stamps_served = stamps  # touched or re-mounted, same content
-                self._last_failure = None
-                return False
-            _load_into(self.context, pair, source=str(self.cert_file))
-        except CertificateError as exc:
-            self._refused(stamps, exc)
-            return False
-        self._pair, self._stamps_served, self._last_failure = pair, stamps, None
-        self._log_reload(pair.certificate)
-        _call(self._on_reload, pair.certificate)
-        return True
-
-    async def run(self, interval_seconds: float = RELOAD_INTERVAL_SECONDS) -> None:
-        """Call `check()` every `interval_seconds` until cancelled; no error stops it."""
-        if interval_seconds <= 0:
-            raise ValueError(f"interval_seconds must be positive, not {interval_seconds}")
-        while True:
-            await asyncio.sleep(interval_seconds)
-            # On the event loop's thread on purpose: OpenSSL does not allow changing a
-            # context while another thread starts connections from it, and a check is a
-            # millisecond of work.
-            try:
-                self.check()
-            except Exception:
-                logger.exception("checking %s for a new certificate failed", self.cert_file)
-
-    def _stamps(self) -> tuple[_Stamp, _Stamp]:
-        return _stamp(self.cert_file), _stamp(self.key_file)
-
-    def _refused(self, stamps: tuple[_Stamp, _Stamp], exc: CertificateError) -> None:
-        # The same broken files are retried on every check; say so once, not every time.
-        failure = (stamps, str(exc))
-        if failure == self._last_failure:
-            logger.debug("still refusing the new certificate: %s", exc)
-            return
-        self._last_failure = failure
-        logger.error(
-            "refused the new certificate, still serving the one valid until %s: %s",
-            f"{self.not_after:%Y-%m-%d %H:%M} UTC",
-            exc,
-        )
-        _call(self._on_error, exc)
-
-    def _log_reload(self, certificate: x509.Certificate) -> None:
-        logger.info(
-            "serving a new certificate from %s: serial %x, valid until %s",
-            self.cert_file,
-            certificate.serial_number,
-            f"{certificate.not_valid_after_utc:%Y-%m-%d %H:%M} UTC",
-        )
-        if certificate.not_valid_after_utc <= datetime.now(UTC):
-            logger.warning("the new certificate in %s has already expired", self.cert_file)
-
-
-def _call(callback: Callable[[_T], object] | None, argument: _T) -> None:
-    # A failing callback (a metric, a log hook) must not undo or stop a reload.
-    if callback is None:
-        return
-    try:
-        callback(argument)
-    except Exception:
-        logger.exception("certificate reload callback %r failed", callback)

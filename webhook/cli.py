@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from webhook import __version__
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS = ("serve", "mutate", "policy", "certs", "render")
+COMMANDS = ("serve", "mutate", "policy", "discover", "certs", "render")
 
 
 def build_parser() -> argparse.ArgumentParser:

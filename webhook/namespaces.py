@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from webhook.policies import DEFAULT_POLICY
+from webhook.names import DEFAULT_POLICY, ENABLED_LABEL, NAME_LABEL, POLICY_LABEL
 
-ENABLED_LABEL = "gpu-share.io/enabled"
-POLICY_LABEL = "gpu-share.io/policy"
-NAME_LABEL = "kubernetes.io/metadata.name"
+__all__ = ["ENABLED_LABEL", "NAME_LABEL", "POLICY_LABEL", "opted_in", "policy_name"]
 
 
 def opted_in(labels: Mapping[str, str]) -> bool:

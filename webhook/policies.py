@@ -21,21 +21,27 @@ review repeats none of that work.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from webhook import names
 from webhook.errors import PolicyError
 
 API_VERSION = "gpu-share.io/v1alpha1"
 KIND = "SharingPolicy"
-DEFAULT_POLICY = "default"
+DEFAULT_POLICY = names.DEFAULT_POLICY
+# The rules that refuse GPU pods of a namespace whose policy is not in force.
+UNKNOWN_POLICY = "unknown-policy"
+POLICY_NOT_LOADED = "policy-not-loaded"
 
 # Label values and names as Kubernetes validates them.
 _LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
@@ -50,7 +56,7 @@ ResourceName = Annotated[str, StringConstraints(pattern=rf"^{_RESOURCE_NAME}$")]
 BaseResource = Annotated[str, StringConstraints(pattern=rf"^{_BASE_RESOURCE}$")]
 LabelValue = Annotated[str, StringConstraints(pattern=rf"^{_LABEL_VALUE}$", max_length=63)]
 
-SHARED_SUFFIX = ".shared"
+SHARED_SUFFIX = names.SHARED_SUFFIX
 PRODUCT_SHARED_SUFFIX = "-SHARED"
 # The device plugin refuses MPS with more replicas than the hardware allows (48 from compute
 # capability 7.5, 16 before); the policy cannot know the capability, so it checks the upper one.
@@ -150,18 +156,39 @@ class ProfileSpec(_Model):
 
 
 class RulesSpec(_Model):
-    """Switches for the safety rules a site may reasonably choose otherwise."""
+    """Switches for the safety rules a site may reasonably choose otherwise (docs/security.md
+    says what each trades). Every default is the safe choice."""
 
-    # Privileged containers see every GPU on the node, whatever they asked for.
-    deny_privileged: bool = Field(default=True, alias="denyPrivileged")
-    # NVIDIA_VISIBLE_DEVICES on a container that asks for no GPU is how it escapes allocation.
-    deny_visible_devices_without_gpu: bool = Field(
-        default=True, alias="denyVisibleDevicesWithoutGpu"
-    )
-    # CUDA images set NVIDIA_VISIBLE_DEVICES=all: containers that asked for no GPU get `void`.
+    # NVIDIA_VISIBLE_DEVICES and the toolkit's other device variables: a value that does not
+    # only hide devices, on any container, widens what the runtime injects.
+    deny_device_variables: bool = Field(default=True, alias="denyDeviceVariables")
+    # envFrom on a container that uses a GPU can carry those variables unseen: warned about
+    # and recorded by default; refused with this switch on.
+    deny_env_from_on_gpu_containers: bool = Field(default=False, alias="denyEnvFromOnGpuContainers")
+    # CUDA images set NVIDIA_VISIBLE_DEVICES=all: containers that ask for no GPU get `void`,
+    # in every pod of the namespace (true) or only in pods that use a GPU (false).
     void_visible_devices_without_gpu: bool = Field(
         default=True, alias="voidVisibleDevicesWithoutGpu"
     )
+    # CUDA_MPS_PIPE_DIRECTORY / CUDA_MPS_LOG_DIRECTORY set by the user detach a process from
+    # the MPS daemon and its limits.
+    deny_mps_directories: bool = Field(default=True, alias="denyMpsDirectories")
+    # Privileged containers see every device of the node, whatever they asked for.
+    deny_privileged: bool = Field(default=True, alias="denyPrivileged")
+    # Added capabilities SYS_ADMIN or ALL in a pod that uses a GPU.
+    deny_added_capabilities: bool = Field(default=True, alias="denyAddedCapabilities")
+    # hostPID / hostIPC in a pod that uses a GPU.
+    deny_host_namespaces: bool = Field(default=True, alias="denyHostNamespaces")
+    # hostPath volumes of /dev, /run/nvidia*, /var/run/nvidia* (or what holds them) in a pod
+    # that uses a GPU.
+    deny_device_host_paths: bool = Field(default=True, alias="denyDeviceHostPaths")
+    # Any volume mounted at or under /var/run/nvidia-container-devices, in every pod.
+    deny_device_list_mounts: bool = Field(default=True, alias="denyDeviceListMounts")
+    # Pod annotations `cdi.k8s.io/*`: device requests that runtimes passing pod annotations
+    # through (kata's and confidential-computing GPU runtime classes) honour.
+    deny_cdi_annotations: bool = Field(default=True, alias="denyCdiAnnotations")
+    # Dynamic resource allocation claims: another way to a GPU, outside this policy.
+    deny_resource_claims: bool = Field(default=True, alias="denyResourceClaims")
     deny_exclusive_with_shared: bool = Field(default=True, alias="denyExclusiveWithShared")
 
 
@@ -169,11 +196,20 @@ def _default_tolerations() -> list[TolerationSpec]:
     return [TolerationSpec(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
 
 
+Mode = Literal["enforce", "warn", "dry-run"]
+
+
 class PolicySpecModel(_Model):
+    # How the policy applies its rules (names.MODES), and per-rule exceptions: roll a policy
+    # out in dry-run, read the audit, warn, then enforce (docs/policies.md).
+    mode: Mode = "enforce"
+    rule_modes: dict[str, Mode] = Field(default_factory=dict, alias="ruleModes")
     shared_resources: list[ResourceName] = Field(
         default_factory=lambda: ["nvidia.com/gpu.shared"], alias="sharedResources", min_length=1
     )
-    runtime_class_name: DnsSubdomain = Field(default="nvidia", alias="runtimeClassName")
+    runtime_class_name: DnsSubdomain = Field(
+        default=names.DEFAULT_RUNTIME_CLASS, alias="runtimeClassName"
+    )
     tolerations: list[TolerationSpec] = Field(default_factory=_default_tolerations)
     # Also tolerate a taint named after the requested resource, as the ExtendedResourceToleration
     # admission plugin would, for clusters that taint GPU nodes that way.
@@ -186,8 +222,14 @@ class PolicySpecModel(_Model):
     @model_validator(mode="after")
     def _coherent(self) -> PolicySpecModel:
         problems: list[str] = []
-        names = [c.name for c in self.node_classes]
-        for dup in sorted({n for n in names if names.count(n) > 1}):
+        for rule in sorted(set(self.rule_modes) - set(names.RULES)):
+            problems.append(
+                f"ruleModes.{rule}: no rule has this name (rules: {', '.join(names.RULES)})"
+            )
+        for rule in sorted(set(self.rule_modes) & names.ALWAYS_ENFORCED):
+            problems.append(f"ruleModes.{rule}: always enforced (it refuses bad input)")
+        class_names = [c.name for c in self.node_classes]
+        for dup in sorted({n for n in class_names if class_names.count(n) > 1}):
             problems.append(f"nodeClasses: two classes named {dup!r}")
         shared = set(self.shared_resources)
         if len(shared) != len(self.shared_resources):
@@ -257,7 +299,7 @@ def _fits(profile: ProfileSpec, cls: NodeClassSpec) -> bool:
 # --------------------------------------------------------------------------- compiled form
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class NodeClass:
     """A node class, compiled: what it advertises, the labels to select it, its MPS ceilings."""
 
@@ -292,23 +334,20 @@ class Profile:
     pinned_memory_mib: int | None
 
 
-@dataclass(frozen=True, slots=True)
-class Rules:
-    deny_privileged: bool
-    deny_visible_devices_without_gpu: bool
-    void_visible_devices_without_gpu: bool
-    deny_exclusive_with_shared: bool
+# The compiled switches: the same fields as the file's `spec.rules`, by their Python names.
+Rules = RulesSpec
 
 
-@dataclass(eq=False, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Policy:
-    """A policy compiled for reviews. Built once per load; treat as read-only."""
+    """A policy compiled for reviews. Built once per load and immutable: nothing a review
+    returns may alias it (patch values are built afresh from it for every review)."""
 
     name: str
     source: str
     shared_resources: frozenset[str]
     runtime_class_name: str
-    tolerations: tuple[dict[str, Any], ...]
+    tolerations: tuple[tuple[tuple[str, Any], ...], ...]
     tolerate_resource_taint: bool
     classes: tuple[NodeClass, ...]
     classes_by_resource: Mapping[str, tuple[NodeClass, ...]]
@@ -317,16 +356,28 @@ class Policy:
     rules: Rules
     # Profile names other policies define: lets a denial tell "not allowed here" from "unknown".
     foreign_profiles: frozenset[str] = frozenset()
-    # Per-policy memo of work that depends only on the policy and a small key (node terms
-    # for a set of classes); bounded by the number of class subsets actually seen.
-    memo: dict[Any, Any] = field(default_factory=dict)
+
+    # How each rule is applied: `mode`, except where `rule_modes` says otherwise.
+    mode: str = names.ENFORCE
+    rule_modes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Set on the stand-in for a policy that is not in force (unknown name, file that does not
+    # load): (rule, message) refusing every pod that asks for a GPU.
+    unavailable: tuple[str, str] | None = None
+
+    def mode_of(self, rule: str) -> str:
+        """How this policy applies `rule`."""
+        if rule in names.ALWAYS_ENFORCED:
+            return names.ENFORCE
+        return self.rule_modes.get(rule, self.mode)
 
 
 @dataclass(frozen=True, slots=True)
 class PolicySet:
-    """All policies in force, by name."""
+    """The policies in force, by name; and the policies that did not load, by name, each
+    with the file and the error (their namespaces are refused GPU pods with that reason)."""
 
     policies: Mapping[str, Policy]
+    broken: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     def get(self, name: str) -> Policy | None:
         return self.policies.get(name)
@@ -334,6 +385,55 @@ class PolicySet:
     @property
     def names(self) -> list[str]:
         return sorted(self.policies)
+
+    def governing(self, name: str) -> Policy:
+        """The policy at the webhook path `name`, or the stand-in that says why there is none
+        (`name` is `names.UNKNOWN_POLICY` for the catch-all entry)."""
+        found = self.policies.get(name)
+        if found is not None:
+            return found
+        known = ", ".join(self.names) or "none"
+        if name in self.broken:
+            return stand_in(
+                name,
+                POLICY_NOT_LOADED,
+                f'policy "{name}" is not in force: {self.broken[name]}. The cluster admin must'
+                " fix the policy file; until then pods of this namespace that ask for a GPU"
+                " are refused",
+            )
+        if name == names.UNKNOWN_POLICY:
+            message = (
+                f"unknown policy: this namespace's label {names.POLICY_LABEL} names a policy"
+                f" that does not exist (policies: {known}). Fix the label, or remove it for the"
+                " default policy"
+            )
+        else:
+            message = (
+                f'unknown policy: policy "{name}" does not exist (policies: {known}). Fix the'
+                f" namespace label {names.POLICY_LABEL}, or add the policy and render the"
+                " webhook configurations"
+            )
+        return stand_in(name, UNKNOWN_POLICY, message)
+
+
+def stand_in(name: str, rule: str, message: str) -> Policy:
+    """A policy for a namespace whose own is not in force: no shared GPU and the default
+    switches, so that the rules that do not depend on a policy still guard its pods; every
+    pod that asks for a GPU is refused by `rule` with `message`."""
+    return Policy(
+        name=name,
+        source="(not in force)",
+        shared_resources=frozenset(),
+        runtime_class_name=names.DEFAULT_RUNTIME_CLASS,
+        tolerations=(),
+        tolerate_resource_taint=False,
+        classes=(),
+        classes_by_resource=MappingProxyType({}),
+        profiles=MappingProxyType({}),
+        default_profile=None,
+        rules=RulesSpec(),
+        unavailable=(rule, message),
+    )
 
 
 def compile_node_class(spec: NodeClassSpec, index: int) -> NodeClass:
@@ -369,7 +469,7 @@ def compile_node_class(spec: NodeClassSpec, index: int) -> NodeClass:
         fail_requests_greater_than_one=fail,
         selector=selector,
         product_label=f"{r}.product",
-        known_labels=known,
+        known_labels=MappingProxyType(known),
         thread_ceiling=100 // spec.replicas if mps else None,
         memory_ceiling_mib=(spec.memory_mib // spec.replicas) if mps and spec.memory_mib else None,
     )
@@ -386,21 +486,20 @@ def compile_policy(doc: PolicyDocument, source: str) -> Policy:
         source=source,
         shared_resources=frozenset(spec.shared_resources),
         runtime_class_name=spec.runtime_class_name,
-        tolerations=tuple(t.as_k8s() for t in spec.tolerations),
+        tolerations=tuple(tuple(t.as_k8s().items()) for t in spec.tolerations),
         tolerate_resource_taint=spec.tolerate_resource_taint,
         classes=classes,
-        classes_by_resource={k: tuple(v) for k, v in by_resource.items()},
-        profiles={
-            n: Profile(n, p.active_thread_percentage, p.pinned_memory_mib)
-            for n, p in spec.profiles.items()
-        },
-        default_profile=spec.default_profile,
-        rules=Rules(
-            deny_privileged=spec.rules.deny_privileged,
-            deny_visible_devices_without_gpu=spec.rules.deny_visible_devices_without_gpu,
-            void_visible_devices_without_gpu=spec.rules.void_visible_devices_without_gpu,
-            deny_exclusive_with_shared=spec.rules.deny_exclusive_with_shared,
+        classes_by_resource=MappingProxyType({k: tuple(v) for k, v in by_resource.items()}),
+        profiles=MappingProxyType(
+            {
+                n: Profile(n, p.active_thread_percentage, p.pinned_memory_mib)
+                for n, p in spec.profiles.items()
+            }
         ),
+        default_profile=spec.default_profile,
+        rules=spec.rules,
+        mode=spec.mode,
+        rule_modes=MappingProxyType(dict(spec.rule_modes)),
     )
 
 
@@ -503,6 +602,67 @@ def load_directory(directory: str | Path) -> PolicySet:
     return build_set(loaded, problems)
 
 
+def declared_names(text: str) -> list[str]:
+    """The policy names a file's text declares, read as far as it can be (for a file that
+    does not load: its namespaces are then told which file and why)."""
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError:
+        return []
+    found = []
+    for doc in docs:
+        meta = doc.get("metadata") if isinstance(doc, dict) else None
+        name = meta.get("name") if isinstance(meta, dict) else None
+        if isinstance(name, str) and name:
+            found.append(name)
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class FileLoad:
+    """One policy file as read: its policies, or why they do not load."""
+
+    source: str
+    policies: tuple[Policy, ...]
+    problems: tuple[str, ...]
+    names: tuple[str, ...]  # what it declares, valid or not
+
+    @classmethod
+    def of(cls, text: str, source: str) -> FileLoad:
+        found, problems = parse_documents(text, source)
+        if problems:
+            return cls(source, (), tuple(problems), tuple(declared_names(text)))
+        return cls(source, tuple(found), (), tuple(p.name for p in found))
+
+
+def assemble(files: Iterable[FileLoad]) -> tuple[PolicySet, list[str]]:
+    """The policies of the files that load, and the problems of the others: a policy file
+    that does not load takes only its own policies out of force (their names go to
+    `PolicySet.broken` with the file and the error), never the others'."""
+    problems: list[str] = []
+    good: list[Policy] = []
+    broken: dict[str, str] = {}
+    by_name: dict[str, str] = {}
+    for f in files:
+        clash = [n for n in f.names if n in by_name]
+        if f.problems or clash:
+            reasons = list(f.problems) or [
+                f"{f.source}: metadata.name: policy {n!r} is already defined in {by_name[n]}"
+                for n in clash
+            ]
+            problems.extend(reasons)
+            more = f" (and {len(reasons) - 1} more)" if len(reasons) > 1 else ""
+            for name in f.names:
+                broken.setdefault(name, reasons[0] + more)
+            continue
+        for p in f.policies:
+            by_name[p.name] = f.source
+        good.extend(f.policies)
+    loaded = build_set(good)
+    return PolicySet(loaded.policies, MappingProxyType(
+        {n: r for n, r in broken.items() if n not in loaded.policies})), problems
+
+
 def build_set(policies: Iterable[Policy], problems: list[str] | None = None) -> PolicySet:
     """Assemble compiled policies into a set; two with one name are an error."""
     problems = list(problems or [])
@@ -518,9 +678,16 @@ def build_set(policies: Iterable[Policy], problems: list[str] | None = None) -> 
     if problems:
         raise PolicyError(problems)
     all_profiles = {n for p in by_name.values() for n in p.profiles}
-    for p in by_name.values():
-        p.foreign_profiles = frozenset(all_profiles - set(p.profiles))
-    return PolicySet(by_name)
+    return PolicySet(
+        MappingProxyType(
+            {
+                name: dataclasses.replace(
+                    p, foreign_profiles=frozenset(all_profiles - set(p.profiles))
+                )
+                for name, p in by_name.items()
+            }
+        )
+    )
 
 
 def embedded_directory() -> Path:

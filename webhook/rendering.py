@@ -18,14 +18,20 @@ policy name can collide with them.
 
 `matchConditions` (CEL, evaluated by the API server before it calls anyone) keep everything
 else away from the webhook, which is what makes `failurePolicy: Fail` safe for the rest of
-the cluster: an entry is called only for a Pod or pod template (a workload's
-`spec.template`, a CronJob's `spec.jobTemplate.spec.template`) with a container or init
-container that asks for one of the policy's shared resources (requests or limits) or sets
-NVIDIA_VISIBLE_DEVICES or a CUDA_MPS_* variable; never for a mirror pod (the kubelet's
-static pods cannot be changed, and refusing one only hides it from the API). The catch-all
-entry cannot know which names the namespace meant as shared, so it takes every NVIDIA GPU
-resource: a GPU workload in a namespace whose label is wrong is refused and told why; a
-workload without GPUs there goes on as anywhere else.
+the cluster. Never a mirror pod (the kubelet's static pods cannot be changed, and refusing one
+only hides it from the API). Then an entry is called for:
+
+- every Pod, when its policy's `voidVisibleDevicesWithoutGpu` is on (escape route 2: each
+  container that asks for no GPU gets NVIDIA_VISIBLE_DEVICES=void), and every update of a
+  pod's ephemeral containers (`kubectl debug`, route 3);
+- otherwise, and for workloads, only a pod spec (a Pod's, or a template of a workload) that
+  one of the rules can refuse: a container that asks for a GPU, sets an NVIDIA_* or
+  CUDA_MPS_* variable, is privileged or mounts something at a path with
+  `nvidia-container-devices` in it; a hostPath volume; resource claims; a `cdi.k8s.io/`
+  annotation.
+
+The catch-all entry applies the rules that need no policy (`rules.Rule.always`), so it is
+called as a policy with the route 2 switch on.
 
 The conditions must hold on any object the rules send: every field is guarded with has(),
 since a CEL error counts as a failure and, with Fail, would refuse the request.
@@ -41,50 +47,39 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from webhook import mutating, namespaces, reviews
-from webhook.policies import DEFAULT_POLICY, PolicySet
+from webhook import kinds as workload_kinds
+from webhook import names, reviews
+from webhook.core import pods
+from webhook.policies import DEFAULT_POLICY, Policy, PolicySet
 
 ADMISSION_API_VERSION = "admissionregistration.k8s.io/v1"
 MUTATING_KIND = "MutatingWebhookConfiguration"
 VALIDATING_KIND = "ValidatingWebhookConfiguration"
 
-DOMAIN = "gpu-share.io"
+DOMAIN = names.DOMAIN
 # Entry names (fully qualified, unique within a configuration; see the module docstring).
 DEFAULT_ENTRY = f"{DEFAULT_POLICY}.{DOMAIN}"
 UNKNOWN_ENTRY = f"unknown-policy.{DOMAIN}"
 
-CERT_MANAGER_ANNOTATION = "cert-manager.io/inject-ca-from"
-MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
-SYSTEM_NAMESPACE = "kube-system"
 SERVICE_PORT = 443
 
 FailurePolicy = Literal["Fail", "Ignore"]
 FAILURE_POLICIES: tuple[FailurePolicy, ...] = ("Fail", "Ignore")
 # Short: the API server waits this long on every GPU-sharing create, and a review takes
 # milliseconds. Kubernetes allows 1..30 (default 10).
-DEFAULT_TIMEOUT_SECONDS = 5
+DEFAULT_TIMEOUT_SECONDS = names.WEBHOOK_TIMEOUT_SECONDS
 TIMEOUT_RANGE = range(1, 31)
-
-# The workload kinds whose pod templates the validating webhook reviews (resource names as
-# the rules want them), by API group; their kinds are the keys of mutating.TEMPLATE_PATHS.
-WORKLOAD_RESOURCES: dict[str, tuple[str, ...]] = {
-    "apps": ("deployments", "replicasets", "statefulsets", "daemonsets"),
-    "batch": ("jobs", "cronjobs"),
-}
 
 # matchCondition names (qualified names, shown in API server logs).
 CONDITION_NOT_MIRROR = "not-a-mirror-pod"
-CONDITION_SHARED_GPU = "asks-for-a-shared-gpu-or-sets-gpu-env"
-CONDITION_ANY_GPU = "asks-for-a-gpu-or-sets-gpu-env"
+CONDITION_EVERY_POD = "every-pod-or-what-a-rule-can-refuse"
+CONDITION_RULES = "what-a-rule-can-refuse"
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _PLAIN_CEL_STRING = re.compile(r"[A-Za-z0-9./_+-]*")
 
-LABELS = {
-    "app.kubernetes.io/name": "gpu-share-webhook",
-    "app.kubernetes.io/part-of": "gpu-share-webhook",
-}
+LABELS = names.COMMON_LABELS
 
 
 def policy_entry(name: str) -> str:
@@ -102,12 +97,15 @@ def render(
     failure_policy: FailurePolicy = "Fail",
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
     cert_manager_certificate: str | None = None,
+    kinds: Sequence[pods.Kind] | None = None,
 ) -> list[dict[str, Any]]:
     """The MutatingWebhookConfiguration and ValidatingWebhookConfiguration for `policies`.
 
     `ca_bundle` is the PEM of the CA that signed the serving certificate; leave it out when
     something else fills `caBundle` in (cert-manager's CA injector for
     `cert_manager_certificate` "NAMESPACE/NAME", or `gpu-share-webhook certs --inject-ca`).
+    `kinds` are the workload kinds whose pod templates the validating webhook reviews (the
+    built-in ones and those of the shipped WorkloadKinds file when None).
     Raises ValueError for options Kubernetes would refuse.
     """
     _check(
@@ -120,10 +118,14 @@ def render(
         ca_bundle=ca_bundle,
     )
 
+    if kinds is None:
+        kinds = workload_kinds.all_kinds()
+
     def settings(endpoint: reviews.Endpoint, rules: list[dict[str, Any]]) -> _Settings:
         return _Settings(
             endpoint=endpoint,
             rules=rules,
+            kinds=tuple(kinds) if endpoint == "validate" else (),
             service=service,
             namespace=namespace,
             ca_bundle=ca_bundle,
@@ -134,10 +136,12 @@ def render(
     # Pods alone for mutation (workload templates are not changed: their pods are, when
     # created); validation also refuses workloads whose template breaks a rule.
     mutating_entries = _entries(policies, settings("mutate", _pod_rules()))
-    validating_entries = _entries(policies, settings("validate", _pod_rules() + _workload_rules()))
+    validating_entries = _entries(
+        policies, settings("validate", _pod_rules() + _workload_rules(kinds))
+    )
     metadata: dict[str, Any] = {"name": name, "labels": dict(LABELS)}
     if cert_manager_certificate:
-        metadata["annotations"] = {CERT_MANAGER_ANNOTATION: cert_manager_certificate}
+        metadata["annotations"] = {names.CERT_MANAGER_ANNOTATION: cert_manager_certificate}
     return [
         {
             "apiVersion": ADMISSION_API_VERSION,
@@ -202,6 +206,8 @@ class _Settings:
 
     endpoint: reviews.Endpoint
     rules: list[dict[str, Any]]
+    # The workload kinds the entries review (none for the mutating configuration).
+    kinds: tuple[pods.Kind, ...]
     service: str
     namespace: str
     ca_bundle: bytes | None
@@ -210,45 +216,45 @@ class _Settings:
 
 
 def _entries(policies: PolicySet, settings: _Settings) -> list[dict[str, Any]]:
-    names = policies.names
-    has_default = DEFAULT_POLICY in names
+    known = policies.names
+    has_default = DEFAULT_POLICY in known
     # Label values that namespaces.policy_name reads as a policy: the names, and "" for the
     # default policy. Any other value is the catch-all's.
-    known_values = [*names, ""] if has_default else list(names)
-    # Namespaces without the label get the default policy even when no policy has that name:
-    # the server then refuses GPU workloads there with "policy default does not exist".
-    unlabelled = (
-        shared_gpu_condition(policies.policies[DEFAULT_POLICY].shared_resources)
-        if has_default
-        else any_gpu_condition(())
-    )
+    known_values = [*known, ""] if has_default else list(known)
+
+    def condition(policy: Policy | None) -> dict[str, str]:
+        # A namespace whose policy is not in force is guarded as if by a policy with the
+        # default switches (see `rules.Rule.always`).
+        every_pod = policy is None or policy.rules.void_visible_devices_without_gpu
+        shared = policy.shared_resources if policy is not None else frozenset()
+        return match_condition(settings.kinds, shared, every_pod=every_pod)
+
     out = [
         _entry(
             DEFAULT_ENTRY,
             DEFAULT_POLICY,
-            {"key": namespaces.POLICY_LABEL, "operator": "DoesNotExist"},
-            unlabelled,
+            {"key": names.POLICY_LABEL, "operator": "DoesNotExist"},
+            condition(policies.get(DEFAULT_POLICY)),
             settings,
         )
     ]
-    for policy_name in names:
+    for policy_name in known:
         values = [policy_name, ""] if policy_name == DEFAULT_POLICY else [policy_name]
         out.append(
             _entry(
                 policy_entry(policy_name),
                 policy_name,
-                {"key": namespaces.POLICY_LABEL, "operator": "In", "values": values},
-                shared_gpu_condition(policies.policies[policy_name].shared_resources),
+                {"key": names.POLICY_LABEL, "operator": "In", "values": values},
+                condition(policies.policies[policy_name]),
                 settings,
             )
         )
-    all_shared = {r for p in policies.policies.values() for r in p.shared_resources}
     out.append(
         _entry(
             UNKNOWN_ENTRY,
-            reviews.UNKNOWN_POLICY,
-            {"key": namespaces.POLICY_LABEL, "operator": "NotIn", "values": known_values},
-            any_gpu_condition(all_shared),
+            names.UNKNOWN_POLICY,
+            {"key": names.POLICY_LABEL, "operator": "NotIn", "values": known_values},
+            condition(None),
             settings,
         )
     )
@@ -273,16 +279,16 @@ def _entry(
     if settings.ca_bundle is not None:
         client["caBundle"] = base64.b64encode(settings.ca_bundle).decode("ascii")
     expressions: list[dict[str, Any]] = [
-        {"key": namespaces.ENABLED_LABEL, "operator": "In", "values": ["true"]},
+        {"key": names.ENABLED_LABEL, "operator": "In", "values": ["true"]},
         {
-            "key": namespaces.NAME_LABEL,
+            "key": names.NAME_LABEL,
             "operator": "NotIn",
-            "values": sorted({SYSTEM_NAMESPACE, settings.namespace}),
+            "values": sorted({names.SYSTEM_NAMESPACE, settings.namespace}),
         },
     ]
     if policy_label["operator"] == "NotIn":
         # NotIn alone also matches namespaces without the label: those are the default's.
-        expressions.append({"key": namespaces.POLICY_LABEL, "operator": "Exists"})
+        expressions.append({"key": names.POLICY_LABEL, "operator": "Exists"})
     expressions.append(policy_label)
     entry: dict[str, Any] = {
         "name": entry_name,
@@ -304,30 +310,43 @@ def _entry(
 
 
 def _pod_rules() -> list[dict[str, Any]]:
-    # Pods only on CREATE: their containers, resources and scheduling are immutable after.
     return [
+        # Pods only on CREATE: their containers, resources and scheduling are immutable after.
         {
             "apiGroups": [""],
             "apiVersions": ["v1"],
             "operations": ["CREATE"],
             "resources": ["pods"],
             "scope": "Namespaced",
-        }
+        },
+        # ...except for ephemeral containers, which `kubectl debug` adds by updating this
+        # subresource (escape route 3).
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["UPDATE"],
+            "resources": [f"pods/{reviews.EPHEMERAL_CONTAINERS}"],
+            "scope": "Namespaced",
+        },
     ]
 
 
-def _workload_rules() -> list[dict[str, Any]]:
-    # Workloads on CREATE and UPDATE: a template that breaks a rule is refused at `kubectl
-    # apply`, not later as events on a controller nobody watches.
+def _workload_rules(kinds: Sequence[pods.Kind]) -> list[dict[str, Any]]:
+    """Workloads on CREATE and UPDATE: a template that breaks a rule is refused at `kubectl
+    apply`, not later as events on a controller nobody watches. One rule per API group and
+    version set, resources in the order the kinds are listed."""
+    grouped: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for kind in kinds:
+        grouped.setdefault((kind.group, kind.versions), []).append(kind.resource)
     return [
         {
             "apiGroups": [group],
-            "apiVersions": ["v1"],
+            "apiVersions": list(versions),
             "operations": ["CREATE", "UPDATE"],
-            "resources": list(resources),
+            "resources": resources,
             "scope": "Namespaced",
         }
-        for group, resources in WORKLOAD_RESOURCES.items()
+        for (group, versions), resources in grouped.items()
     ]
 
 
@@ -340,66 +359,101 @@ def not_mirror_condition() -> dict[str, str]:
         "name": CONDITION_NOT_MIRROR,
         "expression": (
             "!has(object.metadata) || !has(object.metadata.annotations) ||\n"
-            f"!({cel_string(MIRROR_ANNOTATION)} in object.metadata.annotations)"
+            f"!({cel_string(names.MIRROR_ANNOTATION)} in object.metadata.annotations)"
         ),
     }
 
 
-def shared_gpu_condition(resources: Iterable[str]) -> dict[str, str]:
-    """Objects with a container that asks for one of `resources` or sets the GPU env vars."""
+def match_condition(
+    kinds: Sequence[pods.Kind], resources: Iterable[str], *, every_pod: bool
+) -> dict[str, str]:
+    """What an entry is called for (see the module docstring): `every_pod` for a policy with
+    the route 2 switch on; `resources` are the policy's shared resources (any NVIDIA GPU
+    resource counts anyway); `kinds` the workload kinds whose templates are reviewed."""
+    if every_pod:
+        pods_clause = "(request.kind.group == '' && request.kind.kind == 'Pod')"
+        name = CONDITION_EVERY_POD
+    else:
+        pods_clause = f"request.subResource == {cel_string(reviews.EPHEMERAL_CONTAINERS)}"
+        name = CONDITION_RULES
     return {
-        "name": CONDITION_SHARED_GPU,
-        "expression": _asks_expression(sorted(set(resources)), prefixes=()),
+        "name": name,
+        "expression": f"{pods_clause} ||\n{_templates(kinds)}.exists(t,\n"
+        f"{_refusable(sorted(set(resources)))})",
     }
 
 
-def any_gpu_condition(resources: Iterable[str]) -> dict[str, str]:
-    """Like `shared_gpu_condition`, for any NVIDIA GPU resource (and `resources` besides)."""
-    prefixes = tuple(mutating.GPU_PREFIXES)
-    extra = sorted(r for r in set(resources) if not r.startswith(prefixes))
-    return {"name": CONDITION_ANY_GPU, "expression": _asks_expression(extra, prefixes=prefixes)}
+def _templates(kinds: Sequence[pods.Kind]) -> str:
+    """A CEL list of the pod templates of the object, whatever its kind: a Pod itself, and
+    each template of each kind at its paths. Each part is guarded; only one kind matches."""
+    parts = ["(request.kind.group == '' && request.kind.kind == 'Pod' ? [object] : [])"]
+    for kind in kinds:
+        is_kind = (
+            f"request.kind.group == {cel_string(kind.group)} &&"
+            f" request.kind.kind == {cel_string(kind.kind)}"
+        )
+        for path in kind.paths:
+            parts.append(f"({is_kind} ?\n    {_path_list('object', path)} : [])")
+    return "(\n  " + " +\n  ".join(parts) + "\n)"
 
 
-# The pod specs an object carries, whatever its kind: a Pod's own spec, the template of a
-# Deployment, ReplicaSet, StatefulSet, DaemonSet or Job, and a CronJob's job template.
-# Built as a list so that one `exists` covers them all; each is guarded, since only one of
-# them is there.
-_POD_SPECS = (
-    "(\n"
-    "  (has(object.spec) && has(object.spec.containers) ? [object.spec] : []) +\n"
-    "  (has(object.spec) && has(object.spec.template) && has(object.spec.template.spec)\n"
-    "    ? [object.spec.template.spec] : []) +\n"
-    "  (has(object.spec) && has(object.spec.jobTemplate) && has(object.spec.jobTemplate.spec)\n"
-    "    && has(object.spec.jobTemplate.spec.template)\n"
-    "    && has(object.spec.jobTemplate.spec.template.spec)\n"
-    "    ? [object.spec.jobTemplate.spec.template.spec] : [])\n"
-    ")"
-)
-_CONTAINERS = (
-    "((has(s.containers) ? s.containers : []) +\n"
-    "   (has(s.initContainers) ? s.initContainers : []))"
-)
+def _present(node: str, path: pods.Path) -> str:
+    """CEL: every field of `path` (keys only) is present under `node`."""
+    tests, at = [], node
+    for step in path:
+        at = f"{at}.{step}"
+        tests.append(f"has({at})")
+    return " && ".join(tests) or "true"
 
 
-def _asks_expression(names: Sequence[str], *, prefixes: Sequence[str]) -> str:
-    tests = []
-    if names:
-        tests.append(f"k in [{', '.join(cel_string(n) for n in names)}]")
-    tests.extend(f"k.startsWith({cel_string(p)})" for p in prefixes)
-    if not tests:
-        raise ValueError("a resource condition needs resource names or prefixes")
-    key_test = " || ".join(tests)
-    visible = cel_string(mutating.VISIBLE_DEVICES)
-    mps = cel_string("CUDA_MPS_")
+def _path_list(node: str, path: pods.Path) -> str:
+    """CEL: the list of what `path` (at most one "[]" or "{}" step) reaches from `node`;
+    the items where a field is missing are left out."""
+    for i, step in enumerate(path):
+        if step not in (pods.EACH_ITEM, pods.EACH_VALUE):
+            continue
+        head, rest = path[:i], path[i + 1 :]
+        at = ".".join((node, *head))
+        tail = "".join(f".{s}" for s in rest)
+        guard = _present(node, head)
+        if step == pods.EACH_ITEM:
+            items = f"{at}.filter(x, {_present('x', rest)}).map(x, x{tail})"
+        else:
+            # A map's macros go over its keys.
+            items = f"{at}.filter(k, {_present(f'{at}[k]', rest)}).map(k, {at}[k]{tail})"
+        return f"({guard} ? {items} : [])"
+    return f"({_present(node, path)} ? [{'.'.join((node, *path))}] : [])"
+
+
+def _refusable(resources: Sequence[str]) -> str:
+    """The CEL test of a pod template `t` that one of the rules could refuse or change."""
+    tests = [f"k.startsWith({cel_string(p)})" for p in names.GPU_RESOURCE_PREFIXES]
+    extra = [r for r in resources if not r.startswith(names.GPU_RESOURCE_PREFIXES)]
+    if extra:
+        tests.insert(0, f"k in [{', '.join(cel_string(n) for n in extra)}]")
+    gpu_key = " || ".join(tests)
+    cdi = " || ".join(f"k.startsWith({cel_string(p)})" for p in names.CDI_ANNOTATION_PREFIXES)
     return (
-        f"{_POD_SPECS}.exists(s,\n"
-        f"  {_CONTAINERS}.exists(c,\n"
-        "    (has(c.resources) && has(c.resources.limits) &&\n"
-        f"      c.resources.limits.exists(k, {key_test})) ||\n"
-        "    (has(c.resources) && has(c.resources.requests) &&\n"
-        f"      c.resources.requests.exists(k, {key_test})) ||\n"
-        "    (has(c.env) && c.env.exists(e, has(e.name) &&\n"
-        f"      (e.name == {visible} || e.name.startsWith({mps}))))))"
+        "  (has(t.spec) && (\n"
+        "    ((has(t.spec.containers) ? t.spec.containers : []) +\n"
+        "     (has(t.spec.initContainers) ? t.spec.initContainers : []) +\n"
+        "     (has(t.spec.ephemeralContainers) ? t.spec.ephemeralContainers : [])).exists(c,\n"
+        "      (has(c.resources) && has(c.resources.limits) &&\n"
+        f"        c.resources.limits.exists(k, {gpu_key})) ||\n"
+        "      (has(c.resources) && has(c.resources.requests) &&\n"
+        f"        c.resources.requests.exists(k, {gpu_key})) ||\n"
+        "      (has(c.env) && c.env.exists(e, has(e.name) &&\n"
+        f"        (e.name.startsWith({cel_string(names.NVIDIA_PREFIX)}) ||"
+        f" e.name.startsWith({cel_string(names.MPS_PREFIX)})))) ||\n"
+        "      (has(c.securityContext) && has(c.securityContext.privileged) &&\n"
+        "        c.securityContext.privileged == true) ||\n"
+        "      (has(c.volumeMounts) && c.volumeMounts.exists(m, has(m.mountPath) &&\n"
+        f"        m.mountPath.contains({cel_string(names.DEVICE_LIST_ROOT.rsplit('/', 1)[1])}))))"
+        " ||\n"
+        "    (has(t.spec.resourceClaims) && size(t.spec.resourceClaims) > 0) ||\n"
+        "    (has(t.spec.volumes) && t.spec.volumes.exists(v, has(v.hostPath))))) ||\n"
+        "  (has(t.metadata) && has(t.metadata.annotations) &&\n"
+        f"    t.metadata.annotations.exists(k, {cdi}))"
     )
 
 

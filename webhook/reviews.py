@@ -12,30 +12,28 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, NamedTuple
 
 import orjson
 
-from webhook import mutating
-from webhook.decisions import Decision
+from webhook import names
+from webhook.core import pods, reviewing
+from webhook.core.decisions import Decision
 from webhook.errors import BadReview
 from webhook.policies import PolicySet
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
-# The path segment of the webhook entry that catches namespaces whose policy label names no
-# policy. Not a DNS label, so no policy can have this name.
-UNKNOWN_POLICY = "_unknown"
+UNKNOWN_POLICY = names.UNKNOWN_POLICY
+EPHEMERAL_CONTAINERS = reviewing.EPHEMERAL_CONTAINERS
 
-Endpoint = Literal["mutate", "validate"]
+Endpoint = reviewing.Endpoint
+ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate")
 
-_WORKLOAD_GROUPS = {"apps", "batch"}
 _STATUS_REASONS = {400: "BadRequest", 403: "Forbidden", 500: "InternalError"}
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
+class Request(NamedTuple):
     """The parts of an AdmissionRequest the webhook uses."""
 
     uid: str
@@ -49,8 +47,7 @@ class Request:
     old_object: Mapping[str, Any] | None
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """A review as answered: what was asked, what was decided, and the response body."""
 
     request: Request
@@ -99,59 +96,29 @@ def parse(body: bytes) -> Request:
 
 
 def decide(
-    request: Request, *, policies: PolicySet, policy_name: str, endpoint: Endpoint
+    request: Request,
+    *,
+    policies: PolicySet,
+    policy_name: str,
+    endpoint: Endpoint,
+    kinds: pods.Kinds = pods.BUILTIN,
+    cache: reviewing.Cache | None = None,
 ) -> Decision:
-    """What the webhook at `/<endpoint>/<policy_name>` decides about `request`."""
-    policy = policies.get(policy_name)
-    if policy is None:
-        return unknown_policy(policy_name, policies)
-    obj = request.object
-    if obj is None or request.sub_resource or request.operation not in ("CREATE", "UPDATE"):
-        return Decision()
-    if request.kind == "Pod" and request.group == "":
-        if request.operation != "CREATE":
-            # A pod's containers, resources and scheduling are immutable once created.
-            return Decision()
-        return mutating.review(obj, policy=policy, mutate=endpoint == "mutate")
-    if (
-        endpoint == "validate"
-        and request.group in _WORKLOAD_GROUPS
-        and request.kind in mutating.TEMPLATE_PATHS
-    ):
-        decision = mutating.review(obj, policy=policy, mutate=False)
-        if decision.violations and request.operation == "UPDATE" and _same_template(request):
-            # An update that leaves the pod template alone (labels, scaling, a rollout
-            # restart's annotations are elsewhere) is not refused for a template that was
-            # admitted before these rules: tell, and let it through.
-            kept = Decision(warnings=list(decision.warnings))
-            kept.warn("the pod template breaks gpu-share rules; its new pods will be refused")
-            return kept
-        return decision
-    return Decision()
-
-
-def _same_template(request: Request) -> bool:
-    if request.old_object is None or request.object is None:
-        return False
-    return mutating.template_of(request.old_object) == mutating.template_of(request.object)
-
-
-def unknown_policy(name: str, policies: PolicySet) -> Decision:
-    known = ", ".join(policies.names) or "none"
-    d = Decision()
-    if name == UNKNOWN_POLICY:
-        d.deny(
-            "unknown-policy",
-            "this namespace's label gpu-share.io/policy names a policy that does not exist"
-            f" (policies: {known}). Fix the label, or remove it for the default policy.",
-        )
-    else:
-        d.deny(
-            "unknown-policy",
-            f'policy "{name}" does not exist (policies: {known}). Fix the namespace label'
-            " gpu-share.io/policy, or add the policy and render the webhook configurations.",
-        )
-    return d
+    """What the webhook at `/<endpoint>/<policy_name>` decides about `request` (see
+    `reviewing.admit`). A policy that is not in force (an unknown name, a file that does not
+    load) is stood in for by one that refuses GPU pods, saying why (`PolicySet.governing`)."""
+    return reviewing.admit(
+        request.object,
+        policy=policies.governing(policy_name),
+        endpoint=endpoint,
+        group=request.group,
+        kind=request.kind,
+        operation=request.operation,
+        sub_resource=request.sub_resource,
+        old=request.old_object,
+        kinds=kinds,
+        cache=cache,
+    )
 
 
 def encode(uid: str, decision: Decision) -> bytes:
@@ -163,11 +130,7 @@ def encode(uid: str, decision: Decision) -> bytes:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(orjson.dumps(decision.patch)).decode("ascii")
     else:
-        response["status"] = {
-            "code": decision.code,
-            "reason": _STATUS_REASONS.get(decision.code, "Forbidden"),
-            "message": decision.message,
-        }
+        response["status"] = _status(decision.code, decision.message)
     if decision.warnings:
         response["warnings"] = decision.warnings
     if decision.audit:
@@ -175,22 +138,40 @@ def encode(uid: str, decision: Decision) -> bytes:
     return orjson.dumps({"apiVersion": API_VERSION, "kind": KIND, "response": response})
 
 
-def review(body: bytes, *, policies: PolicySet, policy_name: str, endpoint: Endpoint) -> Outcome:
+def review(
+    body: bytes,
+    *,
+    policies: PolicySet,
+    policy_name: str,
+    endpoint: Endpoint,
+    kinds: pods.Kinds = pods.BUILTIN,
+    cache: reviewing.Cache | None = None,
+) -> Outcome:
     """The whole exchange: parse, decide, encode. Raises BadReview for an unusable body."""
     request = parse(body)
-    decision = decide(request, policies=policies, policy_name=policy_name, endpoint=endpoint)
+    decision = decide(
+        request,
+        policies=policies,
+        policy_name=policy_name,
+        endpoint=endpoint,
+        kinds=kinds,
+        cache=cache,
+    )
     return Outcome(request, decision, encode(request.uid, decision))
+
+
+def _status(code: int, message: str) -> dict[str, Any]:
+    return {"code": code, "reason": _STATUS_REASONS.get(code, "Forbidden"), "message": message}
 
 
 def internal_error(uid: str, reference: str) -> bytes:
     """The answer when reviewing failed unexpectedly: a denial that still echoes the uid."""
-    d = Decision(code=500)
-    d.deny(
-        "internal-error",
+    message = (
         f"gpu-share-webhook could not review this object (internal error {reference}, logged);"
-        " try again, and report it if it persists.",
+        " try again, and report it if it persists (rule internal-error)"
     )
-    return encode(uid, d)
+    response = {"uid": uid, "allowed": False, "status": _status(500, message)}
+    return orjson.dumps({"apiVersion": API_VERSION, "kind": KIND, "response": response})
 
 
 def uid_of(body: bytes) -> str | None:

@@ -94,6 +94,22 @@ def add_policies_argument(parser: argparse.ArgumentParser, help_first: str) -> N
     )
 
 
+def add_workload_kinds_argument(parser: argparse.ArgumentParser) -> None:
+    """--workload-kinds FILE; read it with `workload_kinds(args.workload_kinds)`."""
+    parser.add_argument(
+        "--workload-kinds",
+        metavar="FILE",
+        default=env_default("workload-kinds", "") or None,
+        help=help_text(
+            "workload kinds of other projects whose pod templates are reviewed"
+            " (a WorkloadKinds file)",
+            "workload-kinds",
+            "the file shipped with the package: JobSet, LeaderWorkerSet, RayCluster, RayJob,"
+            " RayService, PyTorchJob",
+        ),
+    )
+
+
 def policies_directory(option: str | None) -> tuple[Path, str]:
     """The policy directory to use, and where it came from: the option, else `./policies`
     when there is one, else the policies shipped with the package."""

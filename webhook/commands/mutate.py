@@ -11,22 +11,25 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
 import orjson
 import yaml
 
-from webhook import documents, mutating, namespaces, policies, reviews
+from webhook import documents, kinds, namespaces, policies
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     add_policies_argument,
+    add_workload_kinds_argument,
     env_default,
     policies_directory,
 )
-from webhook.decisions import Decision
+from webhook.core import pods, reviewing
+from webhook.core.decisions import MALFORMED, Decision
 from webhook.errors import InputError, PolicyError
 
 EXIT_ALLOWED = EXIT_OK
@@ -64,6 +67,7 @@ def register(subparsers: Any) -> None:
         " opt-in; add gpu-share.io/policy=NAME to pick a policy)",
     )
     add_policies_argument(parser, "directory of policy files")
+    add_workload_kinds_argument(parser)
     parser.add_argument(
         "-o",
         "--output",
@@ -89,15 +93,18 @@ def _labels(args: argparse.Namespace) -> dict[str, str]:
     return labels
 
 
-def decide(obj: dict[str, Any], *, labels: dict[str, str], loaded: policies.PolicySet) -> Decision:
+def decide(
+    obj: dict[str, Any],
+    *,
+    labels: dict[str, str],
+    loaded: policies.PolicySet,
+    workload_kinds: pods.Kinds = pods.BUILTIN,
+) -> Decision:
     """What the webhook decides for `obj` in a namespace with `labels`."""
     name = namespaces.policy_name(labels)
     if name is None:
         return Decision()
-    policy = loaded.get(name)
-    if policy is None:
-        return reviews.unknown_policy(name, loaded)
-    return mutating.review(obj, policy=policy, mutate=True)
+    return reviewing.review(obj, policy=loaded.governing(name), mutate=True, kinds=workload_kinds)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -106,6 +113,9 @@ def run(args: argparse.Namespace) -> int:
         text, source = documents.read_text(args.filename)
         objects = documents.parse(text, source)
         loaded = policies.load_directory(policies_directory(args.policies)[0])
+        workload_kinds = pods.kinds_by_name(
+            kinds.all_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
+        )
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -118,24 +128,29 @@ def run(args: argparse.Namespace) -> int:
             )
         return EXIT_BAD_INPUT
     results: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
-    denied = False
+    denied = malformed = False
     for obj in objects:
         what = documents.describe(obj)
-        decision = decide(obj, labels=labels, loaded=loaded)
+        decision = decide(obj, labels=labels, loaded=loaded, workload_kinds=workload_kinds)
         for warning in decision.warnings:
             print(f"Warning: {what}: {warning}", file=sys.stderr)
+        if decision.malformed:
+            # Bad input, not a refusal: one line naming the first field that is wrong.
+            first = next(v for v in decision.violations if v.rule == MALFORMED)
+            print(f"error: {what}: {first.message.split(': no Kubernetes')[0]}", file=sys.stderr)
+            malformed = True
+            continue
         if not decision.allowed:
             denied = True
             for v in decision.violations:
-                print(f"denied: {what}: {v.message}", file=sys.stderr)
+                print(f"denied: {what}: {v.text}", file=sys.stderr)
             continue
-        # Copies of the object and of the patch: patch values may be objects the core
-        # memoises and shares between reviews (YAML would print them as anchors).
-        patched = jsonpatch.apply_patch(
-            copy.deepcopy(obj), copy.deepcopy(decision.patch), in_place=True
-        )
+        # The decision is this review's own: the object is copied, the patch used as it is.
+        patched = jsonpatch.apply_patch(copy.deepcopy(obj), decision.patch, in_place=True)
         results.append((patched, decision.patch))
     _print(results, args.output)
+    if malformed:
+        return EXIT_BAD_INPUT
     return EXIT_DENIED if denied else EXIT_ALLOWED
 
 

@@ -1,4 +1,12 @@
-"""`gpu-share-webhook policy check [DIR]`: validate policy files."""
+"""`gpu-share-webhook policy check [DIR] [--nodes FILE]`: validate policy files, and match them
+against the nodes of a cluster dump.
+
+With `--nodes` (the output of `kubectl get nodes -o json`; no cluster access), every class of
+every policy is matched against the nodes by the labels the webhook pins, and the check fails
+when a class matches no node or a shared GPU node (as `gpu-share-webhook discover` reads the
+labels) matches no class. Exit 0: all good; 1: a policy does not load or does not fit the
+nodes (each problem on stderr); 2: the node file cannot be used.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +14,21 @@ import argparse
 import sys
 from typing import Any
 
-from webhook import policies
+from webhook import discovering, documents, policies
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
+    EXIT_USAGE,
     env_default,
     help_text,
     policies_directory,
 )
-from webhook.errors import PolicyError
+from webhook.errors import InputError, PolicyError
+
+# The node dump, for this command and `discover -f` alike.
+NODES_OPTION = "nodes"
+# Node names a line lists before "and N more".
+MAX_LISTED = 5
 
 
 def register(subparsers: Any) -> None:
@@ -22,8 +36,12 @@ def register(subparsers: Any) -> None:
     sub = parser.add_subparsers(dest="policy_command", metavar="ACTION", required=True)
     check = sub.add_parser(
         "check",
-        help="validate the policies in a directory",
-        description="Validate every policy in DIR; print each problem as file: field: reason.",
+        help="validate the policies in a directory (and match them against nodes)",
+        description=(
+            "Validate every policy in DIR; print each problem as file: field: reason. With"
+            " --nodes, also say how many nodes each class matches, and fail when a class"
+            " matches none or a shared GPU node matches no class."
+        ),
     )
     check.add_argument(
         "directory",
@@ -36,11 +54,34 @@ def register(subparsers: Any) -> None:
             "./policies if it exists, else the policies shipped with the package",
         ),
     )
+    check.add_argument(
+        "--nodes",
+        metavar="FILE",
+        default=env_default(NODES_OPTION, "") or None,
+        help=help_text(
+            "`kubectl get nodes -o json` output (JSON or YAML), or - for stdin",
+            NODES_OPTION,
+            "none",
+        ),
+    )
     check.set_defaults(func=run_check)
 
 
 def run_check(args: argparse.Namespace) -> int:
     directory, _ = policies_directory(args.directory)
+    nodes: list[discovering.Node] | None = None
+    source, others = "", 0
+    if args.nodes:
+        # The node file first: bad input is a usage error whatever the policies say.
+        try:
+            text, source = documents.read_text(args.nodes)
+            nodes, others = discovering.read_nodes(documents.parse(text, source))
+        except InputError as exc:
+            message = str(exc)
+            if source and not message.startswith(source):
+                message = f"{source}: {message}"
+            print(f"error: {message}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         loaded = policies.load_directory(directory)
     except PolicyError as exc:
@@ -53,4 +94,97 @@ def run_check(args: argparse.Namespace) -> int:
         p = loaded.policies[name]
         classes = ", ".join(c.name for c in p.classes)
         print(f"ok: policy {name} ({p.source}): classes {classes}")
+    if nodes is None:
+        return EXIT_OK
+    if others:
+        print(f"warning: {source}: ignored {others} objects that are not Nodes", file=sys.stderr)
+    return check_nodes(loaded, discovering.survey(nodes, others=others), source=source)
+
+
+def check_nodes(loaded: policies.PolicySet, found: discovering.Survey, *, source: str) -> int:
+    """Print how many nodes each class matches; EXIT_FAILED when a class matches none or a
+    shared GPU node matches no class."""
+    failures = 0
+    by_name = {n.name: n for n in found.nodes}
+    matched: set[tuple[str, str]] = set()
+    for name in loaded.names:
+        for cls in loaded.policies[name].classes:
+            hits = sorted(discovering.matching(cls.selector, found.nodes))
+            where = f"policy {name} class {cls.name}"
+            if not hits:
+                print(
+                    f"error: {where} matches no node in {source} ({_pinned(cls)})",
+                    file=sys.stderr,
+                )
+                failures += 1
+                continue
+            print(f"ok: {where} matches {_count(hits)}: {_listing(hits)}")
+            matched.update((n, cls.resource) for n in hits)
+            for warning in _disagreements(cls, [by_name[n] for n in hits]):
+                print(f"warning: {where}: {warning}", file=sys.stderr)
+    for gpu in found.shared:
+        if (gpu.node, gpu.resource) not in matched:
+            print(
+                f"error: node {gpu.node}: {gpu.describe()} matches no class of any policy"
+                " (`gpu-share-webhook discover` prints one)",
+                file=sys.stderr,
+            )
+            failures += 1
+    for problem in found.problems:
+        print(f"warning: labels disagree, not judged: {problem}", file=sys.stderr)
+    summary = (
+        f"{source}: {_count(found.nodes)}, {len(found.shared_nodes)} with shared GPUs"
+        f" ({len(found.left_out)} left out: labels disagree)"
+        if found.left_out
+        else f"{source}: {_count(found.nodes)}, {len(found.shared_nodes)} with shared GPUs"
+    )
+    if failures:
+        print(f"{summary}: {failures} problem{'s' if failures != 1 else ''}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"ok: {summary}: every class matches a node, every shared GPU node a class")
     return EXIT_OK
+
+
+def _disagreements(cls: policies.NodeClass, nodes: list[discovering.Node]) -> list[str]:
+    """What the class says beyond its selector that the nodes it matches contradict."""
+    out: list[str] = []
+    memory_label, count_label = f"{cls.resource}.memory", f"{cls.resource}.count"
+    if cls.memory_mib is not None:
+        less = [
+            f"{n.name}={n.labels[memory_label]}"
+            for n in nodes
+            if n.labels.get(memory_label, "").isdigit()
+            and int(n.labels[memory_label]) < cls.memory_mib
+        ]
+        if less:
+            out.append(
+                f"memoryMiB {cls.memory_mib} is more than {memory_label} on {_listing(less)}"
+                " (the MPS ceilings would be above what those GPUs have)"
+            )
+    fewer = [
+        f"{n.name}={n.labels[count_label]}"
+        for n in nodes
+        if n.labels.get(count_label, "").isdigit()
+        and int(n.labels[count_label]) < cls.gpus_per_node
+    ]
+    if fewer:
+        out.append(
+            f"gpusPerNode {cls.gpus_per_node} is more than {count_label} on {_listing(fewer)}"
+            " (a request for several replicas is pinned to nodes with enough GPUs)"
+        )
+    return out
+
+
+def _pinned(cls: policies.NodeClass) -> str:
+    return ", ".join(f"{k}={v}" for k, v in cls.selector)
+
+
+def _count(items: Any) -> str:
+    return f"{len(items)} node{'s' if len(items) != 1 else ''}"
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(names[:MAX_LISTED])
+    if len(names) > MAX_LISTED:
+        shown += f" and {len(names) - MAX_LISTED} more"
+    return shown

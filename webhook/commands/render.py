@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from cryptography import x509
 
-from webhook import policies, rendering
+from webhook import kinds, policies, rendering
 from webhook.commands import (
     DEFAULT_NAMESPACE,
     DEFAULT_SERVICE,
@@ -32,6 +32,7 @@ from webhook.commands import (
     EXIT_OK,
     EXIT_USAGE,
     add_policies_argument,
+    add_workload_kinds_argument,
     env_default,
     env_int,
     help_text,
@@ -55,6 +56,7 @@ def register(subparsers: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_policies_argument(parser, "directory of policy files")
+    add_workload_kinds_argument(parser)
     parser.add_argument(
         "--service",
         default=env_default("service", DEFAULT_SERVICE),
@@ -123,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
     directory, _ = policies_directory(args.policies)
     try:
         loaded = policies.load_directory(directory)
+        workload_kinds = kinds.all_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
     except PolicyError as exc:
         for problem in exc.problems:
             print(f"error: {problem}", file=sys.stderr)
@@ -144,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
             failure_policy=args.failure_policy,
             timeout_seconds=args.timeout_seconds,
             cert_manager_certificate=args.cert_manager_certificate,
+            kinds=workload_kinds,
         )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)

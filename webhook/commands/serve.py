@@ -18,7 +18,6 @@ PROMETHEUS_MULTIPROC_DIR to choose it; it must be writable).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import multiprocessing
@@ -37,13 +36,14 @@ from typing import Any
 
 from prometheus_client import multiprocess
 
-from webhook import certificates, policies, server
+from webhook import certificates, kinds
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     add_policies_argument,
     add_service_arguments,
+    add_workload_kinds_argument,
     env_default,
     env_float,
     env_int,
@@ -53,12 +53,14 @@ from webhook.commands import (
     policies_directory,
 )
 from webhook.errors import CertificateError, PolicyError
+from webhook.transport import logs, serving
+from webhook.transport.app import Settings
+from webhook.transport.limits import Limits
+from webhook.transport.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 
 logger = logging.getLogger(__name__)
 
 
-LOG_LEVELS = ("debug", "info", "warning", "error")
-LOG_FORMATS = ("json", "text")
 _MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # A worker that dies sooner than this after it started is failing to start (a port in use,
 # unreadable files): restarting it would only loop, so the whole server stops instead.
@@ -74,7 +76,7 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    defaults = server.Settings(policies_dir=Path())
+    defaults = Settings(policies_dir=Path())
     parser.add_argument(
         "--host",
         default=env_default("host", defaults.host),
@@ -102,7 +104,24 @@ def register(subparsers: Any) -> None:
             "cert-dir",
         ),
     )
-    add_policies_argument(parser, "directory of policy files, reloaded when they change")
+    add_policies_argument(
+        parser,
+        "directory of policy files, reloaded when they change; a file that does not load"
+        " never stops the server (its last good version serves on, else its namespaces are"
+        " told why)",
+    )
+    parser.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        default=env_default("state-dir", "") or None,
+        help=help_text(
+            "where to keep the last good version of each policy file, for a restarted"
+            " container (deploy/: an emptyDir)",
+            "state-dir",
+            "memory only",
+        ),
+    )
+    add_workload_kinds_argument(parser)
     add_service_arguments(
         parser,
         service_help="the webhook's Service: a certificate made here is for its names",
@@ -133,6 +152,22 @@ def register(subparsers: Any) -> None:
             "seconds between looks at the policy and certificate files", "reload-interval"
         ),
     )
+    _add_limit_arguments(parser, defaults.limits)
+    parser.add_argument(
+        "--cache-size",
+        type=int,
+        default=env_int("cache-size", defaults.cache_size),
+        help=help_text(
+            "decisions kept for pods that equal an earlier one in all the rules read (0: none)",
+            "cache-size",
+        ),
+    )
+    parser.add_argument(
+        "--event-loop",
+        choices=serving.EVENT_LOOPS,
+        default=env_default("event-loop", defaults.event_loop).lower(),
+        help=help_text("auto: uvloop where it is installed, else asyncio", "event-loop"),
+    )
     parser.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
@@ -148,11 +183,47 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def _add_limit_arguments(parser: argparse.ArgumentParser, limits: Limits) -> None:
+    for option, kind, what in (
+        (
+            "header-timeout",
+            float,
+            "seconds for a TLS handshake and then a request's line and headers to arrive",
+        ),
+        ("body-timeout", float, "seconds for a request's body to arrive after its headers"),
+        (
+            "idle-timeout",
+            float,
+            "seconds an idle keep-alive connection is kept (above the API server's 90 s)",
+        ),
+        (
+            "max-connections",
+            int,
+            "open admission connections; a new one beyond replaces the one idle for longest,"
+            " or is answered 503 when none is idle",
+        ),
+        ("max-body-bytes", int, "largest review body (413 beyond)"),
+        (
+            "max-inflight-bytes",
+            int,
+            "review bytes being received or reviewed at once (429 beyond)",
+        ),
+    ):
+        default = getattr(limits, option.replace("-", "_"))
+        parser.add_argument(
+            f"--{option}",
+            type=kind,
+            default=(env_float if kind is float else env_int)(option, default),
+            help=help_text(what, option),
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     # argparse checks choices on the command line only, not defaults from the environment.
     for option, value, allowed in (
         ("log-level", args.log_level, LOG_LEVELS),
         ("log-format", args.log_format, LOG_FORMATS),
+        ("event-loop", args.event_loop, serving.EVENT_LOOPS),
     ):
         if value not in allowed:
             print(
@@ -168,7 +239,10 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     directory, origin = policies_directory(args.policies)
     directory = directory.absolute()
-    settings = server.Settings(
+    if not directory.is_dir():
+        logger.error("%s: not a directory of policy files", directory)
+        return EXIT_USAGE
+    settings = Settings(
         policies_dir=directory,
         cert_dir=Path(args.cert_dir).absolute(),
         host=args.host,
@@ -179,7 +253,22 @@ def run(args: argparse.Namespace) -> int:
         workers=args.workers,
         drain_seconds=args.drain_seconds,
         reload_interval=args.reload_interval,
+        workload_kinds=Path(args.workload_kinds).absolute() if args.workload_kinds else None,
+        state_dir=Path(args.state_dir).absolute() if args.state_dir else None,
+        limits=Limits(
+            header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout,
+            idle_timeout=args.idle_timeout,
+            max_connections=args.max_connections,
+            max_body_bytes=args.max_body_bytes,
+            max_inflight_bytes=args.max_inflight_bytes,
+        ),
+        cache_size=args.cache_size,
+        event_loop=args.event_loop,
     )
+    if settings.limits.problems():
+        logger.error("%s", "; ".join(settings.limits.problems()))
+        return EXIT_USAGE
     logger.info("policies from %s (%s)", directory, origin)
     try:
         # Once, here, before any worker starts: workers must not race to make a CA each.
@@ -202,11 +291,15 @@ def run(args: argparse.Namespace) -> int:
             settings.cert_dir / certificates.KEY_FILE,
         )
     try:
-        # Checked here too so that bad policies stop the server before any worker starts.
-        policies.load_directory(settings.policies_dir)
+        # Policy files that do not load do not stop the server (`watching.PolicyWatch`); a
+        # workload kinds file is the server's own configuration, checked before any worker.
+        kinds.load(settings.workload_kinds)
     except PolicyError as exc:
         logger.error(
-            {"message": f"cannot serve these policies: {directory}", "problems": exc.problems}
+            {
+                "message": f"cannot use the workload kinds in {settings.workload_kinds}",
+                "problems": exc.problems,
+            }
         )
         return EXIT_USAGE
     if settings.workers == 1:
@@ -231,18 +324,23 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return f"--drain-seconds {args.drain_seconds}: not negative"
     if args.reload_interval <= 0:
         return f"--reload-interval {args.reload_interval}: must be positive"
+    if args.cache_size < 0:
+        return f"--cache-size {args.cache_size}: not negative"
     return None
 
 
-def _serve(settings: server.Settings, *, reuse_port: bool, log_level: str, log_format: str) -> int:
-    # JSON review lines skip `logging` (see `server.JsonLines`); text ones are for reading.
+def _serve(settings: Settings, *, reuse_port: bool, log_level: str, log_format: str) -> int:
+    # JSON review lines skip `logging` (see `logs.JsonLines`); text ones are for reading.
     review_log = None
     if log_format == "json" and logging.getLevelName(log_level.upper()) <= logging.INFO:
-        review_log = server.JsonLines(sys.stderr.buffer)
+        review_log = logs.JsonLines(sys.stderr.buffer)
     try:
-        asyncio.run(server.serve(settings, reuse_port=reuse_port, review_log=review_log))
+        serving.run(settings, reuse_port=reuse_port, review_log=review_log)
     except (PolicyError, CertificateError) as exc:
         # The files changed between the checks above and the worker's start.
+        logger.error("cannot serve: %s", exc)
+        return EXIT_USAGE
+    except RuntimeError as exc:
         logger.error("cannot serve: %s", exc)
         return EXIT_USAGE
     except OSError as exc:
@@ -256,19 +354,10 @@ def _serve(settings: server.Settings, *, reuse_port: bool, log_level: str, log_f
     return EXIT_OK
 
 
-def configure_logging(level: str, log_format: str = "json") -> None:
-    """Log lines to stderr (where container runtimes collect them) at `level`."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(server.JsonFormatter() if log_format == "json" else server.TextFormatter())
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-
-
 # --------------------------------------------------------------------------- workers
 
 
-def supervise(settings: server.Settings, *, log_level: str, log_format: str) -> int:
+def supervise(settings: Settings, *, log_level: str, log_format: str) -> int:
     """Run `settings.workers` worker processes until SIGTERM; 0 when all drained cleanly."""
     metrics_dir, own_dir = _metrics_directory()
     # Before any worker imports prometheus-client: it picks its mode from this on import.
@@ -347,7 +436,7 @@ def supervise(settings: server.Settings, *, log_level: str, log_format: str) -> 
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def _worker(settings: server.Settings, log_level: str, log_format: str) -> None:
+def _worker(settings: Settings, log_level: str, log_format: str) -> None:
     """A worker process: one server on the shared ports."""
     configure_logging(log_level, log_format)
     sys.exit(_serve(settings, reuse_port=True, log_level=log_level, log_format=log_format))

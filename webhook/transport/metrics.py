@@ -107,6 +107,14 @@ class Metrics:
             ["endpoint", "policy", "decision"],
             registry=own,
         )
+        self.violations = Counter(
+            f"{PREFIX}_rule_violations",
+            "Rule violations found in reviews, by endpoint, policy, rule and the mode that"
+            " applied it: enforce (refused), warn or dry-run (admitted; the would-be"
+            " refusals of a rollout).",
+            ["endpoint", "policy", "rule", "mode"],
+            registry=own,
+        )
         self.latency = Histogram(
             f"{PREFIX}_review_duration_seconds",
             "Time from receiving an admission request to having its answer.",
@@ -147,9 +155,48 @@ class Metrics:
             multiprocess_mode="livemin",
         )
 
+        self.connections = Gauge(
+            f"{PREFIX}_connections",
+            "Admission connections open right now (TLS handshake done).",
+            registry=own,
+            multiprocess_mode="livesum",
+        )
+        self.connections_closed = Counter(
+            f"{PREFIX}_connections_closed",
+            "Admission connections the server closed or turned away, by reason: header"
+            " (no complete request within --header-timeout), idle (--idle-timeout), evicted"
+            " (the idle one that made room for a new one at --max-connections), refused"
+            " (answered 503: --max-connections reached and none idle).",
+            ["reason"],
+            registry=own,
+        )
+        self.requests_shed = Counter(
+            f"{PREFIX}_requests_shed",
+            "Admission requests answered 429 or 408 before review, by reason: inflight-bytes"
+            " (--max-inflight-bytes reached), body-timeout (the body did not arrive within"
+            " --body-timeout).",
+            ["reason"],
+            registry=own,
+        )
+        self.policy_files_not_loaded = Gauge(
+            f"{PREFIX}_policy_files_not_loaded",
+            "Policy files that do not load right now (their last good version, if any, serves;"
+            " see /readyz and the log for the file and the error).",
+            registry=own,
+            multiprocess_mode="livemax",
+        )
+        # Set when scraped, from the cache's own count: nothing added to the request path.
+        self.decision_cache_hits = Gauge(
+            f"{PREFIX}_decision_cache_hits",
+            "Reviews answered from the decision cache since the process started (pods equal"
+            " in all the rules read).",
+            registry=own,
+            multiprocess_mode="livesum",
+        )
         # Labelled children by label values: `labels()` takes a lock and builds a key on
         # every call, a measurable share of a review's cost; the label values are few.
         self._review_counters: dict[tuple[str, str, str], Any] = {}
+        self._violation_counters: dict[tuple[str, str, str, str], Any] = {}
         self._latencies: dict[str, Any] = {}
 
     def count_review(self, endpoint: str, policy: str, decision: str, seconds: float) -> None:
@@ -163,6 +210,19 @@ class Metrics:
         if latency is None:
             latency = self._latencies[endpoint] = self.latency.labels(endpoint)
         latency.observe(seconds)
+
+    def count_violation(self, endpoint: str, policy: str, rule: str, mode: str) -> None:
+        key = (endpoint, policy, rule, mode)
+        counter = self._violation_counters.get(key)
+        if counter is None:
+            counter = self._violation_counters[key] = self.violations.labels(*key)
+        counter.inc()
+
+    def count_closed(self, reason: str) -> None:
+        self.connections_closed.labels(reason).inc()
+
+    def count_shed(self, reason: str) -> None:
+        self.requests_shed.labels(reason).inc()
 
     def exposition(self) -> bytes:
         """The text format a Prometheus scrape reads."""

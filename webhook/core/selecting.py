@@ -15,12 +15,16 @@ adds nothing.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.policies import NodeClass, Policy
+import orjson
+
+from webhook.core.pods import escape
+from webhook.policies import NodeClass
 
 # A requirement: (key, operator, values). nodeSelector entries become (key, "In", (value,)).
 Requirement = tuple[str, str, tuple[str, ...]]
@@ -48,15 +52,12 @@ class Constraints:
         return not self.node_selector and self.raw_terms is None
 
 
-NO_CONSTRAINTS = Constraints({}, None, ((),))
+NO_CONSTRAINTS: Constraints = Constraints({}, None, ((),))
 
 
-def read(spec: Mapping[str, Any]) -> Constraints:
-    ns_raw = spec.get("nodeSelector")
-    node_selector: dict[str, str] = {}
-    if isinstance(ns_raw, dict):
-        node_selector = {str(k): str(v) for k, v in ns_raw.items() if v is not None}
-    terms = _required_terms(spec)
+def read(node_selector: Mapping[str, str], terms: Sequence[Any] | None) -> Constraints:
+    """A pod's constraints from its nodeSelector and required node selector terms (shapes
+    already checked by `pods.read`: wrong types are skipped here)."""
     if not node_selector and terms is None:
         return NO_CONSTRAINTS
     base = tuple((k, "In", (v,)) for k, v in node_selector.items())
@@ -67,22 +68,6 @@ def read(spec: Mapping[str, Any]) -> Constraints:
         reqs = _term_requirements(term)
         conjunctions.append(None if reqs is None else base + reqs)
     return Constraints(node_selector, terms, tuple(conjunctions))
-
-
-def _required_terms(spec: Mapping[str, Any]) -> list[Any] | None:
-    affinity = spec.get(_AFFINITY)
-    if not isinstance(affinity, dict):
-        return None
-    node_affinity = affinity.get(_NODE_AFFINITY)
-    if not isinstance(node_affinity, dict):
-        return None
-    required = node_affinity.get(_REQUIRED)
-    if not isinstance(required, dict):
-        return None
-    terms = required.get(_TERMS)
-    if not isinstance(terms, list) or not terms:
-        return None
-    return terms
 
 
 def _term_requirements(term: Any) -> tuple[Requirement, ...] | None:
@@ -147,26 +132,58 @@ def _finite_values(conj: Sequence[Requirement], key: str) -> set[str] | None:
     return allowed
 
 
-def _shapes(classes: Sequence[NodeClass]) -> dict[tuple[str, ...], set[tuple[str, ...]]]:
+# A requirement the pod's node must meet besides being of an allowed class: at least k GPUs
+# (`R.count Gt k-1`) for a container that asks for k > 1 replicas, so that the device
+# plugin can give each replica a different physical GPU.
+Extra = Requirement | None
+
+
+def min_gpus(resource: str, k: int) -> Extra:
+    """The requirement for a container asking for `k` replicas of GPUs of `resource` (the
+    device plugin's resource before renaming); None when k <= 1."""
+    if k <= 1:
+        return None
+    return (f"{resource}.count", "Gt", (str(k - 1),))
+
+
+def _implies(conj: Sequence[Requirement], extra: Extra) -> bool:
+    """Whether every node satisfying `conj` satisfies `extra` (a Gt requirement)."""
+    if extra is None:
+        return True
+    key, _, (bound_text,) = extra
+    bound = int(bound_text)
+    for k, op, values in conj:
+        if k != key:
+            continue
+        try:
+            numbers = [int(v) for v in values]
+        except ValueError:
+            continue
+        if op == "Gt" and len(numbers) == 1 and numbers[0] >= bound:
+            return True
+        if op == "In" and numbers and min(numbers) > bound:
+            return True
+    return False
+
+
+@functools.lru_cache(maxsize=256)
+def _shapes(classes: tuple[NodeClass, ...]) -> dict[tuple[str, ...], frozenset[tuple[str, ...]]]:
     """The classes' selector values by selector keys (classes of one resource share keys)."""
     shapes: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
     for c in classes:
         keys = tuple(k for k, _ in c.selector)
         shapes.setdefault(keys, set()).add(tuple(v for _, v in c.selector))
-    return shapes
+    return {k: frozenset(v) for k, v in shapes.items()}
 
 
-def _pins(
-    conj: Sequence[Requirement],
-    classes: Sequence[NodeClass],
-    shapes: dict[tuple[str, ...], set[tuple[str, ...]]] | None = None,
-) -> bool:
-    """True when every node that satisfies `conj` belongs to one of `classes`."""
+def _pins(conj: Sequence[Requirement], classes: tuple[NodeClass, ...], extra: Extra) -> bool:
+    """True when every node that satisfies `conj` belongs to one of `classes` (and meets
+    `extra`)."""
     # Keys first: a conjunction that does not constrain every selector key to listed
     # values (the common case: hostname, zone) pins nothing.
-    if not any(op == "In" for _, op, _ in conj):
+    if not any(op == "In" for _, op, _ in conj) or not _implies(conj, extra):
         return False
-    for keys, allowed_tuples in (shapes or _shapes(classes)).items():
+    for keys, allowed_tuples in _shapes(classes).items():
         sets = [_finite_values(conj, k) for k in keys]
         if any(s is None for s in sets):
             continue
@@ -181,104 +198,102 @@ def _pins(
     return False
 
 
-def pinned(constraints: Constraints, classes: Sequence[NodeClass]) -> bool:
-    """The pod can only land on `classes`: every satisfiable conjunction pins it."""
+def pinned(constraints: Constraints, classes: tuple[NodeClass, ...], extra: Extra = None) -> bool:
+    """The pod can only land on `classes` (and nodes meeting `extra`): every satisfiable
+    conjunction pins it."""
     if constraints.empty:
         return False
     conjs = [c for c in constraints.conjunctions if c is not None]
     if not conjs:
         return False
-    shapes = _shapes(classes)
-    return all(_pins(c, classes, shapes) for c in conjs)
+    return all(_pins(c, classes, extra) for c in conjs)
 
 
-def groups(
-    policy: Policy, classes: Sequence[NodeClass]
-) -> list[tuple[list[dict[str, Any]], list[NodeClass]]]:
+# A group of classes that differ only in product: its match expressions (key, values) and
+# its classes. Immutable: patches are built from it afresh for every review.
+Group = tuple[tuple[tuple[str, tuple[str, ...]], ...], tuple[NodeClass, ...]]
+
+
+@functools.lru_cache(maxsize=1024)
+def groups(classes: tuple[NodeClass, ...]) -> tuple[Group, ...]:
     """Classes grouped by all selector labels but the product, with each group's match
-    expressions (the fixed labels, then the product `In` the group's products). Memoised
-    on the policy: the same few class sets recur in every review."""
-    key = ("groups", tuple(c.index for c in classes))
-    cached = policy.memo.get(key)
-    if cached is not None:
-        return cached  # type: ignore[no-any-return]
+    expressions (the fixed labels, then the product `In` the group's products). Cached: the
+    same few class sets recur in every review, and the result cannot be changed."""
     by_shape: dict[tuple[tuple[str, str], ...], list[NodeClass]] = {}
     for c in classes:
         fixed = tuple((k, v) for k, v in c.selector if k != c.product_label)
         by_shape.setdefault((*fixed, ("", c.product_label)), []).append(c)
-    out: list[tuple[list[dict[str, Any]], list[NodeClass]]] = []
+    out: list[Group] = []
     for shape, members in by_shape.items():
-        exprs: list[dict[str, Any]] = [
-            {"key": k, "operator": "In", "values": [v]} for k, v in shape if k
-        ]
+        exprs: list[tuple[str, tuple[str, ...]]] = [(k, (v,)) for k, v in shape if k]
         products: list[str] = []
         for c in members:
             product = dict(c.selector)[c.product_label]
             if product not in products:
                 products.append(product)
-        exprs.append({"key": members[0].product_label, "operator": "In", "values": products})
-        out.append((exprs, members))
-    policy.memo[key] = out
-    return out
+        exprs.append((members[0].product_label, tuple(products)))
+        out.append((tuple(exprs), tuple(members)))
+    return tuple(out)
+
+
+def _expressions(group: Group, extra: Extra) -> list[dict[str, Any]]:
+    """A group's match expressions as new objects (and `extra`'s, when there is one)."""
+    exprs: list[dict[str, Any]] = [
+        {"key": k, "operator": "In", "values": list(values)} for k, values in group[0]
+    ]
+    if extra is not None:
+        exprs.append({"key": extra[0], "operator": extra[1], "values": list(extra[2])})
+    return exprs
+
+
+@functools.lru_cache(maxsize=1024)
+def _fresh_terms(classes: tuple[NodeClass, ...], extra: Extra) -> bytes:
+    """The terms for a pod without terms of its own, serialised: each review parses its own
+    copy (faster than building the objects again, and nothing is shared)."""
+    return orjson.dumps([{"matchExpressions": _expressions(g, extra)} for g in groups(classes)])
 
 
 def plan(
     spec: Mapping[str, Any],
     constraints: Constraints,
-    classes: Sequence[NodeClass],
+    classes: tuple[NodeClass, ...],
     *,
-    policy: Policy,
     path: str,
-) -> tuple[list[dict[str, Any]], str | None]:
-    """JSON Patch ops that pin the pod to `classes`, and the step's name (None: nothing to do).
-
-    `classes` are the allowed classes the pod's constraints admit, never empty.
-    """
-    if pinned(constraints, classes):
-        return [], None
-    if len(classes) == 1:
-        return _pin_with_node_selector(spec, classes[0], path), "node-selector"
-    grouped = groups(policy, classes)
+    extra: Extra = None,
+) -> list[dict[str, Any]]:
+    """JSON Patch ops that pin the pod to `classes` (and nodes that meet `extra`); none when
+    it is pinned already. `classes` are the allowed classes the pod's constraints admit,
+    never empty. Every value is a new object."""
+    if pinned(constraints, classes, extra):
+        return []
+    if len(classes) == 1 and extra is None:
+        return _pin_with_node_selector(spec, classes[0], path)
     if constraints.raw_terms is None:
-        return _add_required_terms(spec, _fresh_terms(policy, classes), path), "node-affinity"
+        return _add_required_terms(spec, orjson.loads(_fresh_terms(classes, extra)), path)
+    grouped = groups(classes)
     new_terms: list[Any] = []
     for raw, conj in zip(constraints.raw_terms, constraints.conjunctions, strict=True):
-        if conj is None:
-            # A term that matches no node stays one; keeping it keeps the user's intent visible.
-            new_terms.append(raw)
+        if conj is None or _pins(conj, classes, extra):
+            # A term that matches no node stays one; keeping it keeps the user's intent
+            # visible. A term that pins already needs nothing.
+            new_terms.append(copy.deepcopy(raw))
             continue
-        if _pins(conj, classes):
-            new_terms.append(raw)
-            continue
-        for group, group_classes in grouped:
-            if not any(all(_holds(r, c.known_labels) for r in conj) for c in group_classes):
+        for group in grouped:
+            if not any(all(_holds(r, c.known_labels) for r in conj) for c in group[1]):
                 continue
-            # A copy per new term: one object in two places of a patch is one too many.
             term = copy.deepcopy(raw)
             existing = list(term.get("matchExpressions") or [])
-            term["matchExpressions"] = existing + [dict(e) for e in group if e not in existing]
+            term["matchExpressions"] = existing + [
+                e for e in _expressions(group, extra) if e not in existing
+            ]
             new_terms.append(term)
-    return (
-        [
-            {
-                "op": "replace",
-                "path": f"{path}/{_AFFINITY}/{_NODE_AFFINITY}/{_REQUIRED}/{_TERMS}",
-                "value": new_terms,
-            }
-        ],
-        "node-affinity",
-    )
-
-
-def _fresh_terms(policy: Policy, classes: Sequence[NodeClass]) -> list[dict[str, Any]]:
-    """The node selector terms for a pod with no terms of its own. Memoised: the value goes
-    into patches that are serialised and never changed, so one list serves every review."""
-    key = ("terms", tuple(c.index for c in classes))
-    cached = policy.memo.get(key)
-    if cached is None:
-        cached = [{"matchExpressions": [dict(e) for e in g]} for g, _ in groups(policy, classes)]
-        policy.memo[key] = cached
-    return cached
+    return [
+        {
+            "op": "replace",
+            "path": f"{path}/{_AFFINITY}/{_NODE_AFFINITY}/{_REQUIRED}/{_TERMS}",
+            "value": new_terms,
+        }
+    ]
 
 
 def _pin_with_node_selector(
@@ -345,8 +360,3 @@ def describe(constraints: Constraints, classes: Sequence[NodeClass]) -> str:
 
 def describe_class(cls: NodeClass) -> str:
     return f"{cls.name} [" + ", ".join(f"{k}={v}" for k, v in cls.selector) + "]"
-
-
-def escape(key: str) -> str:
-    """A JSON Pointer reference token (RFC 6901)."""
-    return key.replace("~", "~0").replace("/", "~1")

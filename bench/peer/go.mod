@@ -1,0 +1,3 @@
+module gpusharepeer
+
+go 1.22

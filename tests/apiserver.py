@@ -1,0 +1,173 @@
+"""Playing the API server's admission chain against rendered webhook configurations.
+
+For one request (an object, the labels of its namespace, an operation, a subresource), as
+the API server does it: every entry whose namespaceSelector matches the namespace, one of
+whose rules matches the resource, subresource and operation, and all of whose matchConditions
+(CEL, evaluated with cel-python) hold, is called; mutating entries first, in order, each
+patch applied to the object as sent to that entry; then the patched object is validated as
+Kubernetes validates it (schema of two versions, the client's model, Pod rules); then the
+validating entries see the final object. Any denial stops the chain.
+
+How an entry is called is the test's choice (`Send`): straight into the codec
+(`reviews.review`), or over HTTPS into the real application.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests import deploy_helpers as dh
+from tests import kube
+from webhook import policies, rendering, reviews
+from webhook.core import pods
+
+# (path with query, request body) -> the AdmissionReview the webhook answered.
+Send = Callable[[str, bytes], Awaitable[dict[str, Any]]]
+
+
+@dataclass
+class Call:
+    configuration: str  # MutatingWebhookConfiguration or ValidatingWebhookConfiguration
+    entry: str
+    path: str
+    response: dict[str, Any]
+
+
+@dataclass
+class Outcome:
+    """What the user sees: allowed (and what is stored) or refused (and why)."""
+
+    allowed: bool
+    stored: dict[str, Any] | None
+    message: str = ""
+    warnings: list[str] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
+
+    @property
+    def entries(self) -> list[tuple[str, str]]:
+        return [(c.configuration, c.entry) for c in self.calls]
+
+
+def codec(loaded: policies.PolicySet, kinds: pods.Kinds = pods.BUILTIN) -> Send:
+    """Entries answered by the codec in-process, as the server would answer them."""
+
+    async def send(path: str, body: bytes) -> dict[str, Any]:
+        endpoint, _, policy_name = path.split("?")[0].strip("/").partition("/")
+        outcome = reviews.review(
+            body,
+            policies=loaded,
+            policy_name=policy_name or "default",
+            endpoint="mutate" if endpoint == "mutate" else "validate",
+            kinds=kinds,
+        )
+        return json.loads(outcome.body)  # type: ignore[no-any-return]
+
+    return send
+
+
+def _rule_matches(
+    rule: Mapping[str, Any], group: str, resource: str, operation: str
+) -> bool:
+    return (
+        (group in rule["apiGroups"] or "*" in rule["apiGroups"])
+        and (resource in rule["resources"] or "*" in rule["resources"])
+        and (operation in rule["operations"] or "*" in rule["operations"])
+    )
+
+
+class ApiServer:
+    """The admission chain of one cluster, configured with `configurations`."""
+
+    def __init__(self, configurations: Sequence[Mapping[str, Any]], send: Send) -> None:
+        by_kind = {c["kind"]: c for c in configurations}
+        self.mutating = by_kind[rendering.MUTATING_KIND]["webhooks"]
+        self.validating = by_kind[rendering.VALIDATING_KIND]["webhooks"]
+        self.send = send
+        self._conditions: dict[tuple[str, str], dh.Conditions] = {}
+
+    def _called(
+        self,
+        kind: str,
+        entry: Mapping[str, Any],
+        obj: Mapping[str, Any],
+        labels: Mapping[str, str],
+        operation: str,
+        sub_resource: str,
+    ) -> bool:
+        if not dh.selector_matches(entry["namespaceSelector"], labels):
+            return False
+        group = str(obj["apiVersion"]).rpartition("/")[0]
+        resource = kube.plural(str(obj["kind"])) + (f"/{sub_resource}" if sub_resource else "")
+        if not any(_rule_matches(r, group, resource, operation) for r in entry["rules"]):
+            return False
+        key = (kind, entry["name"])
+        if key not in self._conditions:
+            self._conditions[key] = dh.Conditions(entry)
+        return self._conditions[key].match(obj, operation=operation, sub_resource=sub_resource)
+
+    async def admit(
+        self,
+        obj: Mapping[str, Any],
+        *,
+        labels: Mapping[str, str],
+        operation: str = "CREATE",
+        old: Mapping[str, Any] | None = None,
+        sub_resource: str = "",
+    ) -> Outcome:
+        current = kube.as_served(obj)
+        outcome = Outcome(allowed=True, stored=None)
+        for kind, entries in (
+            (rendering.MUTATING_KIND, self.mutating),
+            (rendering.VALIDATING_KIND, self.validating),
+        ):
+            if kind == rendering.VALIDATING_KIND and kube.templates_of(current):
+                # Between the two: the object as patched must be valid, or nothing is stored.
+                kube.check_valid(current)
+            for entry in entries:
+                if not self._called(kind, entry, current, labels, operation, sub_resource):
+                    continue
+                uid = str(uuid.uuid4())
+                body = kube.admission_review(
+                    current, operation=operation, old=old, uid=uid, sub_resource=sub_resource
+                )
+                path = entry["clientConfig"]["service"]["path"]
+                review = await self.send(
+                    f"{path}?timeout={entry['timeoutSeconds']}s", json.dumps(body).encode()
+                )
+                response = answer(review, uid)
+                outcome.calls.append(Call(kind, entry["name"], path, response))
+                outcome.warnings += response.get("warnings") or []
+                if not response["allowed"]:
+                    outcome.allowed = False
+                    outcome.message = response["status"]["message"]
+                    return outcome
+                if "patch" in response:
+                    assert kind == rendering.MUTATING_KIND, "a validating webhook patched"
+                    current = kube.apply(current, json.loads(base64.b64decode(response["patch"])))
+        outcome.stored = current
+        return outcome
+
+
+def answer(review: Mapping[str, Any], uid: str) -> dict[str, Any]:
+    """The AdmissionResponse, after the checks the API server makes of every answer."""
+    assert review["apiVersion"] == "admission.k8s.io/v1"
+    assert review["kind"] == "AdmissionReview"
+    response: dict[str, Any] = review["response"]
+    assert response["uid"] == uid
+    assert isinstance(response["allowed"], bool)
+    # Together or not at all, and only on an allowed review.
+    assert ("patch" in response) == ("patchType" in response)
+    if "patch" in response:
+        assert response["allowed"]
+        assert response["patchType"] == "JSONPatch"
+    if not response["allowed"]:
+        assert isinstance(response["status"]["code"], int)
+        assert response["status"]["message"]
+    for warning in response.get("warnings") or []:
+        assert len(warning) <= 120 and not warning.lower().startswith("warning")
+    return response

@@ -1,0 +1,111 @@
+"""The core compiled with mypyc (what a wheel install runs, hatch_build.py) answers every
+review byte for byte as the pure-Python core (what the rest of the suite tests) does.
+
+The reviews: every published manifest, every example and every case of the rule and route
+tables, as Pods and as workloads, to both endpoints of every policy (a name that does not
+exist included).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import kube, test_escape_routes, test_rules
+from webhook import policies, reviews
+
+sys.path.insert(0, str(kube.REPO))
+import hatch_build  # noqa: E402
+
+POLICY_NAMES = ("default", "not-renamed", "lab", "no-such-policy")
+
+# Run against the compiled package: reads (policies dir, reviews file), writes one base64
+# response body per line.
+_ANSWER = """
+import base64, json, sys
+from webhook import policies, reviews
+from webhook.core import reviewing, rules
+assert not reviewing.__file__.endswith(".py") and not rules.__file__.endswith(".py"), (
+    reviewing.__file__)
+loaded = policies.load_directory(sys.argv[1])
+for line in open(sys.argv[2]):
+    policy, endpoint, body = json.loads(line)
+    try:
+        out = reviews.review(body.encode(), policies=loaded, policy_name=policy,
+                             endpoint=endpoint).body
+    except Exception as exc:
+        out = repr(exc).encode()
+    print(base64.b64encode(out).decode())
+"""
+
+
+def _objects() -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    paths = sorted(kube.REAL_WORLD.glob("*.yaml")) + sorted((kube.REPO / "examples").rglob("*.yaml"))
+    for path in paths:
+        found += [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+    found += [case.values[0] for case in test_rules.CASES]
+    found += [case.obj for case in test_escape_routes.CASES.values()]
+    for obj in list(found):
+        if obj.get("kind") == "Pod":
+            found += [kube.workload(kind, obj) for kind in ("Deployment", "CronJob")]
+    return found
+
+
+def _bodies() -> list[tuple[str, str, str]]:
+    out = []
+    for obj in _objects():
+        body = json.dumps(kube.admission_review(obj))
+        for policy in POLICY_NAMES:
+            for endpoint in ("mutate", "validate"):
+                out.append((policy, endpoint, body))
+    for case in test_escape_routes.CASES.values():
+        if case.old is not None:
+            body = json.dumps(kube.admission_review(case.obj, operation=case.operation,
+                                                    old=case.old,
+                                                    sub_resource=case.sub_resource or None))
+            out += [("default", endpoint, body) for endpoint in ("mutate", "validate")]
+    return out
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("compiled")
+    built, output = hatch_build.compile_core(kube.REPO, work)
+    assert built, f"mypyc could not compile the core:\n{output[-3000:]}"
+    assert {p.name.split(".")[0] for p in built} >= {
+        Path(m).stem for m in hatch_build.COMPILED}
+    return work
+
+
+def test_the_compiled_core_answers_every_review_as_the_pure_one(
+    compiled: Path, tmp_path: Path
+) -> None:
+    directory = tmp_path / "policies"
+    directory.mkdir()
+    for path in (kube.REPO / "policies").glob("*.yaml"):
+        (directory / path.name).write_text(path.read_text())
+    (directory / "lab.yaml").write_text(test_escape_routes.LAB_POLICY)
+    bodies = _bodies()
+    (tmp_path / "reviews.jsonl").write_text("".join(json.dumps(b) + "\n" for b in bodies))
+    done = subprocess.run(
+        [sys.executable, "-c", _ANSWER, str(directory), str(tmp_path / "reviews.jsonl")],
+        cwd=compiled, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "PYTHONPATH": str(compiled)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = [base64.b64decode(line) for line in done.stdout.splitlines()]
+    loaded = policies.load_directory(directory)
+    assert len(answers) == len(bodies) > 500
+    for (policy, endpoint, body), answer in zip(bodies, answers, strict=True):
+        pure = reviews.review(body.encode(), policies=loaded, policy_name=policy,
+                              endpoint=endpoint).body
+        assert answer == pure, (policy, endpoint, body[:300])

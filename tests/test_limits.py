@@ -1,0 +1,256 @@
+"""Every bound on connections and requests, with small settings, on the real listener.
+
+The server runs as `serve` runs it (`serving.running`: the guarded listener, TLS, both
+applications) on ports of its own; the clients speak TLS by hand so that they can stop
+half-way, as a slowloris client or a stalled upload does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from tests import server_helpers as h
+from webhook import certificates
+from webhook.transport import limits as limits_module
+from webhook.transport import serving
+from webhook.transport.limits import Limits
+
+SMALL = Limits(
+    header_timeout=0.6,
+    body_timeout=0.6,
+    idle_timeout=3.0,
+    max_connections=4,
+    max_body_bytes=64 * 1024,
+    max_inflight_bytes=128 * 1024,
+)
+
+
+@pytest.fixture(autouse=True)
+def quick_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits_module.Connections, "SWEEP_SECONDS", 0.05)
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[serving.Running]:
+    settings = h.settings(tmp_path, host="127.0.0.1", port=0, metrics_port=0, limits=SMALL)
+    async with serving.running(settings) as running:
+        yield running
+
+
+def ca_of(running: serving.Running) -> Path:
+    return running.state.settings.cert_dir / certificates.CA_FILE
+
+
+async def closed_by_server(connection: h.Connection, within: float) -> float:
+    """Seconds until the server closes `connection` (EOF or reset); fails after `within`."""
+    started = time.monotonic()
+    try:
+        data = await asyncio.wait_for(connection.reader.read(), within)
+    except (ConnectionError, ssl.SSLError):
+        data = b""
+    assert data in (b"", b"\n") or data.startswith(b"HTTP/1.1 "), data
+    return time.monotonic() - started
+
+
+async def metrics(running: serving.Running) -> str:
+    async with aiohttp.ClientSession() as session:
+        url = f"http://127.0.0.1:{running.metrics_port}/metrics"
+        async with session.get(url) as response:
+            return await response.text()
+
+
+async def healthy(running: serving.Running) -> bool:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as session:
+        url = f"http://127.0.0.1:{running.metrics_port}/healthz"
+        async with session.get(url) as response:
+            return response.status == 200
+
+
+def review(uid: str) -> bytes:
+    return h.review_body(h.shared_pod(), uid)
+
+
+async def test_a_request_that_stops_half_way_through_its_headers_is_closed(
+    server: serving.Running,
+) -> None:
+    async with h.connect(server.port, ca_of(server)) as slow:
+        await slow.send(b"POST /mutate HTTP/1.1\r\nHost: x\r\n")
+        waited = await closed_by_server(slow, within=5)
+    assert waited < 1.5  # the header timeout, well before the idle one
+    text = await metrics(server)
+    assert h.metric(text, "gpu_share_webhook_connections_closed_total", reason="header") == 1
+
+
+async def test_headers_sent_a_byte_at_a_time_do_not_keep_a_connection(
+    server: serving.Running,
+) -> None:
+    # Slowloris: every byte resets no timer; the request must be whole in time.
+    async with h.connect(server.port, ca_of(server)) as slow:
+        started = time.monotonic()
+        with pytest.raises((ConnectionError, ssl.SSLError, AssertionError, TimeoutError)):
+            for byte in b"POST /mutate HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 100:
+                await slow.send(bytes([byte]))
+                await asyncio.sleep(0.1)
+                assert not slow.reader.at_eof()
+                if time.monotonic() - started > 5:
+                    raise TimeoutError("still open after 5 s")
+    assert time.monotonic() - started < 1.5
+
+
+async def test_a_connection_that_sends_nothing_is_closed(server: serving.Running) -> None:
+    async with h.connect(server.port, ca_of(server)) as silent:
+        waited = await closed_by_server(silent, within=5)
+    assert 0.4 < waited < 1.5
+
+
+async def test_a_tcp_connection_that_never_starts_tls_is_closed(server: serving.Running) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        started = time.monotonic()
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        assert time.monotonic() - started < 1.5
+    finally:
+        writer.close()
+
+
+async def test_a_body_that_stops_arriving_is_a_408(server: serving.Running) -> None:
+    body = review("uid-stalled")
+    async with h.connect(server.port, ca_of(server)) as stalled:
+        await stalled.send_head("/mutate", len(body))
+        await stalled.send(body[:10])
+        started = time.monotonic()
+        status, headers, text = await asyncio.wait_for(stalled.response(), 5)
+    assert status == 408
+    assert headers["connection"] == "close"
+    assert b"did not arrive within 0.6 s" in text
+    assert time.monotonic() - started < 3
+
+
+async def test_idle_keep_alive_connections_last_the_idle_timeout_then_close(
+    server: serving.Running,
+) -> None:
+    async with h.connect(server.port, ca_of(server)) as connection:
+        status, _, answer = await connection.post("/mutate", review("uid-idle"))
+        assert status == 200
+        h.response_of(json.loads(answer), "uid-idle")
+        # Past the header timeout but within the idle one: still there, and usable.
+        await asyncio.sleep(1.2)
+        status, _, _ = await connection.post("/mutate", review("uid-idle-2"))
+        assert status == 200
+        waited = await closed_by_server(connection, within=6)
+    assert 2.5 < waited < 4.5
+
+
+async def test_beyond_max_connections_the_longest_idle_one_makes_room(
+    server: serving.Running,
+) -> None:
+    ca = ca_of(server)
+    async with (
+        h.connect(server.port, ca) as oldest,
+        h.connect(server.port, ca) as second,
+        h.connect(server.port, ca) as third,
+        h.connect(server.port, ca) as fourth,
+    ):
+        for number, connection in enumerate((oldest, second, third, fourth)):
+            status, _, _ = await connection.post("/mutate", review(f"uid-{number}"))
+            assert status == 200
+        async with h.connect(server.port, ca) as newcomer:
+            status, _, _ = await newcomer.post("/mutate", review("uid-new"))
+            assert status == 200
+            await closed_by_server(oldest, within=2)
+            status, _, _ = await second.post("/mutate", review("uid-second"))
+            assert status == 200
+    text = await metrics(server)
+    assert h.metric(text, "gpu_share_webhook_connections_closed_total", reason="evicted") == 1
+
+
+async def test_beyond_max_connections_with_none_idle_a_new_one_is_a_503(
+    server: serving.Running,
+) -> None:
+    ca = ca_of(server)
+    body = review("uid-busy")
+    async with (
+        h.connect(server.port, ca) as a,
+        h.connect(server.port, ca) as b,
+        h.connect(server.port, ca) as c,
+        h.connect(server.port, ca) as d,
+    ):
+        for busy in (a, b, c, d):  # each in the middle of receiving a body
+            await busy.send_head("/mutate", len(body))
+            await busy.send(body[:10])
+        await asyncio.sleep(0.1)
+        async with h.connect(server.port, ca) as refused:
+            status, headers, text = await asyncio.wait_for(refused.response(), 5)
+        assert status == 503
+        assert headers["connection"] == "close"
+        assert headers["retry-after"] == "1"
+        assert b"too many connections" in text
+    text = await metrics(server)
+    assert h.metric(text, "gpu_share_webhook_connections_closed_total", reason="refused") == 1
+
+
+async def test_beyond_the_review_bytes_in_flight_a_request_is_a_429(
+    server: serving.Running,
+) -> None:
+    ca = ca_of(server)
+    big = h.review_body({**h.shared_pod(), "padding": "x" * 60_000}, "uid-big")
+    assert 32 * 1024 < len(big) <= SMALL.max_body_bytes
+    async with h.connect(server.port, ca) as first, h.connect(server.port, ca) as second:
+        for connection in (first, second):
+            await connection.send_head("/mutate", len(big))
+            await connection.send(big[:100])
+        await asyncio.sleep(0.1)
+        async with h.connect(server.port, ca) as third:
+            status, headers, text = await third.post("/mutate", big)
+        assert status == 429
+        assert headers["retry-after"] == "1"
+        assert b"retry in a moment" in text
+        # Those in flight are answered when their bodies arrive.
+        await first.send(big[100:])
+        status, _, _ = await first.response()
+        assert status == 200
+    text = await metrics(server)
+    assert h.metric(text, "gpu_share_webhook_requests_shed_total", reason="inflight-bytes") == 1
+
+
+async def test_probes_and_reviews_answer_while_connections_are_abused(
+    server: serving.Running,
+) -> None:
+    ca = ca_of(server)
+    async with h.connect(server.port, ca) as slow, h.connect(server.port, ca) as stalled:
+        await slow.send(b"POST /mutate HTTP/1.1\r\n")
+        body = review("uid-stalled")
+        await stalled.send_head("/mutate", len(body))
+        await stalled.send(body[:5])
+        assert await healthy(server)
+        async with h.connect(server.port, ca) as fine:
+            status, _, answer = await fine.post("/mutate", review("uid-fine"))
+        assert status == 200
+        assert h.response_of(json.loads(answer), "uid-fine")["allowed"] is True
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("header_timeout", 0.0, "--header-timeout must be positive"),
+        ("idle_timeout", -1.0, "--idle-timeout must be positive"),
+        ("max_connections", 0, "--max-connections must be at least 1"),
+        ("max_inflight_bytes", 1024, "--max-inflight-bytes must be at least --max-body-bytes"),
+    ],
+)
+def test_limits_that_cannot_work_are_named(field: str, value: Any, words: str) -> None:
+    assert words in Limits(**{field: value}).problems()
+    assert Limits().problems() == []
+
+
+def test_this_aiohttp_has_what_the_guard_reads() -> None:
+    limits_module.check_handler()

@@ -1,0 +1,261 @@
+"""Running the rules: an object and a compiled policy in, a `Decision` out.
+
+`review(obj, policy=...)` finds the pod specs the object carries (a Pod's own; a workload's
+pod templates), runs the table of `rules.RULES` over each, and assembles one decision: every
+violation (each naming its container and rule), or the JSON Patch. A workload's template is
+reviewed as its pods will be (`mutate=False` for the validating webhook, which only refuses);
+`mutate -f` shows the template as its pods will be admitted.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, Literal
+
+import orjson
+
+from webhook import names
+from webhook.core import pods, rules
+from webhook.core.decisions import Decision, Violation
+from webhook.core.placing import record
+from webhook.policies import Policy
+
+Endpoint = Literal["mutate", "validate"]
+# The subresource `kubectl debug` updates to add an ephemeral container.
+EPHEMERAL_CONTAINERS = "ephemeralcontainers"
+
+
+def admit(
+    obj: Mapping[str, Any] | None,
+    *,
+    policy: Policy,
+    endpoint: Endpoint,
+    group: str,
+    kind: str,
+    operation: str,
+    sub_resource: str = "",
+    old: Mapping[str, Any] | None = None,
+    kinds: pods.Kinds = pods.BUILTIN,
+    cache: Cache | None = None,
+) -> Decision:
+    """What the webhook at `/<endpoint>/<policy>` decides about one admission request.
+
+    Pods on CREATE, and updates of a pod's ephemeral containers (`kubectl debug`): the
+    mutating endpoint patches and refuses; the validating one refuses, also when the parts
+    of the patch that guard the policy are missing. Workloads (`kinds`): the validating
+    endpoint refuses a template its pods would be refused for, except on an update that
+    leaves every template as it was (scaling, labels, finalizers, status), which is never
+    refused. Anything else passes.
+    """
+    if obj is None or operation not in ("CREATE", "UPDATE"):
+        return Decision()
+    mutate = endpoint == "mutate"
+    if kind == "Pod" and group == "":
+        if sub_resource == EPHEMERAL_CONTAINERS and operation == "UPDATE":
+            return review(obj, policy=policy, mutate=mutate, require=not mutate, old=old or {})
+        if sub_resource or operation != "CREATE":
+            # A pod's containers, resources and scheduling are immutable once created.
+            return Decision()
+        return review(obj, policy=policy, mutate=mutate, require=not mutate, cache=cache)
+    if mutate or sub_resource or (group, kind) not in kinds:
+        return Decision()
+    decision = review(obj, policy=policy, mutate=False, kinds=kinds)
+    if (
+        decision.violations
+        and operation == "UPDATE"
+        and old is not None
+        and templates_equal(old, obj, kinds)
+    ):
+        # Admitted before these rules (or before this policy): tell, and let it through, so
+        # that scaling and deleting existing workloads never hang on the webhook.
+        kept = Decision(warnings=list(decision.warnings))
+        kept.warn("the pod template breaks gpu-share rules; its new pods will be refused")
+        return kept
+    return decision
+
+
+def review(
+    obj: Mapping[str, Any],
+    *,
+    policy: Policy,
+    mutate: bool = True,
+    require: bool = False,
+    old: Mapping[str, Any] | None = None,
+    kinds: pods.Kinds = pods.BUILTIN,
+    cache: Cache | None = None,
+) -> Decision:
+    """Review a Pod, or the pod templates of a workload; other kinds pass untouched.
+
+    `mutate`: build the patch. `require`: validating a Pod, the parts of the patch that guard
+    the policy (`Rule.required`) must be in place already. `old`: the Pod before an update
+    of its ephemeral containers; only the ones it adds are judged. `cache`: decisions of
+    pods already judged (see `Cache`).
+    """
+    found, problems = pods.templates(obj, kinds)
+    views = [pods.read(template, old=old) for template in found]
+    key: Hashable | None = None
+    if cache is not None and len(views) == 1 and not problems:
+        pod_key = views[0].key()
+        if pod_key is not None:
+            key = (policy, mutate, require, pod_key)
+            cached = cache.get(key)
+            if cached is not None:
+                return cached
+    decision = Decision(violations=[rules.malformed(p) for p in problems])
+    for pod in views:
+        r = run(pod, policy, mutate=mutate, require=require)
+        label = pod.template.label
+        for v in r.violations:
+            decision.violations.append(
+                Violation(v.rule, f"{label}: {v.message}", v.container) if label else v
+            )
+        for w in r.warnings:
+            decision.warn(f"{label}: {w}" if label else w)
+        for mode, v in r.would_refuse:
+            decision.would_refuse.append(
+                (mode, Violation(v.rule, f"{label}: {v.message}", v.container) if label else v)
+            )
+        for rule, op in r.ops:
+            decision.patch.append(op)
+            if rule not in decision.mutations and rule != "annotations":
+                decision.mutations.append(rule)
+        decision.audit.update(r.audit)
+    if decision.violations:
+        decision.patch = []
+        decision.mutations = []
+    _tell(decision)
+    if key is not None and cache is not None and decision.allowed and not decision.would_refuse:
+        cache.put(key, decision)
+    return decision
+
+
+class Cache:
+    """Decisions of pods by what the rules read of them (`pods.Pod.key`), the policy and the
+    endpoint: the pods of one workload are judged once. Allowed decisions only (a refusal's
+    words name volumes, which the key leaves out; refusals are rare). Bounded: past `size`
+    entries the oldest goes. A policy reload makes new Policy objects, so decisions of the
+    old set are never found again and age out. Every decision it returns is a new one.
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.hits = 0
+        self.misses = 0
+        self._entries: dict[Hashable, tuple[Any, ...]] = {}
+        # Large reviews run on threads; writes take the lock, reads need none (the GIL).
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable) -> Decision | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        patch, warnings, audit, mutations, would_refuse = entry
+        return Decision(
+            patch=orjson.loads(patch),
+            warnings=list(warnings),
+            audit=dict(audit),
+            mutations=list(mutations),
+            would_refuse=list(would_refuse),
+        )
+
+    def put(self, key: Hashable, decision: Decision) -> None:
+        if self.size <= 0:
+            return
+        entry = (
+            orjson.dumps(decision.patch),
+            tuple(decision.warnings),
+            tuple(decision.audit.items()),
+            tuple(decision.mutations),
+            tuple(decision.would_refuse),
+        )
+        with self._lock:
+            while len(self._entries) >= self.size:
+                del self._entries[next(iter(self._entries))]
+            self._entries[key] = entry
+
+
+# An audit annotation's value is kept this short (the audit log keeps it per request).
+_AUDIT_VALUE = 2000
+
+
+def _tell(decision: Decision) -> None:
+    """Warn-mode refusals as warnings and an audit annotation; dry-run ones stay silent."""
+    warned = [v for mode, v in decision.would_refuse if mode == names.WARN]
+    if not warned:
+        return
+    for v in warned:
+        decision.warn(f"would be refused (rule {v.rule}): {v.message}")
+    decision.audit["would-refuse"] = ",".join(dict.fromkeys(v.rule for v in warned))
+    text = "; ".join(v.text for v in warned)
+    decision.audit["would-refuse-reasons"] = (
+        text if len(text) <= _AUDIT_VALUE else text[: _AUDIT_VALUE - 3] + "..."
+    )
+
+
+def run(pod: pods.Pod, policy: Policy, *, mutate: bool, require: bool = False) -> rules.Review:
+    """The rules over one pod: every check; then, when nothing is refused, the patches.
+
+    A rule the policy applies in warn or dry-run mode does not refuse (`Review.relax`), and
+    in dry-run mode it patches nothing.
+    """
+    r = rules.Review(pod, policy, mutate=mutate, require=require)
+    checks, patches, required = _table(policy, r.gpu, bool(r.requested), pod.ephemeral_update)
+    for check in checks:
+        check(r)
+    r.relax()
+    if r.violations or not (mutate or require):
+        return r
+    for patch in patches if mutate else required:
+        patch(r)
+    r.relax()
+    if mutate and not r.violations:
+        if policy.mode != names.ENFORCE or policy.rule_modes:
+            r.ops = [(rule, op) for rule, op in r.ops if policy.mode_of(rule) != names.DRY_RUN]
+        record(r)
+    return r
+
+
+Step = Callable[[rules.Review], None]
+
+
+@functools.lru_cache(maxsize=1024)
+def _table(
+    policy: Policy, gpu: bool, shared: bool, ephemeral_update: bool
+) -> tuple[tuple[Step, ...], tuple[Step, ...], tuple[Step, ...]]:
+    """The checks, the patches and the required patches that apply to a pod: worked out once
+    per policy and kind of pod, not for every review (the policy cannot change)."""
+    applying = [r for r in rules.RULES if _applies(r, policy, gpu, shared, ephemeral_update)]
+    return (
+        tuple(rule.check for rule in applying if rule.check is not None),
+        tuple(rule.patch for rule in applying if rule.patch is not None),
+        tuple(rule.patch for rule in applying if rule.patch is not None and rule.required),
+    )
+
+
+def _applies(
+    rule: rules.Rule, policy: Policy, gpu: bool, shared: bool, ephemeral_update: bool
+) -> bool:
+    if policy.unavailable is not None and not rule.always:
+        return False
+    if rule.pod_level and ephemeral_update:
+        return False
+    if rule.scope is rules.Scope.GPU_POD and not gpu:
+        return False
+    if rule.scope is rules.Scope.SHARED_POD and not shared:
+        return False
+    return rules.switched_on(rule, policy)
+
+
+def templates_equal(old: Mapping[str, Any], new: Mapping[str, Any], kinds: pods.Kinds) -> bool:
+    """Whether an update leaves every pod template of the object as it was (scaling, labels,
+    finalizers, status): such an update is never refused."""
+    old_found, _ = pods.templates(old, kinds)
+    new_found, _ = pods.templates(new, kinds)
+    return [t.node for t in old_found] == [t.node for t in new_found]

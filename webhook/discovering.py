@@ -1,0 +1,677 @@
+"""Discovering the shared GPU nodes of a node dump, and the policy classes that describe them.
+
+Pure: Node objects in (dicts, as `kubectl get nodes -o json` prints them), data out; no I/O.
+`gpu-share-webhook discover` prints a policy from `survey` and `node_classes`, and
+`gpu-share-webhook policy check --nodes` matches policies against the same survey, so both
+agree on what a shared GPU node is.
+
+What gpu-feature-discovery (GFD) labels, per GPU resource R of a node (`nvidia.com/gpu`, and
+`nvidia.com/mig-<profile>` under the mixed MIG strategy), and what we read from it:
+
+    R.sharing-strategy  none | time-slicing | mps      shared: time-slicing or mps ...
+    R.replicas          1 unshared, 0 disabled, N       ... with N >= 2 replicas
+    R.product           <product>[-SHARED]              -SHARED only when shared and NOT renamed
+    R.count             physical GPUs (MIG devices)     gpusPerNode
+    R.memory            MiB of one GPU                  memoryMiB (MPS ceilings)
+
+A renamed resource is advertised as `R.shared` in the node's status (capacity, allocatable);
+one that is not keeps the name R. Labels and status that disagree (a -SHARED product on a
+node that advertises R.shared, a strategy without replicas, MPS on a MIG device...) are
+reported with the node and the labels, and the node is left out: we never guess.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from webhook import names, policies
+from webhook.errors import InputError
+
+GFD_ATTRIBUTES = ("product", "replicas", "sharing-strategy", "count", "memory")
+# `nvidia.com/gpu.product`, `nvidia.com/mig-1g.10gb.sharing-strategy`, ... -> (R, attribute).
+_RESOURCE_LABEL = re.compile(
+    r"^(nvidia\.com/(?:gpu|mig-[0-9a-z][0-9a-z.+-]*?))\.("
+    + "|".join(re.escape(a) for a in GFD_ATTRIBUTES)
+    + r")$"
+)
+# What the device plugin advertises in the node's status: R, or R.shared when renamed.
+_ADVERTISED = re.compile(r"^(nvidia\.com/(?:gpu|mig-[0-9a-z][0-9a-z.+-]*?))(\.shared)?$")
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+SHARING_STRATEGIES = ("mps", "time-slicing")
+NO_SHARING = "none"
+MPS_CAPABLE_LABEL = "nvidia.com/mps.capable"
+# Set by the GPU Operator (not GFD) on nodes with an NVIDIA PCI device.
+GPU_PRESENT_LABEL = "nvidia.com/gpu.present"
+MIG_PRODUCT_MARK = "-MIG-"
+MIG_INVALID_SUFFIX = "-MIG-INVALID"
+# Taints Kubernetes itself manages (not-ready, unschedulable, pressure...): not a GPU site's.
+_SYSTEM_TAINT_PREFIX = "node.kubernetes.io/"
+_BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+# --------------------------------------------------------------------------- reading nodes
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """A Node of the dump: what discovery reads of it."""
+
+    name: str
+    labels: Mapping[str, str]
+    # Resource names of status.capacity and status.allocatable with a quantity that is not 0
+    # (kubelet keeps a resource the plugin no longer advertises at 0).
+    advertised: frozenset[str]
+    # Whether the dump has the node's status at all (hand-made objects may not).
+    has_status: bool
+    # NoSchedule and NoExecute taints: (key, value, effect).
+    taints: tuple[tuple[str, str, str], ...]
+
+
+def read_nodes(objects: Iterable[Mapping[str, Any]]) -> tuple[list[Node], int]:
+    """The Nodes among `objects` (a NodeList's items too), and how many objects were not
+    Nodes. InputError for a Node of the wrong shape (naming it and the field), for a name
+    given twice, or for no Node."""
+    nodes: list[Node] = []
+    others = 0
+    seen: set[str] = set()
+    flat: list[Mapping[str, Any]] = []
+    for obj in objects:
+        # What the API itself answers (client-go, curl), whose items carry no kind; kubectl
+        # prints a List of Nodes instead.
+        items = obj.get("items") if obj.get("kind") == "NodeList" else None
+        if isinstance(items, list):
+            flat.extend({"kind": "Node", **i} for i in items if isinstance(i, dict))
+        else:
+            flat.append(obj)
+    for number, obj in enumerate(flat, 1):
+        if obj.get("kind") != "Node":
+            others += 1
+            continue
+        node = _read_node(obj, number)
+        if node.name in seen:
+            raise InputError(f"Node/{node.name}: appears twice in the dump")
+        seen.add(node.name)
+        nodes.append(node)
+    if not nodes:
+        raise InputError(
+            "holds no Node object (expected the output of `kubectl get nodes -o json`)"
+        )
+    return nodes, others
+
+
+def _read_node(obj: Mapping[str, Any], number: int) -> Node:
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise InputError(f"object {number}, a Node: metadata.name is missing")
+    what = f"Node/{name}"
+    labels = _string_map(meta.get("labels"), f"{what}: metadata.labels")
+    status = obj.get("status")
+    if status is None:
+        status = {}
+    if not isinstance(status, dict):
+        raise InputError(f"{what}: status is not a mapping")
+    advertised: set[str] = set()
+    has_status = False
+    for part in ("capacity", "allocatable"):
+        values = status.get(part)
+        if values is None:
+            continue
+        if not isinstance(values, dict):
+            raise InputError(f"{what}: status.{part} is not a mapping")
+        has_status = True
+        for key, quantity in values.items():
+            if str(quantity).strip() not in ("0", ""):
+                advertised.add(str(key))
+    spec = obj.get("spec")
+    raw_taints = spec.get("taints") if isinstance(spec, dict) else None
+    if raw_taints is not None and not isinstance(raw_taints, list):
+        raise InputError(f"{what}: spec.taints is not a list")
+    taints: list[tuple[str, str, str]] = []
+    for i, taint in enumerate(raw_taints or []):
+        if not isinstance(taint, dict) or not isinstance(taint.get("key"), str):
+            raise InputError(f"{what}: spec.taints[{i}] is not a taint")
+        effect = taint.get("effect")
+        if effect in _BLOCKING_EFFECTS:
+            taints.append((taint["key"], str(taint.get("value") or ""), str(effect)))
+    return Node(
+        name=name,
+        labels=MappingProxyType(labels),
+        advertised=frozenset(advertised),
+        has_status=has_status,
+        taints=tuple(taints),
+    )
+
+
+def _string_map(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where} is not a mapping")
+    for key, item in value.items():
+        if not isinstance(key, str) or not isinstance(item, str):
+            raise InputError(f"{where}.{key}: {item!r} is not a string (label values are)")
+    return dict(value)
+
+
+# --------------------------------------------------------------------------- the survey
+
+# What a node class pins: (resource, product without -SHARED, strategy, renamed, replicas).
+ClassKey = tuple[str, str, str, bool, int]
+
+
+@dataclass(frozen=True, slots=True)
+class SharedGpu:
+    """One shared GPU resource of one node, as its labels describe it."""
+
+    node: str
+    resource: str
+    product: str  # without -SHARED
+    strategy: str
+    renamed: bool
+    replicas: int
+    memory_mib: int | None
+    count: int
+
+    @property
+    def key(self) -> ClassKey:
+        """What a node class pins (selector labels): nodes with one key share one class."""
+        return (self.resource, self.product, self.strategy, self.renamed, self.replicas)
+
+    @property
+    def advertised(self) -> str:
+        return policies.advertised_resource(self.resource, self.renamed)
+
+    def describe(self) -> str:
+        renamed = "renamed" if self.renamed else "not renamed"
+        return (
+            f"{self.advertised} ({self.product}, {self.strategy}, {self.replicas} replicas,"
+            f" {renamed})"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Unshared:
+    """A GPU resource of a node that is not shared, and the labels that say so."""
+
+    node: str
+    resource: str
+    reason: str
+    # Usable as an exclusive GPU (replicas 1), not disabled (replicas 0, MIG parents).
+    exclusive: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Labels of a node that disagree; the node is left out."""
+
+    node: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"node {self.node}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """What a node dump says about shared GPUs."""
+
+    nodes: tuple[Node, ...]
+    # Every shared resource of every node that is not left out.
+    shared: tuple[SharedGpu, ...]
+    # Unshared GPU resources of nodes that are not left out.
+    unshared: tuple[Unshared, ...]
+    problems: tuple[Problem, ...]
+    # GPU nodes without GFD labels (gpu.present, or an NVIDIA resource in the status only).
+    unlabelled: tuple[str, ...]
+    # Objects of the dump that are not Nodes.
+    others: int = 0
+
+    @property
+    def left_out(self) -> tuple[str, ...]:
+        return tuple(sorted({p.node for p in self.problems}))
+
+    @property
+    def shared_nodes(self) -> tuple[str, ...]:
+        return tuple(sorted({s.node for s in self.shared}))
+
+    @property
+    def unshared_nodes(self) -> tuple[str, ...]:
+        """GPU nodes, not left out, that share none of their GPUs."""
+        sharing = set(self.shared_nodes)
+        return tuple(sorted({u.node for u in self.unshared} - sharing))
+
+    @property
+    def unshared_on_sharing_nodes(self) -> tuple[Unshared, ...]:
+        """Resources left exclusive (replicas 1) on nodes that share others (mixed MIG)."""
+        sharing = set(self.shared_nodes)
+        return tuple(u for u in self.unshared if u.node in sharing and u.exclusive)
+
+
+def survey(nodes: Sequence[Node], *, others: int = 0) -> Survey:
+    shared: list[SharedGpu] = []
+    unshared: list[Unshared] = []
+    problems: list[Problem] = []
+    unlabelled: list[str] = []
+    for node in nodes:
+        found, idle, trouble = _survey_node(node)
+        if trouble:
+            problems.extend(Problem(node.name, t) for t in trouble)
+            continue
+        if (
+            not found
+            and not idle
+            and (node.labels.get(GPU_PRESENT_LABEL) == "true" or _advertised_gpus(node))
+        ):
+            unlabelled.append(node.name)
+        shared.extend(found)
+        unshared.extend(idle)
+    return Survey(
+        nodes=tuple(nodes),
+        shared=tuple(shared),
+        unshared=tuple(unshared),
+        problems=tuple(problems),
+        unlabelled=tuple(unlabelled),
+        others=others,
+    )
+
+
+def _advertised_gpus(node: Node) -> set[tuple[str, bool]]:
+    """(R, renamed) for each NVIDIA GPU resource the node's status advertises."""
+    out = set()
+    for name in node.advertised:
+        m = _ADVERTISED.match(name)
+        if m:
+            out.add((m.group(1), m.group(2) is not None))
+    return out
+
+
+def _resources(node: Node) -> dict[str, dict[str, str]]:
+    """The GFD labels of each GPU resource of the node: {R: {attribute: value}}."""
+    out: dict[str, dict[str, str]] = {}
+    for key, value in node.labels.items():
+        m = _RESOURCE_LABEL.match(key)
+        if m:
+            out.setdefault(m.group(1), {})[m.group(2)] = value
+    return out
+
+
+def _whole(value: str) -> int | None:
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 9 else None
+
+
+def _survey_node(node: Node) -> tuple[list[SharedGpu], list[Unshared], list[str]]:
+    found: list[SharedGpu] = []
+    idle: list[Unshared] = []
+    trouble: list[str] = []
+    resources = _resources(node)
+    advertised = _advertised_gpus(node)
+    for r, renamed in sorted(advertised):
+        if renamed and r not in resources:
+            trouble.append(
+                f"advertises {r}{policies.SHARED_SUFFIX} but has no {r}.* labels"
+                " (is gpu-feature-discovery running on it?)"
+            )
+    for r, attrs in sorted(resources.items()):
+        outcome = _judge(node, r, attrs, advertised)
+        if isinstance(outcome, SharedGpu):
+            found.append(outcome)
+        elif isinstance(outcome, Unshared):
+            idle.append(outcome)
+        else:
+            trouble.extend(outcome)
+    strategies = sorted({s.strategy for s in found})
+    if len(strategies) > 1:
+        trouble.append(
+            "shares with both "
+            + " and ".join(strategies)
+            + " (the device plugin applies one strategy per node): "
+            + ", ".join(f"{s.resource}.sharing-strategy={s.strategy}" for s in found)
+        )
+    return found, idle, trouble
+
+
+def _judge(
+    node: Node, r: str, attrs: Mapping[str, str], advertised: set[tuple[str, bool]]
+) -> SharedGpu | Unshared | list[str]:
+    """One resource of a node: shared (as what), unshared (why), or the labels that disagree."""
+    strategy = attrs.get("sharing-strategy")
+    raw_replicas = attrs.get("replicas")
+    product = attrs.get("product")
+    replicas = _whole(raw_replicas) if raw_replicas is not None else None
+    if raw_replicas is not None and replicas is None:
+        return [f"{r}.replicas={raw_replicas} is not a whole number"]
+    if strategy is not None and strategy not in (NO_SHARING, *SHARING_STRATEGIES):
+        return [f"{r}.sharing-strategy={strategy} is not none, time-slicing or mps"]
+    if strategy in SHARING_STRATEGIES:
+        if replicas is None:
+            return [f"{r}.sharing-strategy={strategy} but {r}.replicas is missing"]
+        if replicas < 2:
+            return [
+                f"{r}.sharing-strategy={strategy} but {r}.replicas={replicas}"
+                " (sharing needs at least 2)"
+            ]
+        return _judge_shared(node, r, attrs, advertised, strategy=str(strategy), replicas=replicas)
+    # Not shared by the strategy label (none, or missing): the other labels must agree.
+    if replicas is not None and replicas >= 2:
+        said = f"={strategy}" if strategy is not None else " is missing"
+        return [f"{r}.replicas={replicas} but {r}.sharing-strategy{said}"]
+    shown = raw_replicas if raw_replicas is not None else "(missing)"
+    trouble = []
+    if product is not None and product.endswith(policies.PRODUCT_SHARED_SUFFIX):
+        trouble.append(f"{r}.product={product} says shared, but {r}.replicas={shown}")
+    if (r, True) in advertised:
+        trouble.append(
+            f"{r}.replicas={shown} says not shared, but the node advertises"
+            f" {r}{policies.SHARED_SUFFIX}"
+        )
+    if trouble:
+        return trouble
+    if product is not None and product.endswith(MIG_INVALID_SUFFIX):
+        return Unshared(node.name, r, f"{r}.product={product}: an invalid MIG configuration")
+    if replicas is None:
+        return Unshared(node.name, r, f"no {r}.replicas label")
+    # replicas 0: sharing disabled, as on the MIG-enabled GPUs of a mixed MIG node.
+    return Unshared(node.name, r, f"{r}.replicas={replicas}", exclusive=replicas == 1)
+
+
+def _judge_shared(
+    node: Node,
+    r: str,
+    attrs: Mapping[str, str],
+    advertised: set[tuple[str, bool]],
+    *,
+    strategy: str,
+    replicas: int,
+) -> SharedGpu | list[str]:
+    """A resource shared by its strategy and replicas labels: as what, or what disagrees."""
+    product = attrs.get("product")
+    if not product:
+        return [f"{r}.sharing-strategy={strategy} but {r}.product is missing"]
+    trouble: list[str] = []
+    # -SHARED only when shared and not renamed (GFD's getProductName).
+    renamed = not product.endswith(policies.PRODUCT_SHARED_SUFFIX)
+    base = product if renamed else product.removesuffix(policies.PRODUCT_SHARED_SUFFIX)
+    if not _LABEL_VALUE.match(base) or not _LABEL_VALUE.match(product):
+        trouble.append(f"{r}.product={product} is not a label value")
+    if node.has_status:
+        trouble.extend(_advertising_disagrees(r, product, renamed, advertised))
+    raw_count = attrs.get("count")
+    count = _whole(raw_count) if raw_count is not None else None
+    if raw_count is None:
+        trouble.append(f"{r}.count is missing")
+    elif count is None or count < 1:
+        trouble.append(f"{r}.count={raw_count} is not a number of GPUs")
+    raw_memory = attrs.get("memory")
+    memory = _whole(raw_memory) if raw_memory is not None else None
+    if raw_memory is not None and (memory is None or memory < 1):
+        trouble.append(f"{r}.memory={raw_memory} is not a size in MiB")
+    capable = node.labels.get(MPS_CAPABLE_LABEL)
+    if strategy == "mps":
+        if r != "nvidia.com/gpu" or MIG_PRODUCT_MARK in product:
+            trouble.append(
+                f"{r}.sharing-strategy=mps on a MIG device ({r}.product={product}), which the"
+                " device plugin refuses"
+            )
+        if raw_memory is None:
+            trouble.append(f"{r}.memory is missing (MPS ceilings are computed from it)")
+        if replicas > policies.MPS_MAX_REPLICAS:
+            trouble.append(
+                f"{r}.replicas={replicas} is more than MPS allows ({policies.MPS_MAX_REPLICAS})"
+            )
+        if capable is not None and capable != "true":
+            trouble.append(f"{r}.sharing-strategy=mps but {MPS_CAPABLE_LABEL}={capable}")
+    elif capable == "true":
+        trouble.append(f"{r}.sharing-strategy={strategy} but {MPS_CAPABLE_LABEL}=true")
+    if trouble or count is None:
+        return trouble
+    return SharedGpu(
+        node=node.name,
+        resource=r,
+        product=base,
+        strategy=strategy,
+        renamed=renamed,
+        replicas=replicas,
+        memory_mib=memory,
+        count=count,
+    )
+
+
+def _advertising_disagrees(
+    r: str, product: str, renamed: bool, advertised: set[tuple[str, bool]]
+) -> list[str]:
+    """What the node's status says against the product label about renaming."""
+    shared_name = f"{r}{policies.SHARED_SUFFIX}"
+    has_shared, has_plain = (r, True) in advertised, (r, False) in advertised
+    if not renamed:
+        if has_shared:
+            return [
+                f"{r}.product={product} means not renamed, but the node advertises"
+                f" {shared_name} (renamed)"
+            ]
+        if not has_plain:
+            return [f"{r}.product={product} means not renamed, but the node does not advertise {r}"]
+        return []
+    if has_shared and has_plain:
+        return [
+            f"{r}.product={product} (no -SHARED) means renamed, but the node advertises both"
+            f" {r} and {shared_name}"
+        ]
+    if has_plain:
+        return [
+            f"{r}.product={product} (no -SHARED) means renamed, but the node advertises {r},"
+            f" not {shared_name}"
+        ]
+    if not has_shared:
+        return [
+            f"{r}.product={product} (no -SHARED) means renamed, but the node does not advertise"
+            f" {shared_name} (renamed to another name with `rename:`? policies know"
+            f" {shared_name} only)"
+        ]
+    return []
+
+
+# --------------------------------------------------------------------------- node classes
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveredClass:
+    """A node class for the shared GPUs of one kind, and the nodes it was made from."""
+
+    name: str
+    resource: str
+    product: str
+    strategy: str
+    renamed: bool
+    replicas: int
+    # The smallest among its nodes (the safe choice: see the comments `discover` prints).
+    memory_mib: int | None
+    gpus_per_node: int
+    nodes: tuple[str, ...]
+    # Distinct values among its nodes, when they differ.
+    memories: tuple[int, ...]
+    counts: tuple[int, ...]
+    # Left-out nodes its selector matches as well (their labels disagree elsewhere).
+    also_matches: tuple[str, ...]
+    # Taints of its nodes the policy's tolerations do not cover: (taint, nodes).
+    untolerated: tuple[tuple[str, tuple[str, ...]], ...]
+
+    @property
+    def advertised(self) -> str:
+        return policies.advertised_resource(self.resource, self.renamed)
+
+    def spec(self) -> dict[str, Any]:
+        """The class as a policy file writes it (failRequestsGreaterThanOne left out: the
+        labels do not say it, so the device plugin's default applies)."""
+        out: dict[str, Any] = {"name": self.name}
+        if self.resource != "nvidia.com/gpu":
+            out["resource"] = self.resource
+        out.update(
+            product=self.product,
+            strategy=self.strategy,
+            renamed=self.renamed,
+            replicas=self.replicas,
+        )
+        if self.memory_mib is not None:
+            out["memoryMiB"] = self.memory_mib
+        out["gpusPerNode"] = self.gpus_per_node
+        return out
+
+    def compiled(self) -> policies.NodeClass:
+        """The class as the webhook compiles it (its selector, ceilings)."""
+        return policies.compile_node_class(policies.NodeClassSpec.model_validate(self.spec()), 0)
+
+
+def matches(pinned: Iterable[tuple[str, str]], labels: Mapping[str, str]) -> bool:
+    """Whether a node with `labels` carries every label of a class's selector."""
+    return all(labels.get(k) == v for k, v in pinned)
+
+
+def matching(pinned: Sequence[tuple[str, str]], nodes: Iterable[Node]) -> list[str]:
+    """The names of the nodes a class's selector matches."""
+    return [n.name for n in nodes if matches(pinned, n.labels)]
+
+
+def node_classes(found: Survey) -> tuple[DiscoveredClass, ...]:
+    """One class per kind of shared GPU in the survey, named uniquely after product and
+    strategy, in a stable order."""
+    groups: dict[ClassKey, list[SharedGpu]] = {}
+    for s in found.shared:
+        groups.setdefault(s.key, []).append(s)
+    keys = sorted(groups, key=lambda k: (k[1].lower(), k[2], k[0], not k[3], k[4]))
+    class_names = _names(keys)
+    by_name = {n.name: n for n in found.nodes}
+    left_out = [by_name[n] for n in found.left_out]
+    out = []
+    for key in keys:
+        members = groups[key]
+        resource, product, strategy, renamed, replicas = key
+        memories = sorted({m.memory_mib for m in members if m.memory_mib is not None})
+        counts = sorted({m.count for m in members})
+        cls = DiscoveredClass(
+            name=class_names[key],
+            resource=resource,
+            product=product,
+            strategy=strategy,
+            renamed=renamed,
+            replicas=replicas,
+            # A node without the memory label leaves a time-slicing class without one.
+            memory_mib=(
+                memories[0] if memories and all(m.memory_mib is not None for m in members) else None
+            ),
+            gpus_per_node=counts[0],
+            nodes=tuple(sorted(m.node for m in members)),
+            memories=tuple(memories) if len(memories) > 1 else (),
+            counts=tuple(counts) if len(counts) > 1 else (),
+            also_matches=(),
+            untolerated=_untolerated(
+                [by_name[m.node] for m in members],
+                policies.advertised_resource(resource, renamed),
+            ),
+        )
+        # The selector as the webhook compiles it, so that what we list is what it pins.
+        pinned = cls.compiled().selector
+        out.append(dataclasses.replace(cls, also_matches=tuple(matching(pinned, left_out))))
+    return tuple(out)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
+
+
+def _names(keys: Sequence[ClassKey]) -> dict[ClassKey, str]:
+    """DNS labels from product and strategy (`tesla-t4-mps`); where two classes would share
+    one, what tells them apart is added (replicas, not renamed), then a number."""
+    base = {k: _slug(f"{k[1]}-{k[2]}") or "gpu" for k in keys}
+    chosen: dict[ClassKey, str] = {}
+    for k in keys:
+        rivals = [o for o in keys if base[o] == base[k]]
+        name = base[k]
+        if len(rivals) > 1:
+            if len({o[4] for o in rivals}) > 1:
+                name += f"-{k[4]}x"
+            if len({o[3] for o in rivals}) > 1 and not k[3]:
+                name += "-not-renamed"
+        chosen[k] = name
+    taken: set[str] = set()
+    for k in keys:
+        name, number = chosen[k], 1
+        candidate = _fit(name, "")
+        while candidate in taken:
+            number += 1
+            candidate = _fit(name, f"-{number}")
+        taken.add(candidate)
+        chosen[k] = candidate
+    return chosen
+
+
+def _fit(name: str, suffix: str) -> str:
+    """`name` + `suffix` cut to a DNS label's 63 characters."""
+    return name[: 63 - len(suffix)].rstrip("-") + suffix
+
+
+def _untolerated(nodes: Sequence[Node], advertised: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Taints of `nodes` that the generated policy's tolerations do not cover: the default
+    (`nvidia.com/gpu` Exists NoSchedule) and the resource's own (Exists NoSchedule)."""
+    found: dict[str, list[str]] = {}
+    for node in nodes:
+        for key, value, effect in node.taints:
+            if key.startswith(_SYSTEM_TAINT_PREFIX):
+                continue
+            if key in ("nvidia.com/gpu", advertised) and effect == "NoSchedule":
+                continue
+            text = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
+            found.setdefault(text, []).append(node.name)
+    return tuple((t, tuple(sorted(ns))) for t, ns in sorted(found.items()))
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+def mps_profiles(classes: Sequence[DiscoveredClass]) -> dict[str, dict[str, int]]:
+    """MPS size profiles that fit every MPS class's ceiling (100/replicas %, memory/replicas
+    MiB): `medium` is the smallest ceiling, `small` about half of it. None without MPS."""
+    mps = [c for c in classes if c.strategy == "mps"]
+    if not mps:
+        return {}
+    threads = min(100 // c.replicas for c in mps)
+    memory = min((c.memory_mib or 0) // c.replicas for c in mps)
+    medium: dict[str, int] = {"activeThreadPercentage": threads}
+    small: dict[str, int] = {"activeThreadPercentage": max(1, threads // 2)}
+    if memory >= 1:
+        medium["pinnedMemoryMiB"] = memory
+        small["pinnedMemoryMiB"] = max(1, memory // 2)
+    if small == medium:
+        return {"medium": medium}
+    return {"small": small, "medium": medium}
+
+
+DEFAULT_PROFILE = "medium"
+
+
+def policy_document(classes: Sequence[DiscoveredClass], *, name: str) -> dict[str, Any]:
+    """The SharingPolicy for `classes` as plain data (no comments)."""
+    spec: dict[str, Any] = {
+        "mode": names.ENFORCE,
+        "sharedResources": sorted({c.advertised for c in classes}),
+        "runtimeClassName": names.DEFAULT_RUNTIME_CLASS,
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "nodeClasses": [c.spec() for c in classes],
+    }
+    profiles = mps_profiles(classes)
+    if profiles:
+        spec["profiles"] = profiles
+        spec["defaultProfile"] = DEFAULT_PROFILE
+    return {
+        "apiVersion": policies.API_VERSION,
+        "kind": policies.KIND,
+        "metadata": {"name": name},
+        "spec": spec,
+    }

@@ -1,0 +1,147 @@
+"""The names the project shares: labels, annotations, environment variables, defaults.
+
+Every other module imports these from here, so that one name has one spelling and one value
+(the rendered configuration, the core, the CLI, the docs and deploy/ agree by construction).
+Nothing here imports anything of the project.
+"""
+
+from __future__ import annotations
+
+DOMAIN = "gpu-share.io"
+
+# --------------------------------------------------------------------------- namespaces
+
+# Opt-in: a namespace without it is never changed or refused.
+ENABLED_LABEL = f"{DOMAIN}/enabled"
+# Which policy governs the namespace; absent (or empty) means DEFAULT_POLICY.
+POLICY_LABEL = f"{DOMAIN}/policy"
+# Set by the API server on every namespace (1.22+): what namespace selectors match names by.
+NAME_LABEL = "kubernetes.io/metadata.name"
+SYSTEM_NAMESPACE = "kube-system"
+
+DEFAULT_POLICY = "default"
+# The path segment of the webhook entry that catches namespaces whose policy label names no
+# policy. Not a DNS label, so no policy can have this name.
+UNKNOWN_POLICY = "_unknown"
+
+# --------------------------------------------------------------------------- annotations
+
+ANNOTATION_POLICY = f"{DOMAIN}/policy"
+ANNOTATION_PROFILE = f"{DOMAIN}/profile"
+# What the webhook did to a pod: the names of the rules that changed it, comma-separated.
+ANNOTATION_MUTATIONS = f"{DOMAIN}/mutations"
+# The kubelet's copies of static pods; the API server lets nobody change them.
+MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+CERT_MANAGER_ANNOTATION = "cert-manager.io/inject-ca-from"
+
+# --------------------------------------------------------------------------- resources
+
+# Every GPU resource the NVIDIA device plugin advertises starts with one of these
+# (`nvidia.com/gpu`, `nvidia.com/gpu.shared`, `nvidia.com/mig-1g.10gb[.shared]`).
+GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+SHARED_SUFFIX = ".shared"
+
+# --------------------------------------------------------------------------- environment
+
+# Which GPUs the NVIDIA runtime injects (envvar strategy); the device plugin sets it.
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+# The values with which it injects none, compared as the runtime compares them: exactly
+# (no trimming, no case folding; "VOID" is a device list naming a device "VOID").
+HIDING_VALUES = frozenset({"void", "none", ""})
+HIDE = "void"
+# Other variables the NVIDIA container toolkit reads to inject devices or device
+# capabilities beyond what the device plugin allocated (see docs/security.md).
+DEVICE_VARIABLES = (
+    VISIBLE_DEVICES,
+    "NVIDIA_MIG_CONFIG_DEVICES",
+    "NVIDIA_MIG_MONITOR_DEVICES",
+    "NVIDIA_IMEX_CHANNELS",
+    "NVIDIA_GDRCOPY",
+    "NVIDIA_GDS",
+    "NVIDIA_MOFED",
+    "NVIDIA_NVSWITCH",
+)
+
+MPS_THREADS = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+MPS_MEMORY = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+# Set by the device plugin for containers that got an MPS replica: where the process finds
+# the MPS control daemon (and so its limits).
+MPS_PIPE_DIRECTORY = "CUDA_MPS_PIPE_DIRECTORY"
+MPS_LOG_DIRECTORY = "CUDA_MPS_LOG_DIRECTORY"
+MPS_DIRECTORIES = (MPS_PIPE_DIRECTORY, MPS_LOG_DIRECTORY)
+MPS_PREFIX = "CUDA_MPS_"
+NVIDIA_PREFIX = "NVIDIA_"
+
+# Container annotations that name CDI devices for the runtime to inject. The device plugin's
+# cdi-annotations strategy sets them on containers; a runtime configured with
+# `pod_annotations = ["cdi.k8s.io/*"]` also takes them from the pod's own annotations.
+CDI_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io/")
+
+# --------------------------------------------------------------------------- host paths
+
+# With the device plugin's `volume-mounts` strategy, the runtime reads the destinations of
+# mounts under this directory as a device list. It matches the cleaned destination by plain
+# string prefix, so `/var/run/nvidia-container-devicesX` counts too.
+DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
+# Host paths whose mount gives a container GPU device nodes, the driver or the MPS daemon's
+# pipes, as prefixes (`/dev/nvidia` takes /dev/nvidia0, /dev/nvidiactl, /dev/nvidia-caps;
+# /dev/char holds a link to every device node by number); a path that holds one of them
+# (`/dev`, `/run`, `/`) gives it too. Other paths under /dev (/dev/null, /dev/shm) do not.
+DEVICE_HOST_PATHS = ("/dev/nvidia", "/dev/char", "/dev/dri", "/run/nvidia", "/var/run/nvidia")
+
+# --------------------------------------------------------------------------- rules
+
+# Every rule's name, as refusals, metric labels, audit annotations, policies (`ruleModes`)
+# and the docs use it; webhook/core/rules.py has one rule of each name (a test checks).
+RULES = (
+    "malformed-object",
+    "unknown-policy",
+    "policy-not-loaded",
+    "invalid-quantity",
+    "requests-limits-mismatch",
+    "resource-not-allowed",
+    "exclusive-with-shared",
+    "several-shared-resources",
+    "runtime-class",
+    "tolerations",
+    "profile",
+    "device-variables",
+    "env-from",
+    "mps-directories",
+    "privileged",
+    "capabilities",
+    "host-namespaces",
+    "host-path",
+    "device-list-mount",
+    "cdi-annotations",
+    "resource-claims",
+    "node-selection",
+    "multi-replica",
+    "mps-limits",
+    "visible-devices",
+)
+
+# How a policy applies a rule: refuse (enforce); admit, telling the user and the audit log
+# (warn); admit unchanged, telling only metrics and logs (dry-run).
+ENFORCE, WARN, DRY_RUN = "enforce", "warn", "dry-run"
+MODES = (ENFORCE, WARN, DRY_RUN)
+# A malformed object is bad input, not a policy's choice: refused in every mode.
+ALWAYS_ENFORCED = frozenset({"malformed-object"})
+
+# --------------------------------------------------------------------------- deployment
+
+DEFAULT_SERVICE = "gpu-share-webhook"
+DEFAULT_NAMESPACE = "gpu-share-system"
+DEFAULT_WEBHOOK_NAME = "gpu-share-webhook"
+DEFAULT_RUNTIME_CLASS = "nvidia"
+# The labels every object the project installs carries.
+COMMON_LABELS = {
+    "app.kubernetes.io/name": "gpu-share-webhook",
+    "app.kubernetes.io/part-of": "gpu-share-webhook",
+}
+# How long the API server waits for an answer, set in the webhook configurations; the
+# server's deadline when a request carries no `?timeout=` is the API server's own default.
+WEBHOOK_TIMEOUT_SECONDS = 5
+API_SERVER_DEFAULT_TIMEOUT_SECONDS = 10.0
+
+ENV_PREFIX = "GPU_SHARE_WEBHOOK_"

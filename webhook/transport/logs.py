@@ -1,0 +1,121 @@
+"""The server's log: JSON lines for log pipelines, or plain lines for a person.
+
+Two kinds of line: the server's own (start, reloads, errors) through `logging`, and one
+review line per admission request (`REVIEW_LOGGER`), which `serve` writes with `JsonLines`
+straight to stderr: the same line through `logging` costs several times as much (a
+LogRecord, the caller's frame, handler locks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Any, BinaryIO
+
+import orjson
+
+# The logger of the review lines; their `logger` field.
+REVIEW_LOGGER = "webhook.review"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("json", "text")
+
+
+def _timestamp(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, then the message.
+
+    A record whose message is a dict (the review lines, reload reports) has its keys merged
+    into the object, so log pipelines get fields rather than text to parse.
+    """
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": _timestamp(record.created),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+        }
+        if isinstance(record.msg, dict):
+            line.update(record.msg)
+        else:
+            line["message"] = record.getMessage()
+        if record.exc_info:
+            line["trace"] = self.formatException(record.exc_info)
+        return orjson.dumps(line, default=str).decode()
+
+
+class JsonLines:
+    """Writes review lines straight to a binary stream, shaped as `JsonFormatter` shapes records.
+
+    The head of a line (time, level, logger) is kept as bytes and made again only when the
+    millisecond changes; the fields are one `orjson.dumps`. Lines are flushed together, at
+    most `FLUSH_SECONDS` after they are written (a flush per line is a system call each),
+    and at exit.
+    """
+
+    FLUSH_SECONDS = 0.2
+
+    def __init__(self, stream: BinaryIO, *, logger_name: str = REVIEW_LOGGER) -> None:
+        self._stream = stream
+        self._tail = orjson.dumps({"level": "info", "logger": logger_name})[1:-1] + b","
+        self._millisecond = -1
+        self._head = b""
+        self._flush_due = False
+
+    def __call__(self, line: dict[str, Any]) -> None:
+        now = time.time()
+        millisecond = int(now * 1000)
+        if millisecond != self._millisecond:
+            self._millisecond = millisecond
+            self._head = b'{"time":"' + _timestamp(millisecond / 1000).encode() + b'",' + self._tail
+        body = orjson.dumps(line, default=str, option=orjson.OPT_APPEND_NEWLINE)
+        self._stream.write(self._head + body[1:] if len(body) > 3 else self._head[:-1] + b"}\n")
+        if self._flush_due:
+            return
+        try:
+            asyncio.get_running_loop().call_later(self.FLUSH_SECONDS, self.flush)
+        except RuntimeError:  # no event loop: write through
+            self.flush()
+            return
+        self._flush_due = True
+
+    def flush(self) -> None:
+        self._flush_due = False
+        with contextlib.suppress(OSError, ValueError):
+            self._stream.flush()
+
+
+class TextFormatter(logging.Formatter):
+    """Plain lines for a person at a terminal; dict messages are shown as `key=value`."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        if isinstance(record.msg, dict):
+            fields = dict(record.msg)
+            text = str(fields.pop("message", ""))
+            extra = " ".join(f"{k}={_text_value(v)}" for k, v in fields.items())
+            record.message = f"{text} {extra}".strip()
+        return super().formatMessage(record)
+
+
+def _text_value(value: object) -> str:
+    if isinstance(value, str) and value and " " not in value:
+        return value
+    return orjson.dumps(value, default=str).decode()
+
+
+def configure_logging(level: str, log_format: str = "json") -> None:
+    """Log lines to stderr (where container runtimes collect them) at `level`."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if log_format == "json" else TextFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())

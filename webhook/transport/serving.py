@@ -1,0 +1,186 @@
+"""Running a server: both applications on their ports until SIGTERM, then a drain.
+
+`serve(settings)` listens for admission through `limits.listen` (every connection bounded,
+see `limits`), and for probes and metrics with aiohttp's own site. On SIGTERM or SIGINT:
+readiness turns false at once, the admission port keeps answering (with
+`Connection: close`, so clients reconnect elsewhere) for `drain_seconds`, then stops
+listening, closes idle connections, waits for the requests still in flight, and returns.
+
+`run(settings)` is `serve` on the chosen event loop: uvloop where it is installed
+(`auto`, measured ~1.3x the requests of asyncio's loop on a bare server here, and ~28 KB
+per idle TLS connection against asyncio's ~41 KB with the smaller buffer set below).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import asyncio.sslproto
+import contextlib
+import gc
+import logging
+import resource
+import signal
+from collections.abc import AsyncIterator, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from webhook.transport import limits as limits_module
+from webhook.transport.app import STATE, ReviewLog, Settings, State, create_app, create_probe_app
+
+logger = logging.getLogger(__name__)
+
+# After the drain, how long requests still in flight may take; the API server waits at most
+# 30 s (the largest timeoutSeconds) for any of them anyway.
+SHUTDOWN_TIMEOUT_SECONDS = 30.0
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+# asyncio's TLS keeps a 256 KiB read buffer per connection, allocated when it is made: with
+# a thousand idle connections that is 256 MB. 16 KiB is the largest TLS record, so reads
+# are no fewer for it; only uvloop-less servers use asyncio's TLS.
+ASYNCIO_TLS_BUFFER = 16 * 1024 + 512
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """A server that is listening: its state and the ports it got (for a port 0)."""
+
+    app: web.Application
+    state: State
+    port: int
+    metrics_port: int
+
+
+@contextlib.asynccontextmanager
+async def running(
+    settings: Settings, *, reuse_port: bool = False, review_log: ReviewLog | None = None
+) -> AsyncIterator[Running]:
+    """Both applications listening as `serve` runs them; stopped (not drained) on exit."""
+    limits_module.check_handler()
+    app = create_app(settings, review_log=review_log)
+    state = app[STATE]
+    limits = settings.limits
+    runner = web.AppRunner(
+        app,
+        access_log=None,  # one review line per request instead
+        shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS,
+        keepalive_timeout=limits.idle_timeout,
+    )
+    probe_runner = web.AppRunner(create_probe_app(app), access_log=None, shutdown_timeout=1.0)
+    connections = limits_module.Connections(limits, on_closed=state.metrics.count_closed)
+    state.connections = connections
+    await runner.setup()
+    await probe_runner.setup()
+    listener: asyncio.Server | None = None
+    sweep = asyncio.create_task(connections.run())
+    try:
+        assert runner.server is not None
+        listener = await limits_module.listen(
+            runner.server,
+            connections,
+            host=settings.host,
+            port=settings.port,
+            ssl_context=state.ssl_context,
+            reuse_port=reuse_port,
+        )
+        # Last: readiness can only be asked for once admission is listening.
+        probe_site = web.TCPSite(
+            probe_runner, settings.host, settings.metrics_port, reuse_port=reuse_port or None
+        )
+        await probe_site.start()
+        yield Running(app, state, listener.sockets[0].getsockname()[1], probe_site.port)
+    finally:
+        if listener is not None:
+            listener.close()
+        connections.close_idle()
+        # Waits for the requests in flight, then runs the app's cleanup.
+        await runner.cleanup()
+        await probe_runner.cleanup()
+        sweep.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweep
+
+
+async def serve(
+    settings: Settings, *, reuse_port: bool = False, review_log: ReviewLog | None = None
+) -> None:
+    """Serve until SIGTERM or SIGINT, then drain and return (see the module docstring).
+
+    `reuse_port` lets several worker processes listen on the same ports (SO_REUSEPORT);
+    the kernel spreads new connections over them.
+    """
+    _raise_open_files_limit()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        async with running(settings, reuse_port=reuse_port, review_log=review_log) as server:
+            state = server.state
+            # What start-up made (modules, policies: ~70,000 objects) lives as long as the
+            # process. Out of the collector's sight, a full collection, which holds up every
+            # request in flight, takes microseconds instead of ~13 ms.
+            gc.collect()
+            gc.freeze()
+            logger.info(
+                {
+                    "message": f"serving admission reviews on https://{settings.host}:"
+                    f"{server.port}, probes and metrics on http://{settings.host}:"
+                    f"{server.metrics_port}",
+                    "policies": state.policies.names,
+                    "policies_not_in_force": sorted(state.policies.broken),
+                    "policies_dir": str(settings.policies_dir),
+                    "certificate": str(settings.cert_file),
+                    "certificate_expires": f"{state.certificates.not_after:%Y-%m-%dT%H:%M:%SZ}",
+                    "event_loop": type(loop).__module__.split(".")[0],
+                    "limits": {k: getattr(settings.limits, k) for k in settings.limits.__slots__},
+                }
+            )
+            await stop.wait()
+            state.draining = True
+            logger.info(
+                "shutting down: not ready any more, answering for %.1f s more before closing",
+                settings.drain_seconds,
+            )
+            await asyncio.sleep(settings.drain_seconds)
+            logger.info("drained; closing once the requests in flight are answered")
+    finally:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(signum)
+    logger.info("stopped")
+
+
+def run(
+    settings: Settings, *, reuse_port: bool = False, review_log: ReviewLog | None = None
+) -> None:
+    """`serve` on the event loop `settings.event_loop` names."""
+    _run(serve(settings, reuse_port=reuse_port, review_log=review_log), settings.event_loop)
+
+
+def _run(main: Coroutine[Any, Any, None], event_loop: str) -> None:
+    uvloop = _uvloop() if event_loop in ("auto", "uvloop") else None
+    if event_loop == "uvloop" and uvloop is None:
+        main.close()
+        raise RuntimeError("--event-loop uvloop: uvloop is not installed")
+    if uvloop is not None:
+        uvloop.run(main)
+        return
+    asyncio.sslproto.SSLProtocol.max_size = ASYNCIO_TLS_BUFFER
+    asyncio.run(main)
+
+
+def _uvloop() -> Any:
+    try:
+        import uvloop  # noqa: PLC0415 - optional: not every platform has it
+    except ImportError:
+        return None
+    return uvloop
+
+
+def _raise_open_files_limit() -> None:
+    """Each connection is a file descriptor: take what the container allows (often 1024
+    soft, 1048576 hard), so that --max-connections, not the soft limit, is the bound."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
