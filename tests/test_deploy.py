@@ -297,10 +297,13 @@ def test_serve_reads_what_the_deployment_mounts(
     assert "configMap" in volumes[mounts[args.policies]]
     assert volumes[mounts[args.cert_dir]]["secret"]["secretName"] == TLS_SECRET
     assert "emptyDir" in volumes[mounts["/tmp"]]
+    # The last good policies: in an emptyDir, which a restarted container finds again.
+    assert "emptyDir" in volumes[mounts[args.state_dir]]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert (args.port, args.metrics_port) == (ports["https"], ports["metrics"])
-    # Only /tmp is written; the two others are read-only mounts.
-    assert all(m.get("readOnly") for m in c["volumeMounts"] if m["mountPath"] != "/tmp")
+    # Only /tmp and the state directory are written; the others are read-only mounts.
+    written = {"/tmp", args.state_dir}
+    assert all(m.get("readOnly") for m in c["volumeMounts"] if m["mountPath"] not in written)
 
 
 def test_images_are_the_packages_release(built: dict[str, list[dict[str, Any]]]) -> None:
