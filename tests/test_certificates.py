@@ -627,7 +627,8 @@ async def test_rotation_under_load_drops_no_connection_and_serves_the_new_certif
     assert seen[0] == old
     assert seen[-1] == new
     switch = seen.index(new)
-    assert switch > 40
+    # Never before the certificate is written (attempt 40); from that attempt on it may be.
+    assert switch >= 40
     assert set(seen[:switch]) == {old}
     assert set(seen[switch:]) == {new}
     assert [fingerprint_of_pem(c.public_bytes(serialization.Encoding.PEM)) for c in reloaded] == [

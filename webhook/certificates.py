@@ -36,6 +36,7 @@ from cryptography.hazmat.primitives.asymmetric.types import (
 )
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from webhook import names
 from webhook.errors import CertificateError
 
 logger = logging.getLogger(__name__)
@@ -58,8 +59,8 @@ CLOCK_SKEW = timedelta(minutes=5)
 LOCAL_DNS_NAMES = ("localhost",)
 LOCAL_IP_ADDRESSES = (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
 
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_LABEL = re.compile(names.DNS1123_LABEL)
+_DNS1035_LABEL = re.compile(names.DNS1035_LABEL)
 # X.520 caps a common name at 64 characters; `<svc>.<ns>.svc` can be longer.
 _MAX_COMMON_NAME = 64
 

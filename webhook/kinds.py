@@ -31,13 +31,14 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
+from webhook import names
 from webhook.core import pods
 from webhook.errors import PolicyError
 
 KIND = "WorkloadKinds"
 DEFAULT_FILE = Path(__file__).resolve().parent / "workload-kinds.yaml"
 
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS_LABEL = names.DNS1123_LABEL
 _GROUP = rf"^{_DNS_LABEL}(\.{_DNS_LABEL})+$"
 _KEY = r"[A-Za-z][A-Za-z0-9]*"
 _PATH = re.compile(rf"^{_KEY}(\[\]|\{{\}})?(\.{_KEY}(\[\]|\{{\}})?)*$")

@@ -145,3 +145,15 @@ WEBHOOK_TIMEOUT_SECONDS = 5
 API_SERVER_DEFAULT_TIMEOUT_SECONDS = 10.0
 
 ENV_PREFIX = "GPU_SHARE_WEBHOOK_"
+
+# --------------------------------------------------------------------------- name grammar
+
+# Kubernetes' name grammars (k8s.io/apimachinery validation), as regular expressions to be
+# matched whole (`re.fullmatch`, or inside ^...$). Lengths are checked apart: a label is
+# at most 63 characters, a subdomain 253.
+DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+# Service names: a label that starts with a letter.
+DNS1035_LABEL = r"[a-z]([-a-z0-9]*[a-z0-9])?"
+DNS1123_SUBDOMAIN = rf"{DNS1123_LABEL}(\.{DNS1123_LABEL})*"
+MAX_LABEL_LENGTH = 63
+MAX_SUBDOMAIN_LENGTH = 253

@@ -45,8 +45,8 @@ POLICY_NOT_LOADED = "policy-not-loaded"
 
 # Label values and names as Kubernetes validates them.
 _LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
-_DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = rf"{_DNS_LABEL}(\.{_DNS_LABEL})*"
+_DNS_LABEL = names.DNS1123_LABEL
+_DNS_SUBDOMAIN = names.DNS1123_SUBDOMAIN
 _RESOURCE_NAME = r"nvidia\.com/(gpu|mig-[0-9a-z.+-]+?)(\.shared)?"
 _BASE_RESOURCE = r"nvidia\.com/(gpu|mig-[0-9a-z.+-]+)"
 

@@ -75,8 +75,8 @@ CONDITION_NOT_MIRROR = "not-a-mirror-pod"
 CONDITION_EVERY_POD = "every-pod-or-what-a-rule-can-refuse"
 CONDITION_RULES = "what-a-rule-can-refuse"
 
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS_LABEL = re.compile(names.DNS1123_LABEL)
+_DNS_SUBDOMAIN = re.compile(names.DNS1123_SUBDOMAIN)
 _PLAIN_CEL_STRING = re.compile(r"[A-Za-z0-9./_+-]*")
 
 LABELS = names.COMMON_LABELS
