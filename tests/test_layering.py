@@ -1,0 +1,88 @@
+"""The layering README.md describes holds: imports point one way, down.
+
+command line -> transport -> watching -> codec (reviews) -> core -> names. A module may import
+from its own layer or any below it, never from one above; `webhook.names` imports nothing of
+the project.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from tests.kube import REPO
+
+PACKAGE = REPO / "webhook"
+
+# What each layer must not import (by module prefix).
+FORBIDDEN = {
+    "webhook.names": ("webhook",),
+    "webhook.core": (
+        "webhook.transport",
+        "webhook.watching",
+        "webhook.reviews",
+        "webhook.commands",
+        "webhook.cli",
+        "webhook.rendering",
+        "webhook.cabundle",
+        "webhook.auditing",
+    ),
+    "webhook.reviews": ("webhook.transport", "webhook.watching", "webhook.commands", "webhook.cli"),
+    "webhook.watching": ("webhook.transport", "webhook.commands", "webhook.cli"),
+    "webhook.transport": ("webhook.commands", "webhook.cli"),
+}
+# Besides: only the command line imports the command line.
+COMMAND_LINE = ("webhook.commands", "webhook.cli", "webhook.__main__")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module)
+            # `from webhook import reviews` imports the module webhook.reviews.
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return {name for name in found if name == "webhook" or name.startswith("webhook.")}
+
+
+MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "_embedded" not in p.parts)
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+@pytest.mark.parametrize("path", MODULES, ids=module_name)
+def test_imports_point_down(path: Path) -> None:
+    name = module_name(path)
+    imported = imports(path)
+    for layer, forbidden in FORBIDDEN.items():
+        if within(name, layer):
+            wrong = sorted(
+                i
+                for i in imported
+                for f in forbidden
+                if within(i, f) and not (f == "webhook" and i == "webhook")
+            )
+            if layer == "webhook.names":
+                wrong = sorted(imported)
+            assert not wrong, f"{name} ({layer}) imports {wrong}"
+    if not any(within(name, c) for c in COMMAND_LINE):
+        upward = sorted(i for i in imported if any(within(i, c) for c in COMMAND_LINE))
+        assert not upward, f"{name} imports the command line: {upward}"
+
+
+def test_the_layers_exist() -> None:
+    names = {module_name(p) for p in MODULES}
+    for layer in (*FORBIDDEN, "webhook.commands"):
+        assert any(within(n, layer) for n in names), layer
