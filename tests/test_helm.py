@@ -1,0 +1,901 @@
+"""charts/gpu-share-webhook: the Helm chart, rendered by Helm's own engine (helm-python-sdk:
+Helm v4 as a library, no binary), held to what deploy/ installs and to what
+`gpu-share-webhook render` prints.
+
+Each set of values is rendered once per module: the three certificate modes with the chart's
+defaults, and a release with non-default values everywhere (another name and namespace, its
+own policies, other switches, Ignore, extra excluded namespaces, monitoring on).
+"""
+
+from __future__ import annotations
+
+import base64
+import importlib
+import importlib.util
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import helm_python
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests import deploy_helpers as dh
+from tests import test_deploy as td
+from webhook import __version__, certificates, cli, names, policies, rendering
+
+CHART = dh.REPO / "charts" / "gpu-share-webhook"
+INSTALL_GUIDE = dh.REPO / "docs" / "install.md"
+
+# `helm install gpu-share-webhook ... -n gpu-share-system` makes the names deploy/ uses.
+RELEASE = "gpu-share-webhook"
+NAMESPACE = "gpu-share-system"
+# Another release, whose names are <release>-gpu-share-webhook.
+OTHER_RELEASE = "gsw"
+OTHER_NAMESPACE = "gpu-share"
+OTHER_FULLNAME = "gsw-gpu-share-webhook"
+
+# Kinds kubernetes-validate has no schema for (CRDs): checked by shape in their own tests.
+CRD_GROUPS = ("cert-manager.io/", "monitoring.coreos.com/")
+# Labels Helm charts add that deploy/ has no use for (one install per kustomize build).
+CHART_ONLY_LABELS = frozenset(
+    {
+        "helm.sh/chart",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/version",
+        "app.kubernetes.io/managed-by",
+    }
+)
+STATE_DIR = "/var/run/gpu-share-webhook"
+STATE_ENV = "GPU_SHARE_WEBHOOK_STATE_DIR"
+
+# Two policies in one file, as a site might keep them: the second document's separator
+# carries a comment, and team-a turns escape route 2 off.
+TEAM_POLICIES = """\
+# The teams' GPU nodes.
+apiVersion: gpu-share.io/v1alpha1
+kind: SharingPolicy
+metadata:
+  name: team-a
+spec:
+  nodeClasses:
+    - {name: l4-mps, product: NVIDIA-L4, strategy: mps, replicas: 2, memoryMiB: 23034}
+  profiles:
+    half: {activeThreadPercentage: 50, pinnedMemoryMiB: 11517}
+  defaultProfile: half
+  rules:
+    voidVisibleDevicesWithoutGpu: false
+--- # MIG slices, shared by time
+apiVersion: gpu-share.io/v1alpha1
+kind: SharingPolicy
+metadata:
+  name: team-b
+spec:
+  sharedResources: [nvidia.com/mig-1g.10gb.shared]
+  nodeClasses:
+    - name: a100-mig
+      resource: nvidia.com/mig-1g.10gb
+      product: NVIDIA-A100-SXM4-80GB
+      strategy: time-slicing
+      replicas: 2
+"""
+# One policy given as a mapping rather than a file's text.
+SOLO_POLICY = {
+    "apiVersion": "gpu-share.io/v1alpha1",
+    "kind": "SharingPolicy",
+    "metadata": {"name": "solo"},
+    "spec": {
+        "nodeClasses": [
+            {"name": "t4", "product": "Tesla-T4", "strategy": "time-slicing", "replicas": 4}
+        ]
+    },
+}
+# Non-default switches for the shipped policies.
+SWITCHES = {"voidVisibleDevicesWithoutGpu": False, "denyEnvFromOnGpuContainers": True}
+EXCLUDED = ["monitoring", "gpu-operator"]
+DIGEST = "sha256:" + "ab" * 32
+CA_PEM = certificates.make_ca().cert_pem.decode("ascii")
+
+CUSTOM_VALUES: dict[str, Any] = {
+    "namespace": {"create": True},
+    "image": {"repository": "registry.example.com/gpu-share-webhook", "digest": DIGEST},
+    "replicas": 3,
+    "resources": {"requests": {"cpu": "200m", "memory": "256Mi"},
+                  "limits": {"cpu": "2", "memory": "512Mi"}},
+    "logLevel": "debug",
+    "extraEnv": [{"name": "GPU_SHARE_WEBHOOK_WORKERS", "value": "2"}],
+    "webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 10, "excludedNamespaces": EXCLUDED},
+    "policies": {
+        "exclude": ["default.yaml"],
+        "files": {"teams.yaml": TEAM_POLICIES, "solo.yaml": SOLO_POLICY},
+        "rules": SWITCHES,
+    },
+    "certificates": {"bootstrap": {"days": 90}},
+    "networkPolicy": {
+        "metricsFrom": [
+            {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": "observability"}
+                },
+                "podSelector": {"matchLabels": {"app": "vmagent"}},
+            },
+            {"ipBlock": {"cidr": "10.0.0.0/16"}},
+        ]
+    },
+    "monitoring": {
+        "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "prometheusRule": {"enabled": True, "alertLabels": {"team": "gpu-platform"}},
+    },
+}
+
+# name: (values, release, namespace)
+RENDERS: dict[str, tuple[dict[str, Any], str, str]] = {
+    "bootstrap": ({}, RELEASE, NAMESPACE),
+    "certManager": ({"certificates": {"mode": "certManager"}}, RELEASE, NAMESPACE),
+    "existingSecret": (
+        {"certificates": {"mode": "existingSecret",
+                          "existingSecret": {"name": "site-webhook-tls", "caBundle": CA_PEM}}},
+        RELEASE,
+        NAMESPACE,
+    ),
+    "custom": (CUSTOM_VALUES, OTHER_RELEASE, OTHER_NAMESPACE),
+}
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+@pytest.fixture(scope="module")
+def chart() -> Iterator[helm_python.Chart]:
+    with helm_python.Chart.load(CHART) as loaded:
+        yield loaded
+
+
+def _render(
+    chart: helm_python.Chart, values: Mapping[str, Any], release: str, namespace: str
+) -> list[dict[str, Any]]:
+    """The objects `helm install` would send, in template order."""
+    manifests = chart.render(dict(values), name=release, namespace=namespace)
+    return [
+        doc
+        for path in sorted(manifests)
+        if path.endswith((".yaml", ".yml"))
+        for doc in yaml.safe_load_all(manifests[path])
+        if doc
+    ]
+
+
+@pytest.fixture(scope="module")
+def rendered(chart: helm_python.Chart) -> dict[str, list[dict[str, Any]]]:
+    return {name: _render(chart, *args) for name, args in RENDERS.items()}
+
+
+def _refused(chart: helm_python.Chart, values: Mapping[str, Any]) -> str:
+    """The message with which the chart refuses these values."""
+    with pytest.raises(helm_python.HelmError) as caught:
+        chart.render(dict(values), name=RELEASE, namespace=NAMESPACE)
+    return str(caught.value)
+
+
+def _sync_script() -> ModuleType:
+    path = CHART / "hack" / "sync.py"
+    spec = importlib.util.spec_from_file_location("chart_sync", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _configurations(objects: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    return [dict(o) for o in objects if o["kind"].endswith("WebhookConfiguration")]
+
+
+def _policy_set(objects: Sequence[Mapping[str, Any]]) -> policies.PolicySet:
+    """The policies the server loads from the rendered ConfigMap, every file valid."""
+    (configmap,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    files = [policies.FileLoad.of(text, name) for name, text in configmap["data"].items()]
+    loaded, problems = policies.assemble(files)
+    assert problems == []
+    return loaded
+
+
+def _server(objects: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
+    return dict(deployment)
+
+
+def _pod(objects: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    return dict(_server(objects)["spec"]["template"]["spec"])
+
+
+def _env(container: Mapping[str, Any]) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in container.get("env", [])}
+
+
+# --------------------------------------------------------------------------- the chart itself
+
+
+@pytest.mark.parametrize("name", list(RENDERS))
+def test_helm_lint_is_clean(name: str) -> None:
+    values, _, namespace = RENDERS[name]
+    report = helm_python.lint(CHART, dict(values), namespace=namespace, strict=True)
+    assert report["errors"] == []
+    # Severity 1 is information ("icon is recommended"); 2 warnings, 3 errors.
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_the_chart_is_the_packages_release(chart: helm_python.Chart) -> None:
+    assert chart.metadata["appVersion"] == __version__
+    assert chart.metadata["kubeVersion"] == ">=1.30.0-0"
+    # The script that needs the repository stays out of the packaged chart.
+    assert not [f["name"] for f in chart.files if f["name"].startswith("hack/")]
+
+
+def test_the_generated_file_and_the_policy_copies_are_current() -> None:
+    """files/generated.yaml is what hack/sync.py makes from webhook/ now, and the chart's
+    policies/ is the repository's policies/, file for file."""
+    stale = _sync_script().stale()
+    assert stale == [], (
+        f"stale chart files {stale}: run `python charts/gpu-share-webhook/hack/sync.py`"
+    )
+    copies = sorted(p.name for p in (CHART / "policies").iterdir())
+    assert copies == [p.name for p in policies.policy_files(dh.POLICIES)]
+    for name in copies:
+        assert (CHART / "policies" / name).read_bytes() == (dh.POLICIES / name).read_bytes()
+
+
+def test_the_switch_values_are_the_policies_defaults(chart: helm_python.Chart) -> None:
+    assert chart.values["policies"]["rules"] == policies.RulesSpec().model_dump(by_alias=True)
+
+
+def test_the_log_settings_the_schema_allows_are_the_servers(chart: helm_python.Chart) -> None:
+    assert chart.schema is not None
+    for value, option in (("logLevel", "--log-level"), ("logFormat", "--log-format")):
+        allowed = chart.schema["properties"][value]["enum"]
+        assert chart.values[value] in allowed
+        for choice in allowed:
+            args = vars(cli.build_parser().parse_args(["serve", option, choice]))
+            assert args[option[2:].replace("-", "_")] == choice
+
+
+# --------------------------------------------------------------------------- every object
+
+
+@pytest.mark.parametrize("version", dh.VERSIONS)
+@pytest.mark.parametrize("name", list(RENDERS))
+def test_every_rendered_object_validates_strictly(
+    rendered: dict[str, list[dict[str, Any]]], name: str, version: str
+) -> None:
+    checked = 0
+    for obj in rendered[name]:
+        if obj["apiVersion"].startswith(CRD_GROUPS):
+            continue
+        kubernetes_validate.validate(obj, version, strict=True)
+        checked += 1
+    assert checked >= 8  # the server's objects at least
+
+
+@pytest.mark.parametrize("name", list(RENDERS))
+def test_namespaced_objects_live_in_the_release_namespace(
+    rendered: dict[str, list[dict[str, Any]]], name: str
+) -> None:
+    namespace = RENDERS[name][2]
+    for obj in rendered[name]:
+        if obj["kind"] in td.CLUSTER_SCOPED:
+            assert "namespace" not in obj["metadata"], obj["kind"]
+        else:
+            assert obj["metadata"]["namespace"] == namespace, obj["kind"]
+
+
+def test_each_mode_installs_its_parts(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    base = {
+        "ServiceAccount",
+        "ConfigMap",
+        "Service",
+        "Deployment",
+        "PodDisruptionBudget",
+        "NetworkPolicy",
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    }
+    bootstrap = base | td.RBAC_KINDS | td.SECRET_POLICY_KINDS | {"Job"}
+    assert set(dh.kinds(rendered["bootstrap"])) == bootstrap
+    assert set(dh.kinds(rendered["certManager"])) == base | {"Issuer", "Certificate"}
+    assert set(dh.kinds(rendered["existingSecret"])) == base
+    assert set(dh.kinds(rendered["custom"])) == bootstrap | {
+        "Namespace",
+        "ServiceMonitor",
+        "PrometheusRule",
+    }
+
+
+# --------------------------------------------------------------------------- deploy/
+
+
+def _as_deploy_writes_it(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """An object with what only a chart has taken out: Helm's labels, annotations (checkov's
+    skips, worded for each; the cert-manager one is compared with render's), the hash of the
+    policies ConfigMap's name and the revision of the Job's name."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            return {k: walk(v) for k, v in node.items() if k not in CHART_ONLY_LABELS}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        if isinstance(node, str):
+            return re.sub(r"^(gpu-share-webhook-policies)-[0-9a-z]{10}$", r"\1", node)
+        return node
+
+    out: dict[str, Any] = walk(obj)
+    out["metadata"].pop("annotations", None)
+    if out["kind"] == "Job":
+        out["metadata"]["name"] = re.sub(r"-[0-9]+$", "", out["metadata"]["name"])
+    return out
+
+
+@pytest.mark.parametrize(
+    ("overlay", "mode"), [("bootstrap", "bootstrap"), ("cert-manager", "certManager")]
+)
+def test_the_chart_installs_what_deploy_installs(
+    chart: helm_python.Chart, overlay: str, mode: str
+) -> None:
+    """With the release and namespace deploy/ uses, every object of the kustomize overlay
+    comes out of the chart equal, and nothing else does."""
+    values = {"namespace": {"create": True}, "certificates": {"mode": mode}}
+    ours = {
+        (o["kind"], o["metadata"]["name"]): o
+        for o in map(_as_deploy_writes_it, _render(chart, values, RELEASE, NAMESPACE))
+    }
+    theirs = {
+        (o["kind"], o["metadata"]["name"]): o
+        for o in map(_as_deploy_writes_it, dh.kustomize(dh.BUILDS[overlay]))
+    }
+    assert sorted(ours) == sorted(theirs)
+    for key, want in theirs.items():
+        assert ours[key] == want, f"{key[0]} {key[1]} differs from deploy/overlays/{overlay}"
+
+
+def test_the_server_keeps_its_last_good_policies_in_a_state_volume(
+    rendered: dict[str, list[dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for objects in rendered.values():
+        pod = _pod(objects)
+        (container,) = pod["containers"]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "state"]
+        assert volume == {"name": "state", "emptyDir": {"sizeLimit": "16Mi"}}
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "state"]
+        assert mount == {"name": "state", "mountPath": STATE_DIR}
+        assert _env(container)[STATE_ENV] == STATE_DIR
+    monkeypatch.setenv(STATE_ENV, STATE_DIR)
+    assert cli.build_parser().parse_args(["serve"]).state_dir == STATE_DIR
+
+
+@pytest.mark.parametrize("name", list(RENDERS))
+def test_serve_reads_what_the_deployment_mounts(
+    rendered: dict[str, list[dict[str, Any]]], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objects = rendered[name]
+    pod = _pod(objects)
+    (c,) = pod["containers"]
+    for key, value in _env(c).items():
+        monkeypatch.setenv(key, value)
+    args = cli.build_parser().parse_args(c["args"])
+    assert args.command == "serve"
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (configmap,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    policies_volume = volumes[mounts[args.policies]["name"]]
+    assert policies_volume["configMap"]["name"] == configmap["metadata"]["name"]
+    secret = volumes[mounts[args.cert_dir]["name"]]["secret"]["secretName"]
+    assert secret == _serving_secret(objects)
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert (args.port, args.metrics_port) == (ports["https"], ports["metrics"])
+    writable = {p for p, m in mounts.items() if not m.get("readOnly")}
+    assert writable == {"/tmp", STATE_DIR}
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def _serving_secret(objects: Sequence[Mapping[str, Any]]) -> str:
+    """The Secret each mode fills: the Job's --secret, the Certificate's, or the user's."""
+    for obj in objects:
+        if obj["kind"] == "Job":
+            (c,) = obj["spec"]["template"]["spec"]["containers"]
+            return str(cli.build_parser().parse_args(c["args"]).secret)
+        if obj["kind"] == "Certificate" and not obj["spec"].get("isCA"):
+            return str(obj["spec"]["secretName"])
+    return "site-webhook-tls"
+
+
+# --------------------------------------------------------------------------- the configurations
+
+
+def _expected_configurations(
+    objects: Sequence[Mapping[str, Any]], values: Mapping[str, Any], fullname: str, namespace: str
+) -> list[dict[str, Any]]:
+    """What `gpu-share-webhook render` prints for the policies of the rendered ConfigMap, with
+    the options matching these values, plus the excluded namespaces `render` has no option
+    for (the chart adds them to the same NotIn list)."""
+    webhook = values.get("webhook", {})
+    certs = values.get("certificates", {})
+    mode = certs.get("mode", "bootstrap")
+    expected = rendering.render(
+        _policy_set(objects),
+        service=fullname,
+        namespace=namespace,
+        name=fullname,
+        failure_policy=webhook.get("failurePolicy", "Fail"),
+        timeout_seconds=webhook.get("timeoutSeconds", rendering.DEFAULT_TIMEOUT_SECONDS),
+        ca_bundle=(
+            certs["existingSecret"]["caBundle"].encode() if mode == "existingSecret" else None
+        ),
+        cert_manager_certificate=f"{namespace}/{fullname}" if mode == "certManager" else None,
+    )
+    for config in expected:
+        for entry in config["webhooks"]:
+            for requirement in entry["namespaceSelector"]["matchExpressions"]:
+                if requirement["key"] == names.NAME_LABEL:
+                    extra = webhook.get("excludedNamespaces", [])
+                    requirement["values"] = sorted({*requirement["values"], *extra})
+    return expected
+
+
+@pytest.mark.parametrize("name", list(RENDERS))
+def test_the_configurations_are_what_render_prints_for_the_same_policies(
+    rendered: dict[str, list[dict[str, Any]]], name: str
+) -> None:
+    values, release, namespace = RENDERS[name]
+    fullname = RELEASE if release == RELEASE else OTHER_FULLNAME
+    expected = _expected_configurations(rendered[name], values, fullname, namespace)
+    got = _configurations(rendered[name])
+    assert [c["kind"] for c in got] == [c["kind"] for c in expected]
+    for want, have in zip(expected, got, strict=True):
+        kind = want["kind"]
+        assert have["metadata"]["name"] == want["metadata"]["name"]
+        assert have["metadata"].get("annotations") == want["metadata"].get("annotations")
+        assert want["metadata"]["labels"].items() <= have["metadata"]["labels"].items()
+        assert [e["name"] for e in have["webhooks"]] == [e["name"] for e in want["webhooks"]]
+        for w, h in zip(want["webhooks"], have["webhooks"], strict=True):
+            assert sorted(h) == sorted(w), f"{kind} {w['name']}: fields"
+            for field in w:
+                assert h[field] == w[field], f"{kind} {w['name']}: {field}"
+
+
+def test_the_default_configurations_are_deploys(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    """...and so, with the shipped policies, the ones committed in deploy/."""
+    committed = dh.load_yaml(dh.COMMITTED_CONFIGURATIONS)
+    for want, have in zip(committed, _configurations(rendered["bootstrap"]), strict=True):
+        assert have["webhooks"] == want["webhooks"]
+
+
+def test_switches_and_own_policies_change_the_entries_as_render_does(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    mutating, validating = _configurations(rendered["custom"])
+    for config in (mutating, validating):
+        conditions = {e["name"]: e["matchConditions"][1]["name"] for e in config["webhooks"]}
+        assert conditions == {
+            # No default policy: its entry takes every pod, as for a policy not in force.
+            "default.gpu-share.io": rendering.CONDITION_EVERY_POD,
+            # The switch turned off in the shipped file, and in an own file.
+            "not-renamed.policies.gpu-share.io": rendering.CONDITION_RULES,
+            "team-a.policies.gpu-share.io": rendering.CONDITION_RULES,
+            "team-b.policies.gpu-share.io": rendering.CONDITION_EVERY_POD,
+            "solo.policies.gpu-share.io": rendering.CONDITION_EVERY_POD,
+            "unknown-policy.gpu-share.io": rendering.CONDITION_EVERY_POD,
+        }
+        for entry in config["webhooks"]:
+            assert entry["failurePolicy"] == "Ignore"
+            assert entry["timeoutSeconds"] == 10
+            (names,) = [
+                r["values"]
+                for r in entry["namespaceSelector"]["matchExpressions"]
+                if r["key"] == "kubernetes.io/metadata.name"
+            ]
+            assert names == sorted(["kube-system", OTHER_NAMESPACE, *EXCLUDED])
+            assert entry["clientConfig"]["service"]["name"] == OTHER_FULLNAME
+            assert entry["clientConfig"]["service"]["namespace"] == OTHER_NAMESPACE
+
+
+def test_the_ca_bundle_of_an_existing_secret_is_in_every_entry(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    want = base64.b64encode(CA_PEM.encode()).decode()
+    for config in _configurations(rendered["existingSecret"]):
+        assert {e["clientConfig"]["caBundle"] for e in config["webhooks"]} == {want}
+    for name in ("bootstrap", "certManager"):
+        for config in _configurations(rendered[name]):
+            assert all("caBundle" not in e["clientConfig"] for e in config["webhooks"])
+
+
+# --------------------------------------------------------------------------- policies
+
+
+def _policy_files(objects: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    (configmap,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    return dict(configmap["data"])
+
+
+def test_the_default_policies_are_the_files_of_policies(
+    rendered: dict[str, list[dict[str, Any]]], shipped_policies: policies.PolicySet
+) -> None:
+    files = {p.name: p.read_text(encoding="utf-8") for p in policies.policy_files(dh.POLICIES)}
+    for name in ("bootstrap", "certManager", "existingSecret"):
+        assert _policy_files(rendered[name]) == files
+        assert _policy_set(rendered[name]).names == shipped_policies.names
+
+
+def test_switch_values_rewrite_the_shipped_policies_and_leave_own_files_alone(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    files = _policy_files(rendered["custom"])
+    assert sorted(files) == ["not-renamed.yaml", "solo.yaml", "teams.yaml"]
+    assert files["teams.yaml"] == TEAM_POLICIES
+    assert yaml.safe_load(files["solo.yaml"]) == SOLO_POLICY
+    # The shipped file: everything as in policies/, but the switches of the values.
+    (original,) = dh.load_yaml(dh.POLICIES / "not-renamed.yaml")
+    (rewritten,) = yaml.safe_load_all(files["not-renamed.yaml"])
+    rules = rewritten["spec"].pop("rules")
+    assert rewritten == original
+    assert rules == {**policies.RulesSpec().model_dump(by_alias=True), **SWITCHES}
+    loaded = _policy_set(rendered["custom"])
+    assert loaded.names == ["not-renamed", "solo", "team-a", "team-b"]
+    switches = loaded.policies["not-renamed"].rules
+    assert switches.void_visible_devices_without_gpu is False
+    assert switches.deny_env_from_on_gpu_containers is True
+
+
+def test_a_policy_change_renames_the_configmap_the_deployment_mounts(
+    chart: helm_python.Chart, rendered: dict[str, list[dict[str, Any]]]
+) -> None:
+    changed = _render(chart, {"policies": {"rules": {"denyPrivileged": False}}}, RELEASE, NAMESPACE)
+    before, after = (
+        next(o for o in objects if o["kind"] == "ConfigMap")["metadata"]["name"]
+        for objects in (rendered["bootstrap"], changed)
+    )
+    assert before != after
+    mounted = [v["configMap"]["name"] for v in _pod(changed)["volumes"] if "configMap" in v]
+    assert mounted == [after]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"policies": {"files": {"x.yaml": SOLO_POLICY, "y.yaml": SOLO_POLICY}}},
+         'policy "solo" is already defined in x.yaml'),
+        ({"policies": {"files": {"x.yaml": {**SOLO_POLICY, "kind": "Pod"}}}},
+         "every document must be apiVersion: gpu-share.io/v1alpha1, kind: SharingPolicy"),
+        ({"policies": {"files": {"x.yaml": "apiVersion: [\n"}}}, "x.yaml: not valid YAML"),
+        ({"policies": {"files": {"x.json": SOLO_POLICY}}}, "not a name the server reads"),
+        ({"policies": {"shipped": False}}, "no policy files"),
+        ({"policies": {"exclude": ["defaults.yaml"]}},
+         'the chart ships no policy file "defaults.yaml"'),
+    ],
+)
+def test_policy_values_the_chart_refuses(
+    chart: helm_python.Chart, values: dict[str, Any], message: str
+) -> None:
+    assert message in _refused(chart, values)
+
+
+def test_a_file_of_the_same_name_replaces_a_shipped_one(chart: helm_python.Chart) -> None:
+    own = {**SOLO_POLICY, "metadata": {"name": "default"}}
+    objects = _render(chart, {"policies": {"files": {"default.yaml": own}}}, RELEASE, NAMESPACE)
+    assert yaml.safe_load(_policy_files(objects)["default.yaml"]) == own
+    assert _policy_set(objects).names == ["default", "not-renamed"]
+
+
+# --------------------------------------------------------------------------- certificates
+
+
+@pytest.mark.parametrize("name", ["bootstrap", "custom"])
+def test_the_bootstrap_job_names_the_objects_of_its_release(
+    rendered: dict[str, list[dict[str, Any]]], name: str
+) -> None:
+    objects = rendered[name]
+    namespace = RENDERS[name][2]
+    fullname = _server(objects)["metadata"]["name"]
+    job = dh.find(objects, "Job")
+    assert job["metadata"]["name"] == f"{fullname}-certs-1"
+    pod = job["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    args = cli.build_parser().parse_args(c["args"])
+    assert args.command == "certs"
+    assert (args.service, args.namespace) == (dh.find(objects, "Service")["metadata"]["name"],
+                                              namespace)
+    assert args.inject_ca is True
+    configs = {o["metadata"]["name"] for o in _configurations(objects)}
+    assert configs == {args.mutating_webhook} == {args.validating_webhook}
+    assert c["image"] == _pod(objects)["containers"][0]["image"]
+    # Its rights name exactly those objects.
+    account = pod["serviceAccountName"]
+    role = dh.find(objects, "Role", account)
+    assert role["rules"][0]["resourceNames"] == [args.secret]
+    cluster_role = dh.find(objects, "ClusterRole", account)
+    assert cluster_role["rules"][0]["resourceNames"] == sorted(configs)
+    for kind in ("RoleBinding", "ClusterRoleBinding"):
+        assert dh.find(objects, kind, account)["subjects"] == [
+            {"kind": "ServiceAccount", "name": account, "namespace": namespace}
+        ]
+    # The admission policy lets that account create that Secret and no other.
+    username = f"system:serviceaccount:{namespace}:{account}"
+
+    def refused(secret: str, user: str = username, type_: str = "kubernetes.io/tls") -> bool:
+        obj = {"apiVersion": "v1", "kind": "Secret", "type": type_,
+               "metadata": {"name": secret, "namespace": namespace}}
+        return td._secret_policy_refuses(objects, obj, username=user, namespace=namespace)
+
+    assert not refused(args.secret)
+    assert refused("anything-else")
+    assert refused(args.secret, type_="Opaque")
+    assert not refused("anything-else", user="kubernetes-admin")
+
+
+def test_the_bootstrap_job_runs_anew_at_every_upgrade(chart: helm_python.Chart) -> None:
+    manifests = chart.render({}, name=RELEASE, namespace=NAMESPACE, revision=7, is_upgrade=True)
+    (job,) = [
+        o
+        for o in yaml.safe_load_all(manifests["gpu-share-webhook/templates/certs-bootstrap.yaml"])
+        if o and o["kind"] == "Job"
+    ]
+    assert job["metadata"]["name"] == "gpu-share-webhook-certs-7"
+
+
+def test_days_reach_the_bootstrap_command(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    (c,) = dh.find(rendered["custom"], "Job")["spec"]["template"]["spec"]["containers"]
+    assert cli.build_parser().parse_args(c["args"]).days == 90
+
+
+def test_cert_manager_signs_the_secret_the_server_mounts(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = rendered["certManager"]
+    for obj in objects:
+        if obj["apiVersion"].startswith("cert-manager.io/"):
+            assert obj["apiVersion"] == "cert-manager.io/v1"
+            assert set(obj) == {"apiVersion", "kind", "metadata", "spec"}
+    (serving,) = [
+        o for o in objects if o["kind"] == "Certificate" and not o["spec"].get("isCA")
+    ]
+    assert serving["spec"]["secretName"] == _serving_secret(objects)
+    assert f"{RELEASE}.{NAMESPACE}.svc" in serving["spec"]["dnsNames"]
+    for config in _configurations(objects):
+        assert config["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": f"{NAMESPACE}/{serving['metadata']['name']}"
+        }
+
+
+def test_cert_manager_with_an_issuer_of_the_sites(chart: helm_python.Chart) -> None:
+    issuer = {"group": "cert-manager.io", "kind": "ClusterIssuer", "name": "site-ca"}
+    values = {"certificates": {"mode": "certManager", "certManager": {"issuerRef": issuer}}}
+    objects = _render(chart, values, RELEASE, NAMESPACE)
+    (certificate,) = [o for o in objects if o["apiVersion"].startswith("cert-manager.io/")]
+    assert certificate["kind"] == "Certificate"
+    assert certificate["spec"]["issuerRef"] == issuer
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"certificates": {"mode": "existingSecret", "existingSecret": {"caBundle": CA_PEM}}},
+         "certificates.existingSecret.name"),
+        ({"certificates": {"mode": "existingSecret", "existingSecret": {"name": "s"}}},
+         "certificates.existingSecret.caBundle"),
+        ({"certificates": {"existingSecret": {"caBundle": CA_PEM}}},
+         "certificates.mode is bootstrap"),
+        ({"certificates": {"mode": "selfSigned"}}, "/certificates/mode"),
+    ],
+)
+def test_certificate_values_the_chart_refuses(
+    chart: helm_python.Chart, values: dict[str, Any], message: str
+) -> None:
+    assert message in _refused(chart, values)
+
+
+# --------------------------------------------------------------------------- other values
+
+
+def test_the_non_default_values_reach_the_server(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    server = _server(rendered["custom"])
+    assert server["metadata"]["name"] == OTHER_FULLNAME
+    assert server["spec"]["replicas"] == 3
+    (c,) = server["spec"]["template"]["spec"]["containers"]
+    assert c["image"] == f"registry.example.com/gpu-share-webhook@{DIGEST}"
+    assert c["resources"] == CUSTOM_VALUES["resources"]
+    env = _env(c)
+    assert env["GPU_SHARE_WEBHOOK_WORKERS"] == "2"
+    assert env["GPU_SHARE_WEBHOOK_LOG_LEVEL"] == "debug"
+    default = _server(rendered["bootstrap"])["spec"]["template"]["spec"]["containers"][0]
+    assert default["image"] == f"gpu-share-webhook:{__version__}"
+    assert "GPU_SHARE_WEBHOOK_LOG_LEVEL" not in _env(default)
+    namespace = dh.find(rendered["custom"], "Namespace")
+    assert namespace["metadata"]["name"] == OTHER_NAMESPACE
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"replicas": 1}, "replicas (1) must be more than podDisruptionBudget.minAvailable (1)"),
+        ({"webhook": {"failurePolicy": "Maybe"}}, "/webhook/failurePolicy"),
+        ({"webhook": {"timeoutSeconds": 31}}, "/webhook/timeoutSeconds"),
+        ({"webhook": {"excludedNamespaces": ["Not_A_Namespace"]}}, "/webhook/excludedNamespaces"),
+        ({"replica": 3}, "additional properties 'replica' not allowed"),
+        ({"policies": {"rules": {"denyEverything": True}}}, "/policies/rules"),
+        ({"extraEnv": [{"name": "GPU_SHARE_WEBHOOK_PORT", "value": "9443"}]},
+         "extraEnv: GPU_SHARE_WEBHOOK_PORT is set by the chart"),
+        ({"networkPolicy": {"metricsFrom": [{}]}}, "/networkPolicy/metricsFrom/0"),
+    ],
+)
+def test_values_the_chart_refuses(
+    chart: helm_python.Chart, values: dict[str, Any], message: str
+) -> None:
+    assert message in _refused(chart, values)
+
+
+def test_the_network_policy_admits_the_scrapers_the_values_name(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    prometheus = {"app.kubernetes.io/name": "prometheus"}
+    default = dh.find(rendered["bootstrap"], "NetworkPolicy", RELEASE)
+    assert td._admits(default, 8443, namespace=dh.namespace_labels("team-a"), pod=None)
+    assert td._admits(default, 8080, namespace=td.MONITORING, pod=prometheus)
+    assert not td._admits(default, 8080, namespace=dh.namespace_labels("team-a"), pod=prometheus)
+
+    custom = dh.find(rendered["custom"], "NetworkPolicy", OTHER_FULLNAME)
+    assert dh.selector_matches(
+        custom["spec"]["podSelector"],
+        _server(rendered["custom"])["spec"]["template"]["metadata"]["labels"],
+    )
+    (metrics,) = [r for r in custom["spec"]["ingress"] if r.get("from")]
+    assert metrics["from"] == CUSTOM_VALUES["networkPolicy"]["metricsFrom"]
+    # The selector peers, played as the API server would (the ipBlock aside).
+    selectors = {**custom, "spec": {**custom["spec"], "ingress": [
+        {**metrics, "from": [p for p in metrics["from"] if "ipBlock" not in p]}
+    ]}}
+    observability = dh.namespace_labels("observability")
+    assert td._admits(selectors, 8080, namespace=observability, pod={"app": "vmagent"})
+    assert not td._admits(selectors, 8080, namespace=observability, pod=prometheus)
+    assert not td._admits(selectors, 8080, namespace=td.MONITORING, pod=prometheus)
+    assert td._admits(custom, 8443, namespace=dh.namespace_labels("team-a"), pod=None)
+
+
+def test_no_scrapers_closes_the_metrics_port(chart: helm_python.Chart) -> None:
+    objects = _render(chart, {"networkPolicy": {"metricsFrom": []}}, RELEASE, NAMESPACE)
+    policy = dh.find(objects, "NetworkPolicy", RELEASE)
+    assert [r["ports"] for r in policy["spec"]["ingress"]] == [[{"port": 8443, "protocol": "TCP"}]]
+    assert not td._admits(policy, 8080, namespace=td.MONITORING, pod={"app": "x"})
+
+
+# --------------------------------------------------------------------------- monitoring
+
+
+def _metric_names() -> set[str]:
+    """Every series name the server's /metrics can show (counters with `_total`, histograms
+    with `_bucket`, `_sum` and `_count`)."""
+    try:
+        module = importlib.import_module("webhook.transport.metrics")
+    except ModuleNotFoundError:  # before the server moved into webhook/transport/
+        module = importlib.import_module("webhook.metrics")
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")}
+    return {
+        family.name + suffix
+        for family in module.Metrics().registry.collect()
+        for suffix in suffixes.get(family.type, ("",))
+    }
+
+
+def test_monitoring_objects_appear_only_when_enabled(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    for name in ("bootstrap", "certManager", "existingSecret"):
+        assert not [o for o in rendered[name] if o["apiVersion"].startswith(CRD_GROUPS[1])]
+    kinds = [o["kind"] for o in rendered["custom"] if o["apiVersion"].startswith(CRD_GROUPS[1])]
+    assert sorted(kinds) == ["PrometheusRule", "ServiceMonitor"]
+
+
+def test_the_service_monitor_scrapes_the_metrics_port_of_the_service(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = rendered["custom"]
+    monitor = dh.find(objects, "ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    service = dh.find(objects, "Service")
+    assert dh.selector_matches(monitor["spec"]["selector"], service["metadata"]["labels"])
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [OTHER_NAMESPACE]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+    ports = {p["name"]: p["containerPort"] for p in _pod(objects)["containers"][0]["ports"]}
+    assert ports[port["targetPort"]] == 8080
+    assert (endpoint["path"], endpoint["scheme"]) == ("/metrics", "http")
+
+
+def test_the_alerts_ask_for_series_the_server_exports(
+    rendered: dict[str, list[dict[str, Any]]],
+) -> None:
+    objects = rendered["custom"]
+    rule = dh.find(objects, "PrometheusRule")
+    (group,) = rule["spec"]["groups"]
+    alerts = {r["alert"]: r for r in group["rules"]}
+    assert set(alerts) == {
+        "GpuShareWebhookReviewErrors",
+        "GpuShareWebhookSlowReviews",
+        "GpuShareWebhookCertificateExpiry",
+        "GpuShareWebhookPolicyReloadErrors",
+        "GpuShareWebhookDown",
+    }
+    exported = _metric_names()
+    for name, alert in alerts.items():
+        expr = alert["expr"]
+        assert f'namespace="{OTHER_NAMESPACE}"' in expr, name
+        used = set(re.findall(r"\bgpu_share_webhook_\w+", expr))
+        assert used <= exported, f"{name}: {used - exported} is not a metric of the server"
+        for open_, close in ("()", "{}", "[]"):
+            assert expr.count(open_) == expr.count(close), name
+        assert alert["labels"]["team"] == "gpu-platform"
+        assert alert["labels"]["severity"]
+    assert 'decision="error"' in alerts["GpuShareWebhookReviewErrors"]["expr"]
+    assert "_bucket" in alerts["GpuShareWebhookSlowReviews"]["expr"]
+    assert "< 1814400" in alerts["GpuShareWebhookCertificateExpiry"]["expr"]  # 21 days
+    service = dh.find(objects, "Service")["metadata"]["name"]
+    assert f'job="{service}"' in alerts["GpuShareWebhookDown"]["expr"]
+
+
+# --------------------------------------------------------------------------- the docs
+
+
+def _helm_section() -> str:
+    text = INSTALL_GUIDE.read_text(encoding="utf-8")
+    match = re.search(r"^## With Helm\n(.*?)(?=^## )", text, flags=re.DOTALL | re.MULTILINE)
+    assert match, "docs/install.md has no section '## With Helm'"
+    return match.group(1)
+
+
+def _set_keys(text: str) -> list[str]:
+    """The value keys of --set, --set-string and --set-file options in the text."""
+    keys = re.findall(r"--set(?:-string|-file)?[ =]'?((?:[\w-]|\\\.)+(?:\.(?:[\w-]|\\\.)+)*)=",
+                      text)
+    return sorted(set(keys))
+
+
+def test_the_install_guide_shows_each_certificate_mode(chart: helm_python.Chart) -> None:
+    section = _helm_section()
+    assert chart.schema is not None
+    modes = chart.schema["properties"]["certificates"]["properties"]["mode"]["enum"]
+    for mode in modes:
+        if mode != chart.values["certificates"]["mode"]:
+            assert f"certificates.mode={mode}" in section, mode
+    assert "helm install" in section
+    assert "helm upgrade" in section
+
+
+def test_every_value_the_install_guide_sets_exists(chart: helm_python.Chart) -> None:
+    """Each key names a value of the schema (or a key of a map value, such as a file name
+    in policies.files)."""
+    schema = chart.schema
+    assert schema is not None
+    keys = _set_keys(_helm_section())
+    assert keys
+    for key in keys:
+        node: Any = schema
+        for part in (p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", key)):
+            if "$ref" in node:
+                node = schema["definitions"][node["$ref"].rsplit("/", 1)[1]]
+            if part in node.get("properties", {}):
+                node = node["properties"][part]
+                continue
+            assert node.get("additionalProperties", True) is not False, f"{key}: no such value"
+            break
+
+
+def test_every_chart_path_the_install_guide_names_exists() -> None:
+    for path in sorted(set(re.findall(r"\bcharts/[\w./-]*\w", _helm_section()))):
+        assert (dh.REPO / Path(path)).exists(), path
