@@ -34,6 +34,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from tests import apiserver, kube
 from webhook import certificates
 from webhook.transport import app as server
+
 SERVICE = "gpu-share-webhook"
 NAMESPACE = "gpu-share-system"
 # What the API server calls the webhook by, and checks the certificate against.

@@ -160,7 +160,8 @@ _BROKEN_TEMPLATE = pod(shared(env=_env(NVIDIA_VISIBLE_DEVICES="all")))
 CASES = {
     # 1. Device-selection variables.
     "shared-gpu-container-visible-devices-all": Case(
-        1, pod(shared(env=_env(NVIDIA_VISIBLE_DEVICES="all"))), Refused("device-variables", "main")),
+        1, pod(shared(env=_env(NVIDIA_VISIBLE_DEVICES="all"))),
+        Refused("device-variables", "main")),
     "shared-gpu-container-visible-devices-list": Case(
         1, pod(shared(env=_env(NVIDIA_VISIBLE_DEVICES="0,1,2,3"))),
         Refused("device-variables", "main")),

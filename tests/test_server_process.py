@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-
 from prometheus_client.mmap_dict import MmapedDict
 
 from tests import server_helpers as h
@@ -161,9 +160,11 @@ async def test_a_broken_policy_file_at_start_does_not_stop_serve_and_its_namespa
         # The good one answers as before.
         good = await _post(serve, ca, "/mutate/not-renamed", h.shared_pod(), "uid-good")
         assert "allowed" in good
-        async with aiohttp.ClientSession() as session:
-            async with session.get(serve.probe_url("/metrics")) as response:
-                metrics = await response.text()
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(serve.probe_url("/metrics")) as response,
+        ):
+            metrics = await response.text()
         assert h.metric(metrics, "gpu_share_webhook_policy_files_not_loaded") == 1
         serve.terminate()
         assert await asyncio.to_thread(serve.wait) == 0

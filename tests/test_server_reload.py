@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from tests import server_helpers as h
 from webhook import certificates
 from webhook.transport import app as server
+
 Client = TestClient[Any, Any]
 
 
