@@ -57,7 +57,7 @@ def codec(loaded: policies.PolicySet, kinds: pods.Kinds = pods.BUILTIN) -> Send:
     """Entries answered by the codec in-process, as the server would answer them."""
 
     async def send(path: str, body: bytes) -> dict[str, Any]:
-        endpoint, _, policy_name = path.split("?")[0].strip("/").partition("/")
+        endpoint, _, policy_name = path.split("?", maxsplit=1)[0].strip("/").partition("/")
         outcome = reviews.review(
             body,
             policies=loaded,
@@ -96,6 +96,7 @@ class ApiServer:
         entry: Mapping[str, Any],
         obj: Mapping[str, Any],
         labels: Mapping[str, str],
+        *,
         operation: str,
         sub_resource: str,
     ) -> bool:
@@ -129,7 +130,9 @@ class ApiServer:
                 # Between the two: the object as patched must be valid, or nothing is stored.
                 kube.check_valid(current)
             for entry in entries:
-                if not self._called(kind, entry, current, labels, operation, sub_resource):
+                if not self._called(
+                    kind, entry, current, labels, operation=operation, sub_resource=sub_resource
+                ):
                     continue
                 uid = str(uuid.uuid4())
                 body = kube.admission_review(
@@ -169,5 +172,6 @@ def answer(review: Mapping[str, Any], uid: str) -> dict[str, Any]:
         assert isinstance(response["status"]["code"], int)
         assert response["status"]["message"]
     for warning in response.get("warnings") or []:
-        assert len(warning) <= 120 and not warning.lower().startswith("warning")
+        assert len(warning) <= 120, warning
+        assert not warning.lower().startswith("warning"), warning
     return response

@@ -53,7 +53,9 @@ _MODEL = {
 }
 _API_CLIENT = kubernetes.client.ApiClient()
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_QUALIFIED = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_QUALIFIED = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 
@@ -206,7 +208,8 @@ def check_pod_rules(template: Mapping[str, Any]) -> None:
     spec = template["spec"]
     annotations = (template.get("metadata") or {}).get("annotations") or {}
     for key, value in annotations.items():
-        assert _QUALIFIED.match(key.split("/")[-1]) and isinstance(value, str), key
+        assert _QUALIFIED.match(key.split("/")[-1]), key
+        assert isinstance(value, str), key
     for t in spec.get("tolerations") or []:
         if t.get("operator") == "Exists":
             assert not t.get("value"), f"value must be empty when operator is 'Exists': {t}"
@@ -232,9 +235,10 @@ def check_pod_rules(template: Mapping[str, Any]) -> None:
             names = [e["name"] for e in c.get("env") or []]
             assert all(_ENV_NAME.match(n) for n in names), names
             res = c.get("resources") or {}
+            limits = res.get("limits") or {}
             for k, v in (res.get("requests") or {}).items():
-                if "/" in k and not k.startswith("kubernetes.io/") and k in (res.get("limits") or {}):
-                    assert str(res["limits"][k]) == str(v), f"{k}: must be equal to limit"
+                if "/" in k and not k.startswith("kubernetes.io/") and k in limits:
+                    assert str(limits[k]) == str(v), f"{k}: must be equal to limit"
 
 
 def admit(
@@ -258,7 +262,9 @@ def admit(
     return decision, result
 
 
-def env_of(result: Mapping[str, Any], name: str = "main", group: str = "containers") -> dict[str, str]:
+def env_of(
+    result: Mapping[str, Any], name: str = "main", group: str = "containers"
+) -> dict[str, str]:
     found = templates_of(result)
     assert found
     for c in found[0]["spec"].get(group) or []:

@@ -23,7 +23,7 @@ from tests import kube, test_escape_routes, test_rules
 from webhook import policies, reviews
 
 sys.path.insert(0, str(kube.REPO))
-import hatch_build  # noqa: E402
+import hatch_build
 
 POLICY_NAMES = ("default", "not-renamed", "lab", "no-such-policy")
 
@@ -49,7 +49,8 @@ for line in open(sys.argv[2]):
 
 def _objects() -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
-    paths = sorted(kube.REAL_WORLD.glob("*.yaml")) + sorted((kube.REPO / "examples").rglob("*.yaml"))
+    examples = sorted((kube.REPO / "examples").rglob("*.yaml"))
+    paths = sorted(kube.REAL_WORLD.glob("*.yaml")) + examples
     for path in paths:
         found += [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
     found += [case.values[0] for case in test_rules.CASES]

@@ -3,6 +3,7 @@ exit codes and output, valid and idempotent results, one clear line for bad inpu
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests import apiserver
 from tests.kube import (
     REAL_WORLD,
     REPO,
@@ -22,7 +24,7 @@ from tests.kube import (
     check_valid,
     templates_of,
 )
-from webhook import cli
+from webhook import cli, policies, rendering
 
 EXAMPLES = REPO / "examples"
 NOT_RENAMED = ["-l", "gpu-share.io/enabled=true", "-l", "gpu-share.io/policy=not-renamed"]
@@ -95,7 +97,8 @@ def test_an_allowed_example_exits_0_and_shows_its_mutation(
     results = list(yaml.safe_load_all(out))
     originals = list(yaml.safe_load_all(path.read_text()))
     assert [r["kind"] for r in results] == [o["kind"] for o in originals]
-    assert results[0]["kind"] == "Pod" and results[1]["kind"] != "Pod"
+    assert results[0]["kind"] == "Pod"
+    assert results[1]["kind"] != "Pod"
     for result in results:
         check_valid(result)
         template = (templates_of(result) or [None])[0]
@@ -117,7 +120,9 @@ def test_a_denied_example_exits_1_with_the_rule_for_the_pod_and_the_workload(
     assert (code, out) == (1, "")
     denials = [line for line in err.splitlines() if line.startswith("denied: ")]
     kinds = [line.split(":")[1].strip().split("/")[0] for line in denials]
-    assert kinds[0] == "Pod" and len(kinds) == 2 and kinds[1] != "Pod"
+    assert len(kinds) == 2, denials
+    assert kinds[0] == "Pod"
+    assert kinds[1] != "Pod"
     assert all(RULES[name] in line for line in denials), denials
 
 
@@ -138,15 +143,23 @@ def test_output_formats(capsys: pytest.CaptureFixture[str]) -> None:
     assert (code, doc["kind"], len(doc["items"])) == (0, "List", 2)
     code, out, _ = run(capsys, "-f", path, "-o", "patch")
     lines = [json.loads(line) for line in out.splitlines()]
-    assert code == 0 and len(lines) == 2
-    assert {"op": "add", "path": "/spec/runtimeClassName", "value": "nvidia"} in lines[0]
-    assert {"op": "add", "path": "/spec/template/spec/runtimeClassName", "value": "nvidia"} in lines[1]
+    assert (code, len(lines)) == (0, 2)
+    runtime_class = {"op": "add", "value": "nvidia"}
+    assert {**runtime_class, "path": "/spec/runtimeClassName"} in lines[0]
+    assert {**runtime_class, "path": "/spec/template/spec/runtimeClassName"} in lines[1]
 
 
-def test_a_namespace_that_has_not_opted_in_is_left_alone(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_namespace_that_has_not_opted_in_is_left_alone_and_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     path = str(EXAMPLES / "denied" / "multi-replica.yaml")
     code, out, err = run(capsys, "-f", path, "-l", "team=a", "-o", "patch")
-    assert (code, out, err) == (0, "[]\n[]\n", "")
+    assert (code, out) == (0, "[]\n[]\n")
+    reason = "the namespace has not opted in (no label gpu-share.io/enabled=true); left unchanged"
+    assert err.splitlines() == [
+        f"not reviewed: Pod/greedy: {reason}",
+        f"not reviewed: Deployment/greedy: {reason}",
+    ]
 
 
 def test_an_unknown_policy_label_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
@@ -160,7 +173,8 @@ def test_an_unknown_policy_label_is_refused(capsys: pytest.CaptureFixture[str]) 
 @pytest.mark.parametrize(
     ("setup", "args", "message"),
     [
-        pytest.param(None, ["-f", "missing.yaml"], "error: missing.yaml: no such file", id="missing"),
+        pytest.param(None, ["-f", "missing.yaml"], "error: missing.yaml: no such file",
+                     id="missing"),
         pytest.param("kind: Pod\nspec: [\n", ["-f", "{f}"],
                      "error: {f}: not valid YAML or JSON at line 3, column 1: expected the node"
                      " content, but found '<stream end>'", id="not-yaml"),
@@ -186,7 +200,9 @@ def test_bad_input_exits_2_with_one_clear_line(
     assert err.splitlines() == [message.replace("{f}", str(f))]
 
 
-def test_a_broken_policy_directory_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_broken_policy_directory_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "p.yaml").write_text("nope: [\n")
     code = cli.main(["mutate", "-f", str(EXAMPLES / "allowed" / "runtime-class.yaml"),
                      "--policies", str(tmp_path)])
@@ -204,6 +220,130 @@ def test_the_console_script_and_python_m_are_the_same_program(tmp_path: Path) ->
         assert proc.returncode == 1, proc.stderr
         assert "invalid multi-replica request" in proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+# --------------------------------------------------------------------------- namespaces the
+# webhook never sees
+
+GREEDY = EXAMPLES / "denied" / "multi-replica.yaml"  # refused wherever the webhook sees it
+OWN = (
+    "is the webhook's own (--webhook-namespace), never sent to it"
+    " (its configurations leave it out)"
+)
+SYSTEM = "is never sent to the webhook (its configurations leave it out)"
+ENABLED = ["-l", "gpu-share.io/enabled=true"]
+
+
+def not_reviewed(reason: str) -> list[str]:
+    return [f"not reviewed: {what}: {reason}; left unchanged"
+            for what in ("Pod/greedy", "Deployment/greedy")]
+
+
+@pytest.mark.parametrize(
+    ("args", "reason"),
+    [
+        pytest.param(["-n", "kube-system"], f"namespace kube-system {SYSTEM}", id="kube-system"),
+        pytest.param(["-n", "gpu-share-system"], f"namespace gpu-share-system {OWN}",
+                     id="the-webhooks-own"),
+        pytest.param(["-n", "gpu-system", "--webhook-namespace", "gpu-system"],
+                     f"namespace gpu-system {OWN}", id="the-webhooks-own-elsewhere"),
+        pytest.param([*ENABLED, "-l", "kubernetes.io/metadata.name=kube-system"],
+                     f"namespace kube-system {SYSTEM}", id="kube-system-by-its-label"),
+        pytest.param(["-n", "kube-system", *ENABLED, "-l", "gpu-share.io/policy=not-renamed"],
+                     f"namespace kube-system {SYSTEM}", id="kube-system-with-a-policy"),
+        pytest.param(["-n", "kube-system", *ENABLED, "-l", "gpu-share.io/policy=gold"],
+                     f"namespace kube-system {SYSTEM}", id="kube-system-with-an-unknown-policy"),
+        pytest.param(["-n", "team-a", "-l", "gpu-share.io/enabled=false"],
+                     "namespace team-a has not opted in (no label gpu-share.io/enabled=true)",
+                     id="not-opted-in"),
+    ],
+)
+def test_a_namespace_the_configurations_leave_out_is_not_reviewed_and_says_why(
+    capsys: pytest.CaptureFixture[str], args: list[str], reason: str
+) -> None:
+    code, out, err = run(capsys, "-f", str(GREEDY), *args)
+    assert code == 0
+    assert list(yaml.safe_load_all(out)) == list(yaml.safe_load_all(GREEDY.read_text()))
+    assert err.splitlines() == not_reviewed(reason)
+    code, out, _ = run(capsys, "-f", str(GREEDY), "-o", "patch", *args)
+    assert (code, out) == (0, "[]\n[]\n")
+
+
+def test_only_the_webhooks_own_namespace_is_left_out_with_kube_system(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The same variable as `render --namespace`: the two agree on which namespace is left out.
+    monkeypatch.setenv("GPU_SHARE_WEBHOOK_NAMESPACE", "gpu-system")
+    code, _, err = run(capsys, "-f", str(GREEDY), "-n", "gpu-system")
+    assert (code, err.splitlines()) == (0, not_reviewed(f"namespace gpu-system {OWN}"))
+    code, _, err = run(capsys, "-f", str(GREEDY), "-n", "gpu-share-system")
+    assert code == 1
+    assert "invalid multi-replica request" in err
+
+
+def test_an_objects_own_namespace_counts_unless_namespace_is_given(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    docs = list(yaml.safe_load_all(GREEDY.read_text()))
+    for doc in docs:
+        doc["metadata"]["namespace"] = "kube-system"
+    path = tmp_path / "in-kube-system.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    code, _, err = run(capsys, "-f", str(path))
+    assert (code, err.splitlines()) == (0, not_reviewed(f"namespace kube-system {SYSTEM}"))
+    # --namespace says where they are created: it wins.
+    code, _, err = run(capsys, "-f", str(path), "-n", "team-a")
+    assert code == 1
+    assert "invalid multi-replica request" in err
+
+
+# Namespaces as the API server sees them: what mutate is told with -l.
+NAMESPACES = [
+    {"gpu-share.io/enabled": "true"},
+    {"gpu-share.io/enabled": "true", "kubernetes.io/metadata.name": "team-a"},
+    {"gpu-share.io/enabled": "true", "kubernetes.io/metadata.name": "kube-system"},
+    {"gpu-share.io/enabled": "true", "kubernetes.io/metadata.name": "gpu-share-system"},
+    {"kubernetes.io/metadata.name": "team-a"},
+    {"gpu-share.io/enabled": "false", "kubernetes.io/metadata.name": "team-a"},
+    {"gpu-share.io/enabled": "true", "kubernetes.io/metadata.name": "team-a",
+     "gpu-share.io/policy": "not-renamed"},
+    {"gpu-share.io/enabled": "true", "kubernetes.io/metadata.name": "team-a",
+     "gpu-share.io/policy": "gold"},
+    {"gpu-share.io/enabled": "true", "kubernetes.io/metadata.name": "team-a",
+     "gpu-share.io/policy": ""},
+    {"gpu-share.io/enabled": "true", "kubernetes.io/metadata.name": "kube-system",
+     "gpu-share.io/policy": "gold"},
+    {"gpu-share.io/enabled": "true", "kubernetes.io/metadata.name": "gpu-share-system",
+     "gpu-share.io/policy": "not-renamed"},
+]
+
+
+@pytest.mark.parametrize("labels", NAMESPACES, ids=lambda labels: ",".join(
+    f"{k.rsplit('/', 1)[1]}={v}" for k, v in labels.items()))
+@pytest.mark.parametrize("example", ["allowed/runtime-class.yaml", "denied/multi-replica.yaml"])
+def test_mutate_reviews_what_the_rendered_configurations_send_and_decides_as_the_cluster(
+    capsys: pytest.CaptureFixture[str],
+    shipped_policies: policies.PolicySet,
+    labels: dict[str, str],
+    example: str,
+) -> None:
+    path = EXAMPLES / example
+    pod = next(yaml.safe_load_all(path.read_text()))
+    configurations = rendering.render(
+        shipped_policies, service="gpu-share-webhook", namespace="gpu-share-system",
+        name="gpu-share-webhook",
+    )
+    cluster = apiserver.ApiServer(configurations, apiserver.codec(shipped_policies))
+    outcome = asyncio.run(cluster.admit(pod, labels=labels))
+    pairs = [arg for k, v in labels.items() for arg in ("-l", f"{k}={v}")]
+    code, _, err = run(capsys, "-f", str(path), *pairs)
+    pod_lines = [line for line in err.splitlines() if "Pod/" in line]
+    reviewed = not any(line.startswith("not reviewed: ") for line in pod_lines)
+    assert reviewed == bool(outcome.calls), (pod_lines, outcome.entries)
+    refused = any(line.startswith("denied: ") for line in pod_lines)
+    assert refused == (not outcome.allowed), (pod_lines, outcome.message)
+    # The Deployment has the Pod's spec as its template: the same verdict.
+    assert code == (1 if refused else 0), err
 
 
 # --------------------------------------------------------------------------- real world

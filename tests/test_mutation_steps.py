@@ -19,7 +19,6 @@ from tests.kube import (
     shared,
 )
 
-
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 SHARED_TOLERATION = {"key": "nvidia.com/gpu.shared", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -115,7 +114,10 @@ def test_mps_limits_go_on_every_container_that_uses_the_shared_gpu() -> None:
             init=[shared(name="warmup")])
     _, result = admit(p, mps_policy())
     assert result is not None
-    limits = {"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=3840M"}
+    limits = {
+        "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=3840M",
+    }
     assert env_of(result, "a") == limits
     assert env_of(result, "b") == limits
     assert env_of(result, "warmup", "initContainers") == limits

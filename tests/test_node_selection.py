@@ -53,6 +53,13 @@ def shared_pod(classes: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
 MPS_TERM = [expr(STRATEGY, "mps"), expr(REPLICAS, "4"), expr(PRODUCT, "Tesla-T4")]
 TS_TERM = [expr(STRATEGY, "time-slicing"), expr(REPLICAS, "4"), expr(PRODUCT, "NVIDIA-A10G")]
 
+
+def prefer_t4() -> dict[str, Any]:
+    """A preference of the user's, which the webhook keeps as it is (a new one each time, so
+    that the case's input and its expectation share nothing)."""
+    return {"weight": 1, "preference": {"matchExpressions": [expr(PRODUCT, "Tesla-T4")]}}
+
+
 ADMITTED = [
     pytest.param([T4_MPS], {}, {STRATEGY: "mps", PRODUCT: "Tesla-T4", REPLICAS: "4"}, None,
                  id="renamed-mps-one-class-nodeSelector-plain-product"),
@@ -125,12 +132,11 @@ ADMITTED = [
                           [expr("kubernetes.io/hostname", "gpu-9"), *TS_TERM]),
                  id="pinned-term-kept-open-term-narrowed"),
     pytest.param([T4_MPS, A10G_TS],
-                 {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                     {"weight": 1, "preference": {"matchExpressions": [expr(PRODUCT, "Tesla-T4")]}}]}}},
+                 {"affinity": {"nodeAffinity": {
+                     "preferredDuringSchedulingIgnoredDuringExecution": [prefer_t4()]}}},
                  None,
                  {"nodeAffinity": {
-                     "preferredDuringSchedulingIgnoredDuringExecution": [
-                         {"weight": 1, "preference": {"matchExpressions": [expr(PRODUCT, "Tesla-T4")]}}],
+                     "preferredDuringSchedulingIgnoredDuringExecution": [prefer_t4()],
                      **required(MPS_TERM, TS_TERM)["nodeAffinity"]}},
                  id="preferred-kept-required-added"),
     pytest.param([T4_MPS, A10G_TS],
@@ -169,7 +175,8 @@ REFUSED = [
                  "their product label has no -SHARED suffix", id="SHARED-product-on-renamed"),
     pytest.param([T4_TS_PLAIN], {"nodeSelector": {PRODUCT: "Tesla-T4"}},
                  "nodeSelector nvidia.com/gpu.product=Tesla-T4",
-                 "without renaming label the product Tesla-T4-SHARED", id="plain-product-on-not-renamed"),
+                 "without renaming label the product Tesla-T4-SHARED",
+                 id="plain-product-on-not-renamed"),
     pytest.param([T4_MPS], {"nodeSelector": {STRATEGY: "time-slicing"}},
                  "nodeSelector nvidia.com/gpu.sharing-strategy=time-slicing", "",
                  id="other-strategy"),

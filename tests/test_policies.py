@@ -21,10 +21,14 @@ def write(directory: Path, name: str, text: str) -> Path:
 
 
 def policy_doc(name: str, spec: str) -> str:
-    return HEAD + f"metadata: {{name: {name}}}\nspec:\n" + textwrap.indent(textwrap.dedent(spec), "  ")
+    body = textwrap.indent(textwrap.dedent(spec), "  ")
+    return HEAD + f"metadata: {{name: {name}}}\nspec:\n" + body
 
 
-T4 = "nodeClasses:\n  - {name: t4, product: Tesla-T4, strategy: mps, replicas: 4, memoryMiB: 15360}\n"
+T4 = (
+    "nodeClasses:\n"
+    "  - {name: t4, product: Tesla-T4, strategy: mps, replicas: 4, memoryMiB: 15360}\n"
+)
 
 
 def test_the_shipped_policies_pass_the_check(capsys: pytest.CaptureFixture[str]) -> None:
@@ -73,7 +77,8 @@ def test_the_shipped_policies_say_what_the_spec_asks_for() -> None:
                      "sharedResources: [nvidia.com/mig-1g.10gb.shared]\n",
                      "spec.nodeClasses[0].strategy: the device plugin refuses MPS on MIG devices"
                      " (use time-slicing)", id="mps-on-mig"),
-        pytest.param("nodeClasses:\n  - {name: t4, product: Tesla-T4, strategy: mps, replicas: 4}\n",
+        pytest.param("nodeClasses:\n"
+                     "  - {name: t4, product: Tesla-T4, strategy: mps, replicas: 4}\n",
                      "spec.nodeClasses[0].memoryMiB: required for an mps class (it sets the"
                      " ceiling)", id="mps-without-memory"),
         pytest.param(T4 + "colour: blue\n",
@@ -143,7 +148,9 @@ def test_a_directory_without_policies_is_refused(
     if kind == "empty":
         directory.mkdir()
     assert cli.main(["policy", "check", str(directory)]) == 1
-    reason = "not a directory of policy files" if kind == "missing" else "holds no *.yaml policy file"
+    reason = (
+        "not a directory of policy files" if kind == "missing" else "holds no *.yaml policy file"
+    )
     assert f"error: {directory}: {reason}" in capsys.readouterr().err.splitlines()
 
 

@@ -212,7 +212,8 @@ def test_every_pod_is_admitted_validly_and_idempotently_or_refused_with_a_reason
     if decision.allowed:
         assert result is not None
     else:
-        assert decision.message and decision.patch == []
+        assert decision.message
+        assert decision.patch == []
         assert all(v.rule for v in decision.violations)
 
 
@@ -238,7 +239,7 @@ def test_the_validating_pass_accepts_what_the_mutating_pass_produced(
     case: tuple[policies.Policy, dict[str, Any]],
 ) -> None:
     policy, pod = case
-    decision, result = admit(pod, policy)
+    _, result = admit(pod, policy)
     if result is not None:
         assert reviewing.review(result, policy=policy, mutate=False, require=True).allowed
 
@@ -264,7 +265,8 @@ def mangled(draw: st.DrawFn) -> dict[str, Any]:
             return node
         if isinstance(node, dict) and node:
             key = draw(st.sampled_from(sorted(node) + POD_KEYS))
-            node[key] = draw(json_values) if draw(st.booleans()) else graft(node.get(key), depth + 1)
+            replace = draw(st.booleans())
+            node[key] = draw(json_values) if replace else graft(node.get(key), depth + 1)
         elif isinstance(node, list) and node:
             i = draw(st.integers(0, len(node) - 1))
             node[i] = graft(node[i], depth + 1)

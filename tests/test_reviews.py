@@ -69,7 +69,8 @@ def test_a_denial_has_status_code_and_message_and_no_patch(
 ) -> None:
     response = answer(admission_review(pod(shared(2))), shipped_policies)["response"]
     assert response["allowed"] is False
-    assert "patch" not in response and "patchType" not in response
+    assert "patch" not in response
+    assert "patchType" not in response
     assert response["status"]["code"] == 403
     assert response["status"]["reason"] == "Forbidden"
     assert response["status"]["message"].startswith(
@@ -194,8 +195,8 @@ def test_what_the_webhook_does_not_review_is_allowed(
     [
         pytest.param(b"{not json", "body is not JSON: ", id="not-json"),
         pytest.param(b"[1, 2]", "body is not an AdmissionReview object", id="not-an-object"),
-        pytest.param(json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview",
-                                 "request": {"uid": "u"}}).encode(),
+        pytest.param(json.dumps({"apiVersion": "admission.k8s.io/v1beta1",
+                                 "kind": "AdmissionReview", "request": {"uid": "u"}}).encode(),
                      "expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got"
                      " admission.k8s.io/v1beta1 AdmissionReview", id="v1beta1"),
         pytest.param(json.dumps({"apiVersion": "admission.k8s.io/v1",

@@ -15,7 +15,7 @@ import yaml
 
 from tests import apiserver, kube
 from tests import deploy_helpers as dh
-from tests.kube import container, pod, shared
+from tests.kube import container, shared
 from webhook import cli, kinds, policies, rendering
 from webhook.core import pods, reviewing
 from webhook.errors import PolicyError
@@ -56,7 +56,8 @@ def leaderworkerset(worker: dict[str, Any]) -> dict[str, Any]:
 def raycluster(worker: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "ray.io/v1", "kind": "RayCluster",
             "metadata": {"name": "ray", "namespace": "team-a"},
-            "spec": {"headGroupSpec": {"rayStartParams": {}, "template": _template(container("head"))},
+            "spec": {"headGroupSpec": {"rayStartParams": {},
+                                       "template": _template(container("head"))},
                      "workerGroupSpecs": [_ray_group("cpu", container("cpu")),
                                           _ray_group("gpu", worker)]}}
 
@@ -126,7 +127,8 @@ def test_every_template_is_judged_and_mutate_shows_them_as_their_pods_will_be(
     assert decision.allowed, decision.message
     result = kube.apply(obj, decision.patch)
     found, problems = pods.templates(result, BY_NAME)
-    assert not problems and len(found) >= 2
+    assert not problems
+    assert len(found) >= 2
     for t in found:
         for c in t.node["spec"]["containers"]:
             env = {e["name"]: e["value"] for e in c.get("env") or []}
@@ -183,10 +185,12 @@ def test_in_a_cluster_the_validating_webhook_refuses_it_at_apply(
     build, _ = KINDS[kind]
     outcome = asyncio.run(cluster.admit(build(TWO_REPLICAS), labels=labels))
     assert outcome.entries == [(rendering.VALIDATING_KIND, rendering.DEFAULT_ENTRY)]
-    assert not outcome.allowed and "(rule multi-replica)" in outcome.message
+    assert not outcome.allowed
+    assert "(rule multi-replica)" in outcome.message
     # Nothing a rule can refuse: the webhook is not called at all.
     plain = asyncio.run(cluster.admit(build(container("worker")), labels=labels))
-    assert plain.calls == [] and plain.allowed
+    assert plain.calls == []
+    assert plain.allowed
 
 
 @pytest.mark.parametrize(
@@ -226,11 +230,13 @@ def test_render_and_mutate_take_another_kinds_file(
     only = tmp_path / "kinds.yaml"
     only.write_text("apiVersion: gpu-share.io/v1alpha1\nkind: WorkloadKinds\nspec:\n  kinds:\n"
                     "  - {group: ray.io, versions: [v1], kind: RayCluster, resource: rayclusters,"
-                    " templates: [spec.headGroupSpec.template, 'spec.workerGroupSpecs[].template']}\n")
+                    " templates: [spec.headGroupSpec.template,"
+                    " 'spec.workerGroupSpecs[].template']}\n")
     assert cli.main(["render", "--workload-kinds", str(only)]) == 0
     objects = list(yaml.safe_load_all(capsys.readouterr().out))
     resources = {r for rule in objects[1]["webhooks"][0]["rules"] for r in rule["resources"]}
-    assert "rayclusters" in resources and "jobsets" not in resources
+    assert "rayclusters" in resources
+    assert "jobsets" not in resources
     manifest = tmp_path / "ray.yaml"
     manifest.write_text(yaml.safe_dump(raycluster(TWO_REPLICAS)))
     assert cli.main(["mutate", "-f", str(manifest), "--workload-kinds", str(only)]) == 1

@@ -1,4 +1,8 @@
-"""The `gpu-share-webhook` command line: subcommands live in `webhook.commands`."""
+"""The `gpu-share-webhook` command line: subcommands live in `webhook.commands`.
+
+A bad option or a bad value in a command's environment variable is a usage error: one line
+on stderr, exit 2 (`commands.Parser`). Only the command being run reads its variables.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,14 @@ import sys
 from collections.abc import Sequence
 
 from webhook import __version__
+from webhook.commands import Parser
 
 # Subcommand modules, in the order `--help` lists them.
-COMMANDS = ("serve", "mutate", "policy", "discover", "certs", "render")
+COMMANDS = ("serve", "mutate", "audit", "policy", "discover", "certs", "render")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="gpu-share-webhook",
         description="Admission webhook that makes shared NVIDIA GPUs safe and transparent.",
     )

@@ -2,18 +2,30 @@
 
 Each module has `register(subparsers)`, which adds its parser and sets `func` to a callable
 taking the parsed arguments and returning the exit code. Every option has an environment
-variable, `GPU_SHARE_WEBHOOK_<NAME>`, read through `env_default` so `--help` shows both.
+variable, `GPU_SHARE_WEBHOOK_<NAME>`: its default is `from_env(name, fallback)`, which
+`--help` shows as the variable and the fallback.
+
+A variable is read and checked only when its command runs (`Parser` resolves the defaults of
+the command it parsed), so a bad value of one command's variable never disturbs another
+command. A bad value is a usage error, like a bad option: exit 2 and one line that names the
+variable, the value and what is expected. The same `ValueType` checks an option's value on
+the command line (as its `type=`) and in its variable.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NoReturn
 
-from webhook import policies
+from webhook import names, policies
 
-ENV_PREFIX = "GPU_SHARE_WEBHOOK_"
+ENV_PREFIX = names.ENV_PREFIX
 
 # Exit codes every command keeps to: 1 when a step fails (or, for `mutate`, something is
 # refused), 2 for bad usage or input.
@@ -22,9 +34,9 @@ EXIT_FAILED = 1
 EXIT_USAGE = 2
 
 # The names the rest of the project (deploy/, docs) agrees on.
-DEFAULT_SERVICE = "gpu-share-webhook"
-DEFAULT_NAMESPACE = "gpu-share-system"
-DEFAULT_WEBHOOK_NAME = "gpu-share-webhook"
+DEFAULT_SERVICE = names.DEFAULT_SERVICE
+DEFAULT_NAMESPACE = names.DEFAULT_NAMESPACE
+DEFAULT_WEBHOOK_NAME = names.DEFAULT_WEBHOOK_NAME
 
 
 def env_name(name: str) -> str:
@@ -32,47 +44,283 @@ def env_name(name: str) -> str:
     return ENV_PREFIX + name.upper().replace("-", "_")
 
 
-def env_default(name: str, default: str) -> str:
-    """The option's default: its environment variable when set, else `default`."""
-    return os.environ.get(env_name(name), default)
+# --------------------------------------------------------------------------- value types
 
 
-def env_int(name: str, default: int) -> int:
-    """Like `env_default` for whole numbers; a malformed value is reported by argparse."""
-    raw = os.environ.get(env_name(name))
-    if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise SystemExit(
-            f"gpu-share-webhook: {env_name(name)}={raw!r} is not a whole number"
-        ) from None
+class InvalidValue(argparse.ArgumentTypeError):
+    """A value an option does not take; `expected` says what it takes."""
+
+    def __init__(self, value: str, expected: str) -> None:
+        super().__init__(f"invalid value {value!r}: expected {expected}")
+        self.value = value
+        self.expected = expected
 
 
-def env_float(name: str, default: float) -> float:
-    """Like `env_default` for numbers."""
-    raw = os.environ.get(env_name(name))
-    if raw is None:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise SystemExit(f"gpu-share-webhook: {env_name(name)}={raw!r} is not a number") from None
+@dataclass(frozen=True, slots=True)
+class ValueType:
+    """What an option takes: an argparse `type=` that says what is expected when it fails.
+
+    `parse` raises ValueError for a value it does not take.
+    """
+
+    expected: str
+    parse: Callable[[str], Any]
+
+    def __call__(self, raw: str) -> Any:
+        try:
+            return self.parse(raw)
+        except ValueError:
+            raise InvalidValue(raw, self.expected) from None
+
+
+def _bounded(kind: str, minimum: float | None, maximum: float | None) -> str:
+    if minimum is not None and maximum is not None:
+        return f"{kind} from {minimum:g} to {maximum:g}"
+    if minimum is not None:
+        return f"{kind}, at least {minimum:g}"
+    if maximum is not None:
+        return f"{kind}, at most {maximum:g}"
+    return kind
+
+
+def whole_number(minimum: int | None = None, maximum: int | None = None) -> ValueType:
+    """A whole number, within the bounds given (inclusive)."""
+
+    def parse(raw: str) -> int:
+        value = int(raw.strip())
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            raise ValueError(raw)
+        return value
+
+    return ValueType(_bounded("a whole number", minimum, maximum), parse)
+
+
+def number(minimum: float | None = None, *, positive: bool = False) -> ValueType:
+    """A finite number: at least `minimum`, or above 0 when `positive`."""
+
+    def parse(raw: str) -> float:
+        value = float(raw.strip())
+        if not math.isfinite(value):
+            raise ValueError(raw)
+        if (minimum is not None and value < minimum) or (positive and value <= 0):
+            raise ValueError(raw)
+        return value
+
+    if positive:
+        return ValueType("a number above 0", parse)
+    return ValueType(_bounded("a number", minimum, None), parse)
 
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"", "0", "false", "no", "off"})
 
 
-def env_flag(name: str) -> bool:
-    """A yes/no option's default from its environment variable (unset: no)."""
-    raw = os.environ.get(env_name(name), "").strip().lower()
-    if raw in _TRUE:
+def _flag(raw: str) -> bool:
+    word = raw.strip().lower()
+    if word in _TRUE:
         return True
-    if raw in _FALSE:
+    if word in _FALSE:
         return False
-    raise SystemExit(f"gpu-share-webhook: {env_name(name)}={raw!r} is not true or false")
+    raise ValueError(raw)
+
+
+# A yes/no option's variable (unset or empty: no).
+FLAG = ValueType("true or false (also 1/0, yes/no, on/off)", _flag)
+
+_DNS1123_LABEL = re.compile(names.DNS1123_LABEL)
+_DNS1035_LABEL = re.compile(names.DNS1035_LABEL)
+_DNS1123_SUBDOMAIN = re.compile(names.DNS1123_SUBDOMAIN)
+_LABEL_LENGTH = names.MAX_LABEL_LENGTH
+_SUBDOMAIN_LENGTH = names.MAX_SUBDOMAIN_LENGTH
+
+
+def _matching(pattern: re.Pattern[str], longest: int, *, empty: bool) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw == "" and empty:
+            return raw
+        if len(raw) > longest or not pattern.fullmatch(raw):
+            raise ValueError(raw)
+        return raw
+
+    return parse
+
+
+_LABEL_RULE = f"lower-case letters, digits and '-', at most {_LABEL_LENGTH}"
+
+
+def dns_label(what: str, *, empty: bool = False) -> ValueType:
+    """A name that is a DNS-1123 label (`what` says whose, for the message); `empty` also
+    takes "" (none given)."""
+    return ValueType(
+        f"{what} ({_LABEL_RULE}){' or empty' if empty else ''}",
+        _matching(_DNS1123_LABEL, _LABEL_LENGTH, empty=empty),
+    )
+
+
+def namespace_name(*, empty: bool = False) -> ValueType:
+    """A namespace name (a DNS-1123 label); `empty` also takes "" (none given)."""
+    return dns_label("a namespace name", empty=empty)
+
+
+# A Service name (a DNS-1035 label: it also starts with a letter).
+SERVICE_NAME = ValueType(
+    f"a Service name ({_LABEL_RULE}, starting with a letter)",
+    _matching(_DNS1035_LABEL, _LABEL_LENGTH, empty=False),
+)
+
+
+def object_name(*, empty: bool = False) -> ValueType:
+    """An object name (a DNS-1123 subdomain); `empty` also takes "" (none)."""
+    return ValueType(
+        f"an object name (lower-case letters, digits, '-' and '.', at most {_SUBDOMAIN_LENGTH})"
+        + (" or empty" if empty else ""),
+        _matching(_DNS1123_SUBDOMAIN, _SUBDOMAIN_LENGTH, empty=empty),
+    )
+
+
+def _namespaced_name(raw: str) -> str | None:
+    if raw == "":
+        return None
+    namespace, sep, name = raw.partition("/")
+    if not sep:
+        raise ValueError(raw)
+    _matching(_DNS1123_LABEL, _LABEL_LENGTH, empty=False)(namespace)
+    _matching(_DNS1123_SUBDOMAIN, _SUBDOMAIN_LENGTH, empty=False)(name)
+    return raw
+
+
+# NAMESPACE/NAME of an object; "" is none.
+OPTIONAL_NAMESPACED_NAME = ValueType(
+    "NAMESPACE/NAME (a namespace name, '/', an object name)", _namespaced_name
+)
+
+
+def _text_or_none(raw: str) -> str | None:
+    return raw or None
+
+
+# A file, directory or name that may be left out: "" is none.
+OPTIONAL_TEXT = ValueType("any text", _text_or_none)
+
+
+# --------------------------------------------------------------------------- environment
+
+
+@dataclass(frozen=True, slots=True)
+class FromEnv:
+    """An option's default, read from `variable` when its command runs (see `Parser`).
+
+    Without the variable, `fallback`. The value is checked by `value_type`, else by the option's
+    own `type=`, and against the option's `choices`. `--help` shows the fallback.
+    """
+
+    variable: str
+    fallback: Any
+    value_type: Callable[[str], Any] | None = None
+
+    def __str__(self) -> str:
+        return str(self.fallback)
+
+    def resolve(self, action: argparse.Action | None) -> Any:
+        """The value for `action`; `EnvironmentValueError` when the variable's is bad."""
+        raw = os.environ.get(self.variable)
+        if raw is None:
+            return self.fallback
+        convert = self.value_type
+        if convert is None and action is not None and callable(action.type):
+            convert = action.type
+        value: Any = raw
+        if convert is not None:
+            try:
+                value = convert(raw)
+            except InvalidValue as exc:
+                raise EnvironmentValueError(self, raw, exc.expected, action) from None
+            except (argparse.ArgumentTypeError, ValueError, TypeError):
+                what = getattr(convert, "__name__", "a valid value")
+                raise EnvironmentValueError(self, raw, what, action) from None
+        choices = action.choices if action is not None else None
+        if choices is not None and value not in choices:
+            expected = "one of " + ", ".join(str(c) for c in choices)
+            raise EnvironmentValueError(self, raw, expected, action)
+        return value
+
+
+class EnvironmentValueError(ValueError):
+    """A bad value in an option's environment variable."""
+
+    def __init__(
+        self, source: FromEnv, raw: str, expected: str, action: argparse.Action | None
+    ) -> None:
+        option = "/".join(action.option_strings) if action and action.option_strings else ""
+        if not option and action is not None and action.metavar:
+            option = str(action.metavar)
+        for_option = f" (for {option})" if option else ""
+        super().__init__(f"{source.variable}={raw!r}{for_option}: expected {expected}")
+
+
+def from_env(
+    name: str, fallback: Any, value_type: Callable[[str], Any] | None = None
+) -> FromEnv:
+    """The default of an option whose variable is `env_name(name)`, read when it runs.
+
+    `value_type` checks the variable's value when the option's own `type=` does not fit
+    (a yes/no option has none).
+    """
+    return FromEnv(env_name(name), fallback, value_type)
+
+
+# The helpers before `from_env`, kept for the commands that still use them. Only
+# `env_default` reads its variable at once (the value is text: nothing to check).
+
+
+def env_default(name: str, default: str) -> str:
+    """The option's default: its environment variable when set, else `default`.
+
+    Read when the parser is built; prefer `from_env(name, default)`, read when it runs.
+    """
+    return os.environ.get(env_name(name), default)
+
+
+def env_int(name: str, default: int) -> FromEnv:
+    """`from_env` for a whole number: checked only when the option's command runs."""
+    return from_env(name, default, whole_number())
+
+
+def env_float(name: str, default: float) -> FromEnv:
+    """`from_env` for a number: checked only when the option's command runs."""
+    return from_env(name, default, number())
+
+
+def env_flag(name: str) -> FromEnv:
+    """`from_env` for a yes/no option (unset: no): checked only when its command runs."""
+    return from_env(name, False, FLAG)
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of `gpu-share-webhook` and of each command (subparsers are of this class).
+
+    It fills in the `FromEnv` defaults of the command it parsed, and reports an error (a bad
+    option or a bad variable) in one line, exit 2.
+    """
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        actions = {a.dest: a for a in self._actions}
+        for dest, value in list(vars(parsed).items()):
+            if isinstance(value, FromEnv):
+                try:
+                    setattr(parsed, dest, value.resolve(actions.get(dest)))
+                except EnvironmentValueError as exc:
+                    self.error(str(exc))
+        return parsed, extras
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+# --------------------------------------------------------------------------- shared options
 
 
 def help_text(text: str, option: str, default: str = "%(default)s") -> str:
@@ -85,7 +333,8 @@ def add_policies_argument(parser: argparse.ArgumentParser, help_first: str) -> N
     parser.add_argument(
         "--policies",
         metavar="DIR",
-        default=env_default("policies", "") or None,
+        type=OPTIONAL_TEXT,
+        default=from_env("policies", None),
         help=help_text(
             help_first,
             "policies",
@@ -99,7 +348,8 @@ def add_workload_kinds_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workload-kinds",
         metavar="FILE",
-        default=env_default("workload-kinds", "") or None,
+        type=OPTIONAL_TEXT,
+        default=from_env("workload-kinds", None),
         help=help_text(
             "workload kinds of other projects whose pod templates are reviewed"
             " (a WorkloadKinds file)",
@@ -130,12 +380,14 @@ def add_service_arguments(
     """
     parser.add_argument(
         "--service",
-        default=env_default("service", DEFAULT_SERVICE),
+        type=SERVICE_NAME,
+        default=from_env("service", DEFAULT_SERVICE),
         help=help_text(service_help, "service"),
     )
     parser.add_argument(
         "--namespace",
-        default=env_default("namespace", DEFAULT_NAMESPACE),
+        type=namespace_name(),
+        default=from_env("namespace", DEFAULT_NAMESPACE),
         help=help_text(namespace_help, "namespace"),
     )
     parser.add_argument(

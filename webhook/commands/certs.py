@@ -19,22 +19,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webhook import cabundle, certificates
+from webhook import cabundle, certificates, names
 from webhook.commands import (
     DEFAULT_WEBHOOK_NAME,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    FLAG,
+    OPTIONAL_TEXT,
     add_service_arguments,
-    env_default,
-    env_flag,
-    env_int,
     extra_sans,
+    from_env,
     help_text,
+    object_name,
+    whole_number,
 )
 from webhook.errors import CertificateError
 
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS1123_SUBDOMAIN = re.compile(names.DNS1123_SUBDOMAIN)
 
 
 def register(subparsers: Any) -> None:
@@ -49,7 +51,7 @@ def register(subparsers: Any) -> None:
         "--cert-dir",
         dest="dir",
         metavar="DIR",
-        default=env_default("cert-dir", "certs"),
+        default=from_env("cert-dir", "certs"),
         help=help_text("directory for ca.crt, tls.crt and tls.key", "cert-dir"),
     )
     add_service_arguments(
@@ -60,20 +62,21 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--days",
-        type=int,
-        default=env_int("days", certificates.SERVING_DAYS),
+        type=whole_number(1),
+        default=from_env("days", certificates.SERVING_DAYS),
         help=help_text("validity of the serving certificate in days", "days"),
     )
     parser.add_argument(
         "--force",
         action=argparse.BooleanOptionalAction,
-        default=env_flag("force"),
+        default=from_env("force", False, FLAG),
         help=help_text("make a new pair even if the current one still fits", "force"),
     )
     parser.add_argument(
         "--secret",
         metavar="NAME",
-        default=env_default("secret", "") or None,
+        type=object_name(empty=True),
+        default=from_env("secret", None),
         help=help_text(
             "keep the pair in this kubernetes.io/tls Secret in --namespace", "secret", "none"
         ),
@@ -81,13 +84,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--inject-ca",
         action=argparse.BooleanOptionalAction,
-        default=env_flag("inject-ca"),
+        default=from_env("inject-ca", False, FLAG),
         help=help_text("write the CA into the webhook configurations' caBundle", "inject-ca"),
     )
     parser.add_argument(
         "--mutating-webhook",
         metavar="NAME",
-        default=env_default("mutating-webhook", DEFAULT_WEBHOOK_NAME),
+        type=object_name(empty=True),
+        default=from_env("mutating-webhook", DEFAULT_WEBHOOK_NAME),
         help=help_text(
             "MutatingWebhookConfiguration for --inject-ca; '' skips it", "mutating-webhook"
         ),
@@ -95,7 +99,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--validating-webhook",
         metavar="NAME",
-        default=env_default("validating-webhook", DEFAULT_WEBHOOK_NAME),
+        type=object_name(empty=True),
+        default=from_env("validating-webhook", DEFAULT_WEBHOOK_NAME),
         help=help_text(
             "ValidatingWebhookConfiguration for --inject-ca; '' skips it", "validating-webhook"
         ),
@@ -103,7 +108,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--kubeconfig",
         metavar="PATH",
-        default=env_default("kubeconfig", "") or None,
+        type=OPTIONAL_TEXT,
+        default=from_env("kubeconfig", None),
         help=help_text(
             "kubeconfig for --secret and --inject-ca",
             "kubeconfig",
@@ -166,7 +172,8 @@ def _request(args: argparse.Namespace) -> _Request:
     if request.days < 1:
         raise CertificateError(f"--days must be at least 1, not {request.days}")
     if request.secret and not (
-        len(request.secret) <= 253 and _DNS1123_SUBDOMAIN.fullmatch(request.secret)
+        len(request.secret) <= names.MAX_SUBDOMAIN_LENGTH
+        and _DNS1123_SUBDOMAIN.fullmatch(request.secret)
     ):
         raise CertificateError(f"--secret {request.secret!r} is not a valid Secret name")
     if request.inject_ca and not (request.mutating or request.validating):

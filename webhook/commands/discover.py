@@ -23,13 +23,21 @@ from typing import Any
 import yaml
 
 from webhook import discovering, documents, policies
-from webhook.commands import EXIT_FAILED, EXIT_OK, EXIT_USAGE, env_default, env_name, help_text
+from webhook.commands import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    OPTIONAL_TEXT,
+    dns_label,
+    env_name,
+    from_env,
+    help_text,
+)
 from webhook.commands.policy import NODES_OPTION
 from webhook.errors import InputError
 
 # Not GPU_SHARE_WEBHOOK_NAME: that one names the rendered webhook configurations.
 NAME_OPTION = "policy-name"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 # Names a comment lists before "and N more".
 MAX_LISTED = 20
@@ -47,7 +55,8 @@ def register(subparsers: Any) -> None:
         "-f",
         "--filename",
         metavar="NODES",
-        default=env_default(NODES_OPTION, "") or None,
+        type=OPTIONAL_TEXT,
+        default=from_env(NODES_OPTION, None),
         help=help_text(
             "required: `kubectl get nodes -o json` output (JSON or YAML), or - for stdin",
             NODES_OPTION,
@@ -56,7 +65,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--name",
-        default=env_default(NAME_OPTION, policies.DEFAULT_POLICY),
+        type=dns_label("a policy name"),
+        default=from_env(NAME_OPTION, policies.DEFAULT_POLICY),
         help=help_text("metadata.name of the policy", NAME_OPTION),
     )
     parser.set_defaults(func=run)
@@ -67,13 +77,6 @@ def run(args: argparse.Namespace) -> int:
         print(
             f"error: discover needs -f NODES (or {env_name(NODES_OPTION)}): the output of"
             " `kubectl get nodes -o json`",
-            file=sys.stderr,
-        )
-        return EXIT_USAGE
-    if not _DNS_LABEL.match(args.name):
-        print(
-            f"error: policy name {args.name!r} (--name or {env_name(NAME_OPTION)}) is not a DNS"
-            " label: lower-case letters, digits and '-', at most 63",
             file=sys.stderr,
         )
         return EXIT_USAGE

@@ -4,6 +4,12 @@ Pods come out as the webhook admits them. For workloads (Deployment, ReplicaSet,
 StatefulSet, DaemonSet, Job, CronJob) the webhook itself never changes the object, only
 refuses it; here their pod template comes out as the pods it creates will be admitted, so a
 user sees what will run.
+
+Whether an object reaches the webhook at all is decided as in the cluster: by the namespace
+selectors of the configurations `render` makes for the same policies, evaluated on the
+namespace's labels (`--namespace-label`, and its name from `--namespace` or the object's
+own). An object they never send (a namespace that has not opted in, kube-system, the
+webhook's own namespace) comes out unchanged, and a line on stderr says why.
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +26,16 @@ import jsonpatch
 import orjson
 import yaml
 
-from webhook import documents, kinds, namespaces, policies
+from webhook import documents, kinds, names, namespaces, policies, rendering
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     add_policies_argument,
     add_workload_kinds_argument,
-    env_default,
+    from_env,
+    help_text,
+    namespace_name,
     policies_directory,
 )
 from webhook.core import pods, reviewing
@@ -35,6 +45,14 @@ from webhook.errors import InputError, PolicyError
 EXIT_ALLOWED = EXIT_OK
 EXIT_DENIED = EXIT_FAILED
 EXIT_BAD_INPUT = EXIT_USAGE
+
+OUTPUTS = ("yaml", "json", "patch")
+# Not GPU_SHARE_WEBHOOK_OUTPUT: `render -o` has other formats.
+OUTPUT_OPTION = "mutate-output"
+# Not GPU_SHARE_WEBHOOK_NAMESPACE: that one names the webhook's own namespace.
+OBJECT_NAMESPACE_OPTION = "object-namespace"
+# The webhook's own namespace: the same variable as `serve`, `render` and `certs --namespace`.
+WEBHOOK_NAMESPACE_OPTION = "namespace"
 
 
 def register(subparsers: Any) -> None:
@@ -46,6 +64,9 @@ def register(subparsers: Any) -> None:
             " and print the result. Exit 0: all allowed; 1: something was refused (reasons on"
             " stderr); 2: bad input or usage. Workloads are shown with their pod template as"
             " its pods will be admitted (the webhook itself only validates workloads)."
+            " Objects in a namespace the webhook configurations leave out (not opted in,"
+            " kube-system, the webhook's own) are not reviewed: they come out unchanged, with"
+            " a line on stderr saying why."
         ),
     )
     parser.add_argument(
@@ -54,9 +75,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--namespace",
         "-n",
-        # Not GPU_SHARE_WEBHOOK_NAMESPACE: that one names the webhook's own namespace.
-        default=env_default("object-namespace", ""),
-        help="namespace of the objects (env GPU_SHARE_WEBHOOK_OBJECT_NAMESPACE)",
+        metavar="NS",
+        type=namespace_name(empty=True),
+        default=from_env(OBJECT_NAMESPACE_OPTION, ""),
+        help=help_text(
+            "namespace the objects are created in",
+            OBJECT_NAMESPACE_OPTION,
+            "each object's metadata.namespace",
+        ),
     )
     parser.add_argument(
         "--namespace-label",
@@ -66,20 +92,34 @@ def register(subparsers: Any) -> None:
         help="a label of the namespace, repeatable (default: gpu-share.io/enabled=true, the"
         " opt-in; add gpu-share.io/policy=NAME to pick a policy)",
     )
+    parser.add_argument(
+        "--webhook-namespace",
+        metavar="NS",
+        type=namespace_name(),
+        default=from_env(WEBHOOK_NAMESPACE_OPTION, names.DEFAULT_NAMESPACE),
+        help=help_text(
+            "the namespace the webhook runs in: never sent to it, like kube-system",
+            WEBHOOK_NAMESPACE_OPTION,
+        ),
+    )
     add_policies_argument(parser, "directory of policy files")
     add_workload_kinds_argument(parser)
     parser.add_argument(
         "-o",
         "--output",
-        choices=("yaml", "json", "patch"),
-        default=env_default("output", "yaml"),
-        help="yaml or json: the objects as admitted; patch: each object's JSON Patch, one"
-        " JSON array per line (env GPU_SHARE_WEBHOOK_OUTPUT; default yaml)",
+        choices=OUTPUTS,
+        default=from_env(OUTPUT_OPTION, "yaml"),
+        help=help_text(
+            "yaml or json: the objects as admitted; patch: each object's JSON Patch, one"
+            " JSON array per line",
+            OUTPUT_OPTION,
+        ),
     )
     parser.set_defaults(func=run)
 
 
 def _labels(args: argparse.Namespace) -> dict[str, str]:
+    """The namespace's labels as given (its name is added per object, `_namespace_labels`)."""
     given = args.namespace_label
     pairs = given if given is not None else [f"{namespaces.ENABLED_LABEL}=true"]
     labels: dict[str, str] = {}
@@ -88,9 +128,93 @@ def _labels(args: argparse.Namespace) -> dict[str, str]:
         if not sep or not key:
             raise InputError(f"--namespace-label {pair!r}: expected KEY=VALUE")
         labels[key] = value
-    if args.namespace:
-        labels.setdefault(namespaces.NAME_LABEL, args.namespace)
     return labels
+
+
+def _namespace_labels(
+    labels: dict[str, str], obj: dict[str, Any], namespace: str
+) -> dict[str, str]:
+    """The labels of the namespace `obj` is created in: `labels`, and the name label the API
+    server sets on every namespace, from --namespace, else the object's metadata.namespace
+    (a name label given with --namespace-label wins)."""
+    if not namespace:
+        meta = obj.get("metadata")
+        own = meta.get("namespace") if isinstance(meta, dict) else None
+        namespace = own if isinstance(own, str) else ""
+    if not namespace or namespaces.NAME_LABEL in labels:
+        return labels
+    return {**labels, namespaces.NAME_LABEL: namespace}
+
+
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """The namespace selectors of the webhook configurations `render` makes: which
+    namespaces the API server sends to the webhook at all."""
+
+    selectors: tuple[tuple[dict[str, Any], ...], ...]
+    webhook_namespace: str
+
+    def not_sent(self, labels: dict[str, str]) -> str | None:
+        """Why an object in a namespace with `labels` never reaches the webhook; None when an
+        entry of the configurations selects the namespace."""
+        if any(all(_holds(e, labels) for e in entry) for entry in self.selectors):
+            return None
+        name = labels.get(namespaces.NAME_LABEL)
+        which = f"namespace {name}" if name else "the namespace"
+        if not namespaces.opted_in(labels):
+            return f"{which} has not opted in (no label {namespaces.ENABLED_LABEL}=true)"
+        if name == names.SYSTEM_NAMESPACE:
+            return f"{which} is never sent to the webhook (its configurations leave it out)"
+        if name == self.webhook_namespace:
+            return (
+                f"{which} is the webhook's own (--webhook-namespace), never sent to it"
+                " (its configurations leave it out)"
+            )
+        return f"no entry of the webhook configurations selects {which}"
+
+
+def routes(
+    loaded: policies.PolicySet, workload_kinds: Sequence[pods.Kind], *, webhook_namespace: str
+) -> Routes:
+    """The routes of the configurations `render` makes for `loaded`; ValueError for a
+    namespace name Kubernetes would refuse."""
+    configuration = rendering.render(
+        loaded,
+        service=names.DEFAULT_SERVICE,
+        namespace=webhook_namespace,
+        name=names.DEFAULT_WEBHOOK_NAME,
+        kinds=workload_kinds,
+    )
+    # Both configurations select namespaces alike; the mutating one is what pods meet first.
+    mutating = next(c for c in configuration if c["kind"] == rendering.MUTATING_KIND)
+    selectors = tuple(
+        tuple(entry["namespaceSelector"]["matchExpressions"]) for entry in mutating["webhooks"]
+    )
+    return Routes(selectors, webhook_namespace)
+
+
+def _routes(
+    loaded: policies.PolicySet, workload_kinds: Sequence[pods.Kind], *, webhook_namespace: str
+) -> Routes:
+    try:
+        return routes(loaded, workload_kinds, webhook_namespace=webhook_namespace)
+    except ValueError as exc:
+        raise InputError(f"--webhook-namespace: {exc}") from None
+
+
+def _holds(expression: dict[str, Any], labels: dict[str, str]) -> bool:
+    """A label selector requirement as Kubernetes evaluates it (NotIn holds without the key)."""
+    key, operator = expression["key"], expression["operator"]
+    values = expression.get("values") or ()
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    raise ValueError(f"unknown selector operator {operator!r}")
 
 
 def decide(
@@ -100,7 +224,8 @@ def decide(
     loaded: policies.PolicySet,
     workload_kinds: pods.Kinds = pods.BUILTIN,
 ) -> Decision:
-    """What the webhook decides for `obj` in a namespace with `labels`."""
+    """What the webhook decides for `obj` in a namespace with `labels`, once the API server
+    sends it (`Routes.not_sent` says whether it does)."""
     name = namespaces.policy_name(labels)
     if name is None:
         return Decision()
@@ -113,9 +238,9 @@ def run(args: argparse.Namespace) -> int:
         text, source = documents.read_text(args.filename)
         objects = documents.parse(text, source)
         loaded = policies.load_directory(policies_directory(args.policies)[0])
-        workload_kinds = pods.kinds_by_name(
-            kinds.all_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
-        )
+        all_kinds = kinds.all_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
+        workload_kinds = pods.kinds_by_name(all_kinds)
+        where = _routes(loaded, all_kinds, webhook_namespace=args.webhook_namespace)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -131,7 +256,13 @@ def run(args: argparse.Namespace) -> int:
     denied = malformed = False
     for obj in objects:
         what = documents.describe(obj)
-        decision = decide(obj, labels=labels, loaded=loaded, workload_kinds=workload_kinds)
+        seen = _namespace_labels(labels, obj, args.namespace)
+        reason = where.not_sent(seen)
+        if reason is not None:
+            print(f"not reviewed: {what}: {reason}; left unchanged", file=sys.stderr)
+            results.append((obj, []))
+            continue
+        decision = decide(obj, labels=seen, loaded=loaded, workload_kinds=workload_kinds)
         for warning in decision.warnings:
             print(f"Warning: {what}: {warning}", file=sys.stderr)
         if decision.malformed:

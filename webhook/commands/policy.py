@@ -19,7 +19,8 @@ from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
-    env_default,
+    OPTIONAL_TEXT,
+    from_env,
     help_text,
     policies_directory,
 )
@@ -47,7 +48,8 @@ def register(subparsers: Any) -> None:
         "directory",
         nargs="?",
         metavar="DIR",
-        default=env_default("policies", "") or None,
+        type=OPTIONAL_TEXT,
+        default=from_env("policies", None),
         help=help_text(
             "directory of policy files",
             "policies",
@@ -57,7 +59,8 @@ def register(subparsers: Any) -> None:
     check.add_argument(
         "--nodes",
         metavar="FILE",
-        default=env_default(NODES_OPTION, "") or None,
+        type=OPTIONAL_TEXT,
+        default=from_env(NODES_OPTION, None),
         help=help_text(
             "`kubectl get nodes -o json` output (JSON or YAML), or - for stdin",
             NODES_OPTION,

@@ -45,12 +45,12 @@ from webhook.commands import (
     add_service_arguments,
     add_workload_kinds_argument,
     env_default,
-    env_float,
-    env_int,
-    env_name,
     extra_sans,
+    from_env,
     help_text,
+    number,
     policies_directory,
+    whole_number,
 )
 from webhook.errors import CertificateError, PolicyError
 from webhook.transport import logs, serving
@@ -84,14 +84,14 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--port",
-        type=int,
-        default=env_int("port", defaults.port),
+        type=whole_number(1, 65535),
+        default=from_env("port", defaults.port),
         help=help_text("HTTPS port for admission reviews", "port"),
     )
     parser.add_argument(
         "--metrics-port",
-        type=int,
-        default=env_int("metrics-port", defaults.metrics_port),
+        type=whole_number(1, 65535),
+        default=from_env("metrics-port", defaults.metrics_port),
         help=help_text("plain-HTTP port for /healthz, /readyz and /metrics", "metrics-port"),
     )
     parser.add_argument(
@@ -130,14 +130,14 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--workers",
-        type=int,
-        default=env_int("workers", defaults.workers),
+        type=whole_number(1),
+        default=from_env("workers", defaults.workers),
         help=help_text("server processes sharing the ports (SO_REUSEPORT)", "workers"),
     )
     parser.add_argument(
         "--drain-seconds",
-        type=float,
-        default=env_float("drain-seconds", defaults.drain_seconds),
+        type=number(0),
+        default=from_env("drain-seconds", defaults.drain_seconds),
         help=help_text(
             "after SIGTERM: how long to keep answering (not ready, Connection: close)"
             " before closing the port",
@@ -146,8 +146,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--reload-interval",
-        type=float,
-        default=env_float("reload-interval", defaults.reload_interval),
+        type=number(positive=True),
+        default=from_env("reload-interval", defaults.reload_interval),
         help=help_text(
             "seconds between looks at the policy and certificate files", "reload-interval"
         ),
@@ -155,8 +155,8 @@ def register(subparsers: Any) -> None:
     _add_limit_arguments(parser, defaults.limits)
     parser.add_argument(
         "--cache-size",
-        type=int,
-        default=env_int("cache-size", defaults.cache_size),
+        type=whole_number(0),
+        default=from_env("cache-size", defaults.cache_size),
         help=help_text(
             "decisions kept for pods that equal an earlier one in all the rules read (0: none)",
             "cache-size",
@@ -165,73 +165,60 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--event-loop",
         choices=serving.EVENT_LOOPS,
-        default=env_default("event-loop", defaults.event_loop).lower(),
+        default=from_env("event-loop", defaults.event_loop),
         help=help_text("auto: uvloop where it is installed, else asyncio", "event-loop"),
     )
     parser.add_argument(
         "--log-level",
         choices=LOG_LEVELS,
-        default=env_default("log-level", "info").lower(),
+        default=from_env("log-level", "info"),
         help=help_text("least severe log lines written (info: one line per review)", "log-level"),
     )
     parser.add_argument(
         "--log-format",
         choices=LOG_FORMATS,
-        default=env_default("log-format", "json").lower(),
+        default=from_env("log-format", "json"),
         help=help_text("json: one JSON object per line; text: for reading", "log-format"),
     )
     parser.set_defaults(func=run)
 
 
 def _add_limit_arguments(parser: argparse.ArgumentParser, limits: Limits) -> None:
-    for option, kind, what in (
+    positive = number(positive=True)
+    for option, value_type, what in (
         (
             "header-timeout",
-            float,
+            positive,
             "seconds for a TLS handshake and then a request's line and headers to arrive",
         ),
-        ("body-timeout", float, "seconds for a request's body to arrive after its headers"),
+        ("body-timeout", positive, "seconds for a request's body to arrive after its headers"),
         (
             "idle-timeout",
-            float,
+            positive,
             "seconds an idle keep-alive connection is kept (above the API server's 90 s)",
         ),
         (
             "max-connections",
-            int,
+            whole_number(1),
             "open admission connections; a new one beyond replaces the one idle for longest,"
             " or is answered 503 when none is idle",
         ),
-        ("max-body-bytes", int, "largest review body (413 beyond)"),
+        ("max-body-bytes", whole_number(1024), "largest review body (413 beyond)"),
         (
             "max-inflight-bytes",
-            int,
+            whole_number(1024),
             "review bytes being received or reviewed at once (429 beyond)",
         ),
     ):
-        default = getattr(limits, option.replace("-", "_"))
         parser.add_argument(
             f"--{option}",
-            type=kind,
-            default=(env_float if kind is float else env_int)(option, default),
+            type=value_type,
+            default=from_env(option, getattr(limits, option.replace("-", "_"))),
             help=help_text(what, option),
         )
 
 
 def run(args: argparse.Namespace) -> int:
-    # argparse checks choices on the command line only, not defaults from the environment.
-    for option, value, allowed in (
-        ("log-level", args.log_level, LOG_LEVELS),
-        ("log-format", args.log_format, LOG_FORMATS),
-        ("event-loop", args.event_loop, serving.EVENT_LOOPS),
-    ):
-        if value not in allowed:
-            print(
-                f"gpu-share-webhook serve: {env_name(option)}={value!r} is not one of"
-                f" {', '.join(allowed)}",
-                file=sys.stderr,
-            )
-            return EXIT_USAGE
     configure_logging(args.log_level, args.log_format)
     problem = _usage_problem(args)
     if problem:
@@ -310,22 +297,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
-    for option in ("port", "metrics_port"):
-        value = getattr(args, option)
-        if not 1 <= value <= 65535:
-            return f"--{option.replace('_', '-')} {value}: not a port number (1-65535)"
+    # Each value's own range is checked by its option's type (also when it comes from the
+    # environment); what is left is how values go together.
     if args.port == args.metrics_port:
         return f"--port and --metrics-port are both {args.port}; they must differ"
-    if args.workers < 1:
-        return f"--workers {args.workers}: at least 1"
     if args.workers > 1 and not hasattr(socket, "SO_REUSEPORT"):
         return "--workers above 1 needs SO_REUSEPORT, which this system does not have"
-    if args.drain_seconds < 0:
-        return f"--drain-seconds {args.drain_seconds}: not negative"
-    if args.reload_interval <= 0:
-        return f"--reload-interval {args.reload_interval}: must be positive"
-    if args.cache_size < 0:
-        return f"--cache-size {args.cache_size}: not negative"
     return None
 
 

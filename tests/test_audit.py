@@ -1,0 +1,708 @@
+"""`gpu-share-webhook audit`: a generated cluster dump (namespaces, workloads and what their
+controllers made of them) judged per namespace as the rendered webhook configurations would
+route it; each verdict, the modes of a policy being rolled out, the JSON report, the exit
+codes and one clear line for bad input."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import pytest
+import yaml
+
+from webhook import auditing, cli, names, namespaces, policies
+from webhook.commands import audit as audit_command
+from webhook.core import pods, reviewing
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = "nvidia.com/gpu.shared"
+OPTED_IN = {names.ENABLED_LABEL: "true"}
+
+# A policy on its way to enforce: dry-run, except `privileged`, which already warns.
+ROLLOUT_POLICY = """\
+apiVersion: gpu-share.io/v1alpha1
+kind: SharingPolicy
+metadata:
+  name: rollout
+spec:
+  nodeClasses:
+    - {name: t4-mps, product: Tesla-T4, strategy: mps, replicas: 4, memoryMiB: 15360}
+  profiles:
+    medium: {activeThreadPercentage: 25, pinnedMemoryMiB: 3840}
+  defaultProfile: medium
+  mode: dry-run
+  ruleModes: {privileged: warn}
+"""
+
+# The JobSet alone: the audit reviews the kinds of the file it is given.
+JOBSET_ONLY = """\
+apiVersion: gpu-share.io/v1alpha1
+kind: WorkloadKinds
+spec:
+  kinds:
+    - group: jobset.x-k8s.io
+      versions: [v1alpha2]
+      kind: JobSet
+      resource: jobsets
+      templates:
+        - spec.replicatedJobs[].template.spec.template
+"""
+NO_KINDS = "apiVersion: gpu-share.io/v1alpha1\nkind: WorkloadKinds\nspec:\n  kinds: []\n"
+
+
+# --------------------------------------------------------------------------- the dump
+
+
+def container(name: str, gpus: int = 0, resource: str = SHARED, **extra: Any) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name, "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}
+    if gpus:
+        c["resources"] = {"limits": {resource: str(gpus)}, "requests": {resource: str(gpus)}}
+    c.update(extra)
+    return c
+
+
+def spec(*containers: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"containers": list(containers), "restartPolicy": "Always", **extra}
+
+
+class Cluster:
+    """Builds the objects of a dump, with uids and controller references as the API server
+    and the controllers set them."""
+
+    def __init__(self) -> None:
+        self.namespaces: list[dict[str, Any]] = []
+        self.objects: list[dict[str, Any]] = []
+        self._uid = 0
+
+    def namespace(self, name: str, labels: dict[str, str]) -> None:
+        self.namespaces.append({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {names.NAME_LABEL: name, **labels}},
+        })
+
+    def add(self, api: str, kind: str, name: str, ns: str, body: dict[str, Any], *,
+            owner: dict[str, Any] | None = None) -> dict[str, Any]:
+        self._uid += 1
+        meta: dict[str, Any] = {"name": name, "namespace": ns, "uid": f"uid-{self._uid}"}
+        if owner is not None:
+            meta["ownerReferences"] = [{
+                "apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+                "controller": True,
+            }]
+        obj = {"apiVersion": api, "kind": kind, "metadata": meta, **body}
+        self.objects.append(obj)
+        return obj
+
+    def pod(self, name: str, ns: str, pod_spec: dict[str, Any],
+            owner: dict[str, Any] | None = None,
+            annotations: dict[str, str] | None = None) -> dict[str, Any]:
+        obj = self.add("v1", "Pod", name, ns,
+                       {"spec": copy.deepcopy(pod_spec), "status": {"phase": "Running"}},
+                       owner=owner)
+        if annotations:
+            obj["metadata"]["annotations"] = dict(annotations)
+        return obj
+
+    def deployment(self, name: str, ns: str, pod_spec: dict[str, Any], replicas: int,
+                   old: dict[str, Any] | None = None) -> None:
+        """A Deployment, its current ReplicaSet, an old one scaled to 0 (of the `old` pod
+        spec, else the same), and its pods."""
+        template = {"metadata": {"labels": {"app": name}}, "spec": pod_spec}
+        top = self.add("apps/v1", "Deployment", name, ns,
+                       {"spec": {"replicas": replicas, "template": template}})
+        before = {"metadata": template["metadata"], "spec": old or pod_spec}
+        self.add("apps/v1", "ReplicaSet", f"{name}-6b7c8d", ns,
+                 {"spec": {"replicas": 0, "template": before}}, owner=top)
+        current = self.add("apps/v1", "ReplicaSet", f"{name}-5d4f8b", ns,
+                           {"spec": {"replicas": replicas, "template": template}},
+                           owner=top)
+        for i in range(replicas):
+            self.pod(f"{name}-5d4f8b-{i:05d}", ns, pod_spec, current)
+
+    def cronjob(self, name: str, ns: str, pod_spec: dict[str, Any]) -> None:
+        template = {"spec": pod_spec}
+        top = self.add("batch/v1", "CronJob", name, ns, {"spec": {
+            "schedule": "0 3 * * *", "jobTemplate": {"spec": {"template": template}}}})
+        job = self.add("batch/v1", "Job", f"{name}-29110", ns, {"spec": {"template": template}},
+                       owner=top)
+        self.pod(f"{name}-29110-x7k2p", ns, pod_spec, job)
+
+    def jobset(self, name: str, ns: str, driver: dict[str, Any], workers: dict[str, Any]) -> None:
+        top = self.add("jobset.x-k8s.io/v1alpha2", "JobSet", name, ns, {"spec": {
+            "replicatedJobs": [
+                {"name": "driver", "replicas": 1,
+                 "template": {"spec": {"template": {"spec": driver}}}},
+                {"name": "workers", "replicas": 1,
+                 "template": {"spec": {"template": {"spec": workers}}}},
+            ]}})
+        for part, pod_spec in (("driver", driver), ("workers", workers)):
+            job = self.add("batch/v1", "Job", f"{name}-{part}-0", ns,
+                           {"spec": {"template": {"spec": pod_spec}}}, owner=top)
+            self.pod(f"{name}-{part}-0-0-abcde", ns, pod_spec, job)
+
+
+INFERENCE = spec(container("server", 1), container("log"))
+TRAINER = spec(container("train", 2))
+PRIVILEGED = spec(container("shell", 1, securityContext={"privileged": True}))
+LEAKY = spec(container("tool", env=[{"name": names.VISIBLE_DEVICES, "value": "all"}]))
+BATCH = spec(container("batch", 1), restartPolicy="Never")
+
+
+def admitted(pod_spec: dict[str, Any], policy: policies.Policy) -> dict[str, Any]:
+    """A pod as the webhook left it at CREATE (made after the webhook was installed): its
+    spec and annotations."""
+    obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+           "spec": copy.deepcopy(pod_spec)}
+    decision = reviewing.review(obj, policy=policy)
+    assert decision.allowed
+    assert decision.patch
+    patched: dict[str, Any] = jsonpatch.apply_patch(obj, decision.patch)
+    return {"pod_spec": patched["spec"], "annotations": patched["metadata"]["annotations"]}
+
+
+def cluster() -> Cluster:
+    shipped = policies.load_directory(REPO / "policies")
+    default = shipped.get("default")
+    assert default is not None
+    c = Cluster()
+    c.namespace("team-a", OPTED_IN)
+    c.namespace("legacy", {**OPTED_IN, names.POLICY_LABEL: "not-renamed"})
+    c.namespace("rollout", {**OPTED_IN, names.POLICY_LABEL: "rollout"})
+    c.namespace("typo", {**OPTED_IN, names.POLICY_LABEL: "larg"})
+    c.namespace("batch", {})
+    c.namespace("empty", {})
+    c.namespace(names.SYSTEM_NAMESPACE, OPTED_IN)
+    c.namespace(names.DEFAULT_NAMESPACE, OPTED_IN)
+
+    # Its previous revision had no log container.
+    c.deployment("inference", "team-a", INFERENCE, replicas=3, old=spec(container("server", 1)))
+    # A pod the webhook admitted already: nothing left to change.
+    c.pod("inference-5d4f8b-admitted", "team-a",
+          owner=next(o for o in c.objects if o["metadata"]["name"] == "inference-5d4f8b"),
+          **admitted(INFERENCE, default))
+    c.deployment("trainer", "team-a", TRAINER, replicas=2)
+    c.cronjob("nightly", "team-a", BATCH)
+    c.jobset("sweep", "team-a", spec(container("driver"), restartPolicy="Never"),
+             spec(container("worker", 2), restartPolicy="Never"))
+    c.pod("notebook", "team-a", PRIVILEGED)
+    c.pod("quiet", "team-a", spec(container("cpu", env=[
+        {"name": names.VISIBLE_DEVICES, "value": "void"}])))
+    c.add("v1", "Service", "inference", "team-a", {"spec": {"ports": [{"port": 80}]}})
+
+    # Bare pods with one verdict: one entry.
+    for name in ("render", "render-2"):
+        c.pod(name, "legacy", spec(container("render", 1, resource="nvidia.com/gpu")))
+
+    c.pod("debug", "rollout", PRIVILEGED)
+    c.pod("leaky", "rollout", LEAKY)
+    c.pod("batch", "rollout", BATCH)
+
+    c.pod("gpu", "typo", spec(container("main", 1)))
+    c.pod("cpu", "typo", spec(container("main")))
+
+    for ns in ("batch", names.SYSTEM_NAMESPACE, names.DEFAULT_NAMESPACE):
+        c.pod("privileged", ns, PRIVILEGED)
+    # Its Namespace is not among the files: not judged.
+    c.pod("stray", "ghost", PRIVILEGED)
+    return c
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The dump as kubectl writes it: the Namespaces in one file (YAML here), the rest in a
+    JSON List; the policies (the shipped ones and the rollout one); the kinds files."""
+    root = tmp_path_factory.mktemp("audit")
+    c = cluster()
+    (root / "namespaces.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": c.namespaces}))
+    (root / "cluster.json").write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": c.objects}))
+    policy_dir = root / "policies"
+    policy_dir.mkdir()
+    for name in ("default.yaml", "not-renamed.yaml"):
+        (policy_dir / name).write_text((REPO / "policies" / name).read_text())
+    (policy_dir / "rollout.yaml").write_text(ROLLOUT_POLICY)
+    (root / "jobset.yaml").write_text(JOBSET_ONLY)
+    (root / "no-kinds.yaml").write_text(NO_KINDS)
+    return {"root": root, "namespaces": root / "namespaces.yaml",
+            "cluster": root / "cluster.json", "policies": policy_dir,
+            "jobset": root / "jobset.yaml", "no-kinds": root / "no-kinds.yaml"}
+
+
+def audit(capsys: pytest.CaptureFixture[str], dump: dict[str, Path], *extra: str,
+          files: tuple[str, ...] = ("namespaces", "cluster"),
+          kinds: str = "jobset") -> tuple[int, str, str]:
+    argv = ["audit"]
+    for f in files:
+        argv += ["-f", str(dump[f])]
+    argv += ["--policies", str(dump["policies"]), "--workload-kinds", str(dump[kinds]), *extra]
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def as_json(capsys: pytest.CaptureFixture[str], dump: dict[str, Path],
+            *extra: str) -> dict[str, Any]:
+    code, out, _ = audit(capsys, dump, "-o", "json", "--show", "all", *extra)
+    assert code == 1
+    doc: dict[str, Any] = json.loads(out)
+    return doc
+
+
+def namespace(doc: dict[str, Any], name: str) -> dict[str, Any]:
+    found: dict[str, Any] = next(ns for ns in doc["namespaces"] if ns["name"] == name)
+    return found
+
+
+def entry(ns: dict[str, Any], kind: str, name: str) -> dict[str, Any]:
+    """The entry whose subject is kind/name, or that holds it as a member."""
+    for e in ns["objects"]:
+        if (e["kind"], e["name"]) == (kind, name) or {"kind": kind, "name": name} in e["members"]:
+            found: dict[str, Any] = e
+            return found
+    raise AssertionError(f"{kind}/{name} is in no entry of {ns['name']}")
+
+
+def section(text: str, ns: str) -> str:
+    """The text report's part about namespace `ns`."""
+    start = text.index(f"namespace {ns}:")
+    end = text.find("\n\n", start)
+    return text[start:end]
+
+
+# --------------------------------------------------------------------------- namespaces
+
+
+def test_each_namespace_is_met_as_the_webhook_configurations_route_it(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
+) -> None:
+    doc = as_json(capsys, dump)
+    status = {ns["name"]: (ns["status"], ns["policy"], ns["policyInForce"])
+              for ns in doc["namespaces"]}
+    assert status == {
+        "team-a": ("judged", "default", True),
+        "legacy": ("judged", "not-renamed", True),
+        "rollout": ("judged", "rollout", True),
+        "typo": ("judged", "larg", False),
+        "batch": ("not-opted-in", None, False),
+        "empty": ("not-opted-in", None, False),
+        "kube-system": ("excluded", None, False),
+        "gpu-share-system": ("excluded", None, False),
+        "ghost": ("not-in-files", None, False),
+    }
+    # Labelled as opted in, and still never sent to the webhook: untouched, whatever they hold.
+    for name in ("batch", "kube-system", "gpu-share-system"):
+        ns = namespace(doc, name)
+        assert ns["counts"] == {"objects": 1, "refused": 0, "changed": 0, "untouched": 1,
+                                "notJudged": 0}
+        assert ns["objects"] == []
+    assert "own namespace" in namespace(doc, "gpu-share-system")["reason"]
+    assert namespace(doc, "ghost")["counts"]["notJudged"] == 1
+
+
+def test_the_routes_are_the_rendered_selectors() -> None:
+    """The audit reads the namespaceSelectors `render` writes: every opted-in namespace that
+    is not excluded reaches the entry of the policy `namespaces.policy_name` picks, or the
+    catch-all; the others reach none."""
+    loaded = policies.load_directory(REPO / "policies")
+    where = auditing.routes(loaded, pods.BUILTIN_KINDS, webhook_namespace="gpu")
+    cases = [
+        ("a", {}, None),
+        ("a", {names.ENABLED_LABEL: "false"}, None),
+        ("a", OPTED_IN, "default"),
+        ("a", {**OPTED_IN, names.POLICY_LABEL: ""}, "default"),
+        ("a", {**OPTED_IN, names.POLICY_LABEL: "not-renamed"}, "not-renamed"),
+        ("a", {**OPTED_IN, names.POLICY_LABEL: "nope"}, names.UNKNOWN_POLICY),
+        ("gpu", OPTED_IN, None),
+        ("gpu-share-system", OPTED_IN, "default"),  # another webhook namespace was given
+        ("kube-system", OPTED_IN, None),
+    ]
+    for name, labels, expected in cases:
+        assert where.path(name, labels) == expected, (name, labels)
+        picked = namespaces.policy_name(labels)
+        if expected not in (None, names.UNKNOWN_POLICY):
+            assert picked == expected
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+def test_refused_names_the_rule_the_container_and_the_fix(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
+) -> None:
+    team = namespace(as_json(capsys, dump), "team-a")
+    trainer = entry(team, "Deployment", "trainer")
+    assert trainer["verdict"] == "refused"
+    # The Deployment, both ReplicaSets and both pods: one entry.
+    assert trainer["count"] == 5
+    assert {(m["kind"], m["name"]) for m in trainer["members"]} == {
+        ("ReplicaSet", "trainer-6b7c8d"), ("ReplicaSet", "trainer-5d4f8b"),
+        ("Pod", "trainer-5d4f8b-00000"), ("Pod", "trainer-5d4f8b-00001")}
+    [v] = trainer["violations"]
+    assert (v["rule"], v["container"], v["mode"]) == ("multi-replica", "train", "enforce")
+    assert v["message"].endswith(f"Ask for {SHARED}: 1")
+
+    notebook = entry(team, "Pod", "notebook")
+    assert notebook["owner"] is None
+    assert notebook["count"] == 1
+    assert [(v["rule"], v["container"]) for v in notebook["violations"]] == [
+        ("privileged", "shell")]
+    assert "Remove spec.containers[0].securityContext.privileged" in (
+        notebook["violations"][0]["message"])
+
+    # A workload kind from the WorkloadKinds file: the JobSet's workers template.
+    sweep = entry(team, "JobSet", "sweep")
+    assert sweep["verdict"] == "refused"
+    [v] = sweep["violations"]
+    assert (v["rule"], v["container"]) == ("multi-replica", "worker")
+    assert v["message"].startswith("JobSet spec.replicatedJobs[1].template.spec.template: ")
+    # What the JobSet controller made of it is judged too, each Job as its pods.
+    workers = entry(team, "Job", "sweep-workers-0")
+    assert workers["verdict"] == "refused"
+    assert workers["owner"] == {"kind": "JobSet", "name": "sweep"}
+    assert {"kind": "Pod", "name": "sweep-workers-0-0-abcde"} in workers["members"]
+    driver = entry(team, "Job", "sweep-driver-0")
+    assert driver["verdict"] == "changed"
+    assert driver["adds"] == [
+        'env of container "driver": NVIDIA_VISIBLE_DEVICES=void',
+        "annotations: gpu-share.io/policy=default, gpu-share.io/mutations=visible-devices"]
+
+
+def test_changed_says_what_would_be_added(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
+) -> None:
+    doc = as_json(capsys, dump)
+    inference = entry(namespace(doc, "team-a"), "Deployment", "inference")
+    assert inference["verdict"] == "changed"
+    # The Deployment, its current ReplicaSet and the three pods not admitted yet.
+    assert inference["count"] == 5
+    # The old revision gets other additions: an entry of its own.
+    old = entry(namespace(doc, "team-a"), "ReplicaSet", "inference-6b7c8d")
+    assert old["count"] == 1
+    assert old["owner"] == {"kind": "Deployment", "name": "inference"}
+    assert old["note"] == "0 replicas: an old revision, used again only by a rollback"
+    assert [m["rule"] for m in old["mutations"]] == [
+        "runtime-class", "tolerations", "node-selection", "mps-limits"]
+    assert [m["rule"] for m in inference["mutations"]] == [
+        "runtime-class", "tolerations", "node-selection", "mps-limits", "visible-devices"]
+    assert {m["mode"] for m in inference["mutations"]} == {"enforce"}
+    adds = inference["adds"]
+    assert "runtimeClassName: nvidia" in adds
+    assert f"tolerations: nvidia.com/gpu Exists NoSchedule, {SHARED} Exists NoSchedule" in adds
+    assert ('env of container "server": CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25,'
+            " CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3840M") in adds
+    assert 'env of container "log": NVIDIA_VISIBLE_DEVICES=void' in adds
+    [affinity] = [a for a in adds if a.startswith("required node affinity: ")]
+    assert "nvidia.com/gpu.product In Tesla-T4" in affinity
+
+    nightly = entry(namespace(doc, "team-a"), "CronJob", "nightly")
+    assert (nightly["verdict"], nightly["count"]) == ("changed", 3)
+
+    # Not renamed: the -SHARED product label selects the nodes.
+    render = entry(namespace(doc, "legacy"), "Pod", "render")
+    assert render["verdict"] == "changed"
+    assert (render["count"], render["owner"]) == (2, None)
+    assert any("Tesla-T4-SHARED" in a for a in render["adds"])
+
+
+def test_untouched_pods_and_namespaces(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
+) -> None:
+    doc = as_json(capsys, dump)
+    team = namespace(doc, "team-a")
+    admitted_pod = entry(team, "Pod", "inference-5d4f8b-admitted")
+    assert admitted_pod["verdict"] == "untouched"
+    assert admitted_pod["owner"] == {"kind": "Deployment", "name": "inference"}
+    assert (admitted_pod["adds"], admitted_pod["violations"]) == ([], [])
+    quiet = entry(team, "Pod", "quiet")
+    assert quiet["verdict"] == "untouched"
+    # 7 + 5 of the Deployments, 3 of the CronJob, 5 of the JobSet, 2 pods; the Service is
+    # no workload.
+    assert team["counts"] == {"objects": 22, "refused": 9, "changed": 11, "untouched": 2,
+                              "notJudged": 0}
+    assert doc["totals"] == {"objects": 33, "refused": 12, "changed": 15, "untouched": 5,
+                             "notJudged": 1, "ignored": 1, "duplicates": 0}
+
+
+def test_a_policy_label_naming_no_policy_is_reported_as_such(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
+) -> None:
+    doc = as_json(capsys, dump)
+    typo = namespace(doc, "typo")
+    assert "no policy is named \"larg\"" in typo["reason"]
+    [v] = entry(typo, "Pod", "gpu")["violations"]
+    assert v["rule"] == "unknown-policy"
+    assert "names a policy that does not exist (policies: default, not-renamed, rollout)" in (
+        v["message"])
+    # The rules that need no policy still apply to the other pods.
+    cpu = entry(typo, "Pod", "cpu")
+    assert cpu["verdict"] == "changed"
+    assert [m["rule"] for m in cpu["mutations"]] == ["visible-devices"]
+
+
+def test_a_policy_in_warn_or_dry_run_reports_what_enforce_would_refuse_and_the_mode_today(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
+) -> None:
+    doc = as_json(capsys, dump)
+    rollout = namespace(doc, "rollout")
+    assert (rollout["mode"], rollout["ruleModes"]) == ("dry-run", {"privileged": "warn"})
+    [debug] = entry(rollout, "Pod", "debug")["violations"]
+    assert (debug["rule"], debug["container"], debug["mode"]) == ("privileged", "shell", "warn")
+    [leaky] = entry(rollout, "Pod", "leaky")["violations"]
+    assert (leaky["rule"], leaky["container"], leaky["mode"]) == (
+        "device-variables", "tool", "dry-run")
+    # In dry-run nothing is added today; the report shows what enforce adds.
+    batch = entry(rollout, "Pod", "batch")
+    assert batch["verdict"] == "changed"
+    assert {m["mode"] for m in batch["mutations"]} == {"dry-run"}
+    assert "runtimeClassName: nvidia" in batch["adds"]
+
+    code, out, _ = audit(capsys, dump)
+    assert code == 1
+    text = section(out, "rollout")
+    assert text.startswith('namespace rollout: policy "rollout"'
+                           f" (label {names.POLICY_LABEL}=rollout), mode dry-run"
+                           " (privileged: warn)")
+    assert "      - privileged (warn today): container \"shell\": privileged container" in text
+    assert "      - device-variables (dry-run today): container \"tool\"" in text
+    assert ("    Pod/batch: runtime-class, tolerations, node-selection, mps-limits"
+            " (dry-run today: not added yet)\n") in text
+    assert "2 of them only by rules in warn or dry-run mode today" in out
+
+
+def test_every_rule_that_refuses_is_listed() -> None:
+    """Not the first one only: the user fixes them all in one go."""
+    loaded = policies.load_directory(REPO / "policies")
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "both", "namespace": "a"},
+           "spec": spec(container("main", 1, securityContext={"privileged": True}),
+                        nodeSelector={"nvidia.com/gpu.product": "Tesla-V100"})}
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a", "labels": OPTED_IN}}
+    report = auditing.audit([ns, pod], policies=loaded)
+    [judged] = report.namespaces
+    [found] = judged.entries
+    assert [f.rule for f in found.verdict.findings] == ["privileged", "node-selection"]
+    assert {f.mode for f in found.verdict.findings} == {names.ENFORCE}
+
+
+# --------------------------------------------------------------------------- the text report
+
+
+def test_the_text_report_per_namespace_and_the_summary(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
+) -> None:
+    code, out, err = audit(capsys, dump)
+    assert code == 1
+    team = section(out, "team-a")
+    assert team.splitlines()[0] == (
+        f'namespace team-a: policy "default" (no {names.POLICY_LABEL} label), mode enforce')
+    assert "  would be refused: 9 objects" in team
+    assert "    Deployment/trainer with 2 ReplicaSets and 2 pods" in team
+    assert '      - multi-replica: container "train": invalid multi-replica request' in team
+    assert ("    Deployment/inference with ReplicaSet/inference-5d4f8b and 3 pods: runtime-class,"
+            " tolerations, node-selection, mps-limits, visible-devices") in team
+    assert ("    ReplicaSet/inference-6b7c8d of Deployment/inference (0 replicas: an old"
+            " revision, used again only by a rollback): runtime-class,") in team
+    assert '      + env of container "log": NVIDIA_VISIBLE_DEVICES=void' in team
+    assert "  untouched: 2 objects (--show all lists them)" in team
+    assert section(out, "batch") == (
+        f"namespace batch: not opted in (no label {names.ENABLED_LABEL}=true);"
+        " 1 object untouched")
+    assert section(out, "kube-system") == (
+        "namespace kube-system: never reviewed (kube-system is never sent to the webhook);"
+        " 1 object untouched")
+    # A namespace the webhook never sees, with nothing in it: not worth a line.
+    assert "empty" not in out
+    summary = out[out.index("Summary\n"):]
+    rows = {line.split()[0]: line.split() for line in summary.splitlines()[2:] if line}
+    assert rows["team-a"] == ["team-a", "default", "enforce", "22", "9", "11", "2"]
+    assert rows["typo"][:3] == ["typo", "larg", "(no"]
+    assert rows["batch"] == ["batch", "(not", "opted", "in)", "-", "1", "-", "-", "1"]
+    assert rows["TOTAL"] == ["TOTAL", "33", "12", "15", "5"]
+    assert "Would be refused: 12 objects" in out
+    assert "Ignored: 1 object of kinds the webhook never reviews (Service)." in out
+    # On stderr: the namespace whose labels are unknown.
+    assert err.splitlines() == [
+        "warning: 1 object not judged: no Namespace object for ghost (their labels pick the"
+        " policy); add them to the files"]
+
+
+def test_show_refused_lists_only_refusals(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
+) -> None:
+    code, out, _ = audit(capsys, dump, "--show", "refused")
+    assert code == 1
+    team = section(out, "team-a")
+    assert "Deployment/trainer" in team
+    assert "Deployment/inference" not in team
+    assert "  would be changed: 11 objects (--show changed lists them)" in team
+
+
+# --------------------------------------------------------------------------- exit codes
+
+
+def test_exit_0_when_nothing_would_be_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, dump: dict[str, Path]
+) -> None:
+    c = Cluster()
+    c.namespace("team-a", OPTED_IN)
+    c.namespace("batch", {})
+    c.deployment("inference", "team-a", INFERENCE, replicas=1)
+    c.pod("privileged", "batch", PRIVILEGED)
+    path = tmp_path / "clean.yaml"
+    # Single objects, one YAML document each.
+    path.write_text(yaml.safe_dump_all([*c.namespaces, *c.objects]))
+    code = cli.main(["audit", "-f", str(path), "--policies", str(dump["policies"])])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    assert out.endswith("Nothing would be refused.\n")
+    assert "namespace team-a:" in out
+    assert "would be changed: 4 objects" in out
+    assert err == ""
+
+
+def test_workload_kinds_come_from_the_file_given(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
+) -> None:
+    """Without JobSet among the kinds, a JobSet is ignored; its Jobs and pods still count."""
+    doc = as_json(capsys, dump, "--workload-kinds", str(dump["no-kinds"]))
+    team = namespace(doc, "team-a")
+    assert team["counts"]["objects"] == 21
+    assert doc["totals"]["ignored"] == 2
+    workers = entry(team, "Job", "sweep-workers-0")
+    assert workers["verdict"] == "refused"
+    assert workers["note"] == "JobSet/sweep is not in the files"
+
+
+def test_the_json_report_schema(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
+) -> None:
+    doc = as_json(capsys, dump)
+    assert set(doc) == {"apiVersion", "kind", "files", "webhookNamespace", "totals", "namespaces"}
+    assert (doc["apiVersion"], doc["kind"]) == ("gpu-share.io/v1alpha1", "AuditReport")
+    assert doc["files"] == [str(dump["namespaces"]), str(dump["cluster"])]
+    assert doc["webhookNamespace"] == names.DEFAULT_NAMESPACE
+    for ns in doc["namespaces"]:
+        assert set(ns) == {"name", "status", "reason", "policy", "policyInForce", "mode",
+                           "ruleModes", "counts", "objects"}
+        assert ns["status"] in auditing.STATUSES
+        for e in ns["objects"]:
+            assert set(e) == {"verdict", "kind", "apiVersion", "name", "owner", "note", "count",
+                              "members", "violations", "mutations", "adds", "warnings"}
+            assert e["verdict"] in auditing.VERDICTS
+            assert e["count"] == 1 + len(e["members"])
+            for v in e["violations"]:
+                assert set(v) == {"rule", "container", "mode", "message"}
+                assert v["rule"] in names.RULES
+                assert v["mode"] in names.MODES
+            for m in e["mutations"]:
+                assert m["rule"] in names.RULES
+                assert m["mode"] in names.MODES
+        listed = sum(e["count"] for e in ns["objects"])
+        counts = ns["counts"]
+        if ns["status"] == "judged":
+            assert listed == counts["objects"] == (
+                counts["refused"] + counts["changed"] + counts["untouched"])
+    # The same file twice: each object once, and a warning.
+    code, out, err = audit(capsys, dump, "-o", "json", files=("namespaces", "cluster", "cluster"))
+    assert code == 1
+    assert json.loads(out)["totals"]["objects"] == doc["totals"]["objects"]
+    assert "found more than once; the last one counts" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "args", "expected"),
+    [
+        (None, (), "no such file"),
+        ("{not: [json", (), "not valid YAML or JSON at line 1"),
+        ("- just\n- strings\n", (), "document 1 is a list, not a Kubernetes object"),
+        ('{"kind": "List", "items": []}', (), "holds no Kubernetes object"),
+        ('{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"}}',
+         (), "no Namespace object in"),
+        ("", ("-o", "xml"), "argument -o/--output: invalid choice: 'xml'"),
+        ("", ("--webhook-namespace", "Not_A_Name"), "expected a namespace name"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, content: str | None,
+    args: tuple[str, ...], expected: str,
+) -> None:
+    path = tmp_path / "dump.json"
+    if content is not None:
+        path.write_text(content)
+    try:
+        code = cli.main(["audit", "-f", str(path), *args])
+    except SystemExit as exc:  # a bad option: argparse's way out
+        code = exc.code  # type: ignore[assignment]
+    assert code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert len(err.strip().splitlines()) == 1, err
+    assert expected in err
+
+
+def test_a_malformed_object_is_bad_input(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "dump.json"
+    ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a", "labels": OPTED_IN}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"},
+           "spec": {"containers": {"name": "not-a-list"}}}
+    path.write_text(json.dumps({"kind": "List", "items": [ns, pod]}))
+    assert cli.main(["audit", "-f", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("error: a/Pod/p: spec.containers: must be a list")
+    assert len(err.splitlines()) == 1
+
+
+def test_the_command_as_a_user_runs_it(tmp_path: Path, dump: dict[str, Path]) -> None:
+    """A process of its own: a bad file is one line on stderr and exit 2, no traceback;
+    standard input works."""
+    bad = tmp_path / "binary.json"
+    bad.write_bytes(b"\xff\xfe\x00garbage")
+    proc = subprocess.run([sys.executable, "-m", "webhook", "audit", "-f", str(bad)],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 2
+    assert proc.stderr == f"error: {bad}: is not UTF-8 text\n"
+    assert proc.stdout == ""
+    ok = subprocess.run(
+        [sys.executable, "-m", "webhook", "audit", "-f", str(dump["namespaces"]), "-f", "-",
+         "--policies", str(dump["policies"]), "--show", "refused"],
+        input=dump["cluster"].read_text(), capture_output=True, text=True, timeout=60,
+        check=False,
+    )
+    assert ok.returncode == 1, ok.stderr
+    assert "Traceback" not in ok.stderr
+    assert "Would be refused: 12 objects" in ok.stdout
+
+
+@pytest.mark.parametrize("text", [
+    "",
+    "---\n---\n",
+    "a: yes\nb: No\nc: ~\nd: null\ne: 1.5\nf: .inf\ng: 0x1F\nh: 017\ni: 1_000\nj: '1'\n"
+    "k: \"true\"\nl: 2026-11-01T10:00:00Z\nm: ! 12\n",
+    "- a\n- [1, 2, {x: y}]\n- {}\n- []\n- |\n  multi\n  line\n",
+    "---\na: 1\n...\n---\n- 2\n",
+    # What kubectl never writes goes to the safe loader.
+    "a: &x {b: 1}\nc: *x\nd:\n  <<: *x\n  e: 2\n",
+    "a: !!str 1\nb: !!binary aGk=\n",
+    "? a\n: 1\n? {b: 2}\n: 3\n",
+])
+def test_yaml_reads_as_the_safe_loader_reads_it(text: str) -> None:
+    try:
+        expected: Any = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        expected = type(exc)
+    try:
+        found: Any = audit_command.load_yaml(text)
+    except yaml.YAMLError as exc:
+        found = type(exc)
+    assert found == expected

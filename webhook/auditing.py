@@ -1,0 +1,690 @@
+"""The audit: what the webhook would refuse or change among the objects of a cluster dump.
+
+`audit(objects, policies=..., kinds=...)` takes what `kubectl get pods,deployments,... -A -o
+json` and `kubectl get namespaces -o json` print and judges every Pod and every workload
+(the built-in kinds and `kinds`) as the webhook would if it were created now:
+
+- Which namespaces the webhook sees, and under which policy, is decided by the namespace
+  selectors of the configurations `rendering.render` makes for the same policies, evaluated
+  on each Namespace's labels: the audit and the cluster cannot disagree. Namespaces that are
+  not opted in, kube-system and the webhook's own are never reviewed; objects whose Namespace
+  is not among the objects are not judged (their labels are unknown, and guessing them would
+  make a report nobody can trust).
+- Each object is reviewed with its policy as if it enforced every rule: the audit answers
+  "what would enforce refuse or change?". Each refusal carries the mode the policy applies
+  its rule in today (warn and dry-run admit it today), each change whether its rule is in
+  dry-run today (and so adds nothing yet).
+  A Pod is judged as the mutating webhook judges it at CREATE; a workload's templates as
+  its new pods will be (which also holds what the validating webhook refuses: its checks
+  are the same).
+- Objects of one controller (a Deployment, its ReplicaSets and their Pods; a CronJob or a
+  JobSet, its Jobs and their Pods; found through `ownerReferences`) that get the same verdict
+  are one `Entry`, so a 300-replica Deployment is one line; so are bare Pods with the same
+  verdict. Every object is still reviewed: an old ReplicaSet or a Pod that differs from its
+  template gets an entry of its own.
+
+Pure: no I/O. The command (`commands/audit.py`) reads the files and prints the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from webhook import names, namespaces, rendering
+from webhook.core import pods, reviewing
+from webhook.core.decisions import MALFORMED
+from webhook.policies import Policy, PolicySet
+
+# What the webhook would do to an object.
+REFUSED, CHANGED, UNTOUCHED = "refused", "changed", "untouched"
+VERDICTS = (REFUSED, CHANGED, UNTOUCHED)
+
+# How the webhook meets a namespace.
+JUDGED = "judged"
+NOT_OPTED_IN = "not-opted-in"
+EXCLUDED = "excluded"
+NOT_IN_FILES = "not-in-files"
+STATUSES = (JUDGED, NOT_OPTED_IN, EXCLUDED, NOT_IN_FILES)
+
+NAMESPACE_KIND = "Namespace"
+POD_KIND = "Pod"
+# The controllers' own order, so a report lists a Deployment before its ReplicaSets.
+_KIND_ORDER = {
+    k: i
+    for i, k in enumerate(
+        ("CronJob", "Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet",
+         "ReplicationController")
+    )
+}
+# A patch value shown in a report is cut to this length.
+_SHOWN = 80
+
+
+@dataclass(frozen=True, slots=True)
+class Ref:
+    """An object as a report names it."""
+
+    kind: str
+    name: str
+    api_version: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.kind}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A rule that refuses the object when enforced, and how the policy applies it today."""
+
+    rule: str
+    message: str  # names the container, ends with the fix
+    container: str | None
+    mode: str  # names.ENFORCE, WARN or DRY_RUN
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the webhook would do to one object. `key` compares verdicts across an owner's
+    objects: the same rules on the same containers, the same additions, whatever the
+    object's kind (a template's field paths are read as its pods')."""
+
+    status: str
+    findings: tuple[Finding, ...] = ()
+    # The rules that would change the object, each with the mode the policy applies it in
+    # today (in dry-run it adds nothing yet), and what they would add, one line per place.
+    mutations: tuple[tuple[str, str], ...] = ()
+    adds: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    key: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+
+
+@dataclass(slots=True)
+class Entry:
+    """One line of a report: an object, and the objects of the same owner with its verdict."""
+
+    subject: Ref
+    verdict: Verdict
+    # The topmost controller in the files when the subject is not that one itself, or the
+    # controller its objects' ownerReferences name when that one is not in the files.
+    owner: Ref | None = None
+    members: list[Ref] = field(default_factory=list)
+    # Something an admin should know about the subject ("0 replicas", an owner not dumped).
+    note: str = ""
+
+    @property
+    def count(self) -> int:
+        return 1 + len(self.members)
+
+
+@dataclass(slots=True)
+class NamespaceReport:
+    name: str
+    status: str
+    # Why the webhook does or does not see the namespace, or how its labels pick its
+    # policy, in words.
+    reason: str
+    # The policy its labels pick (None when the webhook does not see it), whether a policy
+    # of that name is in force, and how it applies its rules.
+    policy: str | None = None
+    in_force: bool = False
+    mode: str | None = None
+    rule_modes: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    objects: int = 0
+    counts: Counter[str] = field(default_factory=Counter)
+    entries: list[Entry] = field(default_factory=list)
+    # Whether a Namespace object says so (False: only objects in it were found).
+    in_files: bool = True
+
+
+@dataclass(slots=True)
+class Report:
+    namespaces: list[NamespaceReport]
+    # Objects of kinds the webhook never reviews (Services, ConfigMaps, ...), by kind.
+    ignored: Counter[str] = field(default_factory=Counter)
+    # Objects found more than once (the last one counts).
+    duplicates: int = 0
+    # Objects with a shape no Kubernetes object has: (namespace, object, problem).
+    malformed: list[tuple[str, Ref, str]] = field(default_factory=list)
+    # Whether any Namespace object was among the objects.
+    namespaces_found: bool = False
+
+    def total(self, what: str) -> int:
+        """Objects with verdict `what` over every namespace; "objects": all of them;
+        NOT_IN_FILES: those of namespaces whose Namespace object is missing."""
+        if what == "objects":
+            return sum(ns.objects for ns in self.namespaces)
+        if what == NOT_IN_FILES:
+            return sum(ns.objects for ns in self.namespaces if ns.status == NOT_IN_FILES)
+        return sum(ns.counts[what] for ns in self.namespaces)
+
+    @property
+    def refused(self) -> int:
+        return self.total(REFUSED)
+
+
+# --------------------------------------------------------------------------- routing
+
+
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """The namespace selectors of the rendered configuration: which entry (and so which
+    policy path) a namespace's labels reach, exactly as the API server matches them."""
+
+    entries: tuple[tuple[str, tuple[Mapping[str, Any], ...]], ...]
+    excluded: frozenset[str]
+
+    def path(self, name: str, labels: Mapping[str, str]) -> str | None:
+        seen = _with_name(name, labels)
+        for path, expressions in self.entries:
+            if all(_holds(e, seen) for e in expressions):
+                return path
+        return None
+
+
+def routes(
+    policies: PolicySet, kinds: Sequence[pods.Kind], *, webhook_namespace: str
+) -> Routes:
+    """The routes of the configuration `render` makes; ValueError for a namespace name
+    Kubernetes would refuse."""
+    configuration = rendering.render(
+        policies,
+        service=names.DEFAULT_SERVICE,
+        namespace=webhook_namespace,
+        name=names.DEFAULT_WEBHOOK_NAME,
+        kinds=kinds,
+    )
+    validating = next(c for c in configuration if c["kind"] == rendering.VALIDATING_KIND)
+    entries = tuple(
+        (
+            str(w["clientConfig"]["service"]["path"]).rsplit("/", 1)[1],
+            tuple(w["namespaceSelector"]["matchExpressions"]),
+        )
+        for w in validating["webhooks"]
+    )
+    return Routes(entries, frozenset({names.SYSTEM_NAMESPACE, webhook_namespace}))
+
+
+def _with_name(name: str, labels: Mapping[str, str]) -> Mapping[str, str]:
+    # The API server sets this label on every namespace (1.22+); a hand-written dump may not.
+    if names.NAME_LABEL in labels:
+        return labels
+    return {**labels, names.NAME_LABEL: name}
+
+
+def _holds(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A label selector requirement, as Kubernetes evaluates it (NotIn holds without the key)."""
+    key, operator = expression["key"], expression["operator"]
+    values = expression.get("values") or ()
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    raise ValueError(f"unknown selector operator {operator!r}")
+
+
+# --------------------------------------------------------------------------- the audit
+
+
+@dataclass(slots=True)
+class _Object:
+    """One reviewable object of the dump and what the audit finds out about it."""
+
+    obj: Mapping[str, Any]
+    ref: Ref
+    namespace: str
+    uid: str | None
+    owner: Ref | None  # its controller's
+    owner_uid: str | None
+    verdict: Verdict | None = None
+    depth: int = 0  # how many controllers in the files are above it
+
+
+def audit(
+    objects: Iterable[Mapping[str, Any]],
+    *,
+    policies: PolicySet,
+    kinds: Sequence[pods.Kind] = pods.BUILTIN_KINDS,
+    webhook_namespace: str = names.DEFAULT_NAMESPACE,
+    where: Routes | None = None,
+) -> Report:
+    """Judge every Pod and workload of `objects` per namespace (see the module docstring).
+
+    `kinds` are the workload kinds the webhook reviews (the built-in ones and those of the
+    WorkloadKinds file). `where`: the routes of `routes(policies, kinds, ...)` when the
+    caller has them already. ValueError for a `webhook_namespace` that is not a namespace
+    name.
+    """
+    by_kind = pods.kinds_by_name(kinds)
+    if where is None:
+        where = routes(policies, kinds, webhook_namespace=webhook_namespace)
+    report = Report(namespaces=[])
+    labels_of: dict[str, dict[str, str]] = {}
+    found: dict[tuple[str, str, str, str], _Object] = {}
+    for obj in objects:
+        kind = obj.get("kind")
+        group = pods.group_of(obj.get("apiVersion"))
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        if kind == NAMESPACE_KIND and group == "":
+            name = meta.get("name")
+            if isinstance(name, str) and name:
+                if name in labels_of:
+                    report.duplicates += 1
+                labels_of[name] = _labels(meta.get("labels"))
+                report.namespaces_found = True
+            continue
+        if not isinstance(kind, str) or not (
+            (kind == POD_KIND and group == "") or (group, kind) in by_kind
+        ):
+            report.ignored[str(kind) if kind else "(no kind)"] += 1
+            continue
+        item = _read(obj, kind, meta)
+        # Without a name (a hand-written generateName object) it is nobody's duplicate.
+        unique = item.ref.name if meta.get("name") else f"#{len(found)}"
+        identity = (group, kind, item.namespace, unique)
+        if identity in found:
+            report.duplicates += 1  # the last one counts
+        found[identity] = item
+
+    in_namespace: dict[str, list[_Object]] = {}
+    for item in found.values():
+        in_namespace.setdefault(item.namespace, []).append(item)
+    governing: dict[str, tuple[Policy, Policy]] = {}
+    for name in sorted(set(labels_of) | set(in_namespace)):
+        items = in_namespace.get(name, [])
+        labels = labels_of.get(name)
+        ns = _meet(name, labels, where, policies)
+        ns.objects = len(items)
+        report.namespaces.append(ns)
+        if ns.status != JUDGED or labels is None:
+            if ns.status != NOT_IN_FILES:
+                ns.counts[UNTOUCHED] = len(items)
+            continue
+        path = where.path(name, labels)
+        if path is None:  # _meet judged it: it has a path
+            continue
+        if path not in governing:
+            real = policies.governing(path)
+            governing[path] = (real, _enforcing(real))
+        real, enforcing = governing[path]
+        for item in items:
+            problem = _judge(item, real=real, enforcing=enforcing, kinds=by_kind)
+            if problem is not None:
+                report.malformed.append((name, item.ref, problem))
+                continue
+            assert item.verdict is not None
+            ns.counts[item.verdict.status] += 1
+        ns.entries = _entries([i for i in items if i.verdict is not None])
+    return report
+
+
+def _labels(raw: object) -> dict[str, str]:
+    if not isinstance(raw, dict):
+        return {}
+    return {str(k): str(v) for k, v in raw.items() if v is not None}
+
+
+def _read(obj: Mapping[str, Any], kind: str, meta: Mapping[str, Any]) -> _Object:
+    name = meta.get("name") or meta.get("generateName") or "(unnamed)"
+    namespace = meta.get("namespace")
+    uid = meta.get("uid")
+    owner = owner_uid = None
+    refs = meta.get("ownerReferences")
+    for ref in refs if isinstance(refs, list) else ():
+        if isinstance(ref, dict) and ref.get("controller") is True:
+            owner = Ref(str(ref.get("kind")), str(ref.get("name")), str(ref.get("apiVersion")))
+            ref_uid = ref.get("uid")
+            owner_uid = ref_uid if isinstance(ref_uid, str) and ref_uid else None
+            break
+    return _Object(
+        obj=obj,
+        ref=Ref(kind, str(name), str(obj.get("apiVersion") or "")),
+        namespace=namespace if isinstance(namespace, str) else "",
+        uid=uid if isinstance(uid, str) and uid else None,
+        owner=owner,
+        owner_uid=owner_uid,
+    )
+
+
+def _meet(
+    name: str, labels: Mapping[str, str] | None, where: Routes, policies: PolicySet
+) -> NamespaceReport:
+    """How the webhook meets a namespace: not at all (and why), or under which policy."""
+    if labels is None:
+        shown = name or "(no namespace)"
+        return NamespaceReport(
+            name,
+            NOT_IN_FILES,
+            f"no Namespace object for {shown} in the files: its labels, and so its policy,"
+            " are unknown",
+            in_files=False,
+        )
+    path = where.path(name, labels)
+    if path is None:
+        seen = _with_name(name, labels)[names.NAME_LABEL]
+        if seen == names.SYSTEM_NAMESPACE:
+            reason = f"never reviewed ({names.SYSTEM_NAMESPACE} is never sent to the webhook)"
+            return NamespaceReport(name, EXCLUDED, reason)
+        if seen in where.excluded:
+            reason = "never reviewed (the webhook's own namespace is never sent to it)"
+            return NamespaceReport(name, EXCLUDED, reason)
+        if not namespaces.opted_in(labels):
+            reason = f"not opted in (no label {names.ENABLED_LABEL}=true)"
+            return NamespaceReport(name, NOT_OPTED_IN, reason)
+        reason = "never reviewed (no entry of the webhook configurations selects it)"
+        return NamespaceReport(name, EXCLUDED, reason)
+    wanted = namespaces.policy_name(labels) or names.DEFAULT_POLICY
+    label = labels.get(names.POLICY_LABEL)
+    how = f"label {names.POLICY_LABEL}={label}" if label else f"no {names.POLICY_LABEL} label"
+    policy = policies.get(path)
+    if policy is None:
+        known = ", ".join(policies.names) or "none"
+        return NamespaceReport(
+            name,
+            JUDGED,
+            f'{how}, but no policy is named "{wanted}" (policies: {known}): pods that ask for'
+            " a GPU are refused",
+            policy=wanted,
+            mode=names.ENFORCE,
+        )
+    return NamespaceReport(
+        name,
+        JUDGED,
+        how,
+        policy=path,
+        in_force=True,
+        mode=policy.mode,
+        rule_modes=policy.rule_modes,
+    )
+
+
+def _enforcing(policy: Policy) -> Policy:
+    """`policy` applying every rule in enforce mode (the question the audit answers)."""
+    if policy.mode == names.ENFORCE and not policy.rule_modes:
+        return policy
+    return dataclasses.replace(policy, mode=names.ENFORCE, rule_modes=MappingProxyType({}))
+
+
+def _judge(item: _Object, *, real: Policy, enforcing: Policy, kinds: pods.Kinds) -> str | None:
+    """Set `item.verdict`; or return the shape problem that keeps the object from a review."""
+    obj = item.obj
+    decision = reviewing.review(obj, policy=enforcing, mutate=True, kinds=kinds)
+    if decision.malformed:
+        first = next(v for v in decision.violations if v.rule == MALFORMED)
+        return first.message
+    found, _ = pods.templates(obj, kinds)
+    # One template: its messages name fields from the object (`spec.template.spec...` for a
+    # Deployment, with a `JobSet spec.replicatedJobs[0]...: ` label for the kinds of other
+    # projects), its pods' from the pod (`spec...`). Read both alike to compare them.
+    prefix = found[0].field + "." if len(found) == 1 and found[0].field else ""
+    label = found[0].label + ": " if len(found) == 1 and found[0].label else ""
+
+    def plain(text: str) -> str:
+        if label:
+            text = text.removeprefix(label)
+        return text.replace(prefix, "") if prefix else text
+
+    findings = tuple(
+        Finding(v.rule, v.message, v.container, real.mode_of(v.rule))
+        for v in decision.violations
+    )
+    # A refusal comes without a patch.
+    adds = describe_patch(decision.patch, found) if decision.patch else ()
+    status = REFUSED if findings else CHANGED if decision.patch else UNTOUCHED
+    mutations = tuple((rule, real.mode_of(rule)) for rule in decision.mutations)
+    warnings = tuple(decision.warnings)
+    key = (
+        status,
+        tuple((f.rule, f.container, plain(f.message), f.mode) for f in findings),
+        mutations,
+        adds,
+        tuple(plain(w) for w in warnings),
+    )
+    item.verdict = Verdict(status, findings, mutations, adds, warnings, key)
+    return None
+
+
+# --------------------------------------------------------------------------- grouping
+
+
+def _entries(items: list[_Object]) -> list[Entry]:
+    """One entry per controller and verdict (see the module docstring), refused first."""
+    by_uid = {item.uid: i for i, item in enumerate(items) if item.uid}
+    by_name = {(item.ref.kind, item.ref.name): i for i, item in enumerate(items)}
+
+    def owner_of(i: int) -> int | None:
+        item = items[i]
+        if item.owner is None:
+            return None
+        if item.owner_uid is not None and item.owner_uid in by_uid:
+            return by_uid[item.owner_uid]
+        j = by_name.get((item.owner.kind, item.owner.name))
+        # A uid that differs is another object of that name (deleted and made again).
+        if j is None or j == i or (item.owner_uid is not None and items[j].uid is not None):
+            return None
+        return j
+
+    owners = [owner_of(i) for i in range(len(items))]
+    # The topmost controller of each object: an index among `items`, or the Ref of a
+    # controller that is not in the files (the pods of a ReplicaSet that was not dumped are
+    # still one entry), or None for a pod that no controller owns (bare pods with one
+    # verdict are one entry).
+    roots: list[int | Ref | None] = []
+    for i, item in enumerate(items):
+        seen = {i}
+        at = i
+        while (up := owners[at]) is not None and up not in seen:
+            seen.add(up)
+            at = up
+        item.depth = len(seen) - 1
+        top = items[at].owner
+        if top is not None and owners[at] is None:
+            roots.append(top)
+        elif at == i and top is None and item.ref.kind == POD_KIND:
+            roots.append(None)
+        else:
+            roots.append(at)
+
+    groups: dict[tuple[int | Ref | None, tuple[Any, ...]], list[int]] = {}
+    for i, item in enumerate(items):
+        assert item.verdict is not None
+        groups.setdefault((roots[i], item.verdict.key), []).append(i)
+
+    entries = []
+    for (root, _), members in groups.items():
+        members.sort(key=lambda i: _order(items[i]))
+        head = items[members[0]]
+        assert head.verdict is not None
+        notes = [_note(head)]
+        owner: Ref | None = None
+        if isinstance(root, Ref):
+            owner = root
+            notes.append(f"{root.text} is not in the files")
+        elif root is not None and root != members[0]:
+            owner = items[root].ref
+        entries.append(
+            Entry(
+                subject=head.ref,
+                verdict=head.verdict,
+                owner=owner,
+                members=[items[i].ref for i in members[1:]],
+                note="; ".join(n for n in notes if n),
+            )
+        )
+    entries.sort(
+        key=lambda e: (
+            VERDICTS.index(e.verdict.status),
+            (e.owner or e.subject).kind == POD_KIND,
+            (e.owner or e.subject).text,
+            e.owner is not None,
+            kind_rank(e.subject.kind),
+            e.subject.name,
+        )
+    )
+    return entries
+
+
+def kind_rank(kind: str) -> int:
+    if kind == POD_KIND:
+        return len(_KIND_ORDER) + 1
+    return _KIND_ORDER.get(kind, len(_KIND_ORDER))
+
+
+def _order(item: _Object) -> tuple[int, int, str]:
+    return (item.depth, kind_rank(item.ref.kind), item.ref.name)
+
+
+def _note(item: _Object) -> str:
+    if item.ref.kind in ("ReplicaSet", "ReplicationController") and item.owner is not None:
+        spec = item.obj.get("spec")
+        if isinstance(spec, dict) and spec.get("replicas") == 0:
+            return "0 replicas: an old revision, used again only by a rollback"
+    return ""
+
+
+# --------------------------------------------------------------------------- additions
+
+
+def describe_patch(
+    patch: Sequence[Mapping[str, Any]], found: Sequence[pods.Template]
+) -> tuple[str, ...]:
+    """What a patch adds, one line per place, by container name rather than JSON Pointer:
+    `env of container "log": NVIDIA_VISIBLE_DEVICES=void`."""
+    topics: dict[str, list[str]] = {}
+    for op in patch:
+        path = str(op.get("path", ""))
+        template = _template_of(path, found)
+        tokens = [_unescape(t) for t in path[len(template.pointer) :].split("/")[1:]]
+        topic, items = _describe_op(tokens, op.get("value"), template.node, str(op.get("op")))
+        if template.label and len(found) > 1:
+            topic = f"{template.label}: {topic}"
+        topics.setdefault(topic, []).extend(items)
+    return tuple(f"{topic}: {', '.join(items)}" for topic, items in topics.items())
+
+
+def _template_of(path: str, found: Sequence[pods.Template]) -> pods.Template:
+    best = None
+    for t in found:
+        if (path == t.pointer or path.startswith(t.pointer + "/")) and (
+            best is None or len(t.pointer) > len(best.pointer)
+        ):
+            best = t
+    if best is None:
+        # Not under a template (no patch of the core does this): name it by its path.
+        return pods.Template({}, "", "", "")
+    return best
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+_CONTAINER_WORDS = {
+    "containers": "container",
+    "initContainers": "init container",
+    "ephemeralContainers": "ephemeral container",
+}
+
+
+def _describe_op(
+    tokens: list[str], value: Any, node: Mapping[str, Any], op: str
+) -> tuple[str, list[str]]:
+    if tokens[:1] == ["metadata"]:
+        rest = tokens[1:]
+        if not rest:
+            value = value.get("annotations") if isinstance(value, dict) else value
+        elif len(rest) == 2:
+            value = {rest[1]: value}
+        return "annotations", _pairs(value)
+    if tokens[:1] != ["spec"] or len(tokens) < 2:
+        return "/".join(tokens) or "(object)", [_shown(value)]
+    spec = node.get("spec")
+    spec = spec if isinstance(spec, dict) else {}
+    what = tokens[1]
+    if what in _CONTAINER_WORDS and len(tokens) >= 4 and tokens[3] == "env":
+        name = _container_name(spec, what, tokens[2])
+        variables = value if isinstance(value, list) else [value]
+        return f'env of {_CONTAINER_WORDS[what]} "{name}"', [_variable(v) for v in variables]
+    if what == "runtimeClassName":
+        return what, [_shown(value)]
+    if what == "tolerations":
+        tolerations = value if isinstance(value, list) else [value]
+        return what, [_toleration(t) for t in tolerations]
+    if what == "nodeSelector":
+        return what, _pairs(value if len(tokens) == 2 else {tokens[2]: value})
+    if what == "affinity":
+        terms = _terms(value)
+        topic = "required node affinity" + (" (terms rewritten)" if op == "replace" else "")
+        if len(terms) > 1:
+            return topic, [" or ".join(f"({t})" for t in terms)]
+        return topic, [terms[0] if terms else _shown(value)]
+    return ".".join(tokens), [_shown(value)]
+
+
+def _container_name(spec: Mapping[str, Any], group: str, index: str) -> str:
+    containers = spec.get(group)
+    try:
+        c = containers[int(index)] if isinstance(containers, list) else None
+    except (ValueError, IndexError):
+        c = None
+    return str(c.get("name")) if isinstance(c, dict) else f"{group}[{index}]"
+
+
+def _variable(v: Any) -> str:
+    if isinstance(v, dict) and "name" in v:
+        return f"{v['name']}={v.get('value', '')}"
+    return _shown(v)
+
+
+def _pairs(value: Any) -> list[str]:
+    if not isinstance(value, dict):
+        return [_shown(value)]
+    return [f"{k}={v}" for k, v in value.items()]
+
+
+def _toleration(t: Any) -> str:
+    if not isinstance(t, dict):
+        return _shown(t)
+    parts = [str(t.get("key") or "(every key)"), str(t.get("operator") or "Equal")]
+    if t.get("value"):
+        parts.append(str(t["value"]))
+    parts.append(str(t.get("effect") or "(every effect)"))
+    return " ".join(parts)
+
+
+def _terms(value: Any) -> list[str]:
+    """Node selector terms anywhere in `value`, each as `key Op values & ...`."""
+    out: list[str] = []
+    if isinstance(value, dict):
+        if "matchExpressions" in value and isinstance(value["matchExpressions"], list):
+            out.append(
+                " & ".join(_expression(e) for e in value["matchExpressions"] if isinstance(e, dict))
+            )
+            return out
+        for v in value.values():
+            out += _terms(v)
+    elif isinstance(value, list):
+        for v in value:
+            out += _terms(v)
+    return out
+
+
+def _expression(e: Mapping[str, Any]) -> str:
+    values = ",".join(map(str, e.get("values") or []))
+    return f"{e.get('key')} {e.get('operator')} {values}".rstrip()
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."

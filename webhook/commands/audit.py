@@ -1,0 +1,580 @@
+"""`gpu-share-webhook audit -f FILE...`: what the webhook would refuse or change in a cluster
+as it stands, per namespace, from files alone (no cluster access).
+
+Make the files with
+
+    kubectl get namespaces -o json > namespaces.json
+    kubectl get pods,deployments,statefulsets,daemonsets,jobs,cronjobs,replicasets,\\
+        replicationcontrollers -A -o json > workloads.json
+
+(JSON or YAML, `kind: List` or single objects, several files, `-` for standard input; add
+the kinds of the WorkloadKinds file, e.g. jobsets, to the second command). Each namespace's
+labels pick its policy exactly as the rendered webhook configurations do: kube-system, the
+webhook's own namespace and namespaces that have not opted in are never reviewed. Every Pod
+is judged as the webhook would judge it if it were created now, every workload as the pods
+it makes; objects of one controller with the same verdict are one entry. A refusal is what
+the policy refuses in enforce mode, with the mode its rule is in today (warn or dry-run
+admit it today).
+
+Exit 0: nothing would be refused; 1: something would be refused, whatever mode its rule is
+in today; 2: bad input or usage (one line on standard error).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from webhook import auditing, documents, kinds, names, policies
+from webhook.commands import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    add_policies_argument,
+    add_workload_kinds_argument,
+    env_name,
+    from_env,
+    help_text,
+    namespace_name,
+    policies_directory,
+)
+from webhook.core import pods
+from webhook.errors import InputError, PolicyError
+
+# Not GPU_SHARE_WEBHOOK_OUTPUT: `mutate -o` reads that one, with other formats.
+FILES_OPTION = "audit-files"
+OUTPUT_OPTION = "audit-output"
+SHOW_OPTION = "audit-show"
+# The webhook's own namespace: the same variable as `serve`, `render` and `certs --namespace`.
+WEBHOOK_NAMESPACE_OPTION = "namespace"
+OUTPUTS = ("text", "json")
+# What the report lists (counts always cover every object).
+SHOWS = ("refused", "changed", "all")
+REPORT_KIND = "AuditReport"
+REPORT_API_VERSION = "gpu-share.io/v1alpha1"
+
+_LISTED = {
+    "refused": (auditing.REFUSED,),
+    "changed": (auditing.REFUSED, auditing.CHANGED),
+    "all": auditing.VERDICTS,
+}
+_TODAY = {names.WARN: "warn today", names.DRY_RUN: "dry-run today"}
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "audit",
+        help="what the webhook would refuse or change among the objects of a cluster dump",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        action="append",
+        metavar="FILE",
+        help="a dump: JSON or YAML, - for standard input; repeatable, and the Namespaces must"
+        f" be in one of them (env {env_name(FILES_OPTION)}, several separated by"
+        f" {os.pathsep!r})",
+    )
+    add_policies_argument(parser, "directory of policy files")
+    add_workload_kinds_argument(parser)
+    parser.add_argument(
+        "--webhook-namespace",
+        metavar="NS",
+        type=namespace_name(),
+        default=from_env(WEBHOOK_NAMESPACE_OPTION, names.DEFAULT_NAMESPACE),
+        help=help_text(
+            "the namespace the webhook runs in: never sent to it, like kube-system",
+            WEBHOOK_NAMESPACE_OPTION,
+        ),
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=OUTPUTS,
+        default=from_env(OUTPUT_OPTION, "text"),
+        help=help_text("text (a report per namespace and a summary table) or json", OUTPUT_OPTION),
+    )
+    parser.add_argument(
+        "--show",
+        choices=SHOWS,
+        default=from_env(SHOW_OPTION, "changed"),
+        help=help_text(
+            "the objects listed: refused; changed (refused and changed); all (untouched too)."
+            " Counts always cover every object",
+            SHOW_OPTION,
+        ),
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    files = args.filename or [
+        p for p in os.environ.get(env_name(FILES_OPTION), "").split(os.pathsep) if p
+    ]
+    problem = _usage_problem(files)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        objects: list[dict[str, Any]] = []
+        for path in files:
+            objects += read_objects(path)
+        loaded = policies.load_directory(policies_directory(args.policies)[0])
+        workload_kinds = kinds.all_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
+    except InputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except PolicyError as exc:
+        more = len(exc.problems) - 1
+        print(
+            f"error: {exc.problems[0]}"
+            + (f" (and {more} more: run `gpu-share-webhook policy check`)" if more else ""),
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if not objects:
+        print(f"error: {', '.join(files)}: holds no Kubernetes object", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        where = auditing.routes(loaded, workload_kinds, webhook_namespace=args.webhook_namespace)
+    except ValueError as exc:
+        print(f"error: --webhook-namespace: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    report = auditing.audit(objects, policies=loaded, kinds=workload_kinds, where=where)
+    if not report.namespaces_found:
+        print(
+            f"error: no Namespace object in {', '.join(files)}: the audit reads each"
+            " namespace's labels; add the output of `kubectl get namespaces -o json`",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if report.malformed:
+        ns, ref, message = report.malformed[0]
+        more = len(report.malformed) - 1
+        print(
+            f"error: {ns}/{ref.text}: {message.split(': no Kubernetes')[0]}"
+            + (f" (and {more} more malformed objects)" if more else ""),
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    _warn(report)
+    listed = _LISTED[args.show]
+    if args.output == "json":
+        doc = as_json(report, files=files, listed=listed, webhook_namespace=args.webhook_namespace)
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(as_text(report, listed=listed))
+    return EXIT_FAILED if report.refused else EXIT_OK
+
+
+def _usage_problem(files: Sequence[str]) -> str:
+    if not files:
+        return (
+            f"audit needs -f FILE (or {env_name(FILES_OPTION)}): the output of `kubectl get"
+            " namespaces -o json` and of `kubectl get pods,deployments,... -A -o json`"
+        )
+    if list(files).count("-") > 1:
+        return "-f -: standard input can be read only once"
+    return ""
+
+
+# --------------------------------------------------------------------------- input
+
+
+def read_objects(path: str) -> list[dict[str, Any]]:
+    """The objects of one file (a `kind: List` is expanded; an empty one is no error: a
+    cluster may have no pods). InputError, one line, when the file cannot be used."""
+    text, source = documents.read_text(path)
+    try:
+        # kubectl's JSON: orjson reads a dump of ten thousand pods in a fraction of a second.
+        docs: list[Any] = [orjson.loads(text)]
+    except orjson.JSONDecodeError:
+        try:
+            docs = load_yaml(text)
+        except yaml.YAMLError:
+            # The shared reader words the error (line, column, reason).
+            return documents.parse(text, source)
+        except ValueError as exc:  # PyYAML's, for a date such as 2026-13-45
+            raise InputError(f"{source}: not valid YAML: {exc}") from None
+    objects: list[dict[str, Any]] = []
+    for number, doc in enumerate(docs, 1):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise InputError(
+                f"{source}: document {number} is {pods.type_name(doc)}, not a Kubernetes object"
+            )
+        items = doc.get("items")
+        if str(doc.get("kind", "")).endswith("List") and isinstance(items, list):
+            for i, item in enumerate(items):
+                if not isinstance(item, dict):
+                    raise InputError(f"{source}: document {number}, item {i} is not an object")
+                objects.append(item)
+            continue
+        objects.append(doc)
+    return objects
+
+
+# libyaml when PyYAML has it: the pure-Python parser is several times slower.
+_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_YAML = "tag:yaml.org,2002:"
+# The types of scalar the fast reader builds itself (as the safe loader does).
+_SCALARS = frozenset(
+    f"{_YAML}{t}" for t in ("null", "bool", "int", "float", "timestamp", "str")
+)
+
+
+class _Unusual(Exception):
+    """YAML that the fast reader leaves to the safe loader (aliases, merge keys, tags)."""
+
+
+def load_yaml(text: str) -> list[Any]:
+    """Every document of `text`, as `yaml.load_all` with the safe loader reads them.
+
+    The safe loader builds a node for every value before it builds the value, which takes
+    close to a minute and over a gigabyte for a dump of ten thousand pods; this builds the
+    values from the parser's events, ten times as fast, resolving each distinct plain scalar
+    once. YAML that kubectl never writes (aliases, merge keys, explicit tags, keys that are
+    not scalars) goes to the safe loader. YAMLError as the safe loader raises it.
+    """
+    try:
+        return _build(text)
+    except _Unusual:
+        return list(yaml.load_all(text, Loader=_LOADER))
+
+
+def _build(text: str) -> list[Any]:
+    resolver = yaml.SafeLoader("")
+    # Untyped in PyYAML's stubs.
+    resolve: Any = resolver.resolve
+    known: dict[str, Any] = {}
+
+    def plain(value: str) -> Any:
+        if value in known:
+            return known[value]
+        tag = resolve(yaml.ScalarNode, value, (True, False))
+        if tag not in _SCALARS:
+            raise _Unusual(tag)
+        try:
+            built = resolver.construct_object(yaml.ScalarNode(tag, value))
+        except ValueError:
+            # A timestamp with month 13: the safe loader fails; kubectl reads a string.
+            built = value
+        known[value] = built
+        return built
+
+    docs: list[Any] = []
+    # The mappings and sequences being built, and for each mapping the key whose value
+    # comes next (`_NO_KEY`: a key comes next).
+    open_nodes: list[dict[Any, Any] | list[Any]] = []
+    keys: list[Any] = []
+
+    def put(value: Any) -> None:
+        if not open_nodes:
+            docs.append(value)
+            return
+        node = open_nodes[-1]
+        if isinstance(node, list):
+            node.append(value)
+        elif keys[-1] is _NO_KEY:
+            if isinstance(value, dict | list):
+                raise _Unusual("a key that is not a scalar")
+            keys[-1] = value
+        else:
+            node[keys[-1]] = value
+            keys[-1] = _NO_KEY
+
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, yaml.ScalarEvent):
+            if event.tag not in (None, "!"):
+                raise _Unusual(event.tag)
+            # Plain scalars have a type (a merge key `<<` is a type of its own); quoted
+            # ones are strings.
+            put(plain(event.value) if event.implicit[0] else event.value)
+        elif isinstance(event, yaml.CollectionStartEvent):
+            if event.tag not in (None, "!"):
+                raise _Unusual(event.tag)
+            node: dict[Any, Any] | list[Any] = (
+                {} if isinstance(event, yaml.MappingStartEvent) else []
+            )
+            put(node)
+            open_nodes.append(node)
+            keys.append(_NO_KEY)
+        elif isinstance(event, yaml.CollectionEndEvent):
+            open_nodes.pop()
+            keys.pop()
+        elif isinstance(event, yaml.AliasEvent):
+            raise _Unusual("an alias")
+    return docs
+
+
+_NO_KEY = object()
+
+
+def _warn(report: auditing.Report) -> None:
+    unknown = [ns for ns in report.namespaces if ns.status == auditing.NOT_IN_FILES]
+    if unknown:
+        count = sum(ns.objects for ns in unknown)
+        shown = ", ".join(ns.name or "(no namespace)" for ns in unknown[:10])
+        more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+        print(
+            f"warning: {_objects(count)} not judged: no Namespace object for {shown}{more}"
+            " (their labels pick the policy); add them to the files",
+            file=sys.stderr,
+        )
+    if report.duplicates:
+        print(
+            f"warning: {_objects(report.duplicates)} found more than once; the last one counts",
+            file=sys.stderr,
+        )
+
+
+# --------------------------------------------------------------------------- text
+
+
+def as_text(report: auditing.Report, *, listed: Sequence[str]) -> str:
+    """The report for people: each namespace, then a summary table and the verdict."""
+    out: list[str] = []
+    for ns in report.namespaces:
+        if ns.status == auditing.JUDGED:
+            out += _namespace_text(ns, listed)
+        elif ns.status == auditing.NOT_IN_FILES:
+            out += [f"namespace {ns.name or '(no namespace)'}: {ns.reason}",
+                    f"  not judged: {_objects(ns.objects)}", ""]
+        elif ns.objects:  # an empty namespace the webhook never sees: nothing to say
+            out += [f"namespace {ns.name}: {ns.reason}; {_objects(ns.objects)} untouched", ""]
+    out += _table(report)
+    out.append("")
+    ignored = sum(report.ignored.values())
+    if ignored:
+        kinds_seen = ", ".join(k for k, _ in report.ignored.most_common(5))
+        out.append(f"Ignored: {_objects(ignored)} of kinds the webhook never reviews"
+                   f" ({kinds_seen}{', ...' if len(report.ignored) > 5 else ''}).")
+    refused = report.refused
+    if refused:
+        relaxed = sum(
+            e.count
+            for ns in report.namespaces
+            for e in ns.entries
+            if e.verdict.status == auditing.REFUSED
+            and all(f.mode != names.ENFORCE for f in e.verdict.findings)
+        )
+        today = (
+            f"; {relaxed:,} of them only by rules in warn or dry-run mode today"
+            if relaxed
+            else ""
+        )
+        out.append(f"Would be refused: {_objects(refused)}{today}. Fix them before enforcing.")
+    else:
+        out.append("Nothing would be refused.")
+    return "\n".join(out) + "\n"
+
+
+def _namespace_text(ns: auditing.NamespaceReport, listed: Sequence[str]) -> list[str]:
+    if ns.in_force:
+        mode = f"mode {ns.mode}"
+        if ns.rule_modes:
+            mode += " (" + ", ".join(f"{r}: {m}" for r, m in sorted(ns.rule_modes.items())) + ")"
+        head = f'namespace {ns.name}: policy "{ns.policy}" ({ns.reason}), {mode}'
+    else:
+        head = f"namespace {ns.name}: {ns.reason}"
+    out = [head]
+    if not ns.objects:
+        out.append("  no pods or workloads")
+    for verdict in auditing.VERDICTS:
+        count = ns.counts[verdict]
+        if not count:
+            continue
+        title = {
+            auditing.REFUSED: "would be refused",
+            auditing.CHANGED: "would be changed",
+            auditing.UNTOUCHED: "untouched",
+        }[verdict]
+        if verdict not in listed:
+            wider = "changed" if verdict == auditing.CHANGED else "all"
+            out.append(f"  {title}: {_objects(count)} (--show {wider} lists them)")
+            continue
+        out.append(f"  {title}: {_objects(count)}")
+        for entry in ns.entries:
+            if entry.verdict.status == verdict:
+                out += _entry_text(entry)
+    out.append("")
+    return out
+
+
+def _entry_text(entry: auditing.Entry) -> list[str]:
+    v = entry.verdict
+    line = f"    {_who(entry)}"
+    if entry.note:
+        line += f" ({entry.note})"
+    if v.mutations:
+        line += ": " + _mutations(v.mutations)
+    out = [line]
+    for f in v.findings:
+        today = f" ({_TODAY[f.mode]})" if f.mode in _TODAY else ""
+        out.append(f"      - {f.rule}{today}: {f.message}")
+    adds = [add for add in v.adds if not add.startswith("annotations: ")] or list(v.adds)
+    out += [f"      + {add}" for add in adds]
+    out += [f"      ! {w}" for w in v.warnings]
+    return out
+
+
+def _mutations(mutations: Sequence[tuple[str, str]]) -> str:
+    """`runtime-class, visible-devices`; a rule in dry-run today adds nothing yet."""
+    later = " (dry-run today: not added yet)"
+    if all(mode == names.DRY_RUN for _, mode in mutations):
+        return ", ".join(rule for rule, _ in mutations) + later
+    return ", ".join(rule + (later if mode == names.DRY_RUN else "") for rule, mode in mutations)
+
+
+def _who(entry: auditing.Entry) -> str:
+    """`Deployment/web with ReplicaSet/web-7c9 and 300 pods`, `Pod/web-x and 2 more pods of
+    Deployment/web`, `Pod/a, Pod/b and Pod/c`."""
+    of = f" of {entry.owner.text}" if entry.owner else ""
+    if entry.subject.kind == auditing.POD_KIND:
+        named = [entry.subject.text, *(m.text for m in entry.members)]
+        if len(named) <= _NAMED:
+            return _and(named) + of
+        return f"{entry.subject.text} and {len(entry.members):,} more pods{of}"
+    counts = Counter(m.kind for m in entry.members)
+    parts = []
+    for kind, n in sorted(counts.items(), key=lambda kn: auditing.kind_rank(kn[0])):
+        if n == 1:
+            parts.append(next(m.text for m in entry.members if m.kind == kind))
+        else:
+            parts.append(f"{n:,} {_plural(kind)}")
+    if not parts:
+        return entry.subject.text + of
+    return f"{entry.subject.text}{of} with {_and(parts)}"
+
+
+def _and(parts: Sequence[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+# The pods of an entry are named up to this many; beyond, counted.
+_NAMED = 3
+
+
+def _plural(kind: str) -> str:
+    return "pods" if kind == auditing.POD_KIND else kind + "s"
+
+
+def _objects(n: int) -> str:
+    return f"{n:,} object{'s' if n != 1 else ''}"
+
+
+def _table(report: auditing.Report) -> list[str]:
+    header = ("NAMESPACE", "POLICY", "MODE", "OBJECTS", "REFUSED", "CHANGED", "UNTOUCHED")
+    rows: list[tuple[str, ...]] = []
+    for ns in report.namespaces:
+        if ns.status != auditing.JUDGED and not ns.objects:
+            continue
+        if ns.status == auditing.JUDGED:
+            policy = str(ns.policy) if ns.in_force else f"{ns.policy} (no such policy)"
+            counts = tuple(f"{ns.counts[v]:,}" for v in auditing.VERDICTS)
+            rows.append((ns.name, policy, str(ns.mode), f"{ns.objects:,}", *counts))
+            continue
+        policy = {
+            auditing.NOT_OPTED_IN: "(not opted in)",
+            auditing.EXCLUDED: "(never reviewed)",
+            auditing.NOT_IN_FILES: "(not in files)",
+        }[ns.status]
+        untouched = f"{ns.counts[auditing.UNTOUCHED]:,}" if ns.in_files else "-"
+        rows.append((ns.name or "(none)", policy, "-", f"{ns.objects:,}", "-", "-", untouched))
+    totals = tuple(f"{report.total(v):,}" for v in auditing.VERDICTS)
+    rows.append(("TOTAL", "", "", f"{report.total('objects'):,}", *totals))
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+
+    def line(row: Sequence[str]) -> str:
+        cells = [
+            cell.ljust(w) if i < 3 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ]
+        return "  ".join(cells).rstrip()
+
+    return ["Summary", line(header), *(line(r) for r in rows)]
+
+
+# --------------------------------------------------------------------------- json
+
+
+def as_json(
+    report: auditing.Report,
+    *,
+    files: Sequence[str],
+    listed: Sequence[str],
+    webhook_namespace: str,
+) -> dict[str, Any]:
+    """The report for machines: a stable structure (docs/audit.md describes it)."""
+    return {
+        "apiVersion": REPORT_API_VERSION,
+        "kind": REPORT_KIND,
+        "files": list(files),
+        "webhookNamespace": webhook_namespace,
+        "totals": {
+            "objects": report.total("objects"),
+            "refused": report.total(auditing.REFUSED),
+            "changed": report.total(auditing.CHANGED),
+            "untouched": report.total(auditing.UNTOUCHED),
+            "notJudged": report.total(auditing.NOT_IN_FILES),
+            "ignored": sum(report.ignored.values()),
+            "duplicates": report.duplicates,
+        },
+        "namespaces": [_namespace_json(ns, listed) for ns in report.namespaces],
+    }
+
+
+def _namespace_json(ns: auditing.NamespaceReport, listed: Sequence[str]) -> dict[str, Any]:
+    return {
+        "name": ns.name,
+        "status": ns.status,
+        "reason": ns.reason,
+        "policy": ns.policy,
+        "policyInForce": ns.in_force,
+        "mode": ns.mode,
+        "ruleModes": dict(ns.rule_modes),
+        "counts": {
+            "objects": ns.objects,
+            "refused": ns.counts[auditing.REFUSED],
+            "changed": ns.counts[auditing.CHANGED],
+            "untouched": ns.counts[auditing.UNTOUCHED],
+            "notJudged": ns.objects if ns.status == auditing.NOT_IN_FILES else 0,
+        },
+        "objects": [_entry_json(e) for e in ns.entries if e.verdict.status in listed],
+    }
+
+
+def _entry_json(entry: auditing.Entry) -> dict[str, Any]:
+    v = entry.verdict
+    return {
+        "verdict": v.status,
+        "kind": entry.subject.kind,
+        "apiVersion": entry.subject.api_version,
+        "name": entry.subject.name,
+        "owner": _ref_json(entry.owner) if entry.owner else None,
+        "note": entry.note or None,
+        "count": entry.count,
+        "members": [_ref_json(m) for m in entry.members],
+        "violations": [
+            {"rule": f.rule, "container": f.container, "mode": f.mode, "message": f.message}
+            for f in v.findings
+        ],
+        "mutations": [{"rule": rule, "mode": mode} for rule, mode in v.mutations],
+        "adds": list(v.adds),
+        "warnings": list(v.warnings),
+    }
+
+
+def _ref_json(ref: auditing.Ref) -> dict[str, str]:
+    return {"kind": ref.kind, "name": ref.name}
