@@ -213,21 +213,62 @@ async def test_beyond_the_review_bytes_in_flight_a_request_is_a_429(
     big = h.review_body({**h.shared_pod(), "padding": "x" * 60_000}, "uid-big")
     assert 32 * 1024 < len(big) <= SMALL.max_body_bytes
     async with h.connect(server.port, ca) as first, h.connect(server.port, ca) as second:
-        for connection in (first, second):
+        for connection in (first, second):  # all but the end of their bodies has arrived
             await connection.send_head("/mutate", len(big))
-            await connection.send(big[:100])
-        await asyncio.sleep(0.1)
+            await connection.send(big[:-100])
+        await asyncio.sleep(0.2)
         async with h.connect(server.port, ca) as third:
             status, headers, text = await third.post("/mutate", big)
         assert status == 429
         assert headers["retry-after"] == "1"
         assert b"retry in a moment" in text
         # Those in flight are answered when their bodies arrive.
-        await first.send(big[100:])
+        await first.send(big[-100:])
         status, _, _ = await first.response()
         assert status == 200
     text = await metrics(server)
     assert h.metric(text, "gpu_share_webhook_requests_shed_total", reason="inflight-bytes") == 1
+
+
+async def test_bodies_announced_but_not_sent_hold_no_review_bytes(
+    server: serving.Running,
+) -> None:
+    # Announcing the largest body and sending a few bytes of it must not lock others out:
+    # bytes in flight are counted as they arrive.
+    ca = ca_of(server)
+    async with (
+        h.connect(server.port, ca) as a,
+        h.connect(server.port, ca) as b,
+        h.connect(server.port, ca) as c,
+    ):
+        for hog in (a, b, c):
+            await hog.send_head("/mutate", SMALL.max_body_bytes)
+            await hog.send(b"{")
+        await asyncio.sleep(0.1)
+        # The three hogs fill the connection cap but one; the fourth slot reviews.
+        async with h.connect(server.port, ca) as fine:
+            status, _, answer = await fine.post("/mutate", review("uid-not-locked-out"))
+        assert status == 200
+        assert h.response_of(json.loads(answer), "uid-not-locked-out")["allowed"] is True
+    text = await metrics(server)
+    assert h.metric(text, "gpu_share_webhook_requests_shed_total", reason="inflight-bytes") == 0
+
+
+async def test_a_chunked_body_over_the_limit_is_a_413(server: serving.Running) -> None:
+    ca = ca_of(server)
+    async with h.connect(server.port, ca) as connection:
+        head = (
+            f"POST /mutate?{h.TIMEOUT} HTTP/1.1\r\nHost: {h.HOST}\r\n"
+            "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        await connection.send(head.encode())
+        chunk = b"x" * 16 * 1024
+        for _ in range(6):  # 96 KiB, over the 64 KiB limit
+            await connection.send(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        status, headers, text = await asyncio.wait_for(connection.response(), 5)
+    assert status == 413
+    assert headers["connection"] == "close"
+    assert b"larger than the limit" in text
 
 
 async def test_probes_and_reviews_answer_while_connections_are_abused(

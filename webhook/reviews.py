@@ -30,6 +30,10 @@ EPHEMERAL_CONTAINERS = reviewing.EPHEMERAL_CONTAINERS
 Endpoint = reviewing.Endpoint
 ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate")
 
+# Reviews of larger bodies are never cached (see `review`): the cache then holds at most
+# its size times a few times this.
+CACHE_MAX_BODY_BYTES = 16 * 1024
+
 _STATUS_REASONS = {400: "BadRequest", 403: "Forbidden", 500: "InternalError"}
 
 
@@ -66,7 +70,8 @@ def parse(body: bytes) -> Request:
     api_version = doc.get("apiVersion")
     if api_version != API_VERSION or doc.get("kind") != KIND:
         raise BadReview(
-            f"expected apiVersion {API_VERSION} kind {KIND}, got {api_version} {doc.get('kind')}"
+            f"expected apiVersion {API_VERSION} kind {KIND}, got {_shown(api_version)}"
+            f" {_shown(doc.get('kind'))}"
         )
     req = doc.get("request")
     if not isinstance(req, dict):
@@ -93,6 +98,13 @@ def parse(body: bytes) -> Request:
         object=obj if isinstance(obj, dict) else None,
         old_object=old if isinstance(old, dict) else None,
     )
+
+
+def _shown(value: object, longest: int = 64) -> str:
+    """A value from the body, for a reason: on one line, cut to `longest` characters."""
+    text = orjson.dumps(value, default=repr).decode() if not isinstance(value, str) else value
+    text = text.encode("unicode_escape").decode("ascii")
+    return text if len(text) <= longest else text[:longest] + "..."
 
 
 def decide(
@@ -149,6 +161,10 @@ def review(
 ) -> Outcome:
     """The whole exchange: parse, decide, encode. Raises BadReview for an unusable body."""
     request = parse(body)
+    if len(body) > CACHE_MAX_BODY_BYTES:
+        # A decision's key and patch grow with the pod: a cache bounded by entries must not
+        # hold large ones (a few hundred pods with a 1 MB annotation would fill a replica).
+        cache = None
     decision = decide(
         request,
         policies=policies,

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from aiohttp import web
+from aiohttp import StreamReader, web
 
 from webhook import certificates, kinds, names, policies, reviews, watching
 from webhook.core import pods, reviewing
@@ -64,8 +64,12 @@ INLINE_REVIEW_BYTES = 256 * 1024
 # Threads for large reviews. The GIL makes more of them no faster; two let one large review
 # not queue behind another.
 REVIEW_THREADS = 2
-# Decisions kept per process (`reviewing.Cache`): a few MB at most.
-CACHE_SIZE = 4096
+# Decisions kept per process (`reviewing.Cache`). Only reviews of bodies up to
+# `reviews.CACHE_MAX_BODY_BYTES` (16 KiB) are cached, so this holds 32 MB at the very most
+# (a typical entry: well under 1 KB).
+CACHE_SIZE = 2048
+# A 4xx reason is one line of at most this many characters, whatever the body held.
+REASON_LENGTH = 300
 
 _JSON = "application/json"
 
@@ -297,6 +301,24 @@ async def _watch(check: Callable[[], bool], state: State, *, in_thread: bool) ->
 # --------------------------------------------------------------------------- admission
 
 
+class _Held:
+    """Bytes of review bodies one request holds (see `_Route.hold`)."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+
+class _Refused(Exception):
+    """A request answered with a 4xx before it is reviewed."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
 class _Route:
     """One admission route: `/<endpoint>` (a fixed policy) or `/<endpoint>/{policy}`.
     `handle` is its aiohttp handler."""
@@ -327,30 +349,25 @@ class _Route:
         length = _content_length(headers.get("Content-Length"))
         if length is not None and length > max_body:
             return self.invalid(policy_name, started, 413, _too_large(length, max_body))
-        # A body of unknown length (chunked) counts as the largest there may be.
-        reserved = max_body if length is None else length
-        if state.inflight_bytes + reserved > limits.max_inflight_bytes:
-            self.metrics.count_shed("inflight-bytes")
-            return self.invalid(
-                policy_name,
-                started,
-                429,
-                f"{state.inflight_bytes} bytes of reviews are being received or reviewed, the"
-                f" limit is {limits.max_inflight_bytes}: retry in a moment",
-            )
-        state.inflight_bytes += reserved
         self.metrics.in_flight.inc()
+        # Review bytes held by this request: counted as they arrive, not as announced, so
+        # that connections announcing large bodies and sending none hold nothing.
+        held = _Held()
         body = b""
         try:
-            if request.content.is_eof():  # all arrived with the headers: the common case
+            content = request.content
+            if content.is_eof():  # all arrived with the headers: the common case
                 body = await request.read()
+                self.hold(held, len(body))
             else:
                 async with asyncio.timeout(limits.body_timeout):
-                    body = await request.read()
+                    body = await self.receive(content, held)
             # One read of the reference: reloads during this review do not change its policies.
             policy_set = state.policy_watch.policies
             deadline = started + _budget(request.raw_path)
             outcome = await self.review(body, policy_set, policy_name, deadline)
+        except _Refused as refused:
+            return self.invalid(policy_name, started, refused.status, refused.reason)
         except web.HTTPRequestEntityTooLarge:
             return self.invalid(policy_name, started, 413, _too_large(None, max_body))
         except TimeoutError:
@@ -366,9 +383,9 @@ class _Route:
         except Exception as exc:
             return self.internal_error(policy_name, started, body, exc)
         finally:
-            state.inflight_bytes -= reserved
+            state.inflight_bytes -= held.bytes
             self.metrics.in_flight.dec()
-            if reserved > INLINE_REVIEW_BYTES:
+            if held.bytes > INLINE_REVIEW_BYTES:
                 _release_memory(state)
         try:
             self.record(policy_name, policy_set, outcome, time.perf_counter() - started)
@@ -381,6 +398,31 @@ class _Route:
             # which the Service sends to a pod that is not going away.
             response.force_close()
         return response
+
+    def hold(self, held: _Held, size: int) -> None:
+        """Count `size` more bytes of this request as in flight; refuse past the limit."""
+        state = self.state
+        held.bytes += size
+        state.inflight_bytes += size
+        limit = self.limits.max_inflight_bytes
+        if state.inflight_bytes > limit:
+            self.metrics.count_shed("inflight-bytes")
+            raise _Refused(
+                429,
+                f"{state.inflight_bytes - held.bytes} bytes of reviews are being received or"
+                f" reviewed, the limit is {limit}: retry in a moment",
+            )
+
+    async def receive(self, content: StreamReader, held: _Held) -> bytes:
+        """The body, chunk by chunk as it arrives, each counted as it comes."""
+        max_body = self.limits.max_body_bytes
+        chunks = []
+        while chunk := await content.readany():
+            self.hold(held, len(chunk))
+            if held.bytes > max_body:
+                raise _Refused(413, _too_large(None, max_body))
+            chunks.append(chunk)
+        return b"".join(chunks)
 
     async def review(
         self, body: bytes, policy_set: policies.PolicySet, policy_name: str, deadline: float
@@ -460,6 +502,9 @@ class _Route:
 
     def invalid(self, policy_name: str, started: float, status: int, reason: str) -> web.Response:
         """A 4xx for a request that is not a usable AdmissionReview, or cannot be taken now."""
+        reason = " ".join(reason.split())
+        if len(reason) > REASON_LENGTH:
+            reason = reason[: REASON_LENGTH - 3] + "..."
         seconds = time.perf_counter() - started
         with contextlib.suppress(Exception):
             label = _policy_label(policy_name, self.state.policies)
@@ -589,11 +634,18 @@ _LIBC = ctypes.util.find_library("c")
 _MALLOC_TRIM = getattr(ctypes.CDLL(_LIBC), "malloc_trim", None) if _LIBC else None
 
 
+_TRIM_EVERY_SECONDS = 1.0
+_last_trim = 0.0
+
+
 def _release_memory(state: State) -> None:
-    """After a large review, once none is in flight: return freed memory to the system (on a
+    """After a large review: return freed memory to the system, at most once a second (on a
     thread: a trim of a large heap takes milliseconds; ctypes releases the GIL)."""
-    if _MALLOC_TRIM is None or state.inflight_bytes > 0 or state.executor is None:
+    global _last_trim  # noqa: PLW0603 - one process, one heap
+    now = time.monotonic()
+    if _MALLOC_TRIM is None or state.executor is None or now - _last_trim < _TRIM_EVERY_SECONDS:
         return
+    _last_trim = now
     with contextlib.suppress(RuntimeError):
         state.executor.submit(_MALLOC_TRIM, 0)
 

@@ -56,9 +56,10 @@ class Limits:
     # A review can carry two objects (object and oldObject on UPDATE) of up to ~3 MB each,
     # the API server's own request limit: 7 MiB admits every legitimate review.
     max_body_bytes: int = 7 * MIB
-    # A review's parsed objects take several times its bytes: 32 MiB in flight (four reviews
+    # A review's parsed objects take several times its bytes: 16 MiB in flight (two reviews
     # at the body limit, thousands of ordinary ones) keeps a replica under its memory limit.
-    max_inflight_bytes: int = 32 * MIB
+    # Counted as bytes arrive, so announcing a large body and not sending it holds nothing.
+    max_inflight_bytes: int = 16 * MIB
 
     def problems(self) -> list[str]:
         """What is wrong with these values, as `serve` flags would say it."""
