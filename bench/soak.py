@@ -3,12 +3,13 @@ short and very large requests pile up on it.
 
     python bench/soak.py [--minutes 2] [--rate 200] [--idle 2000] [--slowloris 100]
                          [--partial 100] [--large 3] [--every 10]
-                         [--server-arg=--flag=value ...]
+                         [--server-arg=--flag=value ...] [--server-env K=V ...]
 
 Runs `python -m webhook serve` on free loopback ports in a directory of its own (its own CA,
 the repository's policies: the way tests/server_helpers.py runs it; --server-arg passes
-flags such as --header-timeout or --max-connections as they are), then for --minutes, all at
-once, over TLS checked as the API server checks it:
+flags such as --header-timeout or --max-connections as they are; --server-env K=V sets a
+variable in its environment only, e.g. MALLOC_ARENA_MAX=2 as the Deployment does), then for
+--minutes, all at once, over TLS checked as the API server checks it:
 
 - steady load: --rate reviews/s of one pod asking for a shared GPU, open loop (each sent at
   its scheduled time on one of --steady-connections keep-alive connections, its latency
@@ -516,7 +517,17 @@ def main() -> int:
         "--server-arg", action="append", default=[], metavar="ARG",
         help="one more argument for `serve`, as it is (repeatable)",
     )  # fmt: skip
+    parser.add_argument(
+        "--server-env", action="append", default=[], metavar="K=V",
+        help="a variable for the server's environment only (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args()
+    server_env = {}
+    for item in args.server_env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--server-env wants K=V, not {item!r}")
+        server_env[key] = value
     wanted = args.idle + args.slowloris + args.partial + args.large + args.steady_connections
     limit = raise_fd_limit(2 * wanted + 1024)
     command = "python bench/soak.py " + " ".join(sys.argv[1:])
@@ -526,7 +537,9 @@ def main() -> int:
         h.write_pair(directory / "certs", h.make_ca())
         h.copy_policies(directory / "policies")
         ca_file = directory / "certs" / "ca.crt"
-        with h.serving(directory, "--drain-seconds=0", *args.server_arg) as server:
+        with h.serving(
+            directory, "--drain-seconds=0", *args.server_arg, env=server_env
+        ) as server:
             return asyncio.run(soak_run(args, server, ca_file))
 
 
