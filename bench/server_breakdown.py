@@ -1,9 +1,12 @@
 """Where the admission server's time goes: the real server with its review swapped for
 stand-ins that do ever more of the work, under the load of bench/server.py.
 
-    python bench/server_breakdown.py [--seconds 10] [--connections 32]
+    python bench/server_breakdown.py [--seconds 10] [--connections 32] [--loop uvloop]
+                                     [--containers 1]
 
-Rows, each a server process on one core driven by wrk (one thread, keep-alive TLS):
+Rows, each a server process on one core on the event loop --loop (uvloop, serve's default
+where installed, or asyncio), driven by wrk (one thread, keep-alive TLS) with bench/core.py's
+review of a pod with --containers containers (bench/server.py's bodies):
 
 - bare aiohttp: reads the body, answers a canned AdmissionReview (bench/server.py's);
 - canned review: gpu-share-webhook's server (routing, limits, metrics) answering the
@@ -13,7 +16,8 @@ Rows, each a server process on one core driven by wrk (one thread, keep-alive TL
 - cache hit (upper bound): parse, then a decision looked up by the pod's spec and
   annotations (every request after the first hits), then encode: what no decision cache
   could beat, since the review must still be parsed and answered;
-- real review: `reviews.review` (parse, decide, encode);
+- real review: `reviews.review` (parse, decide, encode) with the server's decision cache,
+  as `serve` runs it (wrk sends one body over and over: all hits after the first);
 - serve: `gpu-share-webhook serve` itself, with its JSON review log line.
 
 The rows below "bare" run without review log lines; "serve" adds them. Compare the rows of
@@ -25,17 +29,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import functools
-import importlib.util
 import shutil
 import sys
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import orjson  # noqa: E402
+import server as bench  # noqa: E402  bench/server.py: bodies, wrk driver, process helpers
 
 from webhook import policies, reviews  # noqa: E402
 from webhook.core import pods  # noqa: E402
@@ -43,18 +45,6 @@ from webhook.core.decisions import Decision  # noqa: E402
 from webhook.policies import PolicySet  # noqa: E402
 from webhook.transport import app as server  # noqa: E402
 from webhook.transport import serving  # noqa: E402
-
-
-def _bench_server() -> ModuleType:
-    """bench/server.py, for its body, wrk driver and process helpers."""
-    spec = importlib.util.spec_from_file_location("bench_server", REPO / "bench" / "server.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
 
 # Stand-in: its row in the table.
 VARIANTS = {
@@ -67,7 +57,7 @@ VARIANTS = {
 
 
 def serve_variant(
-    variant: str, *, port: int, metrics_port: int, cert_dir: Path, body_file: Path
+    variant: str, *, port: int, metrics_port: int, cert_dir: Path, body_file: Path, loop: str
 ) -> None:
     """Run the real server with the review stand-in `variant` until SIGTERM."""
     loaded = policies.load_directory(REPO / "policies")
@@ -113,6 +103,7 @@ def serve_variant(
         port=port,
         metrics_port=metrics_port,
         drain_seconds=0,
+        event_loop=loop,
     )
     serving.run(settings, review_log=None)
 
@@ -124,12 +115,15 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="per row")
     parser.add_argument("--warmup", type=float, default=2.0, help="before each row")
     parser.add_argument("--connections", type=int, default=32)
+    parser.add_argument("--loop", choices=bench.LOOPS, default="uvloop")
+    parser.add_argument("--containers", type=int, default=1, help="in the review's pod")
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--metrics-port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--cert-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--body", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    args.workers = 1  # what bench.measure_bare reads
     if args.variant:
         serve_variant(
             args.variant,
@@ -137,62 +131,51 @@ def main() -> int:
             metrics_port=args.metrics_port,
             cert_dir=args.cert_dir,
             body_file=args.body,
+            loop=args.loop,
         )
         return 0
     if shutil.which("wrk") is None:
         print("bench/server_breakdown.py needs wrk: apt-get install -y wrk", file=sys.stderr)
         return 2
-    bench = _bench_server()
+    if args.loop == "uvloop" and bench.uvloop is None:
+        print("bench/server_breakdown.py --loop uvloop: uvloop is not installed", file=sys.stderr)
+        return 2
     rows: list[tuple[str, float]] = []
-    with bench.workspace("gpu-share-webhook-breakdown-") as ws:
+    with bench.workspace("gpu-share-webhook-breakdown-", (args.containers,)) as ws:
+        body = ws.bodies[args.containers]
 
         def measure(name: str, port: int) -> None:
-            result = bench.measure(
-                name, 1, port, args=args, body_file=ws.body_file, script=ws.script
-            )
+            result = bench.measure(name, port, args=args, body=body, script=ws.script)
             rows.append((name, result.requests_per_second))
 
-        def answered(
-            stack: contextlib.ExitStack[Any],
-            command: list[str],
-            log: Path,
-            metrics_port: int,
-            port: int,
-        ) -> bytes:
-            """Start `command`, wait until it is ready, check one review; its answer."""
-            process = stack.enter_context(bench.running(command, log, ws.env))
-            bench.wait_ready(metrics_port, process, log)
-            answer = bytes(bench.post(port, ws.body, ws.ca_file))
-            bench.check_answer(answer, ws.body)
-            return answer
-
-        for variant, label in VARIANTS.items():
+        for variant, label in [*VARIANTS.items(), ("serve", "serve (with review log)")]:
             port, metrics_port = bench.free_port(), bench.free_port()
-            command = [
-                sys.executable,
-                str(Path(__file__).resolve()),
-                f"--variant={variant}",
-                f"--port={port}",
-                f"--metrics-port={metrics_port}",
-                f"--cert-dir={ws.cert_dir}",
-                f"--body={ws.body_file}",
-            ]
+            if variant == "serve":
+                command = bench.serve_command(port, metrics_port, ws.cert_dir, event_loop=args.loop)
+            else:
+                command = [
+                    sys.executable,
+                    str(Path(__file__).resolve()),
+                    f"--variant={variant}",
+                    f"--loop={args.loop}",
+                    f"--port={port}",
+                    f"--metrics-port={metrics_port}",
+                    f"--cert-dir={ws.cert_dir}",
+                    f"--body={body.file}",
+                ]
             with contextlib.ExitStack() as stack:
                 log = ws.directory / f"{variant}.log"
-                answer = answered(stack, command, log, metrics_port, port)
+                process = stack.enter_context(bench.running(command, log, ws.env))
+                bench.wait_ready(metrics_port, process, log)
+                bench.check_answer(label, bench.post(port, body.data, ws.ca_file), body.expected)
                 measure(label, port)
-        port, metrics_port = bench.free_port(), bench.free_port()
-        with contextlib.ExitStack() as stack:
-            serve = bench.serve_command(port, metrics_port, ws.cert_dir)
-            answered(stack, serve, ws.directory / "serve.log", metrics_port, port)
-            measure("serve (with review log)", port)
-        bare = bench.measure_bare(bench.BARE, ws, answer, workers=1, parse=False, args=args)
-        rows.append((bare.name, bare.requests_per_second))
-    rows.insert(0, rows.pop())  # bare first
+        bare = bench.measure_bare(bench.BARE, ws, body, loop=args.loop, parse=False, args=args)
+        rows.insert(0, (bare.name, bare.requests_per_second))
     bare_rate = rows[0][1]
     print(
         f"POST {bench.PATH}, TLS, keep-alive, wrk -t1 -c{args.connections},"
-        f" {args.seconds:g} s each, 1 server process"
+        f" {args.seconds:g} s each, 1 server process on {args.loop},"
+        f" review of a pod with {args.containers} container(s)"
     )
     print()
     print(f"{'server answers with':<26}{'reviews/s':>11}{'us/request':>12}{'vs bare':>9}")

