@@ -16,7 +16,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from webhook import auditing, cli, names, namespaces, policies
+from webhook import auditing, cli, names, namespaces, policies, rendering
 from webhook.commands import audit as audit_command
 from webhook.core import pods, reviewing
 
@@ -312,7 +312,7 @@ def test_the_routes_are_the_rendered_selectors() -> None:
     is not excluded reaches the entry of the policy `namespaces.policy_name` picks, or the
     catch-all; the others reach none."""
     loaded = policies.load_directory(REPO / "policies")
-    where = auditing.routes(loaded, pods.BUILTIN_KINDS, webhook_namespace="gpu")
+    where = rendering.routes(loaded, pods.BUILTIN_KINDS, webhook_namespace="gpu")
     cases = [
         ("a", {}, None),
         ("a", {names.ENABLED_LABEL: "false"}, None),
@@ -325,7 +325,8 @@ def test_the_routes_are_the_rendered_selectors() -> None:
         ("kube-system", OPTED_IN, None),
     ]
     for name, labels, expected in cases:
-        assert where.path(name, labels) == expected, (name, labels)
+        seen = {**labels, names.NAME_LABEL: name}
+        assert where.policy_path(seen) == expected, (name, labels)
         picked = namespaces.policy_name(labels)
         if expected not in (None, names.UNKNOWN_POLICY):
             assert picked == expected

@@ -58,8 +58,15 @@ POD_KIND = "Pod"
 _KIND_ORDER = {
     k: i
     for i, k in enumerate(
-        ("CronJob", "Deployment", "StatefulSet", "DaemonSet", "Job", "ReplicaSet",
-         "ReplicationController")
+        (
+            "CronJob",
+            "Deployment",
+            "StatefulSet",
+            "DaemonSet",
+            "Job",
+            "ReplicaSet",
+            "ReplicationController",
+        )
     )
 }
 # A patch value shown in a report is cut to this length.
@@ -172,65 +179,11 @@ class Report:
 # --------------------------------------------------------------------------- routing
 
 
-@dataclass(frozen=True, slots=True)
-class Routes:
-    """The namespace selectors of the rendered configuration: which entry (and so which
-    policy path) a namespace's labels reach, exactly as the API server matches them."""
-
-    entries: tuple[tuple[str, tuple[Mapping[str, Any], ...]], ...]
-    excluded: frozenset[str]
-
-    def path(self, name: str, labels: Mapping[str, str]) -> str | None:
-        seen = _with_name(name, labels)
-        for path, expressions in self.entries:
-            if all(_holds(e, seen) for e in expressions):
-                return path
-        return None
-
-
-def routes(
-    policies: PolicySet, kinds: Sequence[pods.Kind], *, webhook_namespace: str
-) -> Routes:
-    """The routes of the configuration `render` makes; ValueError for a namespace name
-    Kubernetes would refuse."""
-    configuration = rendering.render(
-        policies,
-        service=names.DEFAULT_SERVICE,
-        namespace=webhook_namespace,
-        name=names.DEFAULT_WEBHOOK_NAME,
-        kinds=kinds,
-    )
-    validating = next(c for c in configuration if c["kind"] == rendering.VALIDATING_KIND)
-    entries = tuple(
-        (
-            str(w["clientConfig"]["service"]["path"]).rsplit("/", 1)[1],
-            tuple(w["namespaceSelector"]["matchExpressions"]),
-        )
-        for w in validating["webhooks"]
-    )
-    return Routes(entries, frozenset({names.SYSTEM_NAMESPACE, webhook_namespace}))
-
-
 def _with_name(name: str, labels: Mapping[str, str]) -> Mapping[str, str]:
     # The API server sets this label on every namespace (1.22+); a hand-written dump may not.
     if names.NAME_LABEL in labels:
         return labels
     return {**labels, names.NAME_LABEL: name}
-
-
-def _holds(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    """A label selector requirement, as Kubernetes evaluates it (NotIn holds without the key)."""
-    key, operator = expression["key"], expression["operator"]
-    values = expression.get("values") or ()
-    if operator == "In":
-        return key in labels and labels[key] in values
-    if operator == "NotIn":
-        return key not in labels or labels[key] not in values
-    if operator == "Exists":
-        return key in labels
-    if operator == "DoesNotExist":
-        return key not in labels
-    raise ValueError(f"unknown selector operator {operator!r}")
 
 
 # --------------------------------------------------------------------------- the audit
@@ -256,18 +209,18 @@ def audit(
     policies: PolicySet,
     kinds: Sequence[pods.Kind] = pods.BUILTIN_KINDS,
     webhook_namespace: str = names.DEFAULT_NAMESPACE,
-    where: Routes | None = None,
+    where: rendering.Routes | None = None,
 ) -> Report:
     """Judge every Pod and workload of `objects` per namespace (see the module docstring).
 
     `kinds` are the workload kinds the webhook reviews (the built-in ones and those of the
-    WorkloadKinds file). `where`: the routes of `routes(policies, kinds, ...)` when the
+    WorkloadKinds file). `where`: the routes of `rendering.routes(policies, kinds, ...)` when the
     caller has them already. ValueError for a `webhook_namespace` that is not a namespace
     name.
     """
     by_kind = pods.kinds_by_name(kinds)
     if where is None:
-        where = routes(policies, kinds, webhook_namespace=webhook_namespace)
+        where = rendering.routes(policies, kinds, webhook_namespace=webhook_namespace)
     report = Report(namespaces=[])
     labels_of: dict[str, dict[str, str]] = {}
     found: dict[tuple[str, str, str, str], _Object] = {}
@@ -304,14 +257,14 @@ def audit(
     for name in sorted(set(labels_of) | set(in_namespace)):
         items = in_namespace.get(name, [])
         labels = labels_of.get(name)
-        ns = _meet(name, labels, where, policies)
+        path = where.policy_path(_with_name(name, labels)) if labels is not None else None
+        ns = _meet(name, labels, path, where, policies)
         ns.objects = len(items)
         report.namespaces.append(ns)
         if ns.status != JUDGED or labels is None:
             if ns.status != NOT_IN_FILES:
                 ns.counts[UNTOUCHED] = len(items)
             continue
-        path = where.path(name, labels)
         if path is None:  # _meet judged it: it has a path
             continue
         if path not in governing:
@@ -358,9 +311,14 @@ def _read(obj: Mapping[str, Any], kind: str, meta: Mapping[str, Any]) -> _Object
 
 
 def _meet(
-    name: str, labels: Mapping[str, str] | None, where: Routes, policies: PolicySet
+    name: str,
+    labels: Mapping[str, str] | None,
+    path: str | None,
+    where: rendering.Routes,
+    policies: PolicySet,
 ) -> NamespaceReport:
-    """How the webhook meets a namespace: not at all (and why), or under which policy."""
+    """How the webhook meets a namespace: not at all (and why), or under which policy (the
+    entry at `path`, which `where` gave for its labels)."""
     if labels is None:
         shown = name or "(no namespace)"
         return NamespaceReport(
@@ -370,13 +328,12 @@ def _meet(
             " are unknown",
             in_files=False,
         )
-    path = where.path(name, labels)
     if path is None:
         seen = _with_name(name, labels)[names.NAME_LABEL]
         if seen == names.SYSTEM_NAMESPACE:
             reason = f"never reviewed ({names.SYSTEM_NAMESPACE} is never sent to the webhook)"
             return NamespaceReport(name, EXCLUDED, reason)
-        if seen in where.excluded:
+        if seen == where.webhook_namespace:
             reason = "never reviewed (the webhook's own namespace is never sent to it)"
             return NamespaceReport(name, EXCLUDED, reason)
         if not namespaces.opted_in(labels):
@@ -436,8 +393,7 @@ def _judge(item: _Object, *, real: Policy, enforcing: Policy, kinds: pods.Kinds)
         return text.replace(prefix, "") if prefix else text
 
     findings = tuple(
-        Finding(v.rule, v.message, v.container, real.mode_of(v.rule))
-        for v in decision.violations
+        Finding(v.rule, v.message, v.container, real.mode_of(v.rule)) for v in decision.violations
     )
     # A refusal comes without a patch.
     adds = describe_patch(decision.patch, found) if decision.patch else ()

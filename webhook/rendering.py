@@ -43,7 +43,7 @@ import base64
 import copy
 import json
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -463,3 +463,62 @@ def cel_string(value: str) -> str:
         return f"'{value}'"
     # JSON string syntax is a subset of CEL's double-quoted strings.
     return json.dumps(value)
+
+
+# --------------------------------------------------------------------------- routes
+
+
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """The namespace selectors of the rendered configurations, in order: which entry (and so
+    which policy path) a namespace's labels reach, as the API server matches them. For the
+    commands that stand in for a cluster (`mutate`, `audit`)."""
+
+    entries: tuple[tuple[str, tuple[Mapping[str, Any], ...]], ...]
+    webhook_namespace: str
+
+    def policy_path(self, labels: Mapping[str, str]) -> str | None:
+        """The policy path of the first entry that selects a namespace with `labels` (its
+        `kubernetes.io/metadata.name` label included); None when none does."""
+        for path, expressions in self.entries:
+            if all(selector_holds(e, labels) for e in expressions):
+                return path
+        return None
+
+
+def routes(
+    policies: PolicySet, kinds: Sequence[pods.Kind], *, webhook_namespace: str
+) -> Routes:
+    """The routes of the configurations `render` makes for `policies`; ValueError for a
+    namespace name Kubernetes would refuse. Both configurations select namespaces alike."""
+    configuration = render(
+        policies,
+        service=names.DEFAULT_SERVICE,
+        namespace=webhook_namespace,
+        name=names.DEFAULT_WEBHOOK_NAME,
+        kinds=kinds,
+    )
+    validating = next(c for c in configuration if c["kind"] == VALIDATING_KIND)
+    entries = tuple(
+        (
+            str(w["clientConfig"]["service"]["path"]).rsplit("/", 1)[1],
+            tuple(w["namespaceSelector"]["matchExpressions"]),
+        )
+        for w in validating["webhooks"]
+    )
+    return Routes(entries, webhook_namespace)
+
+
+def selector_holds(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    """A label selector requirement as Kubernetes evaluates it (NotIn holds without the key)."""
+    key, operator = expression["key"], expression["operator"]
+    values = expression.get("values") or ()
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    raise ValueError(f"unknown selector operator {operator!r}")

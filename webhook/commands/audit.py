@@ -33,7 +33,7 @@ from typing import Any
 import orjson
 import yaml
 
-from webhook import auditing, documents, kinds, names, policies
+from webhook import auditing, documents, kinds, names, policies, rendering
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {', '.join(files)}: holds no Kubernetes object", file=sys.stderr)
         return EXIT_USAGE
     try:
-        where = auditing.routes(loaded, workload_kinds, webhook_namespace=args.webhook_namespace)
+        where = rendering.routes(loaded, workload_kinds, webhook_namespace=args.webhook_namespace)
     except ValueError as exc:
         print(f"error: --webhook-namespace: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -18,7 +18,6 @@ import argparse
 import copy
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -146,75 +145,32 @@ def _namespace_labels(
     return {**labels, namespaces.NAME_LABEL: namespace}
 
 
-@dataclass(frozen=True, slots=True)
-class Routes:
-    """The namespace selectors of the webhook configurations `render` makes: which
-    namespaces the API server sends to the webhook at all."""
-
-    selectors: tuple[tuple[dict[str, Any], ...], ...]
-    webhook_namespace: str
-
-    def not_sent(self, labels: dict[str, str]) -> str | None:
-        """Why an object in a namespace with `labels` never reaches the webhook; None when an
-        entry of the configurations selects the namespace."""
-        if any(all(_holds(e, labels) for e in entry) for entry in self.selectors):
-            return None
-        name = labels.get(namespaces.NAME_LABEL)
-        which = f"namespace {name}" if name else "the namespace"
-        if not namespaces.opted_in(labels):
-            return f"{which} has not opted in (no label {namespaces.ENABLED_LABEL}=true)"
-        if name == names.SYSTEM_NAMESPACE:
-            return f"{which} is never sent to the webhook (its configurations leave it out)"
-        if name == self.webhook_namespace:
-            return (
-                f"{which} is the webhook's own (--webhook-namespace), never sent to it"
-                " (its configurations leave it out)"
-            )
-        return f"no entry of the webhook configurations selects {which}"
-
-
-def routes(
-    loaded: policies.PolicySet, workload_kinds: Sequence[pods.Kind], *, webhook_namespace: str
-) -> Routes:
-    """The routes of the configurations `render` makes for `loaded`; ValueError for a
-    namespace name Kubernetes would refuse."""
-    configuration = rendering.render(
-        loaded,
-        service=names.DEFAULT_SERVICE,
-        namespace=webhook_namespace,
-        name=names.DEFAULT_WEBHOOK_NAME,
-        kinds=workload_kinds,
-    )
-    # Both configurations select namespaces alike; the mutating one is what pods meet first.
-    mutating = next(c for c in configuration if c["kind"] == rendering.MUTATING_KIND)
-    selectors = tuple(
-        tuple(entry["namespaceSelector"]["matchExpressions"]) for entry in mutating["webhooks"]
-    )
-    return Routes(selectors, webhook_namespace)
+def not_sent(where: rendering.Routes, labels: dict[str, str]) -> str | None:
+    """Why an object in a namespace with `labels` never reaches the webhook; None when an
+    entry of the configurations selects the namespace."""
+    if where.policy_path(labels) is not None:
+        return None
+    name = labels.get(namespaces.NAME_LABEL)
+    which = f"namespace {name}" if name else "the namespace"
+    if not namespaces.opted_in(labels):
+        return f"{which} has not opted in (no label {namespaces.ENABLED_LABEL}=true)"
+    if name == names.SYSTEM_NAMESPACE:
+        return f"{which} is never sent to the webhook (its configurations leave it out)"
+    if name == where.webhook_namespace:
+        return (
+            f"{which} is the webhook's own (--webhook-namespace), never sent to it"
+            " (its configurations leave it out)"
+        )
+    return f"no entry of the webhook configurations selects {which}"
 
 
 def _routes(
     loaded: policies.PolicySet, workload_kinds: Sequence[pods.Kind], *, webhook_namespace: str
-) -> Routes:
+) -> rendering.Routes:
     try:
-        return routes(loaded, workload_kinds, webhook_namespace=webhook_namespace)
+        return rendering.routes(loaded, workload_kinds, webhook_namespace=webhook_namespace)
     except ValueError as exc:
         raise InputError(f"--webhook-namespace: {exc}") from None
-
-
-def _holds(expression: dict[str, Any], labels: dict[str, str]) -> bool:
-    """A label selector requirement as Kubernetes evaluates it (NotIn holds without the key)."""
-    key, operator = expression["key"], expression["operator"]
-    values = expression.get("values") or ()
-    if operator == "In":
-        return key in labels and labels[key] in values
-    if operator == "NotIn":
-        return key not in labels or labels[key] not in values
-    if operator == "Exists":
-        return key in labels
-    if operator == "DoesNotExist":
-        return key not in labels
-    raise ValueError(f"unknown selector operator {operator!r}")
 
 
 def decide(
@@ -225,7 +181,7 @@ def decide(
     workload_kinds: pods.Kinds = pods.BUILTIN,
 ) -> Decision:
     """What the webhook decides for `obj` in a namespace with `labels`, once the API server
-    sends it (`Routes.not_sent` says whether it does)."""
+    sends it (`not_sent` says whether it does)."""
     name = namespaces.policy_name(labels)
     if name is None:
         return Decision()
@@ -257,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
     for obj in objects:
         what = documents.describe(obj)
         seen = _namespace_labels(labels, obj, args.namespace)
-        reason = where.not_sent(seen)
+        reason = not_sent(where, seen)
         if reason is not None:
             print(f"not reviewed: {what}: {reason}; left unchanged", file=sys.stderr)
             results.append((obj, []))
