@@ -43,6 +43,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 # The installed package when there is one, else this checkout.
 sys.path.append(str(REPO))
+sys.path.append(str(REPO / "bench"))
+
+from core import container  # noqa: E402  bench/core.py: a defaulted container
 
 from webhook import auditing, kinds, policies  # noqa: E402
 from webhook.commands import audit as command  # noqa: E402
@@ -59,34 +62,6 @@ NAMESPACES: list[tuple[str, dict[str, str], str]] = [
     ("gpu-share-system", OPTED_IN, "nvidia.com/gpu"),
 ]
 _YAML_DUMPER: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
-def container(name: str, *, gpu: str | None = None, count: int = 1, **extra: Any) -> dict[str, Any]:
-    c: dict[str, Any] = {
-        "name": name,
-        "image": "nvcr.io/nvidia/tritonserver:24.08-py3",
-        "imagePullPolicy": "IfNotPresent",
-        "ports": [{"containerPort": 8000, "protocol": "TCP"}],
-        "env": [{"name": "MODEL_REPOSITORY", "value": "/models"}],
-        "resources": {
-            "limits": {"cpu": "2", "memory": "8Gi"},
-            "requests": {"cpu": "1", "memory": "4Gi"},
-        },
-        "volumeMounts": [
-            {
-                "name": "kube-api-access",
-                "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
-                "readOnly": True,
-            }
-        ],
-        "terminationMessagePath": "/dev/termination-log",
-        "terminationMessagePolicy": "File",
-    }
-    if gpu:
-        c["resources"]["limits"][gpu] = str(count)
-        c["resources"]["requests"][gpu] = str(count)
-    c.update(extra)
-    return c
 
 
 def pod_spec(*containers: dict[str, Any], **extra: Any) -> dict[str, Any]:

@@ -36,7 +36,11 @@ from webhook.core import reviewing  # noqa: E402
 BUILD = "compiled (mypyc)" if not reviewing.__file__.endswith(".py") else "pure Python"
 
 
-def container(name: str, *, gpu: bool) -> dict[str, Any]:
+def container(
+    name: str, *, gpu: bool | str = False, count: int = 1, **extra: Any
+) -> dict[str, Any]:
+    """A container as the API server returns it (defaulted); `gpu`: True for one
+    `nvidia.com/gpu.shared`, or the GPU resource to ask `count` of."""
     c: dict[str, Any] = {
         "name": name,
         "image": "nvcr.io/nvidia/tritonserver:24.08-py3",
@@ -58,8 +62,10 @@ def container(name: str, *, gpu: bool) -> dict[str, Any]:
         "terminationMessagePolicy": "File",
     }
     if gpu:
-        c["resources"]["limits"]["nvidia.com/gpu.shared"] = "1"
-        c["resources"]["requests"]["nvidia.com/gpu.shared"] = "1"
+        resource = "nvidia.com/gpu.shared" if gpu is True else str(gpu)
+        c["resources"]["limits"][resource] = str(count)
+        c["resources"]["requests"][resource] = str(count)
+    c.update(extra)
     return c
 
 

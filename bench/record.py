@@ -83,24 +83,6 @@ def best_us(call: Callable[[], object], seconds: float) -> float:
     return best * 1e6
 
 
-def line_of(route: Any, outcome: reviews.Outcome, seconds: float) -> dict[str, Any]:
-    """The review line `_Route.record` writes for an allowed review (as it builds it)."""
-    request, decision = outcome.request, outcome.decision
-    return {
-        "message": "review",
-        "uid": request.uid,
-        "namespace": request.namespace,
-        "name": request.name,
-        "kind": request.kind,
-        "operation": request.operation,
-        "endpoint": route.endpoint,
-        "policy": "default",
-        "decision": ALLOWED,
-        "patch_operations": len(decision.patch),
-        "ms": round(seconds * 1000, 3),
-    }
-
-
 async def measure(directory: Path, seconds: float) -> list[tuple[str, str, float]]:
     rows = []
     with open(os.devnull, "wb") as buffered, open(os.devnull, "wb", buffering=0) as raw:
@@ -131,7 +113,7 @@ async def measure(directory: Path, seconds: float) -> list[tuple[str, str, float
                 route.metrics.count_review, "mutate", "default", ALLOWED, took
             )
             calls["review line"] = functools.partial(
-                JsonLines(buffered), line_of(route, outcome, took)
+                JsonLines(buffered), server.review_line(outcome, "mutate", "default", took)
             )
             label = f"pod({n}), {len(outcome.decision.patch)} patch ops"
             rows += [(label, name, best_us(call, seconds)) for name, call in calls.items()]

@@ -47,10 +47,11 @@ from tests.test_properties import LABELS, TOLERATIONS, affinity
 from webhook import kinds as workload_kinds
 from webhook import reviews
 from webhook.core import pods
+from webhook.transport.limits import Limits
 
 JSON = "application/json"
 # The body limit of the contract (SPEC: 413 over 7 MiB).
-MAX_BODY_BYTES = 7 * 1024 * 1024
+MAX_BODY_BYTES = Limits().max_body_bytes
 # What the API server adds to every call (the webhook configurations' timeoutSeconds).
 QUERY = "timeout=10s"
 POLICIES = ("default", "not-renamed", "no-such-policy")

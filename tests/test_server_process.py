@@ -158,8 +158,15 @@ async def test_a_broken_policy_file_at_start_does_not_stop_serve_and_its_namespa
         assert str(broken) in message
         assert "kind" in message
         # The good one answers as before.
-        good = await _post(serve, ca, "/mutate/not-renamed", h.shared_pod(), "uid-good")
-        assert "allowed" in good
+        # The good one answers as before: a whole GPU, as not-renamed calls a shared one.
+        pod = h.shared_pod()
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        limits["nvidia.com/gpu"] = limits.pop("nvidia.com/gpu.shared")
+        good = await _post(serve, ca, "/mutate/not-renamed", pod, "uid-good")
+        assert good["allowed"] is True
+        assert h.patched(pod, good)["metadata"]["annotations"]["gpu-share.io/policy"] == (
+            "not-renamed"
+        )
         async with (
             aiohttp.ClientSession() as session,
             session.get(serve.probe_url("/metrics")) as response,

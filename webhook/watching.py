@@ -179,7 +179,6 @@ class PolicyWatch:
         self._seen: tuple[tuple[str, bytes], ...] | None = None
         self._reported: dict[str, str] = {}
         self.problems: dict[str, str] = {}
-        self.reloads = 0
         self._restore()
         files = self._read() or ()
         self._seen = files or None
@@ -199,7 +198,6 @@ class PolicyWatch:
             return False
         self._seen = files
         self.policies = loaded
-        self.reloads += 1
         self._report()
         return True
 

@@ -360,6 +360,20 @@ def add_workload_kinds_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_webhook_namespace_argument(parser: argparse.ArgumentParser) -> None:
+    """--webhook-namespace NS for the commands that stand in for a cluster (`mutate`,
+    `audit`): read from GPU_SHARE_WEBHOOK_NAMESPACE, as `serve` and `render` read theirs."""
+    parser.add_argument(
+        "--webhook-namespace",
+        metavar="NS",
+        type=namespace_name(),
+        default=from_env("namespace", names.DEFAULT_NAMESPACE),
+        help=help_text(
+            "the namespace the webhook runs in: never sent to it, like kube-system", "namespace"
+        ),
+    )
+
+
 def policies_directory(option: str | None) -> tuple[Path, str]:
     """The policy directory to use, and where it came from: the option, else `./policies`
     when there is one, else the policies shipped with the package."""

@@ -39,11 +39,11 @@ from webhook.commands import (
     EXIT_OK,
     EXIT_USAGE,
     add_policies_argument,
+    add_webhook_namespace_argument,
     add_workload_kinds_argument,
     env_name,
     from_env,
     help_text,
-    namespace_name,
     policies_directory,
 )
 from webhook.core import pods
@@ -54,7 +54,6 @@ FILES_OPTION = "audit-files"
 OUTPUT_OPTION = "audit-output"
 SHOW_OPTION = "audit-show"
 # The webhook's own namespace: the same variable as `serve`, `render` and `certs --namespace`.
-WEBHOOK_NAMESPACE_OPTION = "namespace"
 OUTPUTS = ("text", "json")
 # What the report lists (counts always cover every object).
 SHOWS = ("refused", "changed", "all")
@@ -87,16 +86,7 @@ def register(subparsers: Any) -> None:
     )
     add_policies_argument(parser, "directory of policy files")
     add_workload_kinds_argument(parser)
-    parser.add_argument(
-        "--webhook-namespace",
-        metavar="NS",
-        type=namespace_name(),
-        default=from_env(WEBHOOK_NAMESPACE_OPTION, names.DEFAULT_NAMESPACE),
-        help=help_text(
-            "the namespace the webhook runs in: never sent to it, like kube-system",
-            WEBHOOK_NAMESPACE_OPTION,
-        ),
-    )
+    add_webhook_namespace_argument(parser)
     parser.add_argument(
         "-o",
         "--output",

@@ -31,6 +31,7 @@ from webhook.commands import (
     EXIT_OK,
     EXIT_USAGE,
     add_policies_argument,
+    add_webhook_namespace_argument,
     add_workload_kinds_argument,
     from_env,
     help_text,
@@ -51,7 +52,6 @@ OUTPUT_OPTION = "mutate-output"
 # Not GPU_SHARE_WEBHOOK_NAMESPACE: that one names the webhook's own namespace.
 OBJECT_NAMESPACE_OPTION = "object-namespace"
 # The webhook's own namespace: the same variable as `serve`, `render` and `certs --namespace`.
-WEBHOOK_NAMESPACE_OPTION = "namespace"
 
 
 def register(subparsers: Any) -> None:
@@ -91,16 +91,7 @@ def register(subparsers: Any) -> None:
         help="a label of the namespace, repeatable (default: gpu-share.io/enabled=true, the"
         " opt-in; add gpu-share.io/policy=NAME to pick a policy)",
     )
-    parser.add_argument(
-        "--webhook-namespace",
-        metavar="NS",
-        type=namespace_name(),
-        default=from_env(WEBHOOK_NAMESPACE_OPTION, names.DEFAULT_NAMESPACE),
-        help=help_text(
-            "the namespace the webhook runs in: never sent to it, like kube-system",
-            WEBHOOK_NAMESPACE_OPTION,
-        ),
-    )
+    add_webhook_namespace_argument(parser)
     add_policies_argument(parser, "directory of policy files")
     add_workload_kinds_argument(parser)
     parser.add_argument(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -242,14 +243,8 @@ def run(args: argparse.Namespace) -> int:
         reload_interval=args.reload_interval,
         workload_kinds=Path(args.workload_kinds).absolute() if args.workload_kinds else None,
         state_dir=Path(args.state_dir).absolute() if args.state_dir else None,
-        limits=Limits(
-            header_timeout=args.header_timeout,
-            body_timeout=args.body_timeout,
-            idle_timeout=args.idle_timeout,
-            max_connections=args.max_connections,
-            max_body_bytes=args.max_body_bytes,
-            max_inflight_bytes=args.max_inflight_bytes,
-        ),
+        # Each limit has the flag of its name (`_add_limit_arguments`).
+        limits=Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)}),
         cache_size=args.cache_size,
         event_loop=args.event_loop,
     )

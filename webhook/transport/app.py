@@ -196,7 +196,7 @@ class State:
         before = dict(self.policy_watch.problems)
         changed = self.policy_watch.check()
         problems = self.policy_watch.problems
-        if changed and problems != before and set(problems) - set(before):
+        if changed and set(problems) - set(before):
             self.metrics.policy_reload_errors.inc()
         elif changed:
             self.metrics.policy_reloads.inc()
@@ -478,27 +478,7 @@ class _Route:
         state = self.state
         if not state.review_lines_wanted:
             return
-        request = outcome.request
-        line: dict[str, Any] = {
-            "message": "review",
-            "uid": request.uid,
-            "namespace": request.namespace,
-            "name": request.name,
-            "kind": request.kind,
-            "operation": request.operation,
-            "endpoint": endpoint,
-            "policy": policy_name,
-            "decision": verdict,
-            "patch_operations": len(decision.patch),
-            "ms": round(seconds * 1000, 3),
-        }
-        if not decision.allowed:
-            line["rules"] = decision.rules
-            line["mode"] = names.ENFORCE
-        if decision.would_refuse:
-            # Admitted although these rules would refuse: the mode that decided so.
-            line["would_refuse"] = sorted({f"{v.rule}:{mode}" for mode, v in decision.would_refuse})
-        state.write_review_line(line)
+        state.write_review_line(review_line(outcome, endpoint, policy_name, seconds))
 
     def invalid(self, policy_name: str, started: float, status: int, reason: str) -> web.Response:
         """A 4xx for a request that is not a usable AdmissionReview, or cannot be taken now."""
@@ -560,6 +540,33 @@ class _Route:
                 text=f"the body has no readable request uid (internal error {reference})\n",
             )
         return web.Response(body=reviews.internal_error(uid, reference), content_type=_JSON)
+
+
+def review_line(
+    outcome: reviews.Outcome, endpoint: reviews.Endpoint, policy_name: str, seconds: float
+) -> dict[str, Any]:
+    """The log line of one answered review."""
+    request, decision = outcome.request, outcome.decision
+    line: dict[str, Any] = {
+        "message": "review",
+        "uid": request.uid,
+        "namespace": request.namespace,
+        "name": request.name,
+        "kind": request.kind,
+        "operation": request.operation,
+        "endpoint": endpoint,
+        "policy": policy_name,
+        "decision": ALLOWED if decision.allowed else DENIED,
+        "patch_operations": len(decision.patch),
+        "ms": round(seconds * 1000, 3),
+    }
+    if not decision.allowed:
+        line["rules"] = decision.rules
+        line["mode"] = names.ENFORCE
+    if decision.would_refuse:
+        # Admitted although these rules would refuse: the mode that decided so.
+        line["would_refuse"] = sorted({f"{v.rule}:{mode}" for mode, v in decision.would_refuse})
+    return line
 
 
 def _policy_label(name: str, policy_set: policies.PolicySet) -> str:
