@@ -25,7 +25,8 @@ A connection of the last four kinds that the server closes is opened again (afte
 so the pressure stays. The file descriptor limit is raised (RLIMIT_NOFILE, up to the hard
 limit) for this process and the server, which inherits it.
 
-Every --every seconds a row: seconds, the server's RSS (VmRSS) and open file descriptors
+Every --every seconds a row: seconds, the server's RSS (VmRSS), its peak RSS so far
+(VmHWM: no sampling misses it) and open file descriptors
 (/proc/<pid>/fd), steady reviews answered (200 and allowed, with the request's uid) and
 failed in the window, their p50 and p99, the slowest /healthz of the window (asked every
 second; "MISSED" when one took 1 s or more), connections open of each kind and how many the
@@ -123,6 +124,7 @@ class Totals:
     failures: dict[str, int] = field(default_factory=dict)
     rss: list[float] = field(default_factory=list)
     fds: list[int] = field(default_factory=list)
+    peak: float = 0.0
 
 
 def bump(counts: dict[str, int], key: str, n: int = 1) -> None:
@@ -361,18 +363,21 @@ def close(connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None
 # --------------------------------------------------------------------------- the server
 
 
-def status_of(pid: int) -> tuple[float, int]:
-    """The server's RSS in MB and its open file descriptors."""
-    rss = 0.0
+def status_of(pid: int) -> tuple[float, float, int]:
+    """The server's RSS now and its highest RSS so far (VmHWM, which no sampling misses), in
+    MB, and its open file descriptors."""
+    rss = peak = 0.0
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 rss = int(line.split()[1]) / 1024
+            elif line.startswith("VmHWM:"):
+                peak = int(line.split()[1]) / 1024
     try:
         fds = len(list(Path(f"/proc/{pid}/fd").iterdir()))
     except OSError:
         fds = -1
-    return rss, fds
+    return rss, peak, fds
 
 
 def percentile(values: list[float], percent: float) -> float:
@@ -384,8 +389,8 @@ def percentile(values: list[float], percent: float) -> float:
 
 
 COLUMNS = (
-    "s", "RSS MB", "fds", "ok", "failed", "p50 ms", "p99 ms", "healthz ms", "idle", "slowloris",
-    "partial", "large ok", "closed by server",
+    "s", "RSS MB", "peak MB", "fds", "ok", "failed", "p50 ms", "p99 ms", "healthz ms", "idle",
+    "slowloris", "partial", "large ok", "closed by server",
 )  # fmt: skip
 
 
@@ -393,8 +398,9 @@ def row(soak: Soak, elapsed: float) -> str:
     """The window as a table row; the window is added to the totals and started anew."""
     window, totals = soak.window, soak.totals
     soak.window = Window()
-    rss, fds = status_of(soak.server.popen.pid)
+    rss, peak, fds = status_of(soak.server.popen.pid)
     totals.rss.append(rss)
+    totals.peak = peak
     totals.fds.append(fds)
     totals.ok += window.ok
     totals.failed += window.failed
@@ -413,7 +419,7 @@ def row(soak: Soak, elapsed: float) -> str:
         healthz = f"MISSED {window.healthz_missed}"
     closed = ", ".join(f"{k} {n}" for k, n in sorted(window.closed.items())) or "-"
     cells = [
-        f"{elapsed:.0f}", f"{rss:.0f}", str(fds), str(window.ok), str(window.failed),
+        f"{elapsed:.0f}", f"{rss:.0f}", f"{peak:.0f}", str(fds), str(window.ok), str(window.failed),
         f"{percentile(window.latencies, 50):.1f}", f"{percentile(window.latencies, 99):.1f}",
         healthz, str(soak.open["idle"]), str(soak.open["slowloris"]), str(soak.open["partial"]),
         str(window.large_ok), closed,
@@ -430,7 +436,8 @@ def summary(soak: Soak, seconds: float) -> str:
         f"{seconds:.0f} s: steady reviews {t.ok:,} ok, {t.failed:,} failed ({failures});"
         f" p50 {percentile(t.latencies, 50):.1f} ms, p99 {percentile(t.latencies, 99):.1f} ms,"
         f" max {percentile(t.latencies, 100):.0f} ms; /healthz missed {t.healthz_missed};"
-        f" server RSS {t.rss[0]:.0f} -> max {max(t.rss):.0f} -> {t.rss[-1]:.0f} MB,"
+        f" server RSS {t.rss[0]:.0f} -> max {max(t.rss):.0f} -> {t.rss[-1]:.0f} MB"
+        f" (peak {t.peak:.0f} MB),"
         f" fds max {max(t.fds)}; large reviews {t.large_ok} allowed, other {large_other};"
         f" closed by the server: {closed}"
     )
@@ -450,7 +457,7 @@ def raise_fd_limit(wanted: int) -> int:
 async def soak_run(args: argparse.Namespace, server: h.Process, ca_file: Path) -> int:
     await server.ready()
     soak = Soak(server, h.client_context(ca_file), args)
-    rss, fds = status_of(server.popen.pid)
+    rss, _, fds = status_of(server.popen.pid)
     print(f"server ready: RSS {rss:.0f} MB, {fds} file descriptors", flush=True)
     print(
         "| " + " | ".join(COLUMNS) + " |\n|" + "---:|" * (len(COLUMNS) - 1) + "---|",

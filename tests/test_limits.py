@@ -20,6 +20,7 @@ import pytest
 
 from tests import server_helpers as h
 from webhook import certificates
+from webhook.transport import app as app_module
 from webhook.transport import limits as limits_module
 from webhook.transport import serving
 from webhook.transport.limits import Limits
@@ -206,14 +207,31 @@ async def test_beyond_max_connections_with_none_idle_a_new_one_is_a_503(
     assert h.metric(text, "gpu_share_webhook_connections_closed_total", reason="refused") == 1
 
 
-async def test_beyond_the_review_bytes_in_flight_a_request_is_a_429(
-    server: serving.Running,
+@pytest.fixture
+def large_above_16_kib(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Under SMALL limits every body would be a small one (up to 256 KiB, which may use the
+    # reserve beyond --max-inflight-bytes); here bodies above 16 KiB are the large ones.
+    monkeypatch.setattr(app_module, "INLINE_REVIEW_BYTES", 16 * 1024)
+
+
+def padded(uid: str, size: int) -> bytes:
+    """A review of a shared-GPU pod, padded to exactly `size` bytes."""
+    bare = len(h.review_body({**h.shared_pod(), "padding": ""}, uid))
+    body = h.review_body({**h.shared_pod(), "padding": "x" * (size - bare)}, uid)
+    assert len(body) == size
+    return body
+
+
+async def test_beyond_the_review_bytes_in_flight_a_large_request_is_a_429_a_small_one_is_not(
+    server: serving.Running, large_above_16_kib: None
 ) -> None:
     ca = ca_of(server)
-    big = h.review_body({**h.shared_pod(), "padding": "x" * 60_000}, "uid-big")
-    assert 32 * 1024 < len(big) <= SMALL.max_body_bytes
+    big = padded("uid-big", SMALL.max_body_bytes)
+    ordinary = review("uid-ordinary")
+    # Two large bodies all but arrived, and an ordinary review on top, pass the limit.
+    assert 2 * (len(big) - 100) + len(ordinary) > SMALL.max_inflight_bytes
     async with h.connect(server.port, ca) as first, h.connect(server.port, ca) as second:
-        for connection in (first, second):  # all but the end of their bodies has arrived
+        for connection in (first, second):
             await connection.send_head("/mutate", len(big))
             await connection.send(big[:-100])
         await asyncio.sleep(0.2)
@@ -222,12 +240,56 @@ async def test_beyond_the_review_bytes_in_flight_a_request_is_a_429(
         assert status == 429
         assert headers["retry-after"] == "1"
         assert b"retry in a moment" in text
+        # An ordinary review is not locked out by large ones: it has a reserve of its own.
+        async with h.connect(server.port, ca) as fourth:
+            status, _, answer = await fourth.post("/mutate", ordinary)
+        assert status == 200
+        assert h.response_of(json.loads(answer), "uid-ordinary")["allowed"] is True
         # Those in flight are answered when their bodies arrive.
         await first.send(big[-100:])
         status, _, _ = await first.response()
         assert status == 200
     text = await metrics(server)
     assert h.metric(text, "gpu_share_webhook_requests_shed_total", reason="inflight-bytes") == 1
+
+
+async def test_the_reserve_of_small_reviews_is_bounded(
+    server: serving.Running, large_above_16_kib: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reserve = 8 * 1024
+    monkeypatch.setattr(app_module, "SMALL_REVIEWS_RESERVE_BYTES", reserve)
+    ca = ca_of(server)
+    big = padded("uid-big", SMALL.max_body_bytes)
+    small = padded("uid-small", 6 * 1024)
+    last = padded("uid-last", 4 * 1024)
+    held = 2 * (len(big) - 100) + len(small) - 100
+    assert held <= SMALL.max_inflight_bytes + reserve < held + len(last)
+    async with (
+        h.connect(server.port, ca) as first,
+        h.connect(server.port, ca) as second,
+        h.connect(server.port, ca) as third,
+    ):
+        for connection, body in ((first, big), (second, big), (third, small)):
+            await connection.send_head("/mutate", len(body))
+            await connection.send(body[:-100])
+            await asyncio.sleep(0.1)  # in this order: the large ones first
+        async with h.connect(server.port, ca) as fourth:
+            status, _, text = await fourth.post("/mutate", last)
+        assert status == 429, text
+        for connection, body, uid in ((first, big, "uid-big"), (third, small, "uid-small")):
+            await connection.send(body[-100:])
+            status, _, answer = await connection.response()
+            assert status == 200
+            assert h.response_of(json.loads(answer), uid)["allowed"] is True
+    text = await metrics(server)
+    assert h.metric(text, "gpu_share_webhook_requests_shed_total", reason="inflight-bytes") == 1
+    # Every byte counted is given back, the one left mid-body included.
+    state = server.state
+
+    async def released() -> bool:
+        return state.inflight_bytes == state.inflight_small_bytes == 0
+
+    await h.eventually(released, what="review bytes given back")
 
 
 async def test_bodies_announced_but_not_sent_hold_no_review_bytes(
@@ -303,3 +365,39 @@ def test_limits_that_cannot_work_are_named(field: str, value: Any, words: str) -
 
 def test_this_aiohttp_has_what_the_guard_reads() -> None:
     limits_module.check_handler()
+
+
+async def test_a_closed_connection_lets_go_of_its_transport(server: serving.Running) -> None:
+    # Its TLS state must not wait for the collector with aiohttp's objects.
+    ca = ca_of(server)
+    connections = server.state.connections
+    assert connections is not None
+    async with h.connect(server.port, ca) as connection:
+        status, _, _ = await connection.post("/mutate", review("uid-transport"))
+        assert status == 200
+        (guarded,) = list(connections._open)
+        assert guarded._transport is not None
+
+    async def gone() -> bool:
+        return guarded not in connections._open and guarded._transport is None
+
+    await h.eventually(gone, what="the closed connection forgotten, its transport dropped")
+
+
+def test_a_collection_follows_every_so_many_closed_connections(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(limits_module.Connections, "COLLECT_AFTER_CLOSED", 3)
+    connections = limits_module.Connections(SMALL)
+
+    class Closed:  # what `forget` is given: only its identity matters
+        pass
+
+    for _ in range(2):
+        connections.forget(Closed())  # type: ignore[arg-type]
+    assert connections.collect() is None
+    connections.forget(Closed())  # type: ignore[arg-type]
+    seconds = connections.collect()
+    assert seconds is not None
+    assert seconds >= 0
+    assert connections.collect() is None  # counted anew from there

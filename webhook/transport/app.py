@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import ctypes.util
 import functools
 import logging
 import re
@@ -45,6 +43,7 @@ from aiohttp import StreamReader, web
 from webhook import certificates, kinds, names, policies, reviews, watching
 from webhook.core import pods, reviewing
 from webhook.errors import BadReview, CertificateError
+from webhook.transport import heap
 from webhook.transport.limits import Connections, Limits
 from webhook.transport.logs import REVIEW_LOGGER
 from webhook.transport.metrics import ALLOWED, CONTENT_TYPE, DENIED, ERROR, INVALID, Metrics
@@ -61,6 +60,11 @@ DEADLINE_MARGIN_SECONDS = 1.0
 # the loop keeps answering other reviews and probes meanwhile, and the wait can be cut at
 # the deadline.
 INLINE_REVIEW_BYTES = 256 * 1024
+# Bytes of small reviews (up to INLINE_REVIEW_BYTES each) that may be in flight beyond
+# --max-inflight-bytes: large reviews alone never get the ordinary ones refused. Without it,
+# two 7 MiB reviews filled the 16 MiB and pods of a few KB were answered 429 (measured in
+# bench/soak.py with 40 clients sending 7 MiB). 4 MiB is hundreds of ordinary reviews.
+SMALL_REVIEWS_RESERVE_BYTES = 4 * 1024 * 1024
 # Threads for large reviews. The GIL makes more of them no faster; two let one large review
 # not queue behind another.
 REVIEW_THREADS = 2
@@ -160,7 +164,10 @@ class State:
         self.executor: ThreadPoolExecutor | None = None
         # Set by `serving` when it listens through `limits.listen`.
         self.connections: Connections | None = None
+        # Review bytes being received or reviewed; of them, those of small reviews (up to
+        # INLINE_REVIEW_BYTES each so far). See `_Route.hold`.
         self.inflight_bytes = 0
+        self.inflight_small_bytes = 0
         self.policy_watch = watching.PolicyWatch(
             settings.policies_dir, state_dir=settings.state_dir
         )
@@ -384,6 +391,8 @@ class _Route:
             return self.internal_error(policy_name, started, body, exc)
         finally:
             state.inflight_bytes -= held.bytes
+            if held.bytes <= INLINE_REVIEW_BYTES:
+                state.inflight_small_bytes -= held.bytes
             self.metrics.in_flight.dec()
             if held.bytes > INLINE_REVIEW_BYTES:
                 _release_memory(state)
@@ -400,16 +409,29 @@ class _Route:
         return response
 
     def hold(self, held: _Held, size: int) -> None:
-        """Count `size` more bytes of this request as in flight; refuse past the limit."""
+        """Count `size` more bytes of this request as in flight; refuse past the limit.
+
+        Large reviews (bodies above INLINE_REVIEW_BYTES) may hold --max-inflight-bytes
+        between them; small ones may go SMALL_REVIEWS_RESERVE_BYTES beyond it, and what they
+        hold does not count against the large ones."""
         state = self.state
+        was_small = held.bytes <= INLINE_REVIEW_BYTES
         held.bytes += size
         state.inflight_bytes += size
         limit = self.limits.max_inflight_bytes
-        if state.inflight_bytes > limit:
+        if held.bytes <= INLINE_REVIEW_BYTES:
+            state.inflight_small_bytes += size
+            limit += SMALL_REVIEWS_RESERVE_BYTES
+            counted = state.inflight_bytes
+        else:
+            if was_small:  # it has just become a large one
+                state.inflight_small_bytes -= held.bytes - size
+            counted = state.inflight_bytes - state.inflight_small_bytes
+        if counted > limit:
             self.metrics.count_shed("inflight-bytes")
             raise _Refused(
                 429,
-                f"{state.inflight_bytes - held.bytes} bytes of reviews are being received or"
+                f"{counted - held.bytes} bytes of reviews are being received or"
                 f" reviewed, the limit is {limit}: retry in a moment",
             )
 
@@ -635,26 +657,20 @@ def _too_large(length: int | None, limit: int) -> str:
     return f"the body{size} is larger than the limit of {limit} bytes{readable}"
 
 
-# glibc keeps freed memory of large reviews in its arenas; malloc_trim gives it back to
-# the system, so that a burst of large reviews does not leave a replica near its limit.
-_LIBC = ctypes.util.find_library("c")
-_MALLOC_TRIM = getattr(ctypes.CDLL(_LIBC), "malloc_trim", None) if _LIBC else None
-
-
 _TRIM_EVERY_SECONDS = 1.0
 _last_trim = 0.0
 
 
 def _release_memory(state: State) -> None:
-    """After a large review: return freed memory to the system, at most once a second (on a
-    thread: a trim of a large heap takes milliseconds; ctypes releases the GIL)."""
+    """After a large review: return freed memory to the system (`heap.trim`), at most once a
+    second, on a thread."""
     global _last_trim  # noqa: PLW0603 - one process, one heap
     now = time.monotonic()
-    if _MALLOC_TRIM is None or state.executor is None or now - _last_trim < _TRIM_EVERY_SECONDS:
+    if not heap.can_trim() or state.executor is None or now - _last_trim < _TRIM_EVERY_SECONDS:
         return
     _last_trim = now
     with contextlib.suppress(RuntimeError):
-        state.executor.submit(_MALLOC_TRIM, 0)
+        state.executor.submit(heap.trim)
 
 
 # --------------------------------------------------------------------------- probes

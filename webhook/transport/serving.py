@@ -26,6 +26,7 @@ from typing import Any
 
 from aiohttp import web
 
+from webhook.transport import heap
 from webhook.transport import limits as limits_module
 from webhook.transport.app import STATE, ReviewLog, Settings, State, create_app, create_probe_app
 
@@ -110,6 +111,7 @@ async def serve(
     the kernel spreads new connections over them.
     """
     _raise_open_files_limit()
+    memory = heap.fix_mmap_threshold()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -134,6 +136,7 @@ async def serve(
                     "certificate_expires": f"{state.certificates.not_after:%Y-%m-%dT%H:%M:%SZ}",
                     "event_loop": type(loop).__module__.split(".")[0],
                     "limits": {k: getattr(settings.limits, k) for k in settings.limits.__slots__},
+                    "memory": memory,
                 }
             )
             await stop.wait()
