@@ -3,6 +3,7 @@ same event loop, and a Go webhook doing the same mutation.
 
     python bench/server.py [--seconds 10] [--connections 32] [--bodies 1 50]
                            [--loops asyncio uvloop] [--no-peer] [--workers 1]
+                           [--serve-python PYTHON]
 
 In one run, for each review body (bench/core.py's pod(1) and pod(50) as the API server sends
 them: 2.1 KB and 29 KB) and each event loop, one process each (`--workers N`: N processes on
@@ -350,11 +351,18 @@ def workspace(prefix: str, containers: tuple[int, ...] = (1, 50)) -> Iterator[Wo
 
 
 def serve_command(
-    port: int, metrics_port: int, cert_dir: Path, *, workers: int = 1, event_loop: str = "auto"
+    port: int,
+    metrics_port: int,
+    cert_dir: Path,
+    *,
+    workers: int = 1,
+    event_loop: str = "auto",
+    python: str = sys.executable,
 ) -> list[str]:
-    """`gpu-share-webhook serve` as measured: loopback, review log on, no drain."""
+    """`gpu-share-webhook serve` as measured: loopback, review log on, no drain; run by
+    `python` (its installed webhook package, or this checkout's when it is the one)."""
     return [
-        sys.executable,
+        python,
         "-m",
         "webhook",
         "serve",
@@ -373,7 +381,14 @@ def serve_command(
 def measure_serve(ws: Workspace, body: Body, *, loop: str, args: argparse.Namespace) -> Result:
     """`gpu-share-webhook serve --event-loop loop`, its answers checked before and after."""
     port, metrics_port = free_port(), free_port()
-    command = serve_command(port, metrics_port, ws.cert_dir, workers=args.workers, event_loop=loop)
+    command = serve_command(
+        port,
+        metrics_port,
+        ws.cert_dir,
+        workers=args.workers,
+        event_loop=loop,
+        python=args.serve_python,
+    )
     log = ws.directory / f"serve-{loop}-{body.containers}.log"
     with running(command, log, ws.env) as process:
         wait_ready(metrics_port, process, log)
@@ -483,6 +498,24 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def build_of(python: str) -> str:
+    """Which build of the webhook package `python` imports: mypyc-compiled (as the wheel and
+    the image ship it) or pure Python (as an editable install runs it)."""
+    probe = "import webhook.core.pods as m; print(m.__file__)"
+    found = subprocess.run(
+        [python, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tempfile.gettempdir(),
+    )
+    if found.returncode != 0:
+        raise SystemExit(f"{python} cannot import webhook: {found.stderr.strip()}")
+    where = found.stdout.strip()
+    kind = "compiled (mypyc)" if not where.endswith(".py") else "pure Python"
+    return f"{kind}, {where}"
+
+
 def load() -> str:
     return ", ".join(f"{n:.2f}" for n in os.getloadavg())
 
@@ -503,6 +536,14 @@ def main() -> int:
     )
     parser.add_argument("--loops", nargs="+", choices=LOOPS, default=list(LOOPS))
     parser.add_argument("--no-peer", action="store_true", help="without the Go peer")
+    parser.add_argument(
+        "--serve-python",
+        default=sys.executable,
+        metavar="PYTHON",
+        help="the interpreter whose installed webhook package `serve` runs (default: this one;"
+        " for the compiled build as shipped, one of a virtual environment where"
+        " `pip install .` was run)",
+    )
     parser.add_argument(
         "--workers", type=int, default=1, help="processes per Python server, Go peer threads"
     )
@@ -540,6 +581,7 @@ def main() -> int:
             "bench/server.py: --workers, --seconds, --connections must be positive", file=sys.stderr
         )
         return 2
+    build = build_of(args.serve_python)
     before = load()
     started = datetime.datetime.now(datetime.UTC)
     results = run(args)
@@ -548,6 +590,7 @@ def main() -> int:
         f" {before} before, {load()} after"
     )
     print(f"python bench/server.py {shlex.join(sys.argv[1:])}")
+    print(f"serve's webhook package: {build}")
     print(
         f"POST {PATH}, TLS, keep-alive, wrk -t1 -c{args.connections}, {args.warmup:g} s"
         f" warm-up then {args.seconds:g} s each, {args.workers} process(es) per server"

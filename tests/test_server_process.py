@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from prometheus_client.mmap_dict import MmapedDict
 
 from tests import server_helpers as h
@@ -223,3 +227,41 @@ def _reviews_per_process(metrics_dir: Path) -> list[float]:
         if total:
             counted.append(total)
     return counted
+
+
+PROBE_REVIEW_STREAM = """
+import os, sys
+from webhook.commands import serve
+stream = serve._review_stream()
+print(type(stream).__name__, file=sys.stdout, flush=True)
+stream.write(b'{"line":1}\\n')
+os.write(2, b"before flush\\n")
+stream.flush()
+del stream
+import gc; gc.collect()
+os.write(2, b"descriptor 2 still open\\n")
+"""
+
+
+@pytest.mark.parametrize("unbuffered", ["1", ""])
+def test_review_lines_are_buffered_even_when_python_is_not(unbuffered: str) -> None:
+    # The image sets PYTHONUNBUFFERED=1: sys.stderr.buffer is then the raw file, and each
+    # review line would be a write(2) of its own.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    if unbuffered:
+        env["PYTHONUNBUFFERED"] = unbuffered
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE_REVIEW_STREAM],
+        capture_output=True,
+        env=env,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode().strip() == "BufferedWriter"
+    # Held until flushed, then written whole; closing our file object left stderr open.
+    assert done.stderr.decode().splitlines() == [
+        "before flush",
+        '{"line":1}',
+        "descriptor 2 still open",
+    ]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import io
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -33,7 +34,7 @@ import time
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, BinaryIO
 
 from prometheus_client import multiprocess
 
@@ -63,6 +64,8 @@ logger = logging.getLogger(__name__)
 
 
 _MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# Review lines held before they are written (a few hundred lines; flushed within 0.2 s).
+REVIEW_LOG_BUFFER_BYTES = 64 * 1024
 # A worker that dies sooner than this after it started is failing to start (a port in use,
 # unreadable files): restarting it would only loop, so the whole server stops instead.
 _CRASH_LOOP_SECONDS = 10.0
@@ -305,7 +308,7 @@ def _serve(settings: Settings, *, reuse_port: bool, log_level: str, log_format: 
     # JSON review lines skip `logging` (see `logs.JsonLines`); text ones are for reading.
     review_log = None
     if log_format == "json" and logging.getLevelName(log_level.upper()) <= logging.INFO:
-        review_log = logs.JsonLines(sys.stderr.buffer)
+        review_log = logs.JsonLines(_review_stream())
     try:
         serving.run(settings, reuse_port=reuse_port, review_log=review_log)
     except (PolicyError, CertificateError) as exc:
@@ -324,6 +327,18 @@ def _serve(settings: Settings, *, reuse_port: bool, log_level: str, log_format: 
         if review_log is not None:
             review_log.flush()
     return EXIT_OK
+
+
+def _review_stream() -> BinaryIO:
+    """Where review lines go: standard error, buffered. Under PYTHONUNBUFFERED (the image sets
+    it, so that other log lines are never held back) `sys.stderr.buffer` is the raw file, and
+    every review line would be a system call of its own; `logs.JsonLines` flushes its buffer
+    within 0.2 s, and `_serve` at exit. Its own file object on descriptor 2, not closing it."""
+    stream = sys.stderr.buffer
+    if isinstance(stream, io.RawIOBase):
+        raw = io.FileIO(sys.stderr.fileno(), "wb", closefd=False)
+        return io.BufferedWriter(raw, buffer_size=REVIEW_LOG_BUFFER_BYTES)
+    return stream
 
 
 # --------------------------------------------------------------------------- workers
