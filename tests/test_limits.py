@@ -401,3 +401,31 @@ def test_a_collection_follows_every_so_many_closed_connections(
     assert seconds is not None
     assert seconds >= 0
     assert connections.collect() is None  # counted anew from there
+
+
+async def test_a_body_announced_large_counts_as_large_from_its_first_byte(
+    server: serving.Running, large_above_16_kib: None
+) -> None:
+    # Otherwise every large upload would take its first 16 KiB (256 KiB as shipped) of the
+    # reserve of the small ones, and a few dozen stalled ones would fill it.
+    ca = ca_of(server)
+    state = server.state
+    big = padded("uid-big", SMALL.max_body_bytes)
+    small = padded("uid-small", 8 * 1024)
+    async with h.connect(server.port, ca) as large, h.connect(server.port, ca) as ordinary:
+        await large.send_head("/mutate", len(big))
+        await large.send(big[:10_000])  # fewer bytes than a small review may have
+        await ordinary.send_head("/mutate", len(small))
+        await ordinary.send(small[:5_000])
+
+        async with asyncio.timeout(5):
+            while state.inflight_bytes < 15_000:
+                await asyncio.sleep(0.02)
+        assert state.inflight_bytes == 15_000
+        assert state.inflight_small_bytes == 5_000
+        await large.send(big[10_000:])
+        await ordinary.send(small[5_000:])
+        for connection in (large, ordinary):
+            status, _, _ = await connection.response()
+            assert status == 200
+    assert state.inflight_bytes == state.inflight_small_bytes == 0

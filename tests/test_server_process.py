@@ -230,23 +230,24 @@ def _reviews_per_process(metrics_dir: Path) -> list[float]:
 
 
 PROBE_REVIEW_STREAM = """
-import os, sys
+import gc, os
 from webhook.commands import serve
+from webhook.transport import logs
 stream = serve._review_stream()
-print(type(stream).__name__, file=sys.stdout, flush=True)
-stream.write(b'{"line":1}\\n')
-os.write(2, b"before flush\\n")
-stream.flush()
-del stream
-import gc; gc.collect()
+print(type(stream).__name__, flush=True)
+lines = logs.JsonLines(stream)
+lines({"n": 1})  # no event loop: written through
+os.write(2, b"between\\n")
+del lines, stream
+gc.collect()
 os.write(2, b"descriptor 2 still open\\n")
 """
 
 
 @pytest.mark.parametrize("unbuffered", ["1", ""])
-def test_review_lines_are_buffered_even_when_python_is_not(unbuffered: str) -> None:
-    # The image sets PYTHONUNBUFFERED=1: sys.stderr.buffer is then the raw file, and each
-    # review line would be a write(2) of its own.
+def test_review_lines_go_to_standard_error_itself(unbuffered: str) -> None:
+    # Unbuffered as the image runs it (PYTHONUNBUFFERED=1) or not: the lines go to
+    # descriptor 2 as JsonLines writes them, and closing our file object leaves it open.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
     if unbuffered:
         env["PYTHONUNBUFFERED"] = unbuffered
@@ -258,10 +259,8 @@ def test_review_lines_are_buffered_even_when_python_is_not(unbuffered: str) -> N
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.decode().strip() == "BufferedWriter"
-    # Held until flushed, then written whole; closing our file object left stderr open.
-    assert done.stderr.decode().splitlines() == [
-        "before flush",
-        '{"line":1}',
-        "descriptor 2 still open",
-    ]
+    assert done.stdout.decode().strip() == "FileIO"
+    written = done.stderr.decode().splitlines()
+    assert len(written) == 3
+    assert json.loads(written[0])["n"] == 1
+    assert written[1:] == ["between", "descriptor 2 still open"]

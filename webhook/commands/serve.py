@@ -64,8 +64,6 @@ logger = logging.getLogger(__name__)
 
 
 _MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
-# Review lines held before they are written (a few hundred lines; flushed within 0.2 s).
-REVIEW_LOG_BUFFER_BYTES = 64 * 1024
 # A worker that dies sooner than this after it started is failing to start (a port in use,
 # unreadable files): restarting it would only loop, so the whole server stops instead.
 _CRASH_LOOP_SECONDS = 10.0
@@ -330,15 +328,17 @@ def _serve(settings: Settings, *, reuse_port: bool, log_level: str, log_format: 
 
 
 def _review_stream() -> BinaryIO:
-    """Where review lines go: standard error, buffered. Under PYTHONUNBUFFERED (the image sets
-    it, so that other log lines are never held back) `sys.stderr.buffer` is the raw file, and
-    every review line would be a system call of its own; `logs.JsonLines` flushes its buffer
-    within 0.2 s, and `_serve` at exit. Its own file object on descriptor 2, not closing it."""
-    stream = sys.stderr.buffer
-    if isinstance(stream, io.RawIOBase):
-        raw = io.FileIO(sys.stderr.fileno(), "wb", closefd=False)
-        return io.BufferedWriter(raw, buffer_size=REVIEW_LOG_BUFFER_BYTES)
-    return stream
+    """Where review lines go: standard error's descriptor itself, unbuffered, in a file
+    object of its own that does not close it. `logs.JsonLines` does the buffering, in writes
+    of whole lines that a pipe shared with other workers keeps in one piece; a buffered
+    stream (what `sys.stderr.buffer` is without PYTHONUNBUFFERED) would cut them anywhere.
+    Where standard error has no descriptor (an embedding host), its buffer as it is."""
+    try:
+        descriptor = sys.stderr.fileno()
+    except (AttributeError, OSError, ValueError):
+        return sys.stderr.buffer
+    sys.stderr.flush()
+    return io.FileIO(descriptor, "wb", closefd=False)
 
 
 # --------------------------------------------------------------------------- workers

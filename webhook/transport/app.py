@@ -309,12 +309,17 @@ async def _watch(check: Callable[[], bool], state: State, *, in_thread: bool) ->
 
 
 class _Held:
-    """Bytes of review bodies one request holds (see `_Route.hold`)."""
+    """Bytes of review bodies one request holds, and how many of them count as a small
+    review's (see `_Route.hold`). `small` until the request shows itself large: a
+    Content-Length over INLINE_REVIEW_BYTES or none (chunked: the API server never sends
+    it), or more bytes than that arriving."""
 
-    __slots__ = ("bytes",)
+    __slots__ = ("bytes", "small", "small_bytes")
 
-    def __init__(self) -> None:
+    def __init__(self, length: int | None) -> None:
         self.bytes = 0
+        self.small = length is not None and length <= INLINE_REVIEW_BYTES
+        self.small_bytes = 0
 
 
 class _Refused(Exception):
@@ -359,7 +364,7 @@ class _Route:
         self.metrics.in_flight.inc()
         # Review bytes held by this request: counted as they arrive, not as announced, so
         # that connections announcing large bodies and sending none hold nothing.
-        held = _Held()
+        held = _Held(length)
         body = b""
         try:
             content = request.content
@@ -391,8 +396,7 @@ class _Route:
             return self.internal_error(policy_name, started, body, exc)
         finally:
             state.inflight_bytes -= held.bytes
-            if held.bytes <= INLINE_REVIEW_BYTES:
-                state.inflight_small_bytes -= held.bytes
+            state.inflight_small_bytes -= held.small_bytes
             self.metrics.in_flight.dec()
             if held.bytes > INLINE_REVIEW_BYTES:
                 _release_memory(state)
@@ -411,21 +415,23 @@ class _Route:
     def hold(self, held: _Held, size: int) -> None:
         """Count `size` more bytes of this request as in flight; refuse past the limit.
 
-        Large reviews (bodies above INLINE_REVIEW_BYTES) may hold --max-inflight-bytes
-        between them; small ones may go SMALL_REVIEWS_RESERVE_BYTES beyond it, and what they
-        hold does not count against the large ones."""
+        Large reviews may hold --max-inflight-bytes between them; small ones (`_Held`) may
+        go SMALL_REVIEWS_RESERVE_BYTES beyond it, and what they hold does not count against
+        the large ones, so that large reviews never get ordinary ones refused."""
         state = self.state
-        was_small = held.bytes <= INLINE_REVIEW_BYTES
         held.bytes += size
         state.inflight_bytes += size
         limit = self.limits.max_inflight_bytes
-        if held.bytes <= INLINE_REVIEW_BYTES:
+        if held.small and held.bytes > INLINE_REVIEW_BYTES:  # more than it announced
+            held.small = False
+            state.inflight_small_bytes -= held.small_bytes
+            held.small_bytes = 0
+        if held.small:
+            held.small_bytes += size
             state.inflight_small_bytes += size
             limit += SMALL_REVIEWS_RESERVE_BYTES
             counted = state.inflight_bytes
         else:
-            if was_small:  # it has just become a large one
-                state.inflight_small_bytes -= held.bytes - size
             counted = state.inflight_bytes - state.inflight_small_bytes
         if counted > limit:
             self.metrics.count_shed("inflight-bytes")

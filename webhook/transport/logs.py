@@ -51,21 +51,29 @@ class JsonFormatter(logging.Formatter):
 
 
 class JsonLines:
-    """Writes review lines straight to a binary stream, shaped as `JsonFormatter` shapes records.
+    """Writes review lines to a binary stream, shaped as `JsonFormatter` shapes records.
 
     The head of a line (time, level, logger) is kept as bytes and made again only when the
-    millisecond changes; the fields are one `orjson.dumps`. Lines are flushed together, at
-    most `FLUSH_SECONDS` after they are written (a flush per line is a system call each),
-    and at exit.
+    millisecond changes; the fields are one `orjson.dumps`. Lines are held and written
+    together, at most `FLUSH_SECONDS` after the first of them (a write per line is a system
+    call each), when `MAX_HELD_BYTES` are held, and at exit (`flush`). Each write is whole
+    lines of at most `ATOMIC_WRITE_BYTES` (a longer line alone): standard error is often a
+    pipe shared with other processes (`serve --workers`, the supervisor), and a pipe keeps a
+    write of up to 4 KiB in one piece, so lines of different writers never mix.
     """
 
     FLUSH_SECONDS = 0.2
+    MAX_HELD_BYTES = 64 * 1024
+    # PIPE_BUF on Linux (POSIX guarantees 512).
+    ATOMIC_WRITE_BYTES = 4096
 
     def __init__(self, stream: BinaryIO, *, logger_name: str = REVIEW_LOGGER) -> None:
         self._stream = stream
         self._tail = orjson.dumps({"level": "info", "logger": logger_name})[1:-1] + b","
         self._millisecond = -1
         self._head = b""
+        self._held: list[bytes] = []
+        self._held_bytes = 0
         self._flush_due = False
 
     def __call__(self, line: dict[str, Any]) -> None:
@@ -75,20 +83,49 @@ class JsonLines:
             self._millisecond = millisecond
             self._head = b'{"time":"' + _timestamp(millisecond / 1000).encode() + b'",' + self._tail
         body = orjson.dumps(line, default=str, option=orjson.OPT_APPEND_NEWLINE)
-        self._stream.write(self._head + body[1:] if len(body) > 3 else self._head[:-1] + b"}\n")
+        data = self._head + body[1:] if len(body) > 3 else self._head[:-1] + b"}\n"
+        self._held.append(data)
+        self._held_bytes += len(data)
+        if self._held_bytes >= self.MAX_HELD_BYTES:
+            self.flush()
+            return
         if self._flush_due:
             return
         try:
-            asyncio.get_running_loop().call_later(self.FLUSH_SECONDS, self.flush)
+            asyncio.get_running_loop().call_later(self.FLUSH_SECONDS, self._flush_later)
         except RuntimeError:  # no event loop: write through
             self.flush()
             return
         self._flush_due = True
 
-    def flush(self) -> None:
+    def _flush_later(self) -> None:
         self._flush_due = False
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what is held, in whole lines of at most ATOMIC_WRITE_BYTES a write."""
+        held, self._held, self._held_bytes = self._held, [], 0
+        chunk: list[bytes] = []
+        size = 0
         with contextlib.suppress(OSError, ValueError):
+            for data in held:
+                if chunk and size + len(data) > self.ATOMIC_WRITE_BYTES:
+                    self._write(b"".join(chunk))
+                    chunk, size = [], 0
+                chunk.append(data)
+                size += len(data)
+            if chunk:
+                self._write(b"".join(chunk))
             self._stream.flush()
+
+    def _write(self, data: bytes) -> None:
+        # A raw stream may write less than it is given (a signal, a full non-blocking pipe).
+        view = memoryview(data)
+        while view:
+            written = self._stream.write(view)
+            if not written:
+                return
+            view = view[written:]
 
 
 class TextFormatter(logging.Formatter):
