@@ -3,7 +3,7 @@ same event loop, and a Go webhook doing the same mutation.
 
     python bench/server.py [--seconds 10] [--connections 32] [--bodies 1 50]
                            [--loops asyncio uvloop] [--no-peer] [--workers 1]
-                           [--serve-python PYTHON]
+                           [--serve-python PYTHON ...]
 
 In one run, for each review body (bench/core.py's pod(1) and pod(50) as the API server sends
 them: 2.1 KB and 29 KB) and each event loop, one process each (`--workers N`: N processes on
@@ -17,7 +17,9 @@ one port, and the Go peer on N threads):
 - gpu-share-webhook serve --event-loop LOOP: the real server, review log on (JSON lines to
   a file, unbuffered as the image runs it: PYTHONUNBUFFERED=1), default settings otherwise
   (its decision cache included: wrk sends one body over and over, so every request after
-  the first is a hit where the server caches that review at all);
+  the first is a hit where the server caches that review at all); once per --serve-python
+  interpreter, its row named by the build it imports: "compiled" (mypyc, as `pip install .`
+  and the image build it) or "pure Python" (an editable install, as in development);
 
 and once per body the Go peer (bench/peer: standard library, GOMAXPROCS=1, no cache: every
 review is decoded, decided and encoded afresh). Each is driven by wrk (one thread,
@@ -378,7 +380,9 @@ def serve_command(
     ]
 
 
-def measure_serve(ws: Workspace, body: Body, *, loop: str, args: argparse.Namespace) -> Result:
+def measure_serve(
+    ws: Workspace, body: Body, *, loop: str, python: str, label: str, args: argparse.Namespace
+) -> Result:
     """`gpu-share-webhook serve --event-loop loop`, its answers checked before and after."""
     port, metrics_port = free_port(), free_port()
     command = serve_command(
@@ -387,18 +391,19 @@ def measure_serve(ws: Workspace, body: Body, *, loop: str, args: argparse.Namesp
         ws.cert_dir,
         workers=args.workers,
         event_loop=loop,
-        python=args.serve_python,
+        python=python,
     )
-    log = ws.directory / f"serve-{loop}-{body.containers}.log"
+    log = ws.directory / f"serve-{loop}-{body.containers}-{label.replace(' ', '-')}.log"
     with running(command, log, ws.env) as process:
         wait_ready(metrics_port, process, log)
         found = wait_log(r'"event_loop":"(\w+)"', [process], log).group(1)
         if found != loop:
             raise SystemExit(f"serve --event-loop {loop} runs on {found}")
         check_answer(SERVE, post(port, body.data, ws.ca_file), body.expected)
-        result = measure(f"{SERVE} ({loop})", port, args=args, body=body, script=ws.script)
+        name = f"{SERVE}, {label}"
+        result = measure(f"{name} ({loop})", port, args=args, body=body, script=ws.script)
         check_answer(SERVE, post(port, body.data, ws.ca_file), body.expected)
-    result.name, result.loop = SERVE, loop
+    result.name, result.loop = name, loop
     return result
 
 
@@ -468,7 +473,10 @@ def run(args: argparse.Namespace) -> list[Result]:
             for loop in args.loops:
                 results.append(measure_bare(BARE, ws, body, loop=loop, parse=False, args=args))
                 results.append(measure_bare(BARE_PARSE, ws, body, loop=loop, parse=True, args=args))
-                results.append(measure_serve(ws, body, loop=loop, args=args))
+                for python, label in args.builds:
+                    results.append(
+                        measure_serve(ws, body, loop=loop, python=python, label=label, args=args)
+                    )
             if binary is not None:
                 results.append(measure_peer(ws, body, binary, args=args))
     return results
@@ -498,9 +506,9 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def build_of(python: str) -> str:
-    """Which build of the webhook package `python` imports: mypyc-compiled (as the wheel and
-    the image ship it) or pure Python (as an editable install runs it)."""
+def build_of(python: str) -> tuple[str, str]:
+    """Which build of the webhook package `python` imports, and from where: compiled (by
+    mypyc, as the wheel and the image ship it) or pure Python (as an editable install runs)."""
     probe = "import webhook.core.pods as m; print(m.__file__)"
     found = subprocess.run(
         [python, "-c", probe],
@@ -512,8 +520,7 @@ def build_of(python: str) -> str:
     if found.returncode != 0:
         raise SystemExit(f"{python} cannot import webhook: {found.stderr.strip()}")
     where = found.stdout.strip()
-    kind = "compiled (mypyc)" if not where.endswith(".py") else "pure Python"
-    return f"{kind}, {where}"
+    return ("pure Python" if where.endswith(".py") else "compiled"), where
 
 
 def load() -> str:
@@ -538,11 +545,11 @@ def main() -> int:
     parser.add_argument("--no-peer", action="store_true", help="without the Go peer")
     parser.add_argument(
         "--serve-python",
-        default=sys.executable,
+        action="append",
         metavar="PYTHON",
-        help="the interpreter whose installed webhook package `serve` runs (default: this one;"
-        " for the compiled build as shipped, one of a virtual environment where"
-        " `pip install .` was run)",
+        help="an interpreter whose installed webhook package `serve` runs (repeatable: each"
+        " is measured in the same run; default: this one). For the compiled build as"
+        " shipped, one of a virtual environment where `pip install .` was run",
     )
     parser.add_argument(
         "--workers", type=int, default=1, help="processes per Python server, Go peer threads"
@@ -581,7 +588,9 @@ def main() -> int:
             "bench/server.py: --workers, --seconds, --connections must be positive", file=sys.stderr
         )
         return 2
-    build = build_of(args.serve_python)
+    pythons = args.serve_python or [sys.executable]
+    builds = [build_of(python) for python in pythons]
+    args.builds = [(python, kind) for python, (kind, _) in zip(pythons, builds, strict=True)]
     before = load()
     started = datetime.datetime.now(datetime.UTC)
     results = run(args)
@@ -590,7 +599,8 @@ def main() -> int:
         f" {before} before, {load()} after"
     )
     print(f"python bench/server.py {shlex.join(sys.argv[1:])}")
-    print(f"serve's webhook package: {build}")
+    for python, (kind, where) in zip(pythons, builds, strict=True):
+        print(f"serve, {kind}: {python} imports {where}")
     print(
         f"POST {PATH}, TLS, keep-alive, wrk -t1 -c{args.connections}, {args.warmup:g} s"
         f" warm-up then {args.seconds:g} s each, {args.workers} process(es) per server"

@@ -182,7 +182,8 @@ async def test_would_be_refusals_are_counted_by_policy_rule_and_mode_and_logged(
     settings = h.settings(tmp_path)
     (settings.policies_dir / "default.yaml").write_text(_policy_text("warn"))
     stream = io.BytesIO()
-    app = server.create_app(settings, review_log=logs.JsonLines(stream))
+    review_log = logs.JsonLines(stream)
+    app = server.create_app(settings, review_log=review_log)
     client = await h.start(aiohttp_server, aiohttp_client, app)
     body = h.review_body(PRIVILEGED, "uid-w")
     assert (await h.post_review(client, "/mutate/default", body)).status == 200
@@ -193,6 +194,7 @@ async def test_would_be_refusals_are_counted_by_policy_rule_and_mode_and_logged(
     counted = "gpu_share_webhook_rule_violations_total"
     assert h.metric(text, counted, policy="default", rule="privileged", mode="warn") == 1
     assert h.metric(text, counted, policy="default", rule="multi-replica", mode="warn") == 1
+    review_log.flush()
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert lines[0]["would_refuse"] == ["privileged:warn"]
     assert lines[0]["decision"] == "allowed"

@@ -329,9 +329,11 @@ async def test_serve_writes_review_lines_straight_out_in_the_log_format(
     aiohttp_server: Any, aiohttp_client: Any, settings: server.Settings
 ) -> None:
     stream = io.BytesIO()
-    app = server.create_app(settings, review_log=logs.JsonLines(stream))
+    review_log = logs.JsonLines(stream)
+    app = server.create_app(settings, review_log=review_log)
     client = await h.start(aiohttp_server, aiohttp_client, app)
     await answer(client, "/mutate", h.shared_pod(2, name="two"), "uid-direct")
+    review_log.flush()
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert len(lines) == 1
     assert lines[0]["logger"] == "webhook.review"
