@@ -590,7 +590,12 @@ def main() -> int:
         return 2
     pythons = args.serve_python or [sys.executable]
     builds = [build_of(python) for python in pythons]
-    args.builds = [(python, kind) for python, (kind, _) in zip(pythons, builds, strict=True)]
+    kinds = [kind for kind, _ in builds]
+    # Two builds of one kind (an A/B of two commits) are told apart by their interpreter.
+    args.builds = [
+        (python, kind if kinds.count(kind) == 1 else f"{kind} ({python})")
+        for python, kind in zip(pythons, kinds, strict=True)
+    ]
     before = load()
     started = datetime.datetime.now(datetime.UTC)
     results = run(args)
