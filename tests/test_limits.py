@@ -287,7 +287,7 @@ async def test_the_reserve_of_small_reviews_is_bounded(
     state = server.state
 
     async def released() -> bool:
-        return state.inflight_bytes == state.inflight_small_bytes == 0
+        return state.inflight_large_bytes == state.inflight_small_bytes == 0
 
     await h.eventually(released, what="review bytes given back")
 
@@ -419,13 +419,13 @@ async def test_a_body_announced_large_counts_as_large_from_its_first_byte(
         await ordinary.send(small[:5_000])
 
         async with asyncio.timeout(5):
-            while state.inflight_bytes < 15_000:
+            while state.inflight_large_bytes + state.inflight_small_bytes < 15_000:
                 await asyncio.sleep(0.02)
-        assert state.inflight_bytes == 15_000
+        assert state.inflight_large_bytes == 10_000
         assert state.inflight_small_bytes == 5_000
         await large.send(big[10_000:])
         await ordinary.send(small[5_000:])
         for connection in (large, ordinary):
             status, _, _ = await connection.response()
             assert status == 200
-    assert state.inflight_bytes == state.inflight_small_bytes == 0
+    assert state.inflight_large_bytes == state.inflight_small_bytes == 0

@@ -155,7 +155,7 @@ def test_a_namespace_that_has_not_opted_in_is_left_alone_and_says_so(
     path = str(EXAMPLES / "denied" / "multi-replica.yaml")
     code, out, err = run(capsys, "-f", path, "-l", "team=a", "-o", "patch")
     assert (code, out) == (0, "[]\n[]\n")
-    reason = "the namespace has not opted in (no label gpu-share.io/enabled=true); left unchanged"
+    reason = "the namespace: not opted in (no label gpu-share.io/enabled=true); left unchanged"
     assert err.splitlines() == [
         f"not reviewed: Pod/greedy: {reason}",
         f"not reviewed: Deployment/greedy: {reason}",
@@ -226,11 +226,8 @@ def test_the_console_script_and_python_m_are_the_same_program(tmp_path: Path) ->
 # webhook never sees
 
 GREEDY = EXAMPLES / "denied" / "multi-replica.yaml"  # refused wherever the webhook sees it
-OWN = (
-    "is the webhook's own (--webhook-namespace), never sent to it"
-    " (its configurations leave it out)"
-)
-SYSTEM = "is never sent to the webhook (its configurations leave it out)"
+OWN = "never reviewed (the webhook's own namespace is never sent to it; see --webhook-namespace)"
+SYSTEM = "never reviewed (kube-system is never sent to the webhook)"
 ENABLED = ["-l", "gpu-share.io/enabled=true"]
 
 
@@ -242,19 +239,19 @@ def not_reviewed(reason: str) -> list[str]:
 @pytest.mark.parametrize(
     ("args", "reason"),
     [
-        pytest.param(["-n", "kube-system"], f"namespace kube-system {SYSTEM}", id="kube-system"),
-        pytest.param(["-n", "gpu-share-system"], f"namespace gpu-share-system {OWN}",
+        pytest.param(["-n", "kube-system"], f"namespace kube-system: {SYSTEM}", id="kube-system"),
+        pytest.param(["-n", "gpu-share-system"], f"namespace gpu-share-system: {OWN}",
                      id="the-webhooks-own"),
         pytest.param(["-n", "gpu-system", "--webhook-namespace", "gpu-system"],
-                     f"namespace gpu-system {OWN}", id="the-webhooks-own-elsewhere"),
+                     f"namespace gpu-system: {OWN}", id="the-webhooks-own-elsewhere"),
         pytest.param([*ENABLED, "-l", "kubernetes.io/metadata.name=kube-system"],
-                     f"namespace kube-system {SYSTEM}", id="kube-system-by-its-label"),
+                     f"namespace kube-system: {SYSTEM}", id="kube-system-by-its-label"),
         pytest.param(["-n", "kube-system", *ENABLED, "-l", "gpu-share.io/policy=not-renamed"],
-                     f"namespace kube-system {SYSTEM}", id="kube-system-with-a-policy"),
+                     f"namespace kube-system: {SYSTEM}", id="kube-system-with-a-policy"),
         pytest.param(["-n", "kube-system", *ENABLED, "-l", "gpu-share.io/policy=gold"],
-                     f"namespace kube-system {SYSTEM}", id="kube-system-with-an-unknown-policy"),
+                     f"namespace kube-system: {SYSTEM}", id="kube-system-with-an-unknown-policy"),
         pytest.param(["-n", "team-a", "-l", "gpu-share.io/enabled=false"],
-                     "namespace team-a has not opted in (no label gpu-share.io/enabled=true)",
+                     "namespace team-a: not opted in (no label gpu-share.io/enabled=true)",
                      id="not-opted-in"),
     ],
 )
@@ -275,7 +272,7 @@ def test_only_the_webhooks_own_namespace_is_left_out_with_kube_system(
     # The same variable as `render --namespace`: the two agree on which namespace is left out.
     monkeypatch.setenv("GPU_SHARE_WEBHOOK_NAMESPACE", "gpu-system")
     code, _, err = run(capsys, "-f", str(GREEDY), "-n", "gpu-system")
-    assert (code, err.splitlines()) == (0, not_reviewed(f"namespace gpu-system {OWN}"))
+    assert (code, err.splitlines()) == (0, not_reviewed(f"namespace gpu-system: {OWN}"))
     code, _, err = run(capsys, "-f", str(GREEDY), "-n", "gpu-share-system")
     assert code == 1
     assert "invalid multi-replica request" in err
@@ -290,7 +287,7 @@ def test_an_objects_own_namespace_counts_unless_namespace_is_given(
     path = tmp_path / "in-kube-system.yaml"
     path.write_text(yaml.safe_dump_all(docs))
     code, _, err = run(capsys, "-f", str(path))
-    assert (code, err.splitlines()) == (0, not_reviewed(f"namespace kube-system {SYSTEM}"))
+    assert (code, err.splitlines()) == (0, not_reviewed(f"namespace kube-system: {SYSTEM}"))
     # --namespace says where they are created: it wins.
     code, _, err = run(capsys, "-f", str(path), "-n", "team-a")
     assert code == 1

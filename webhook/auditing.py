@@ -329,18 +329,8 @@ def _meet(
             in_files=False,
         )
     if path is None:
-        seen = _with_name(name, labels)[names.NAME_LABEL]
-        if seen == names.SYSTEM_NAMESPACE:
-            reason = f"never reviewed ({names.SYSTEM_NAMESPACE} is never sent to the webhook)"
-            return NamespaceReport(name, EXCLUDED, reason)
-        if seen == where.webhook_namespace:
-            reason = "never reviewed (the webhook's own namespace is never sent to it)"
-            return NamespaceReport(name, EXCLUDED, reason)
-        if not namespaces.opted_in(labels):
-            reason = f"not opted in (no label {names.ENABLED_LABEL}=true)"
-            return NamespaceReport(name, NOT_OPTED_IN, reason)
-        reason = "never reviewed (no entry of the webhook configurations selects it)"
-        return NamespaceReport(name, EXCLUDED, reason)
+        unsent = where.why_not_sent(_with_name(name, labels))
+        return NamespaceReport(name, EXCLUDED if unsent.left_out else NOT_OPTED_IN, str(unsent))
     wanted = namespaces.policy_name(labels) or names.DEFAULT_POLICY
     label = labels.get(names.POLICY_LABEL)
     how = f"label {names.POLICY_LABEL}={label}" if label else f"no {names.POLICY_LABEL} label"

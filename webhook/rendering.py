@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from webhook import kinds as workload_kinds
-from webhook import names, reviews
+from webhook import names, namespaces, reviews
 from webhook.core import pods
 from webhook.policies import DEFAULT_POLICY, Policy, PolicySet
 
@@ -484,6 +484,36 @@ class Routes:
             if all(selector_holds(e, labels) for e in expressions):
                 return path
         return None
+
+    def not_sent(self, labels: Mapping[str, str]) -> Unsent | None:
+        """Why a namespace with `labels` (its name label included) never reaches the
+        webhook; None when an entry selects it."""
+        return None if self.policy_path(labels) is not None else self.why_not_sent(labels)
+
+    def why_not_sent(self, labels: Mapping[str, str]) -> Unsent:
+        """Why a namespace that no entry selects (`policy_path` is None) is left out."""
+        name = labels.get(names.NAME_LABEL)
+        if name == names.SYSTEM_NAMESPACE:
+            return Unsent(True, f"{names.SYSTEM_NAMESPACE} is never sent to the webhook")
+        if name == self.webhook_namespace:
+            return Unsent(
+                True, "the webhook's own namespace is never sent to it; see --webhook-namespace"
+            )
+        if not namespaces.opted_in(labels):
+            return Unsent(False, f"no label {names.ENABLED_LABEL}=true")
+        return Unsent(True, "no entry of the webhook configurations selects it")
+
+
+@dataclass(frozen=True, slots=True)
+class Unsent:
+    """Why a namespace never reaches the webhook (`Routes.not_sent`). `left_out`: the
+    configurations leave it out whatever it asks for; else it has not opted in."""
+
+    left_out: bool
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{'never reviewed' if self.left_out else 'not opted in'} ({self.reason})"
 
 
 def routes(

@@ -53,7 +53,6 @@ from webhook.errors import InputError, PolicyError
 FILES_OPTION = "audit-files"
 OUTPUT_OPTION = "audit-output"
 SHOW_OPTION = "audit-show"
-# The webhook's own namespace: the same variable as `serve`, `render` and `certs --namespace`.
 OUTPUTS = ("text", "json")
 # What the report lists (counts always cover every object).
 SHOWS = ("refused", "changed", "all")

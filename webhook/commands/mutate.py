@@ -25,7 +25,7 @@ import jsonpatch
 import orjson
 import yaml
 
-from webhook import documents, kinds, names, namespaces, policies, rendering
+from webhook import documents, kinds, namespaces, policies, rendering
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
@@ -51,7 +51,6 @@ OUTPUTS = ("yaml", "json", "patch")
 OUTPUT_OPTION = "mutate-output"
 # Not GPU_SHARE_WEBHOOK_NAMESPACE: that one names the webhook's own namespace.
 OBJECT_NAMESPACE_OPTION = "object-namespace"
-# The webhook's own namespace: the same variable as `serve`, `render` and `certs --namespace`.
 
 
 def register(subparsers: Any) -> None:
@@ -136,25 +135,6 @@ def _namespace_labels(
     return {**labels, namespaces.NAME_LABEL: namespace}
 
 
-def not_sent(where: rendering.Routes, labels: dict[str, str]) -> str | None:
-    """Why an object in a namespace with `labels` never reaches the webhook; None when an
-    entry of the configurations selects the namespace."""
-    if where.policy_path(labels) is not None:
-        return None
-    name = labels.get(namespaces.NAME_LABEL)
-    which = f"namespace {name}" if name else "the namespace"
-    if not namespaces.opted_in(labels):
-        return f"{which} has not opted in (no label {namespaces.ENABLED_LABEL}=true)"
-    if name == names.SYSTEM_NAMESPACE:
-        return f"{which} is never sent to the webhook (its configurations leave it out)"
-    if name == where.webhook_namespace:
-        return (
-            f"{which} is the webhook's own (--webhook-namespace), never sent to it"
-            " (its configurations leave it out)"
-        )
-    return f"no entry of the webhook configurations selects {which}"
-
-
 def _routes(
     loaded: policies.PolicySet, workload_kinds: Sequence[pods.Kind], *, webhook_namespace: str
 ) -> rendering.Routes:
@@ -172,7 +152,7 @@ def decide(
     workload_kinds: pods.Kinds = pods.BUILTIN,
 ) -> Decision:
     """What the webhook decides for `obj` in a namespace with `labels`, once the API server
-    sends it (`not_sent` says whether it does)."""
+    sends it (`rendering.Routes.not_sent` says whether it does)."""
     name = namespaces.policy_name(labels)
     if name is None:
         return Decision()
@@ -204,9 +184,11 @@ def run(args: argparse.Namespace) -> int:
     for obj in objects:
         what = documents.describe(obj)
         seen = _namespace_labels(labels, obj, args.namespace)
-        reason = not_sent(where, seen)
-        if reason is not None:
-            print(f"not reviewed: {what}: {reason}; left unchanged", file=sys.stderr)
+        unsent = where.not_sent(seen)
+        if unsent is not None:
+            name = seen.get(namespaces.NAME_LABEL)
+            which = f"namespace {name}" if name else "the namespace"
+            print(f"not reviewed: {what}: {which}: {unsent}; left unchanged", file=sys.stderr)
             results.append((obj, []))
             continue
         decision = decide(obj, labels=seen, loaded=loaded, workload_kinds=workload_kinds)

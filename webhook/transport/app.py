@@ -164,9 +164,9 @@ class State:
         self.executor: ThreadPoolExecutor | None = None
         # Set by `serving` when it listens through `limits.listen`.
         self.connections: Connections | None = None
-        # Review bytes being received or reviewed; of them, those of small reviews (up to
-        # INLINE_REVIEW_BYTES each so far). See `_Route.hold`.
-        self.inflight_bytes = 0
+        # Review bytes being received or reviewed, of large and of small reviews
+        # (`_Held`, `_Route.hold`).
+        self.inflight_large_bytes = 0
         self.inflight_small_bytes = 0
         self.policy_watch = watching.PolicyWatch(
             settings.policies_dir, state_dir=settings.state_dir
@@ -309,17 +309,15 @@ async def _watch(check: Callable[[], bool], state: State, *, in_thread: bool) ->
 
 
 class _Held:
-    """Bytes of review bodies one request holds, and how many of them count as a small
-    review's (see `_Route.hold`). `small` until the request shows itself large: a
-    Content-Length over INLINE_REVIEW_BYTES or none (chunked: the API server never sends
-    it), or more bytes than that arriving."""
+    """Bytes of a review body one request holds (see `_Route.hold`), and whether they are a
+    small review's: a Content-Length up to INLINE_REVIEW_BYTES (aiohttp reads no more than
+    announced). None (chunked, which the API server never sends) counts as large."""
 
-    __slots__ = ("bytes", "small", "small_bytes")
+    __slots__ = ("bytes", "small")
 
     def __init__(self, length: int | None) -> None:
         self.bytes = 0
         self.small = length is not None and length <= INLINE_REVIEW_BYTES
-        self.small_bytes = 0
 
 
 class _Refused(Exception):
@@ -395,8 +393,10 @@ class _Route:
         except Exception as exc:
             return self.internal_error(policy_name, started, body, exc)
         finally:
-            state.inflight_bytes -= held.bytes
-            state.inflight_small_bytes -= held.small_bytes
+            if held.small:
+                state.inflight_small_bytes -= held.bytes
+            else:
+                state.inflight_large_bytes -= held.bytes
             self.metrics.in_flight.dec()
             if held.bytes > INLINE_REVIEW_BYTES:
                 _release_memory(state)
@@ -415,24 +415,19 @@ class _Route:
     def hold(self, held: _Held, size: int) -> None:
         """Count `size` more bytes of this request as in flight; refuse past the limit.
 
-        Large reviews may hold --max-inflight-bytes between them; small ones (`_Held`) may
-        go SMALL_REVIEWS_RESERVE_BYTES beyond it, and what they hold does not count against
+        Large reviews may hold --max-inflight-bytes between them; small ones may go
+        SMALL_REVIEWS_RESERVE_BYTES beyond it, and what they hold does not count against
         the large ones, so that large reviews never get ordinary ones refused."""
         state = self.state
         held.bytes += size
-        state.inflight_bytes += size
-        limit = self.limits.max_inflight_bytes
-        if held.small and held.bytes > INLINE_REVIEW_BYTES:  # more than it announced
-            held.small = False
-            state.inflight_small_bytes -= held.small_bytes
-            held.small_bytes = 0
         if held.small:
-            held.small_bytes += size
             state.inflight_small_bytes += size
-            limit += SMALL_REVIEWS_RESERVE_BYTES
-            counted = state.inflight_bytes
+            counted = state.inflight_large_bytes + state.inflight_small_bytes
+            limit = self.limits.max_inflight_bytes + SMALL_REVIEWS_RESERVE_BYTES
         else:
-            counted = state.inflight_bytes - state.inflight_small_bytes
+            state.inflight_large_bytes += size
+            counted = state.inflight_large_bytes
+            limit = self.limits.max_inflight_bytes
         if counted > limit:
             self.metrics.count_shed("inflight-bytes")
             raise _Refused(

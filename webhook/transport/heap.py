@@ -9,9 +9,9 @@ Two settings keep a replica's resident memory near what it really holds:
   raises it to 7 MiB, and from then on the 256 KiB read buffer uvloop's TLS keeps for each
   connection comes from the heap, carved out of pages the large review left resident; those
   pages stay resident for as long as the connection is open, and no trim can return them.
-  Measured with 2,000 idle connections while 7 MiB reviews arrive: 710-780 MB resident with
-  the moving threshold, under 200 MB with it fixed (docs/robustness.md). Fixed at 256 KiB,
-  each connection's buffer is a mapping of its own, resident only in the pages a read
+  Measured with 2,000 idle connections while 7 MiB reviews arrive (bench/soak.py, one
+  minute): 710-730 MB resident with the moving threshold, 200-360 MB with it fixed. Fixed
+  at 256 KiB, each connection's buffer is a mapping of its own, resident only in the pages a read
   touches; large review buffers are mapped and unmapped as they come and go.
 - `trim()`, after large reviews: returns the free pages inside the heap as well.
 
