@@ -17,9 +17,9 @@ Prints what the answers were (by status, and by the strategy that made the case)
 failure class (5xx, a status the contract does not allow, internal-error denials, malformed
 answers, dropped connections, patches that do not apply or are not idempotent, refusals of
 what must pass), requests/s, answer latency (measured here, so it includes this process's
-own stalls), the slowest cases, and the server's RSS at the start, at its peak and at the
-end. Each failing case is written to --failures as it fails (its body, and a report with
-the answer); the server's error lines (with their traces) are printed. Exit 1 when any
+own stalls), the slowest cases, and the server's RSS at the start, at its peak (VmHWM) and
+at the end. The first 200 failing cases are written to --failures as they fail (the body,
+and a report with the answer; all are counted); the server's error lines (with their traces) are printed. Exit 1 when any
 failure class is non-zero or the server exited.
 
 The rate is the fuzzer's, not the server's: generating a case costs more than reviewing it.
@@ -33,23 +33,22 @@ import argparse
 import asyncio
 import collections
 import contextlib
-import json
 import multiprocessing
 import os
 import random
 import ssl
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
+from soak import percentile, start_directory, status_of  # noqa: E402  bench/soak.py
 
 from tests import fuzzing  # noqa: E402
 from tests import server_helpers as h  # noqa: E402
@@ -259,50 +258,13 @@ async def send_all(
 # --------------------------------------------------------------------------- the server
 
 
-def rss_mb(pid: int) -> float:
-    """Resident memory of `pid` and its children (workers), in MB."""
-    total = 0.0
-    pids = [pid]
-    with contextlib.suppress(OSError):
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        pids += [int(p) for p in children]
-    for p in pids:
-        with contextlib.suppress(OSError):
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1]) / 1024
-    return total
-
-
-class Peak:
-    """The largest RSS seen, sampled from a thread every 0.2 s."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.value = rss_mb(pid)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(0.2):
-            self.value = max(self.value, rss_mb(self.pid))
-
-    def stop(self) -> float:
-        self._stop.set()
-        self._thread.join()
-        return self.value
-
-
-def error_lines(log: Path) -> list[str]:
+def error_lines(server: h.Process) -> list[str]:
     """The server's log lines at level error (the traces of internal errors among them)."""
-    found = []
-    for line in log.read_text(errors="replace").splitlines():
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-            if isinstance(record, dict) and record.get("level") in ("error", "critical"):
-                found.append(f"{record.get('message')}\n{record.get('trace', '')}".strip())
-    return found
+    return [
+        f"{record.get('message')}\n{record.get('trace', '')}".strip()
+        for record in server.log_lines()
+        if isinstance(record, dict) and record.get("level") in ("error", "critical")
+    ]
 
 
 @dataclass
@@ -336,8 +298,7 @@ async def drive(args: argparse.Namespace, server: h.Process, ca_file: Path) -> R
     tally = Tally(directory=args.failures)
     args.failures.mkdir(parents=True, exist_ok=True)
     loop = asyncio.get_running_loop()
-    rss_start = rss_mb(pid)
-    peak = Peak(pid)
+    rss_start, _, _ = status_of(pid)
     started = time.perf_counter()
     senders = [
         asyncio.create_task(send_all(cases, port, context, tally))
@@ -356,7 +317,8 @@ async def drive(args: argparse.Namespace, server: h.Process, ca_file: Path) -> R
             next_report += 10
             print(
                 f"  {tally.cases:,} cases, {tally.requests / (time.perf_counter() - started):,.0f}"
-                f" requests/s, {sum(tally.failures.values())} failures, RSS {rss_mb(pid):.0f} MB",
+                f" requests/s, {sum(tally.failures.values())} failures,"
+                f" RSS {status_of(pid)[0]:.0f} MB",
                 file=sys.stderr,
                 flush=True,
             )
@@ -368,7 +330,8 @@ async def drive(args: argparse.Namespace, server: h.Process, ca_file: Path) -> R
         process.join(10)
     # Let the server settle (the review log flushes, large buffers are freed).
     await asyncio.sleep(1.0)
-    return Run(tally, seconds, rss_start, peak.stop(), rss_mb(pid), [])
+    rss_end, rss_peak, _ = status_of(pid)
+    return Run(tally, seconds, rss_start, rss_peak, rss_end, [])
 
 
 # --------------------------------------------------------------------------- the report
@@ -427,21 +390,6 @@ def table(run: Run, args: argparse.Namespace, command: str) -> str:
     return "\n".join(lines)
 
 
-def percentile(values: list[float], percent: float) -> float:
-    """In milliseconds."""
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * percent / 100))] * 1000
-
-
-def start_directory(directory: Path) -> Path:
-    """Certificates and policies for `serve` in `directory`; the CA file to trust."""
-    h.write_pair(directory / "certs", h.make_ca())
-    h.copy_policies(directory / "policies")
-    return directory / "certs" / "ca.crt"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -459,8 +407,8 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument(
         "--failures", type=Path, default=None,
-        help="where each failing case is written, as it fails: a report and the body"
-        " (default: a new temporary directory)",
+        help=f"where failing cases are written, as they fail (the first {KEEP_REPORTS}):"
+        " a report and the body of each (default: a new temporary directory)",
     )  # fmt: skip
     args = parser.parse_args()
     if args.seed is None:
@@ -473,7 +421,7 @@ def main() -> int:
         with h.serving(Path(directory), "--drain-seconds=0", *args.server_arg) as server:
             run = asyncio.run(drive(args, server, ca_file))
             alive = server.popen.poll() is None
-            run.errors = error_lines(server.log_file)
+            run.errors = error_lines(server)
     print(table(run, args, command))
     failed = sum(run.tally.failures.values()) + (0 if alive else 1)
     if not alive:

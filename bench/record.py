@@ -7,15 +7,12 @@ Builds the server's application as `serve` does (`create_app(settings, review_lo
 settings as tests/server_helpers.py makes them: fresh certificates, the shipped policies),
 takes its `POST /mutate` route and times `_Route.record` on real `reviews.review` outcomes
 of bench/core.py's pod(1) and pod(50) reviews: `Metrics.count_review` (a counter and a
-latency histogram) and the review line, written by `logs.JsonLines` to /dev/null. Timed
-inside a running event loop, as in the server (JsonLines then flushes at most every 0.2 s
-instead of per line). Rows:
+latency histogram) and the review line, written by `logs.JsonLines` to an unbuffered
+/dev/null, as `serve` writes to standard error's descriptor (JsonLines holds the lines and
+writes them together, a write(2) per 4 KiB of lines; a pipe to the container runtime costs
+more than /dev/null). Timed inside a running event loop, as in the server. Rows:
 
-- record: the whole of `_Route.record`, review log to a buffered /dev/null stream;
-- record, unbuffered log: the same with the stream unbuffered, as `serve` writes to
-  `sys.stderr.buffer` in the image (PYTHONUNBUFFERED=1 in the Dockerfile makes it a raw
-  FileIO): one write(2) per line, here to /dev/null (a pipe to the container runtime
-  costs more);
+- record: the whole of `_Route.record`;
 - count_review: the metrics alone;
 - review line: `JsonLines` on the line `record` builds, alone.
 
@@ -41,25 +38,13 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import core  # noqa: E402  bench/core.py: the review bodies
 
-from webhook import certificates, reviews  # noqa: E402
+from tests import server_helpers as h  # noqa: E402
+from webhook import reviews  # noqa: E402
 from webhook.transport import app as server  # noqa: E402
 from webhook.transport.logs import JsonLines  # noqa: E402
 from webhook.transport.metrics import ALLOWED  # noqa: E402
 
-SERVICE = "gpu-share-webhook"
-NAMESPACE = "gpu-share-system"
 TARGET_US = 10.0
-
-
-def settings(directory: Path) -> server.Settings:
-    """As tests/server_helpers.py's `settings`: its own certificates, the shipped policies."""
-    cert_dir = directory / "certs"
-    certificates.write_bundle(
-        cert_dir, certificates.make_bundle(service=SERVICE, namespace=NAMESPACE)
-    )
-    return server.Settings(
-        policies_dir=REPO / "policies", cert_dir=cert_dir, service=SERVICE, namespace=NAMESPACE
-    )
 
 
 def mutate_route(app: Any) -> Any:
@@ -85,16 +70,10 @@ def best_us(call: Callable[[], object], seconds: float) -> float:
 
 async def measure(directory: Path, seconds: float) -> list[tuple[str, str, float]]:
     rows = []
-    with open(os.devnull, "wb") as buffered, open(os.devnull, "wb", buffering=0) as raw:
-        apps = {
-            "record": server.create_app(settings(directory), review_log=JsonLines(buffered)),
-            "record, unbuffered log": server.create_app(
-                settings(directory), review_log=JsonLines(raw)
-            ),
-        }
-        routes = {name: mutate_route(app) for name, app in apps.items()}
-        route = routes["record"]
-        policy_set = apps["record"][server.STATE].policies
+    with open(os.devnull, "wb", buffering=0) as raw:
+        app = server.create_app(h.settings(directory), review_log=JsonLines(raw))
+        route = mutate_route(app)
+        policy_set = app[server.STATE].policies
         for n in (1, 50):
             body = core.review_body(core.pod(n))
             started = time.perf_counter()
@@ -106,15 +85,14 @@ async def measure(directory: Path, seconds: float) -> list[tuple[str, str, float
             if not outcome.decision.allowed:
                 raise SystemExit(f"pod({n}) was not admitted: {outcome.body[:200]!r}")
             calls: dict[str, Callable[[], object]] = {
-                name: functools.partial(r.record, "default", policy_set, outcome, took)
-                for name, r in routes.items()
+                "record": functools.partial(route.record, "default", policy_set, outcome, took),
+                "count_review": functools.partial(
+                    route.metrics.count_review, "mutate", "default", ALLOWED, took
+                ),
+                "review line": functools.partial(
+                    JsonLines(raw), server.review_line(outcome, "mutate", "default", took)
+                ),
             }
-            calls["count_review"] = functools.partial(
-                route.metrics.count_review, "mutate", "default", ALLOWED, took
-            )
-            calls["review line"] = functools.partial(
-                JsonLines(buffered), server.review_line(outcome, "mutate", "default", took)
-            )
             label = f"pod({n}), {len(outcome.decision.patch)} patch ops"
             rows += [(label, name, best_us(call, seconds)) for name, call in calls.items()]
     return rows

@@ -431,9 +431,9 @@ def measure_bare(
         found = wait_log(r"listening on (\w+)", processes, log, count=args.workers).group(1)
         if found != loop:
             raise SystemExit(f"the bare server asked for {loop} runs on {found}")
-        if post(port, body.data, ws.ca_file) != body.expected:
-            raise SystemExit("the bare server's answer is not the canned one")
+        check_answer(name, post(port, body.data, ws.ca_file), body.expected)
         result = measure(f"{name} ({loop})", port, args=args, body=body, script=ws.script)
+        check_answer(name, post(port, body.data, ws.ca_file), body.expected)
     result.name, result.loop = name, loop
     return result
 

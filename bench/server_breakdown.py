@@ -27,7 +27,6 @@ one run (the cores are shared with wrk), and read the differences as CPU per req
 from __future__ import annotations
 
 import argparse
-import contextlib
 import functools
 import shutil
 import sys
@@ -144,31 +143,28 @@ def main() -> int:
     with bench.workspace("gpu-share-webhook-breakdown-", (args.containers,)) as ws:
         body = ws.bodies[args.containers]
 
-        def measure(name: str, port: int) -> None:
-            result = bench.measure(name, port, args=args, body=body, script=ws.script)
-            rows.append((name, result.requests_per_second))
-
-        for variant, label in [*VARIANTS.items(), ("serve", "serve (with review log)")]:
+        for variant, label in VARIANTS.items():
             port, metrics_port = bench.free_port(), bench.free_port()
-            if variant == "serve":
-                command = bench.serve_command(port, metrics_port, ws.cert_dir, event_loop=args.loop)
-            else:
-                command = [
-                    sys.executable,
-                    str(Path(__file__).resolve()),
-                    f"--variant={variant}",
-                    f"--loop={args.loop}",
-                    f"--port={port}",
-                    f"--metrics-port={metrics_port}",
-                    f"--cert-dir={ws.cert_dir}",
-                    f"--body={body.file}",
-                ]
-            with contextlib.ExitStack() as stack:
-                log = ws.directory / f"{variant}.log"
-                process = stack.enter_context(bench.running(command, log, ws.env))
+            command = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                f"--variant={variant}",
+                f"--loop={args.loop}",
+                f"--port={port}",
+                f"--metrics-port={metrics_port}",
+                f"--cert-dir={ws.cert_dir}",
+                f"--body={body.file}",
+            ]
+            log = ws.directory / f"{variant}.log"
+            with bench.running(command, log, ws.env) as process:
                 bench.wait_ready(metrics_port, process, log)
                 bench.check_answer(label, bench.post(port, body.data, ws.ca_file), body.expected)
-                measure(label, port)
+                result = bench.measure(label, port, args=args, body=body, script=ws.script)
+            rows.append((label, result.requests_per_second))
+        serve = bench.measure_serve(
+            ws, body, loop=args.loop, python=sys.executable, label="this checkout", args=args
+        )
+        rows.append(("serve (with review log)", serve.requests_per_second))
         bare = bench.measure_bare(bench.BARE, ws, body, loop=args.loop, parse=False, args=args)
         rows.insert(0, (bare.name, bare.requests_per_second))
     bare_rate = rows[0][1]

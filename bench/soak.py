@@ -26,11 +26,11 @@ so the pressure stays. The file descriptor limit is raised (RLIMIT_NOFILE, up to
 limit) for this process and the server, which inherits it.
 
 Every --every seconds a row: seconds, the server's RSS (VmRSS), its peak RSS so far
-(VmHWM: no sampling misses it) and open file descriptors
-(/proc/<pid>/fd), steady reviews answered (200 and allowed, with the request's uid) and
-failed in the window, their p50 and p99, the slowest /healthz of the window (asked every
-second; "MISSED" when one took 1 s or more), connections open of each kind and how many the
-server closed in the window, large reviews answered. At the end a summary line. Exit 1 when
+(VmHWM: no sampling misses it) and open file descriptors (/proc/<pid>/fd), steady reviews
+answered (200 and allowed, with the request's uid) and failed in the window, their p50 and
+p99, the slowest /healthz of the window (asked every second; "MISSED" when one took 1 s or
+more), the idle, slowloris and partial connections open, large reviews answered, and how many
+connections the server closed in the window. At the end a summary line. Exit 1 when
 a steady review failed or /healthz missed.
 """
 
@@ -55,6 +55,7 @@ sys.path.insert(0, str(REPO))
 
 from tests import fuzzing  # noqa: E402
 from tests import server_helpers as h  # noqa: E402
+from webhook import certificates  # noqa: E402
 
 # What the API server waits for an answer by default.
 REVIEW_TIMEOUT_SECONDS = 10.0
@@ -365,19 +366,32 @@ def close(connection: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> None
 
 def status_of(pid: int) -> tuple[float, float, int]:
     """The server's RSS now and its highest RSS so far (VmHWM, which no sampling misses), in
-    MB, and its open file descriptors."""
+    MB, summed over it and its worker processes (`serve --workers`: the peaks of each, an
+    upper bound of theirs together); and its own open file descriptors."""
     rss = peak = 0.0
+    pids = [pid]
     with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                rss = int(line.split()[1]) / 1024
-            elif line.startswith("VmHWM:"):
-                peak = int(line.split()[1]) / 1024
+        pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    for each in pids:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{each}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    rss += int(line.split()[1]) / 1024
+                elif line.startswith("VmHWM:"):
+                    peak += int(line.split()[1]) / 1024
     try:
         fds = len(list(Path(f"/proc/{pid}/fd").iterdir()))
     except OSError:
         fds = -1
     return rss, peak, fds
+
+
+def start_directory(directory: Path) -> Path:
+    """Certificates and policies for `serve` in `directory` (as tests/server_helpers.py
+    makes them); the CA file to trust."""
+    h.write_pair(directory / "certs", h.make_ca())
+    h.copy_policies(directory / "policies")
+    return directory / "certs" / certificates.CA_FILE
 
 
 def percentile(values: list[float], percent: float) -> float:
@@ -541,9 +555,7 @@ def main() -> int:
     print(f"`{command}`: file descriptor limit {limit}", flush=True)
     with tempfile.TemporaryDirectory(prefix="gpu-share-webhook-soak-") as name:
         directory = Path(name)
-        h.write_pair(directory / "certs", h.make_ca())
-        h.copy_policies(directory / "policies")
-        ca_file = directory / "certs" / "ca.crt"
+        ca_file = start_directory(directory)
         with h.serving(
             directory, "--drain-seconds=0", *args.server_arg, env=server_env
         ) as server:

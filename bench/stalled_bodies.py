@@ -102,10 +102,9 @@ def main() -> int:
     soak.raise_fd_limit(2 * args.stalled + 1024)
     with tempfile.TemporaryDirectory(prefix="gpu-share-webhook-stalled-") as name:
         directory = Path(name)
-        h.write_pair(directory / "certs", h.make_ca())
-        h.copy_policies(directory / "policies")
+        ca_file = soak.start_directory(directory)
         with h.serving(directory, "--drain-seconds=0", *args.server_arg) as server:
-            return asyncio.run(run(args, server, directory / "certs" / "ca.crt"))
+            return asyncio.run(run(args, server, ca_file))
 
 
 if __name__ == "__main__":

@@ -222,6 +222,16 @@ def padded(uid: str, size: int) -> bytes:
     return body
 
 
+async def counted(running: serving.Running, large: int, small: int = 0) -> None:
+    """Until the server holds exactly these review bytes in flight (no fixed sleep)."""
+    state = running.state
+
+    async def there() -> bool:
+        return (state.inflight_large_bytes, state.inflight_small_bytes) == (large, small)
+
+    await h.eventually(there, what=f"{large} large and {small} small review bytes in flight")
+
+
 async def test_beyond_the_review_bytes_in_flight_a_large_request_is_a_429_a_small_one_is_not(
     server: serving.Running, large_above_16_kib: None
 ) -> None:
@@ -234,7 +244,7 @@ async def test_beyond_the_review_bytes_in_flight_a_large_request_is_a_429_a_smal
         for connection in (first, second):
             await connection.send_head("/mutate", len(big))
             await connection.send(big[:-100])
-        await asyncio.sleep(0.2)
+        await counted(server, 2 * (len(big) - 100))
         async with h.connect(server.port, ca) as third:
             status, headers, text = await third.post("/mutate", big)
         assert status == 429
@@ -272,7 +282,7 @@ async def test_the_reserve_of_small_reviews_is_bounded(
         for connection, body in ((first, big), (second, big), (third, small)):
             await connection.send_head("/mutate", len(body))
             await connection.send(body[:-100])
-            await asyncio.sleep(0.1)  # in this order: the large ones first
+        await counted(server, 2 * (len(big) - 100), len(small) - 100)
         async with h.connect(server.port, ca) as fourth:
             status, _, text = await fourth.post("/mutate", last)
         assert status == 429, text
@@ -293,11 +303,14 @@ async def test_the_reserve_of_small_reviews_is_bounded(
 
 
 async def test_bodies_announced_but_not_sent_hold_no_review_bytes(
-    server: serving.Running,
+    server: serving.Running, large_above_16_kib: None
 ) -> None:
-    # Announcing the largest body and sending a few bytes of it must not lock others out:
-    # bytes in flight are counted as they arrive.
+    # Announcing the largest body and sending a byte of it must not lock others out: bytes
+    # in flight are counted as they arrive. Three announced bodies would hold 192 KiB of the
+    # 128 KiB, and a fourth large one would be refused.
     ca = ca_of(server)
+    big = padded("uid-not-locked-out", SMALL.max_body_bytes)
+    assert 4 * SMALL.max_body_bytes > SMALL.max_inflight_bytes
     async with (
         h.connect(server.port, ca) as a,
         h.connect(server.port, ca) as b,
@@ -306,10 +319,10 @@ async def test_bodies_announced_but_not_sent_hold_no_review_bytes(
         for hog in (a, b, c):
             await hog.send_head("/mutate", SMALL.max_body_bytes)
             await hog.send(b"{")
-        await asyncio.sleep(0.1)
+        await counted(server, 3)
         # The three hogs fill the connection cap but one; the fourth slot reviews.
         async with h.connect(server.port, ca) as fine:
-            status, _, answer = await fine.post("/mutate", review("uid-not-locked-out"))
+            status, _, answer = await fine.post("/mutate", big)
         assert status == 200
         assert h.response_of(json.loads(answer), "uid-not-locked-out")["allowed"] is True
     text = await metrics(server)
@@ -325,7 +338,7 @@ async def test_a_chunked_body_over_the_limit_is_a_413(server: serving.Running) -
         )
         await connection.send(head.encode())
         chunk = b"x" * 16 * 1024
-        for _ in range(6):  # 96 KiB, over the 64 KiB limit
+        for _ in range(5):  # 80 KiB, over the 64 KiB limit (no more: the server closes)
             await connection.send(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
         status, headers, text = await asyncio.wait_for(connection.response(), 5)
     assert status == 413
@@ -388,6 +401,8 @@ def test_a_collection_follows_every_so_many_closed_connections(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(limits_module.Connections, "COLLECT_AFTER_CLOSED", 3)
+    collections: list[int] = []
+    monkeypatch.setattr(limits_module.gc, "collect", lambda: collections.append(1) or 0)
     connections = limits_module.Connections(SMALL)
 
     class Closed:  # what `forget` is given: only its identity matters
@@ -396,11 +411,12 @@ def test_a_collection_follows_every_so_many_closed_connections(
     for _ in range(2):
         connections.forget(Closed())  # type: ignore[arg-type]
     assert connections.collect() is None
+    assert collections == []
     connections.forget(Closed())  # type: ignore[arg-type]
-    seconds = connections.collect()
-    assert seconds is not None
-    assert seconds >= 0
+    assert connections.collect() is not None
+    assert collections == [1]
     assert connections.collect() is None  # counted anew from there
+    assert collections == [1]
 
 
 async def test_a_body_announced_large_counts_as_large_from_its_first_byte(
@@ -418,11 +434,7 @@ async def test_a_body_announced_large_counts_as_large_from_its_first_byte(
         await ordinary.send_head("/mutate", len(small))
         await ordinary.send(small[:5_000])
 
-        async with asyncio.timeout(5):
-            while state.inflight_large_bytes + state.inflight_small_bytes < 15_000:
-                await asyncio.sleep(0.02)
-        assert state.inflight_large_bytes == 10_000
-        assert state.inflight_small_bytes == 5_000
+        await counted(server, 10_000, 5_000)
         await large.send(big[10_000:])
         await ordinary.send(small[5_000:])
         for connection in (large, ordinary):

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 from prometheus_client.mmap_dict import MmapedDict
 
 from tests import server_helpers as h
@@ -244,13 +243,10 @@ os.write(2, b"descriptor 2 still open\\n")
 """
 
 
-@pytest.mark.parametrize("unbuffered", ["1", ""])
-def test_review_lines_go_to_standard_error_itself(unbuffered: str) -> None:
-    # Unbuffered as the image runs it (PYTHONUNBUFFERED=1) or not: the lines go to
-    # descriptor 2 as JsonLines writes them, and closing our file object leaves it open.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    if unbuffered:
-        env["PYTHONUNBUFFERED"] = unbuffered
+def test_review_lines_go_to_standard_error_itself() -> None:
+    # Unbuffered as the image runs it (PYTHONUNBUFFERED=1): the lines go to descriptor 2 as
+    # JsonLines writes them, and closing our file object leaves it open.
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     done = subprocess.run(
         [sys.executable, "-c", PROBE_REVIEW_STREAM],
         capture_output=True,
