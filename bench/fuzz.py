@@ -19,8 +19,8 @@ answers, dropped connections, patches that do not apply or are not idempotent, r
 what must pass), requests/s, answer latency (measured here, so it includes this process's
 own stalls), the slowest cases, and the server's RSS at the start, at its peak (VmHWM) and
 at the end. The first 200 failing cases are written to --failures as they fail (the body,
-and a report with the answer; all are counted); the server's error lines (with their traces) are printed. Exit 1 when any
-failure class is non-zero or the server exited.
+and a report with the answer; all are counted); the server's error lines (with their
+traces) are printed. Exit 1 when any failure class is non-zero or the server exited.
 
 The rate is the fuzzer's, not the server's: generating a case costs more than reviewing it.
 --server-arg passes flags to `serve` as they are (e.g. --server-arg=--max-connections=64).

@@ -113,6 +113,10 @@ class Result:
     errors: int
 
 
+def containers_label(containers: int) -> str:
+    return f"{containers} container{'s' if containers > 1 else ''}"
+
+
 @dataclass
 class Body:
     """One review body: bench/core.py's pod with `containers` containers."""
@@ -125,7 +129,7 @@ class Body:
 
     @property
     def label(self) -> str:
-        return f"{self.containers} container{'s' if self.containers > 1 else ''}"
+        return containers_label(self.containers)
 
 
 # --------------------------------------------------------------------------- processes
@@ -497,7 +501,7 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
         vs_bare = f"{r.requests_per_second / base.requests_per_second:.2f}" if base else "-"
         against = peers.get(r.containers)
         vs_go = f"{r.requests_per_second / against.requests_per_second:.2f}" if against else "-"
-        review = f"{r.containers} container{'s' if r.containers > 1 else ''}"
+        review = containers_label(r.containers)
         loop = go if r.loop == GO else r.loop
         lines.append(
             f"| {review} | {r.name} | {loop} | {r.requests_per_second:,.0f} | {r.p50_ms:.2f}"
