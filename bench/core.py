@@ -53,7 +53,7 @@ def container(
         },
         "volumeMounts": [
             {
-                "name": "kube-api-access",
+                "name": "kube-api-access-x7k2p",
                 "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
                 "readOnly": True,
             }
@@ -100,7 +100,7 @@ def pod(containers: int, init: int = 0, *, gpu: bool = True) -> dict[str, Any]:
         ],
         "volumes": [
             {
-                "name": "kube-api-access",
+                "name": "kube-api-access-x7k2p",
                 "projected": {
                     "sources": [
                         {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}}
@@ -150,7 +150,9 @@ def review_body(obj: dict[str, Any]) -> bytes:
                 "dryRun": False,
                 "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
             },
-        }
+        },
+        # As the API server writes it (Go's encoding/json): no spaces.
+        separators=(",", ":"),
     ).encode()
 
 

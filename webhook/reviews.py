@@ -11,7 +11,9 @@ two error routes, in one place:
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+import re
+import threading
+from collections.abc import Hashable, Mapping
 from typing import Any, NamedTuple
 
 import orjson
@@ -33,6 +35,11 @@ ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate")
 # Reviews of larger bodies are never cached (see `review`): the cache then holds at most
 # its size times a few times this.
 CACHE_MAX_BODY_BYTES = 16 * 1024
+# What an `Answers` cache holds at most, keys and answers together (a typical entry: 3-4 KB),
+# and the largest body it keeps an answer for: bounded in bytes, it can take larger ones than
+# the decision cache (a pod of 50 containers: 28 KB), and still at least 128 of them.
+ANSWERS_MAX_BYTES = 8 * 1024 * 1024
+ANSWERS_MAX_BODY_BYTES = 64 * 1024
 
 _STATUS_REASONS = {400: "BadRequest", 403: "Forbidden", 500: "InternalError"}
 
@@ -158,13 +165,32 @@ def review(
     endpoint: Endpoint,
     kinds: pods.Kinds = pods.BUILTIN,
     cache: reviewing.Cache | None = None,
+    answers: Answers | None = None,
 ) -> Outcome:
-    """The whole exchange: parse, decide, encode. Raises BadReview for an unusable body."""
-    request = parse(body)
+    """The whole exchange: parse, decide, encode. Raises BadReview for an unusable body.
+
+    `cache`: decisions by what the rules read of a pod (`reviewing.Cache`). `answers`: whole
+    answers by the body's shape (`Answers`), looked up before the body is even parsed.
+    """
     if len(body) > CACHE_MAX_BODY_BYTES:
         # A decision's key and patch grow with the pod: a cache bounded by entries must not
         # hold large ones (a few hundred pods with a 1 MB annotation would fill a replica).
         cache = None
+    if len(body) > ANSWERS_MAX_BODY_BYTES:
+        answers = None
+    found: Shape | None = None
+    key: Hashable = None
+    policy = policies.get(policy_name) if answers is not None else None
+    if answers is not None and policy is not None:
+        # Only under a policy in force: a stand-in (`PolicySet.governing`) is made anew for
+        # each review, so its answers would only push out others.
+        found = shape(body)
+        if found is not None:
+            key = (policy, endpoint, found.key)
+            entry = answers.get(key)
+            if entry is not None:
+                return _answered(entry, found.uid)
+    request = parse(body)
     decision = decide(
         request,
         policies=policies,
@@ -173,7 +199,12 @@ def review(
         kinds=kinds,
         cache=cache,
     )
-    return Outcome(request, decision, encode(request.uid, decision))
+    outcome = Outcome(request, decision, encode(request.uid, decision))
+    if answers is not None and found is not None and key is not None:
+        kept = _entry(outcome, found)
+        if kept is not None:
+            answers.put(key, kept, key_bytes=len(found.key))
+    return outcome
 
 
 def _status(code: int, message: str) -> dict[str, Any]:
@@ -199,3 +230,186 @@ def uid_of(body: bytes) -> str | None:
     req = doc.get("request") if isinstance(doc, dict) else None
     uid = req.get("uid") if isinstance(req, dict) else None
     return uid if isinstance(uid, str) and uid else None
+
+
+# --------------------------------------------------------------------------- answers by shape
+#
+# The API server calls a mutating webhook before it names a pod made from `generateName`, so
+# the reviews of the pods of one ReplicaSet, Job or Deployment are the same bytes but for two
+# values: the request's uid, and the name of the service account token volume that the
+# ServiceAccount admission plugin adds before any webhook runs (`kube-api-access-` and five
+# random characters, in `spec.volumes` and in each container's `volumeMounts`). A body's
+# shape is its bytes with those values taken out; a review whose shape was answered before is
+# answered alike, with its own uid, without being parsed or judged.
+#
+# Why the answer is the one a fresh review gives. Two bodies of one shape are equal byte for
+# byte but in those places, and the values there are drawn from small alphabets that need no
+# escaping (the uid: letters, digits, "-"; a token: [a-z0-9]{5}), so one body is valid JSON
+# of a given structure exactly when the other is, and their objects differ only there. The
+# uid is the request's own (checked when an answer is kept; its place in the bytes is part of
+# the shape); no rule reads it. The tokens are renamed in the order they first appear, so two
+# bodies of one shape use them alike: where one body has one token twice, so has the other,
+# and never one where the other has two. A shape is only made when every "kube-api-access-"
+# of the body is such a volume or mount name (not an environment value, an annotation, a
+# `targetContainerName`) and the body has no \u escape (which could spell a token some other
+# way): the rules then see the tokens only through names being equal, as a volume and the
+# mounts that use it. Their words could still show a token (a warning naming a volume or
+# container): an answer whose patch, warnings, annotations or log fields hold one is not
+# kept. Only answers that the decision cache keeps are kept (allowed, no rule relaxed), of
+# Pod CREATEs under a policy in force, keyed by that Policy object: a reload makes new ones.
+
+_TOKEN = b"kube-api-access-"
+_TOKEN_SUFFIX = re.compile(rb"[a-z0-9]{5}\"")
+# Where a token may stand: the value of a "name" key, in JSON with any spacing.
+_NAME_BEFORE_TOKEN = re.compile(rb'[{,][ \t\r\n]*"name"[ \t\r\n]*:[ \t\r\n]*"\Z')
+_COMPACT_NAMES = (b'{"name":"', b',"name":"')
+_UID = re.compile(rb'"uid"[ \t\r\n]*:[ \t\r\n]*"([0-9A-Za-z-]{1,128})"')
+# Marks where a value was taken out: NUL never stands in a valid JSON text.
+_TAKEN = b"\0"
+
+
+class Shape(NamedTuple):
+    """A body with its per-replica values taken out (`key`), and its request uid."""
+
+    key: bytes
+    uid: str
+
+
+def shape(body: bytes) -> Shape | None:
+    """The shape of a review body (see above), or None when it cannot be made safely."""
+    if b"\\" in body and b"\\u" in body:  # (one byte is looked for much faster than two)
+        return None
+    uid = _UID.search(body)
+    if uid is None:
+        return None
+    start, end = uid.span(1)
+    slots = [(start, end, _TAKEN)]
+    renamed: dict[bytes, bytes] = {}
+    at = body.find(_TOKEN)
+    while at != -1:
+        name_start = at + len(_TOKEN)
+        if _TOKEN_SUFFIX.match(body, name_start) is None or (
+            # As the API server writes it (compact), else with spacing.
+            body[at - 9 : at] not in _COMPACT_NAMES
+            and _NAME_BEFORE_TOKEN.search(body, max(0, at - 64), at) is None
+        ):
+            return None
+        suffix = body[name_start : name_start + 5]
+        mark = renamed.get(suffix)
+        if mark is None:
+            mark = renamed[suffix] = _TAKEN + str(len(renamed)).encode()
+        slots.append((name_start, name_start + 5, mark))
+        at = body.find(_TOKEN, name_start + 5)
+    if len(slots) == 1:
+        return Shape(body[:start] + _TAKEN + body[end:], uid.group(1).decode("ascii"))
+    slots.sort()
+    pieces = []
+    done = 0
+    for slot_start, slot_end, mark in slots:
+        pieces.append(body[done:slot_start])
+        pieces.append(mark)
+        done = slot_end
+    pieces.append(body[done:])
+    return Shape(b"".join(pieces), uid.group(1).decode("ascii"))
+
+
+class Answer(NamedTuple):
+    """A kept answer: the response around its uid, and what the review line and metrics read."""
+
+    head: bytes
+    tail: bytes
+    patch: bytes
+    warnings: tuple[str, ...]
+    audit: tuple[tuple[str, str], ...]
+    mutations: tuple[str, ...]
+    namespace: str
+    name: str
+
+
+class Answers:
+    """Whole answers of Pod reviews by their shape, the policy object and the endpoint.
+
+    Bounded in entries (`size`) and in bytes (`max_bytes`, keys and answers): past either the
+    oldest go. Writes take a lock (large reviews run on threads); reads need none.
+    """
+
+    def __init__(self, size: int, max_bytes: int = ANSWERS_MAX_BYTES) -> None:
+        self.size = size
+        self.max_bytes = max_bytes
+        self.hits = 0
+        self.bytes = 0
+        self._entries: dict[Hashable, tuple[Answer, int]] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, key: Hashable) -> Answer | None:
+        found = self._entries.get(key)
+        if found is None:
+            return None
+        self.hits += 1
+        return found[0]
+
+    def put(self, key: Hashable, answer: Answer, *, key_bytes: int) -> None:
+        """Keep `answer` under `key` (whose shape is `key_bytes` long)."""
+        size = key_bytes + len(answer.head) + len(answer.tail) + len(answer.patch)
+        if self.size <= 0 or size > self.max_bytes:
+            return
+        with self._lock:
+            if key in self._entries:
+                return
+            while self._entries and (
+                len(self._entries) >= self.size or self.bytes + size > self.max_bytes
+            ):
+                oldest = next(iter(self._entries))
+                self.bytes -= self._entries.pop(oldest)[1]
+            self._entries[key] = (answer, size)
+            self.bytes += size
+
+
+def _entry(outcome: Outcome, found: Shape) -> Answer | None:
+    """What to keep of `outcome` under its shape, or None when it must not be kept."""
+    request, decision = outcome.request, outcome.decision
+    if (
+        request.uid != found.uid
+        or (request.group, request.kind, request.operation) != ("", "Pod", "CREATE")
+        or request.sub_resource
+        or not decision.allowed
+        or decision.would_refuse
+    ):
+        return None
+    patch = orjson.dumps(decision.patch)
+    # The uid is written as it is (its alphabet needs no escaping): the answer is the bytes
+    # around it.
+    opening = b'"response":{"uid":"'
+    at = outcome.body.find(opening + found.uid.encode("ascii") + b'"')
+    if at == -1:
+        return None
+    head = outcome.body[: at + len(opening)]
+    tail = outcome.body[at + len(opening) + len(found.uid) :]
+    shown = (patch, head, tail, request.namespace.encode(), request.name.encode())
+    if any(_TOKEN in part for part in shown):
+        return None
+    return Answer(
+        head,
+        tail,
+        patch,
+        tuple(decision.warnings),
+        tuple(decision.audit.items()),
+        tuple(decision.mutations),
+        request.namespace,
+        request.name,
+    )
+
+
+def _answered(answer: Answer, uid: str) -> Outcome:
+    """A kept answer for the review with `uid`: a new Decision, as every review makes."""
+    decision = Decision(
+        patch=orjson.loads(answer.patch),
+        warnings=list(answer.warnings),
+        audit=dict(answer.audit),
+        mutations=list(answer.mutations),
+    )
+    request = Request(uid, "", "Pod", "CREATE", answer.namespace, answer.name, "", None, None)
+    return Outcome(request, decision, answer.head + uid.encode("ascii") + answer.tail)

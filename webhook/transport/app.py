@@ -68,9 +68,10 @@ SMALL_REVIEWS_RESERVE_BYTES = 4 * 1024 * 1024
 # Threads for large reviews. The GIL makes more of them no faster; two let one large review
 # not queue behind another.
 REVIEW_THREADS = 2
-# Decisions kept per process (`reviewing.Cache`). Only reviews of bodies up to
-# `reviews.CACHE_MAX_BODY_BYTES` (16 KiB) are cached, so this holds 32 MB at the very most
-# (a typical entry: well under 1 KB).
+# Decisions kept per process (`reviewing.Cache`), and as many whole answers
+# (`reviews.Answers`, which also stops at `reviews.ANSWERS_MAX_BYTES`, 8 MiB). Only reviews of
+# bodies up to `reviews.CACHE_MAX_BODY_BYTES` (16 KiB) are cached, so the decisions hold
+# 32 MB at the very most (a typical entry: well under 1 KB).
 CACHE_SIZE = 2048
 # A 4xx reason is one line of at most this many characters, whatever the body held.
 REASON_LENGTH = 300
@@ -155,8 +156,9 @@ class State:
         self.settings = settings
         self.metrics = metrics
         self.cache = reviewing.Cache(settings.cache_size)
+        self.answers = reviews.Answers(settings.cache_size)
         if review is reviews.review:
-            review = functools.partial(reviews.review, cache=self.cache)
+            review = functools.partial(reviews.review, cache=self.cache, answers=self.answers)
         self.review = review
         self._direct_review_log = review_log
         self.ready = False
@@ -220,7 +222,7 @@ class State:
         metrics = self.metrics
         metrics.certificate_expiry.set(self.certificates.seconds_until_expiry())
         metrics.policy_files_not_loaded.set(len(self.policy_watch.problems))
-        metrics.decision_cache_hits.set(self.cache.hits)
+        metrics.decision_cache_hits.set(self.cache.hits + self.answers.hits)
         if self.connections is not None:
             metrics.connections.set(len(self.connections))
 

@@ -189,7 +189,8 @@ class Metrics:
         self.decision_cache_hits = Gauge(
             f"{PREFIX}_decision_cache_hits",
             "Reviews answered from the decision cache since the process started (pods equal"
-            " in all the rules read).",
+            " in all the rules read, or reviews equal but for their uid and service account"
+            " volume name).",
             registry=own,
             multiprocess_mode="livesum",
         )
