@@ -6,8 +6,10 @@ bytes out (parse, decide, patch, encode), on one core.
 Prints a table for a one-container pod (with a shared GPU, and without: a pod that asks for
 none only gets NVIDIA_VISIBLE_DEVICES=void, and must cost less), a five-container pod with
 init containers and a fifty-container pod, each as a fresh review to mutate, plus the cost
-per container (which should stay flat: cost grows linearly with containers). Compare rows
-of one run: these machines are shared, so absolute figures move from run to run.
+per container (which should stay flat: cost grows linearly with containers), and the same
+review answered from the answer cache (`reviews.Answers`: a later pod of the same Deployment,
+not parsed). Compare rows of one run: these machines are shared, so absolute figures move
+from run to run.
 
 It measures the installed package when there is one: a wheel install (`pip install .`) runs
 the core compiled with mypyc (hatch_build.py), an editable install the pure-Python source.
@@ -157,12 +159,19 @@ def review_body(obj: dict[str, Any]) -> bytes:
 
 
 def measure(
-    body: bytes, loaded: policies.PolicySet, policy: str, seconds: float
+    body: bytes,
+    loaded: policies.PolicySet,
+    policy: str,
+    seconds: float,
+    answers: reviews.Answers | None = None,
 ) -> tuple[float, int]:
-    """Reviews per second over about `seconds`, in batches, best batch of the run."""
+    """Reviews per second over about `seconds`, in batches, best batch of the run; with
+    `answers`, of the body answered from that cache (as a Deployment's later pods are)."""
 
     def once() -> bytes:
-        return reviews.review(body, policies=loaded, policy_name=policy, endpoint="mutate").body
+        return reviews.review(
+            body, policies=loaded, policy_name=policy, endpoint="mutate", answers=answers
+        ).body
 
     out = once()
     assert b'"patch"' in out, out[:200]
@@ -193,12 +202,19 @@ def main() -> int:
         ("50 containers", pod(50), 50),
     ]
     print(f"core: {BUILD} ({Path(reviewing.__file__).parent})")
-    print(f"{'pod':<24}{'request bytes':>14}{'reviews/s':>12}{'us/review':>11}{'us/container':>14}")
+    print(
+        f"{'pod':<24}{'request bytes':>14}{'reviews/s':>12}{'us/review':>11}{'us/container':>14}"
+        f"{'answered us':>13}"
+    )
     for label, obj, n in rows:
         body = review_body(copy.deepcopy(obj))
         rate, _ = measure(body, loaded, args.policy, args.seconds)
+        answered, _ = measure(body, loaded, args.policy, args.seconds, reviews.Answers(16))
         us = 1e6 / rate
-        print(f"{label:<24}{len(body):>14}{rate:>12,.0f}{us:>11.1f}{us / n:>14.1f}")
+        print(
+            f"{label:<24}{len(body):>14}{rate:>12,.0f}{us:>11.1f}{us / n:>14.1f}"
+            f"{1e6 / answered:>13.1f}"
+        )
     return 0
 
 

@@ -2,11 +2,11 @@
 same event loop, and a Go webhook doing the same mutation.
 
     python bench/server.py [--seconds 10] [--connections 32] [--bodies 1 50]
-                           [--loops asyncio uvloop] [--no-peer] [--workers 1]
+                           [--loops asyncio uvloop] [--no-peer] [--workers 1] [--rounds 3]
                            [--serve-python PYTHON ...]
 
 In one run, for each review body (bench/core.py's pod(1) and pod(50) as the API server sends
-them: 2.1 KB and 29 KB) and each event loop, one process each (`--workers N`: N processes on
+them: 2.0 KB and 28 KB) and each event loop, one process each (`--workers N`: N processes on
 one port, and the Go peer on N threads):
 
 - bare aiohttp: reads the body and returns a canned answer (our answer to that body, so the
@@ -29,10 +29,13 @@ core's in process, the peer's must equal ours as bench/peer/check.py compares th
 patch ops in the same order, same uid, allowed, patchType, annotations), the bare server's
 must be the canned bytes; and each Python server must say it runs on the loop named.
 
-Prints a Markdown table: reviews/s, p50, p99, errors (non-2xx and socket errors), the ratio
-to the bare server on the same loop for the same body, and to the Go peer; with the date,
-the CPU count and the load average before and after. Numbers are only comparable within one
-run: wrk and the server share the machine's cores.
+Every server is measured --rounds times (default 3), in turn. Prints a Markdown table:
+reviews/s, p50, p99 (medians over the rounds), errors (non-2xx and socket errors, all
+rounds), and the median of each round's ratio to the bare server on the same loop for the
+same body, and to the Go peer (with their range): on a shared machine whose speed drifts
+(steal time), the ratio of two measurements made a minute apart is steadier than either.
+With the date, the CPU count and the load average before and after. Numbers are only
+comparable within one run: wrk and the server share the machine's cores.
 
 Needs wrk (C, so the load generator is not the bottleneck a Python client would be):
 `apt-get install -y wrk` on Debian/Ubuntu, `brew install wrk` on macOS; and, unless
@@ -111,6 +114,7 @@ class Result:
     p50_ms: float
     p99_ms: float
     errors: int
+    round: int = 0
 
 
 def containers_label(containers: int) -> str:
@@ -398,6 +402,7 @@ def measure_serve(
         python=python,
     )
     log = ws.directory / f"serve-{loop}-{body.containers}-{label.replace(' ', '-')}.log"
+    log.unlink(missing_ok=True)  # an earlier round's "listening" is not this server's
     with running(command, log, ws.env) as process:
         wait_ready(metrics_port, process, log)
         found = wait_log(r'"event_loop":"(\w+)"', [process], log).group(1)
@@ -428,6 +433,7 @@ def measure_bare(
         *(["--bare-parse"] if parse else []),
     ]
     log = ws.directory / f"bare-{loop}-{int(parse)}-{body.containers}.log"
+    log.unlink(missing_ok=True)  # an earlier round's "listening" is not this server's
     with contextlib.ExitStack() as stack:
         processes = [
             stack.enter_context(running(command, log, ws.env)) for _ in range(args.workers)
@@ -453,6 +459,7 @@ def measure_peer(ws: Workspace, body: Body, binary: Path, *, args: argparse.Name
         gomaxprocs=args.workers,
     )
     log = ws.directory / f"peer-{body.containers}.log"
+    log.unlink(missing_ok=True)  # an earlier round's "listening" is not this server's
     with running(command, log, ws.env) as process:
         wait_log(r"listening", [process], log)
         check_answer(PEER, post(port, body.data, ws.ca_file), body.expected)
@@ -473,39 +480,76 @@ def run(args: argparse.Namespace) -> list[Result]:
             except RuntimeError as exc:
                 raise SystemExit(f"bench/server.py: {exc}") from None
             print(f"built the Go peer in {time.monotonic() - started:.1f} s", file=sys.stderr)
-        for body in ws.bodies.values():
-            for loop in args.loops:
-                results.append(measure_bare(BARE, ws, body, loop=loop, parse=False, args=args))
-                results.append(measure_bare(BARE_PARSE, ws, body, loop=loop, parse=True, args=args))
-                for python, label in args.builds:
-                    results.append(
-                        measure_serve(ws, body, loop=loop, python=python, label=label, args=args)
+        for round_ in range(args.rounds):
+            found: list[Result] = []
+            for body in ws.bodies.values():
+                for loop in args.loops:
+                    found.append(measure_bare(BARE, ws, body, loop=loop, parse=False, args=args))
+                    found.append(
+                        measure_bare(BARE_PARSE, ws, body, loop=loop, parse=True, args=args)
                     )
-            if binary is not None:
-                results.append(measure_peer(ws, body, binary, args=args))
+                    for python, label in args.builds:
+                        found.append(
+                            measure_serve(
+                                ws, body, loop=loop, python=python, label=label, args=args
+                            )
+                        )
+                if binary is not None:
+                    found.append(measure_peer(ws, body, binary, args=args))
+            for result in found:
+                result.round = round_
+            results.extend(found)
     return results
 
 
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def table(results: list[Result], args: argparse.Namespace) -> str:
-    """The results as a Markdown table; ratios to the bare server on the same loop and to
-    the Go peer, for the same body."""
+    """The results as a Markdown table, one row per server: the medians over the rounds, and
+    the median of each round's ratio to the bare server on the same loop and to the Go peer
+    (measured minutes apart at most, for the same body), with their range when there were
+    several rounds."""
     go = f"GOMAXPROCS={args.workers}"
+    ranges = args.rounds > 1
     lines = [
         "| review | server | loop | reviews/s | p50 ms | p99 ms | errors | vs bare | vs Go |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    bare = {(r.containers, r.loop): r for r in results if r.name == BARE}
-    peers = {r.containers: r for r in results if r.name == PEER}
+    bare = {(r.round, r.containers, r.loop): r for r in results if r.name == BARE}
+    peers = {(r.round, r.containers): r for r in results if r.name == PEER}
+    rows: dict[tuple[int, str, str], list[Result]] = {}
     for r in results:
-        base = bare.get((r.containers, r.loop))
-        vs_bare = f"{r.requests_per_second / base.requests_per_second:.2f}" if base else "-"
-        against = peers.get(r.containers)
-        vs_go = f"{r.requests_per_second / against.requests_per_second:.2f}" if against else "-"
-        review = containers_label(r.containers)
-        loop = go if r.loop == GO else r.loop
+        rows.setdefault((r.containers, r.name, r.loop), []).append(r)
+
+    def ratio(found: list[Result], against: list[Result | None]) -> str:
+        # Each round's ratio is of two measurements made minutes apart at most.
+        values = [
+            r.requests_per_second / a.requests_per_second
+            for r, a in zip(found, against, strict=True)
+            if a is not None
+        ]
+        if not values:
+            return "-"
+        shown = f"{median(values):.2f}"
+        if ranges and len(values) > 1:
+            shown += f" ({min(values):.2f}-{max(values):.2f})"
+        return shown
+
+    for (containers, name, loop), found in rows.items():
+        vs_bare = ratio(found, [bare.get((r.round, containers, loop)) for r in found])
+        vs_go = ratio(found, [peers.get((r.round, containers)) for r in found])
+        shown_loop = go if loop == GO else loop
+        rps = median([r.requests_per_second for r in found])
+        p50 = median([r.p50_ms for r in found])
+        p99 = median([r.p99_ms for r in found])
+        errors = sum(r.errors for r in found)
         lines.append(
-            f"| {review} | {r.name} | {loop} | {r.requests_per_second:,.0f} | {r.p50_ms:.2f}"
-            f" | {r.p99_ms:.2f} | {r.errors} | {vs_bare} | {vs_go} |"
+            f"| {containers_label(containers)} | {name} | {shown_loop} | {rps:,.0f} | {p50:.2f}"
+            f" | {p99:.2f} | {errors} | {vs_bare} | {vs_go} |"
         )
     return "\n".join(lines)
 
@@ -548,6 +592,12 @@ def main() -> int:
     parser.add_argument("--loops", nargs="+", choices=LOOPS, default=list(LOOPS))
     parser.add_argument("--no-peer", action="store_true", help="without the Go peer")
     parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="measure every server this many times, in turn; the table shows medians",
+    )
+    parser.add_argument(
         "--serve-python",
         action="append",
         metavar="PYTHON",
@@ -587,9 +637,10 @@ def main() -> int:
     if problem is not None:
         print(f"bench/server.py {problem}", file=sys.stderr)
         return 2
-    if args.workers < 1 or args.seconds <= 0 or args.connections < 1:
+    if args.workers < 1 or args.seconds <= 0 or args.connections < 1 or args.rounds < 1:
         print(
-            "bench/server.py: --workers, --seconds, --connections must be positive", file=sys.stderr
+            "bench/server.py: --workers, --seconds, --connections, --rounds must be positive",
+            file=sys.stderr,
         )
         return 2
     pythons = args.serve_python or [sys.executable]
@@ -612,7 +663,8 @@ def main() -> int:
         print(f"serve, {kind}: {python} imports {where}")
     print(
         f"POST {PATH}, TLS, keep-alive, wrk -t1 -c{args.connections}, {args.warmup:g} s"
-        f" warm-up then {args.seconds:g} s each, {args.workers} process(es) per server"
+        f" warm-up then {args.seconds:g} s each, {args.workers} process(es) per server,"
+        f" {args.rounds} round(s): medians"
     )
     print()
     print(table(results, args))

@@ -13,11 +13,12 @@ review of a pod with --containers containers (bench/server.py's bodies):
   canned response without looking at the body;
 - + parse: `reviews.parse` of each body, then the canned answer;
 - + decide: parse and `reviews.decide` (the core), then the canned answer;
-- cache hit (upper bound): parse, then a decision looked up by the pod's spec and
-  annotations (every request after the first hits), then encode: what no decision cache
-  could beat, since the review must still be parsed and answered;
-- real review: `reviews.review` (parse, decide, encode) with the server's decision cache,
-  as `serve` runs it (wrk sends one body over and over: all hits after the first);
+- parsed cache hit (upper bound): parse, then a decision looked up by the pod's spec and
+  annotations (every request after the first hits), then encode: what no cache that parses
+  the review could beat (the decision cache, `reviewing.Cache`);
+- real review: `reviews.review` with the server's caches, as `serve` runs it (wrk sends one
+  body over and over: after the first, every request is answered from the answer cache,
+  `reviews.Answers`, without being parsed);
 - serve: `gpu-share-webhook serve` itself, with its JSON review log line.
 
 The rows below "bare" run without review log lines; "serve" adds them. Compare the rows of
@@ -50,7 +51,7 @@ VARIANTS = {
     "canned": "canned review",
     "parse": "+ parse",
     "decide": "+ decide",
-    "cached": "cache hit (upper bound)",
+    "cached": "parsed cache hit (bound)",
     "real": "real review",
 }
 
