@@ -196,6 +196,16 @@ def copy_policies(directory: Path) -> Path:
     return directory
 
 
+def mounted_policies(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    """The shipped policies mounted in `tmp_path` as the kubelet mounts a ConfigMap (version
+    v1, see `mount_like_kubelet`): the directory, and the files to change for a v2."""
+    shipped = copy_policies(tmp_path / "shipped")
+    files = {p.name: p.read_bytes() for p in shipped.glob("*.yaml")}
+    policies_dir = tmp_path / "mounted"
+    mount_like_kubelet(policies_dir, "v1", files)
+    return policies_dir, files
+
+
 def settings(tmp_path: Path, **overrides: Any) -> server.Settings:
     """Settings for a server on its own certificates and a copy of the shipped policies."""
     cert_dir = tmp_path / "certs"

@@ -300,10 +300,7 @@ async def test_the_server_answers_a_deployments_pods_from_the_cache_and_a_reload
     """Over TLS, as the API server calls it: every replica's answer passes the API server's
     checks and patches its pod into a valid one; all but the first come from the cache; a
     changed policy file is in force for the next replica."""
-    shipped = h.copy_policies(tmp_path / "shipped")
-    files = {p.name: p.read_bytes() for p in shipped.glob("*.yaml")}
-    policies_dir = tmp_path / "mounted"
-    h.mount_like_kubelet(policies_dir, "v1", files)
+    policies_dir, files = h.mounted_policies(tmp_path)
     app = server.create_app(h.settings(tmp_path, policies_dir=policies_dir))
     client = await h.start(aiohttp_server, aiohttp_client, app)
     template = sa_pod(shared(), container("log"))

@@ -146,10 +146,7 @@ async def test_a_good_policy_change_takes_effect_without_a_restart(
     tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
 ) -> None:
     # A mounted ConfigMap, updated as the kubelet does it.
-    shipped = h.copy_policies(tmp_path / "shipped")
-    files = {p.name: p.read_bytes() for p in shipped.glob("*.yaml")}
-    policies_dir = tmp_path / "mounted"
-    h.mount_like_kubelet(policies_dir, "v1", files)
+    policies_dir, files = h.mounted_policies(tmp_path)
     app = server.create_app(h.settings(tmp_path, policies_dir=policies_dir))
     client = await h.start(aiohttp_server, aiohttp_client, app)
     assert await runtime_class(client, "default", "uid-before") == "nvidia"
