@@ -164,8 +164,8 @@ def test_two_tokens_are_told_apart_by_where_they_stand() -> None:
 
 @pytest.mark.parametrize(
     "where",
-    ["env-value", "annotation", "label", "container-name-only", "target-container", "escaped",
-     "short-suffix", "uid-not-simple"],
+    ["env-value", "annotation", "label", "container-name-and-argument", "target-container",
+     "escaped", "short-suffix", "uid-not-simple"],
 )
 def test_a_body_whose_shape_could_hide_a_difference_has_none(where: str) -> None:
     obj = sa_pod(shared(), container("log"))
@@ -176,7 +176,7 @@ def test_a_body_whose_shape_could_hide_a_difference_has_none(where: str) -> None
         obj["metadata"]["annotations"] = {"note": TOKEN}
     elif where == "label":
         obj["metadata"]["labels"] = {"app": TOKEN}
-    elif where == "container-name-only":
+    elif where == "container-name-and-argument":
         # A name, but also a value elsewhere: the count tells.
         obj["spec"]["containers"][1]["name"] = TOKEN
         obj["spec"]["containers"][1]["args"] = [TOKEN]
@@ -263,7 +263,7 @@ def test_a_large_body_is_reviewed_in_full_every_time() -> None:
     assert len(answers) == 0
 
 
-def test_the_server_answers_replicas_from_the_cache_when_the_decision_cache_is_on() -> None:
+def test_with_both_caches_a_replica_is_answered_before_the_decision_cache_is_asked() -> None:
     """What `serve` wires: reviewing.Cache and reviews.Answers both, sized by --cache-size."""
     cache, answers = reviewing.Cache(16), reviews.Answers(16)
     obj = sa_pod(shared())

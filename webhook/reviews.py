@@ -59,7 +59,8 @@ class Request(NamedTuple):
 
 
 class Outcome(NamedTuple):
-    """A review as answered: what was asked, what was decided, and the response body."""
+    """A review as answered: what was asked, what was decided, and the response body. A
+    review answered from `Answers` was not parsed: its `request.object` is None."""
 
     request: Request
     decision: Decision
@@ -179,15 +180,13 @@ def review(
     if len(body) > ANSWERS_MAX_BODY_BYTES:
         answers = None
     found: Shape | None = None
-    key: Hashable = None
     policy = policies.get(policy_name) if answers is not None else None
     if answers is not None and policy is not None:
         # Only under a policy in force: a stand-in (`PolicySet.governing`) is made anew for
         # each review, so its answers would only push out others.
         found = shape(body)
         if found is not None:
-            key = (policy, endpoint, found.key)
-            entry = answers.get(key)
+            entry = answers.get((policy, endpoint, found.key))
             if entry is not None:
                 return _answered(entry, found.uid)
     request = parse(body)
@@ -200,10 +199,10 @@ def review(
         cache=cache,
     )
     outcome = Outcome(request, decision, encode(request.uid, decision))
-    if answers is not None and found is not None and key is not None:
+    if answers is not None and found is not None:
         kept = _entry(outcome, found)
         if kept is not None:
-            answers.put(key, kept, key_bytes=len(found.key))
+            answers.put((policy, endpoint, found.key), kept, key_bytes=len(found.key))
     return outcome
 
 
