@@ -147,10 +147,15 @@ def free_port() -> int:
 
 
 def wait_log(
-    pattern: str, processes: list[subprocess.Popen[bytes]], log: Path, *, count: int = 1
+    pattern: str,
+    processes: list[subprocess.Popen[bytes]],
+    log: Path,
+    *,
+    count: int = 1,
+    seconds: float = 60,
 ) -> re.Match[str]:
     """Until `pattern` is in `log` `count` times (the last match); fails if a process exits."""
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         for process in processes:
             if process.poll() is not None:
@@ -159,7 +164,7 @@ def wait_log(
         if len(matches) >= count:
             return matches[-1]
         time.sleep(0.05)
-    raise SystemExit(f"no {pattern!r} in the server's log after 60 s:\n{log.read_text()}")
+    raise SystemExit(f"no {pattern!r} in the server's log after {seconds:g} s:\n{log.read_text()}")
 
 
 def wait_ready(metrics_port: int, process: subprocess.Popen[bytes], log: Path) -> None:
