@@ -91,7 +91,8 @@ def serve_variant(
             decision = hits[key] = reviews.decide(
                 request, policies=policies, policy_name=policy_name, endpoint=endpoint, kinds=kinds
             )
-        return reviews.Outcome(request, decision, reviews.encode(request.uid, decision))
+        body = reviews.encode(request.uid, decision)
+        return reviews.Outcome(request, decision, body, reviews.verdict(decision))
 
     # `serve` makes its app with create_app: hand it the stand-in.
     review = reviews.review if variant == "real" else stand_in

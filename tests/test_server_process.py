@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from prometheus_client.mmap_dict import MmapedDict
 
 from tests import server_helpers as h
 from webhook import certificates
+from webhook.transport import metrics
 
 
 async def test_serve_in_a_fresh_directory_makes_certificates_says_where_and_answers(
@@ -113,10 +115,27 @@ async def test_workers_share_the_port_and_their_metrics_add_up(tmp_path: Path) -
                     )
                 assert status == 200
                 h.response_of(json.loads(answer), uid)
-            async with session.get(serve.probe_url("/metrics")) as response:
-                text = await response.text()
-            assert h.metric(text, "gpu_share_webhook_reviews_total", decision="allowed") == count
+
+            async def scraped() -> str:
+                async with session.get(serve.probe_url("/metrics")) as response:
+                    return await response.text()
+
+            async def all_counted() -> str | None:
+                text = await scraped()
+                counted = h.metric(text, "gpu_share_webhook_reviews_total", decision="allowed")
+                return text if counted == count else None
+
+            # The worker that answers the scrape has published its counts; the other one
+            # publishes its own within PUBLISH_SECONDS.
+            started = time.monotonic()
+            text = await h.eventually(all_counted, what=f"{count} reviews on /metrics")
+            assert time.monotonic() - started < metrics.PUBLISH_SECONDS + 1
             assert h.metric(text, "gpu_share_webhook_review_duration_seconds_count") == count
+            # Published once each: later scrapes count no more.
+            await asyncio.sleep(metrics.PUBLISH_SECONDS * 1.5)
+            again = await scraped()
+            assert h.metric(again, "gpu_share_webhook_reviews_total", decision="allowed") == count
+            assert h.metric(again, "gpu_share_webhook_review_duration_seconds_count") == count
             # Both workers answered some: each process counts in a file of its own.
             per_process = _reviews_per_process(metrics_dir)
             assert len(per_process) == 2, per_process

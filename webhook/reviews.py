@@ -58,13 +58,62 @@ class Request(NamedTuple):
     old_object: Mapping[str, Any] | None
 
 
-class Outcome(NamedTuple):
-    """A review as answered: what was asked, what was decided, and the response body. A
-    review answered from `Answers` was not parsed: its `request.object` is None."""
+class Verdict(NamedTuple):
+    """What the review line and the metrics read of a decision (`verdict`)."""
 
-    request: Request
-    decision: Decision
-    body: bytes
+    allowed: bool
+    patch_operations: int
+    # The rules that refused, each once, sorted (none when allowed).
+    rules: tuple[str, ...]
+    # Every violation found, with the mode that applied it: enforce (refused), warn, dry-run.
+    violations: tuple[tuple[str, str], ...]
+    # "rule:mode" of each rule that would refuse but was not enforced, sorted.
+    would_refuse: tuple[str, ...]
+
+
+def verdict(decision: Decision) -> Verdict:
+    """What the review line and the metrics read of `decision`."""
+    return Verdict(
+        decision.allowed,
+        len(decision.patch),
+        tuple(decision.rules) if decision.violations else (),
+        tuple((v.rule, names.ENFORCE) for v in decision.violations)
+        + tuple((v.rule, mode) for mode, v in decision.would_refuse),
+        tuple(sorted({f"{v.rule}:{mode}" for mode, v in decision.would_refuse})),
+    )
+
+
+class Outcome:
+    """A review as answered: what was asked, what was decided, the response body, and the
+    verdict the review line and the metrics read.
+
+    A review answered from `Answers` was neither parsed nor judged: its `request.object` is
+    None, and its `decision` is made from the kept answer when first asked for (a new one,
+    as every review makes: the server only reads `verdict`).
+    """
+
+    __slots__ = ("_answer", "_decision", "body", "request", "verdict")
+
+    def __init__(
+        self,
+        request: Request,
+        decision: Decision | None,
+        body: bytes,
+        verdict: Verdict,
+        answer: Answer | None = None,
+    ) -> None:
+        self.request = request
+        self.body = body
+        self.verdict = verdict
+        self._decision = decision
+        self._answer = answer
+
+    @property
+    def decision(self) -> Decision:
+        if self._decision is None:
+            assert self._answer is not None  # an Outcome has one or the other
+            self._decision = self._answer.decision()
+        return self._decision
 
 
 def parse(body: bytes) -> Request:
@@ -198,7 +247,7 @@ def review(
         kinds=kinds,
         cache=cache,
     )
-    outcome = Outcome(request, decision, encode(request.uid, decision))
+    outcome = Outcome(request, decision, encode(request.uid, decision), verdict(decision))
     if answers is not None and found is not None:
         kept = _entry(outcome, found)
         if kept is not None:
@@ -282,47 +331,49 @@ def shape(body: bytes) -> Shape | None:
     if uid is None:
         return None
     start, end = uid.span(1)
-    slots = [(start, end, _TAKEN)]
+    # Split at every token: each piece after the first starts with a token's suffix.
+    pieces = (body[:start] + _TAKEN + body[end:]).split(_TOKEN)
     renamed: dict[bytes, bytes] = {}
-    at = body.find(_TOKEN)
-    while at != -1:
-        name_start = at + len(_TOKEN)
-        if _TOKEN_SUFFIX.match(body, name_start) is None or (
+    before = pieces[0]
+    for n in range(1, len(pieces)):
+        piece = pieces[n]
+        if _TOKEN_SUFFIX.match(piece) is None or not (
             # As the API server writes it (compact), else with spacing.
-            body[at - 9 : at] not in _COMPACT_NAMES
-            and _NAME_BEFORE_TOKEN.search(body, max(0, at - 64), at) is None
+            before.endswith(_COMPACT_NAMES)
+            or _NAME_BEFORE_TOKEN.search(before, max(0, len(before) - 64)) is not None
         ):
             return None
-        suffix = body[name_start : name_start + 5]
+        suffix = piece[:5]
         mark = renamed.get(suffix)
         if mark is None:
             mark = renamed[suffix] = _TAKEN + str(len(renamed)).encode()
-        slots.append((name_start, name_start + 5, mark))
-        at = body.find(_TOKEN, name_start + 5)
-    if len(slots) == 1:
-        return Shape(body[:start] + _TAKEN + body[end:], uid.group(1).decode("ascii"))
-    slots.sort()
-    pieces = []
-    done = 0
-    for slot_start, slot_end, mark in slots:
-        pieces.append(body[done:slot_start])
-        pieces.append(mark)
-        done = slot_end
-    pieces.append(body[done:])
-    return Shape(b"".join(pieces), uid.group(1).decode("ascii"))
+        pieces[n] = mark + piece[5:]
+        before = piece
+    return Shape(_TOKEN.join(pieces), uid.group(1).decode("ascii"))
 
 
 class Answer(NamedTuple):
-    """A kept answer: the response around its uid, and what the review line and metrics read."""
+    """A kept answer: the response around its uid, what the review line and the metrics read
+    of it, and what its decision is made again from when asked for (`Outcome.decision`)."""
 
     head: bytes
     tail: bytes
+    verdict: Verdict
+    namespace: str
+    name: str
     patch: bytes
     warnings: tuple[str, ...]
     audit: tuple[tuple[str, str], ...]
     mutations: tuple[str, ...]
-    namespace: str
-    name: str
+
+    def decision(self) -> Decision:
+        """A new Decision equal to the kept one."""
+        return Decision(
+            patch=orjson.loads(self.patch),
+            warnings=list(self.warnings),
+            audit=dict(self.audit),
+            mutations=list(self.mutations),
+        )
 
 
 class Answers:
@@ -393,22 +444,18 @@ def _entry(outcome: Outcome, found: Shape) -> Answer | None:
     return Answer(
         head,
         tail,
+        outcome.verdict,
+        request.namespace,
+        request.name,
         patch,
         tuple(decision.warnings),
         tuple(decision.audit.items()),
         tuple(decision.mutations),
-        request.namespace,
-        request.name,
     )
 
 
 def _answered(answer: Answer, uid: str) -> Outcome:
-    """A kept answer for the review with `uid`: a new Decision, as every review makes."""
-    decision = Decision(
-        patch=orjson.loads(answer.patch),
-        warnings=list(answer.warnings),
-        audit=dict(answer.audit),
-        mutations=list(answer.mutations),
-    )
+    """A kept answer for the review with `uid` (its decision is made when asked for)."""
     request = Request(uid, "", "Pod", "CREATE", answer.namespace, answer.name, "", None, None)
-    return Outcome(request, decision, answer.head + uid.encode("ascii") + answer.tail)
+    body = answer.head + uid.encode("ascii") + answer.tail
+    return Outcome(request, None, body, answer.verdict, answer)

@@ -46,7 +46,15 @@ from webhook.errors import BadReview, CertificateError
 from webhook.transport import heap
 from webhook.transport.limits import Connections, Limits
 from webhook.transport.logs import REVIEW_LOGGER
-from webhook.transport.metrics import ALLOWED, CONTENT_TYPE, DENIED, ERROR, INVALID, Metrics
+from webhook.transport.metrics import (
+    ALLOWED,
+    CONTENT_TYPE,
+    DENIED,
+    ERROR,
+    INVALID,
+    PUBLISH_SECONDS,
+    Metrics,
+)
 
 logger = logging.getLogger(__name__)
 review_log = logging.getLogger(REVIEW_LOGGER)
@@ -282,6 +290,9 @@ async def _running(app: web.Application) -> AsyncIterator[None]:
         # thread starts handshakes from it, and a check is a millisecond of work.
         asyncio.create_task(_watch(state.check_certificate, state, in_thread=False)),
     ]
+    if state.metrics.multiprocess:
+        # The other workers answer scrapes too: they read what this one published.
+        watchers.append(asyncio.create_task(_publish_metrics(state.metrics)))
     state.ready = True
     try:
         yield
@@ -290,6 +301,7 @@ async def _running(app: web.Application) -> AsyncIterator[None]:
         for task in watchers:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
+        state.metrics.publish()
         # A large review cut off at its deadline may still be running; it is not waited for.
         state.executor.shutdown(wait=False, cancel_futures=True)
 
@@ -305,6 +317,15 @@ async def _watch(check: Callable[[], bool], state: State, *, in_thread: bool) ->
                 check()
         except Exception:
             logger.exception("checking for changed files failed; will look again")
+
+
+async def _publish_metrics(metrics: Metrics) -> None:
+    while True:
+        await asyncio.sleep(PUBLISH_SECONDS)
+        try:
+            metrics.publish()
+        except Exception:
+            logger.exception("publishing the metrics failed; will try again")
 
 
 # --------------------------------------------------------------------------- admission
@@ -361,7 +382,7 @@ class _Route:
         length = _content_length(headers.get("Content-Length"))
         if length is not None and length > max_body:
             return self.invalid(policy_name, started, 413, _too_large(length, max_body))
-        self.metrics.in_flight.inc()
+        self.metrics.in_flight += 1
         # Review bytes held by this request: counted as they arrive, not as announced, so
         # that connections announcing large bodies and sending none hold nothing.
         held = _Held(length)
@@ -376,8 +397,17 @@ class _Route:
                     body = await self.receive(content, held)
             # One read of the reference: reloads during this review do not change its policies.
             policy_set = state.policy_watch.policies
-            deadline = started + _budget(request.raw_path)
-            outcome = await self.review(body, policy_set, policy_name, deadline)
+            if len(body) <= INLINE_REVIEW_BYTES or state.executor is None:
+                outcome = state.review(
+                    body,
+                    policies=policy_set,
+                    policy_name=policy_name,
+                    endpoint=self.endpoint,
+                    kinds=state.kinds,
+                )
+            else:
+                deadline = started + _budget(request.raw_path)
+                outcome = await self.review_in_thread(body, policy_set, policy_name, deadline)
         except _Refused as refused:
             return self.invalid(policy_name, started, refused.status, refused.reason)
         except web.HTTPRequestEntityTooLarge:
@@ -399,7 +429,7 @@ class _Route:
                 state.inflight_small_bytes -= held.bytes
             else:
                 state.inflight_large_bytes -= held.bytes
-            self.metrics.in_flight.dec()
+            self.metrics.in_flight -= 1
             if held.bytes > INLINE_REVIEW_BYTES:
                 _release_memory(state)
         try:
@@ -449,18 +479,12 @@ class _Route:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def review(
+    async def review_in_thread(
         self, body: bytes, policy_set: policies.PolicySet, policy_name: str, deadline: float
     ) -> reviews.Outcome:
+        """A large review, on a thread, cut off at `deadline` (see INLINE_REVIEW_BYTES)."""
         state = self.state
-        if len(body) <= INLINE_REVIEW_BYTES or state.executor is None:
-            return state.review(
-                body,
-                policies=policy_set,
-                policy_name=policy_name,
-                endpoint=self.endpoint,
-                kinds=state.kinds,
-            )
+        assert state.executor is not None
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             # Receiving took the whole budget (an overloaded server, a slow upload).
@@ -491,15 +515,12 @@ class _Route:
         outcome: reviews.Outcome,
         seconds: float,
     ) -> None:
-        decision = outcome.decision
-        verdict = ALLOWED if decision.allowed else DENIED
+        verdict = outcome.verdict
         metrics, endpoint = self.metrics, self.endpoint
         policy = _policy_label(policy_name, policy_set)
-        metrics.count_review(endpoint, policy, verdict, seconds)
-        for v in decision.violations:
-            metrics.count_violation(endpoint, policy, v.rule, names.ENFORCE)
-        for mode, v in decision.would_refuse:
-            metrics.count_violation(endpoint, policy, v.rule, mode)
+        metrics.count_review(endpoint, policy, ALLOWED if verdict.allowed else DENIED, seconds)
+        for rule, mode in verdict.violations:
+            metrics.count_violation(endpoint, policy, rule, mode)
         state = self.state
         if not state.review_lines_wanted:
             return
@@ -571,7 +592,7 @@ def review_line(
     outcome: reviews.Outcome, endpoint: reviews.Endpoint, policy_name: str, seconds: float
 ) -> dict[str, Any]:
     """The log line of one answered review."""
-    request, decision = outcome.request, outcome.decision
+    request, verdict = outcome.request, outcome.verdict
     line: dict[str, Any] = {
         "message": "review",
         "uid": request.uid,
@@ -581,16 +602,16 @@ def review_line(
         "operation": request.operation,
         "endpoint": endpoint,
         "policy": policy_name,
-        "decision": ALLOWED if decision.allowed else DENIED,
-        "patch_operations": len(decision.patch),
+        "decision": ALLOWED if verdict.allowed else DENIED,
+        "patch_operations": verdict.patch_operations,
         "ms": round(seconds * 1000, 3),
     }
-    if not decision.allowed:
-        line["rules"] = decision.rules
+    if not verdict.allowed:
+        line["rules"] = list(verdict.rules)
         line["mode"] = names.ENFORCE
-    if decision.would_refuse:
+    if verdict.would_refuse:
         # Admitted although these rules would refuse: the mode that decided so.
-        line["would_refuse"] = sorted({f"{v.rule}:{mode}" for mode, v in decision.would_refuse})
+        line["would_refuse"] = list(verdict.would_refuse)
     return line
 
 
