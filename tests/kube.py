@@ -29,8 +29,9 @@ from webhook.core.decisions import Decision
 
 REPO = Path(__file__).resolve().parent.parent
 # Published GPU manifests, kept as found beside this repository (../shared/real-world);
-# GPU_SHARE_REAL_WORLD points elsewhere.
-REAL_WORLD = Path(os.environ.get("GPU_SHARE_REAL_WORLD", REPO.parent / "shared" / "real-world"))
+# GPU_SHARE_REAL_WORLD points elsewhere. real_world() is the one place that finds them.
+REAL_WORLD_VARIABLE = "GPU_SHARE_REAL_WORLD"
+REAL_WORLD_BESIDE = REPO.parent / "shared" / "real-world"
 VERSIONS = ("1.30", kubernetes_validate.latest_version())
 
 # Node classes and profiles the core's tests share.
@@ -40,6 +41,38 @@ A10G_TS = {"name": "a10g-ts", "product": "NVIDIA-A10G", "strategy": "time-slicin
            "replicas": 4, "memoryMiB": 23028}
 PROFILES = {"small": {"activeThreadPercentage": 10, "pinnedMemoryMiB": 1536},
             "medium": {"activeThreadPercentage": 25, "pinnedMemoryMiB": 3840}}
+
+
+class RealWorldMissing(Exception):
+    """The published manifests are not where real_world() looks; str() is one line saying so."""
+
+
+def real_world() -> Path:
+    """The directory of the published GPU manifests.
+
+    GPU_SHARE_REAL_WORLD when it is set (and not empty), else ../shared/real-world beside this
+    checkout. Raises RealWorldMissing, whose message says where it looked and how to fix it,
+    when that is not a directory: a test must not pass on an empty corpus.
+    """
+    variable = os.environ.get(REAL_WORLD_VARIABLE)
+    path = Path(variable) if variable else REAL_WORLD_BESIDE
+    if path.is_dir():
+        return path
+    if variable:
+        looked = (f"looked in {path} (from {REAL_WORLD_VARIABLE}; without it, "
+                  f"{REAL_WORLD_BESIDE}); set {REAL_WORLD_VARIABLE} to the directory of the "
+                  "manifests, or unset it and place this checkout next to shared/")
+    else:
+        looked = (f"looked in {path} ({REAL_WORLD_VARIABLE} is not set); set "
+                  f"{REAL_WORLD_VARIABLE} to the directory of the manifests, or place this "
+                  "checkout next to shared/ (../shared/real-world)")
+    raise RealWorldMissing(f"real-world GPU manifests not found: {looked}")
+
+
+def real_world_manifests() -> list[Path]:
+    """The published manifests (*.yaml in real_world()), sorted by name."""
+    return sorted(real_world().glob("*.yaml"))
+
 
 _MODEL = {
     "Pod": "V1Pod",

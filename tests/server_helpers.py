@@ -41,7 +41,7 @@ NAMESPACE = "gpu-share-system"
 HOST = certificates.service_host(service=SERVICE, namespace=NAMESPACE)
 TIMEOUT = "timeout=10s"
 JSON = {"Content-Type": "application/json"}
-REAL_PODS = kube.REAL_WORLD / "13-pre6g-test-gpu-shared-4pods.yaml"
+REAL_PODS = "13-pre6g-test-gpu-shared-4pods.yaml"  # in kube.real_world()
 
 
 # --------------------------------------------------------------------------- certificates
@@ -158,7 +158,7 @@ async def connect(port: int, ca: Path) -> AsyncIterator[Connection]:
 
 def real_pods() -> list[dict[str, Any]]:
     """The pods of a real manifest (four pods asking for `nvidia.com/gpu.shared: 1`)."""
-    pods = [doc for doc in yaml.safe_load_all(REAL_PODS.read_text()) if doc]
+    pods = [doc for doc in yaml.safe_load_all((kube.real_world() / REAL_PODS).read_text()) if doc]
     assert len(pods) == 4
     return pods
 

@@ -50,7 +50,7 @@ for line in open(sys.argv[2]):
 def _objects() -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = []
     examples = sorted((kube.REPO / "examples").rglob("*.yaml"))
-    paths = sorted(kube.REAL_WORLD.glob("*.yaml")) + examples
+    paths = kube.real_world_manifests() + examples
     for path in paths:
         found += [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
     found += [case.values[0] for case in test_rules.CASES]

@@ -58,7 +58,7 @@ def _with_service_account(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _corpus() -> list[dict[str, Any]]:
-    found = [d for path in sorted(kube.REAL_WORLD.glob("*.yaml"))
+    found = [d for path in kube.real_world_manifests()
              for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
     found += [d for path in sorted((kube.REPO / "examples").rglob("*.yaml"))
               for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]

@@ -16,12 +16,13 @@ import yaml
 
 from tests import apiserver
 from tests.kube import (
-    REAL_WORLD,
     REPO,
     WORKLOAD_KINDS,
     as_served,
     check_pod_rules,
     check_valid,
+    real_world,
+    real_world_manifests,
     templates_of,
 )
 from webhook import cli, policies, rendering
@@ -376,8 +377,7 @@ REAL = {
 
 
 def test_every_real_world_manifest_has_an_expectation() -> None:
-    assert REAL_WORLD.is_dir(), f"{REAL_WORLD}: not found; set GPU_SHARE_REAL_WORLD"
-    assert {p.name for p in REAL_WORLD.glob("*.yaml")} == set(REAL)
+    assert {p.name for p in real_world_manifests()} == set(REAL)
 
 
 @pytest.mark.parametrize("policy", ["default", "not-renamed"])
@@ -386,7 +386,7 @@ def test_a_real_world_manifest_comes_out_valid_and_idempotent_untouched_or_refus
     tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, policy: str
 ) -> None:
     expected = REAL[name][0 if policy == "default" else 1]
-    path = REAL_WORLD / name
+    path = real_world() / name
     labels = ["-l", "gpu-share.io/enabled=true", "-l", f"gpu-share.io/policy={policy}"]
     code, out, err = run(capsys, "-f", str(path), *labels)
     assert "Traceback" not in err
