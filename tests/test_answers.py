@@ -166,7 +166,7 @@ def test_two_tokens_are_told_apart_by_where_they_stand() -> None:
 @pytest.mark.parametrize(
     "where",
     ["env-value", "annotation", "label", "container-name-and-argument", "target-container",
-     "escaped", "short-suffix", "uid-not-simple"],
+     "escaped", "short-suffix", "uid-not-simple", "uid-holding-a-token"],
 )
 def test_a_body_whose_shape_could_hide_a_difference_has_none(where: str) -> None:
     obj = sa_pod(shared(), container("log"))
@@ -194,6 +194,8 @@ def test_a_body_whose_shape_could_hide_a_difference_has_none(where: str) -> None
         obj = json.loads(json.dumps(obj).replace(TOKEN, "kube-api-access-abcd"))
     elif where == "uid-not-simple":
         uid = "u 1"
+    elif where == "uid-holding-a-token":
+        uid = "kube-api-access-x9z2q"
     assert reviews.shape(body(obj, uid)) is None
 
 

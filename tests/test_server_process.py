@@ -129,7 +129,7 @@ async def test_workers_share_the_port_and_their_metrics_add_up(tmp_path: Path) -
             # publishes its own within PUBLISH_SECONDS.
             started = time.monotonic()
             text = await h.eventually(all_counted, what=f"{count} reviews on /metrics")
-            assert time.monotonic() - started < metrics.PUBLISH_SECONDS + 1
+            assert time.monotonic() - started < metrics.PUBLISH_SECONDS + 3
             assert h.metric(text, "gpu_share_webhook_review_duration_seconds_count") == count
             # Published once each: later scrapes count no more.
             await asyncio.sleep(metrics.PUBLISH_SECONDS * 1.5)

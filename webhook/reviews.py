@@ -298,13 +298,14 @@ def uid_of(body: bytes) -> str | None:
 # the shape); no rule reads it. The tokens are renamed in the order they first appear, so two
 # bodies of one shape use them alike: where one body has one token twice, so has the other,
 # and never one where the other has two. A shape is only made when every "kube-api-access-"
-# of the body is such a volume or mount name (not an environment value, an annotation, a
-# `targetContainerName`) and the body has no \u escape (which could spell a token some other
-# way): the rules then see the tokens only through names being equal, as a volume and the
-# mounts that use it. Their words could still show a token (a warning naming a volume or
-# container): an answer whose patch, warnings, annotations or log fields hold one is not
-# kept. Only answers that the decision cache keeps are kept (allowed, no rule relaxed), of
-# Pod CREATEs under a policy in force, keyed by that Policy object: a reload makes new ones.
+# of the body is the value of a "name" key, as volume and mount names are (not an environment
+# value, an annotation value, a `targetContainerName`, the uid), and the body has no \u escape
+# (which could spell a token some other way): a rule reads a name only to compare it with
+# another (a volume and the mounts that use it) or to show it. What it shows could hold a
+# token (a warning naming a volume or container): an answer whose patch, warnings,
+# annotations or log fields hold one is not kept. Only answers that the decision cache keeps
+# are kept (allowed, no rule relaxed), of Pod CREATEs under a policy in force, keyed by that
+# Policy object: a reload makes new ones.
 
 _TOKEN = b"kube-api-access-"
 _TOKEN_SUFFIX = re.compile(rb"[a-z0-9]{5}\"")
@@ -331,6 +332,9 @@ def shape(body: bytes) -> Shape | None:
     if uid is None:
         return None
     start, end = uid.span(1)
+    if _TOKEN in body[start:end]:
+        # A uid the API server never makes: a token must stand as a name (see above).
+        return None
     # Split at every token: each piece after the first starts with a token's suffix.
     pieces = (body[:start] + _TAKEN + body[end:]).split(_TOKEN)
     renamed: dict[bytes, bytes] = {}

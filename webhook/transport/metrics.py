@@ -17,7 +17,8 @@ What every admission request counts (reviews, violations, latency, requests in f
 counted in plain Python on the request path and added to prometheus-client's metrics by
 `publish`: before every scrape this process answers, and, with several workers, once a
 `PUBLISH_SECONDS` and at exit, so that a scrape one worker answers sees the others' counts
-at most that late. prometheus-client's own path (a lock and several calls per value, five
+at most that late (and a worker killed outright, SIGKILL or the OOM killer, takes the counts
+of its last second with it). prometheus-client's own path (a lock and several calls per value, five
 values a request) cost 25,000 instructions a request, 6 % of a review answered from the
 cache (bench/instructions.py); the plain count costs a tenth of that.
 """
@@ -25,6 +26,7 @@ cache (bench/instructions.py); the plain count costs a tenth of that.
 from __future__ import annotations
 
 import bisect
+import logging
 from typing import Any
 
 from prometheus_client import (
@@ -45,6 +47,8 @@ from prometheus_client import (
 # Without this every counter also exposes a `_created` timestamp series, doubling the
 # series for nothing a dashboard uses (process start time is there already).
 disable_created_metrics()  # type: ignore[no-untyped-call]
+
+logger = logging.getLogger(__name__)
 
 PREFIX = "gpu_share_webhook"
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -137,7 +141,8 @@ class Metrics:
         _check_histogram(self.latency.labels("mutate"))
         self.in_flight_gauge = Gauge(
             f"{PREFIX}_reviews_in_flight",
-            "Admission requests being received or reviewed right now.",
+            "Admission requests being received or reviewed (with --workers, the other"
+            " workers' counts are up to a second old).",
             registry=own,
             multiprocess_mode="livesum",
         )
@@ -261,7 +266,11 @@ class Metrics:
 
     def exposition(self) -> bytes:
         """The text format a Prometheus scrape reads (this process's counts up to now)."""
-        self.publish()
+        try:
+            self.publish()
+        except Exception:
+            # The scrape still gets what was published before.
+            logger.exception("publishing the metrics failed")
         return bytes(generate_latest(self.registry))
 
 
