@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -12,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from prometheus_client.mmap_dict import MmapedDict
 
 from tests import server_helpers as h
@@ -142,6 +145,46 @@ async def test_workers_share_the_port_and_their_metrics_add_up(tmp_path: Path) -
             assert sum(per_process) == count
         serve.terminate()
         assert await asyncio.to_thread(serve.wait) == 0
+
+
+async def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
+    with h.serving(tmp_path, "--workers", "2", "--drain-seconds", "0.2") as serve:
+        await serve.ready()
+        workers = _children(serve.popen.pid)
+        assert len(workers) == 2, workers
+        serve.popen.kill()
+        serve.popen.wait()
+
+        async def gone() -> bool:
+            return not any(_alive(pid) for pid in workers)
+
+        await h.eventually(gone, seconds=15, what="the workers of a killed supervisor exit")
+        assert "the supervisor" in serve.log
+        assert "is gone: stopping this worker" in serve.log
+        # Nothing listens on the port any more.
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", serve.port), timeout=1).close()
+
+
+def _children(parent: int) -> list[int]:
+    """The worker processes `parent` started (Linux: read from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rpartition(")")[2].split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+            if int(fields[1]) == parent and b"spawn_main" in cmdline:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 async def _post(

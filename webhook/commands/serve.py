@@ -10,7 +10,8 @@ Ports: admission on --port (HTTPS, 8443); `/healthz`, `/readyz` and `/metrics` o
 
 --workers N runs N server processes on the same ports (SO_REUSEPORT; the kernel spreads
 connections over them) under this process, which restarts a worker that dies, passes
-SIGTERM on and exits when they have drained. Their metrics are added up through
+SIGTERM on and exits when they have drained. A worker whose supervisor is killed outright
+(SIGKILL, the OOM killer) drains and exits as on SIGTERM. Their metrics are added up through
 prometheus-client's multiprocess mode, in a temporary directory (set
 PROMETHEUS_MULTIPROC_DIR to choose it; it must be writable).
 """
@@ -30,6 +31,7 @@ import signal
 import socket
 import sys
 import tempfile
+import threading
 import time
 from multiprocessing.process import BaseProcess
 from pathlib import Path
@@ -69,6 +71,8 @@ _MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 _CRASH_LOOP_SECONDS = 10.0
 # Between a worker dying and its replacement starting.
 _RESTART_DELAY_SECONDS = 1.0
+# How often a worker looks whether its supervisor is still there.
+_SUPERVISOR_CHECK_SECONDS = 1.0
 
 
 def register(subparsers: Any) -> None:
@@ -360,7 +364,7 @@ def supervise(settings: Settings, *, log_level: str, log_format: str) -> int:
     def start(index: int) -> None:
         process = context.Process(
             target=_worker,
-            args=(settings, log_level, log_format),
+            args=(settings, log_level, log_format, os.getpid()),
             name=f"gpu-share-webhook-worker-{index}",
         )
         process.start()
@@ -425,10 +429,29 @@ def supervise(settings: Settings, *, log_level: str, log_format: str) -> int:
     return EXIT_FAILED if failed else EXIT_OK
 
 
-def _worker(settings: Settings, log_level: str, log_format: str) -> None:
+def _worker(settings: Settings, log_level: str, log_format: str, supervisor: int) -> None:
     """A worker process: one server on the shared ports."""
     configure_logging(log_level, log_format)
+    _stop_without(supervisor)
     sys.exit(_serve(settings, reuse_port=True, log_level=log_level, log_format=log_format))
+
+
+def _stop_without(supervisor: int) -> None:
+    """Drain and exit, as on SIGTERM, once the process `supervisor` is no longer the parent.
+
+    Without it, workers of a supervisor killed outright serve on: nobody restarts them or
+    passes SIGTERM on, and they share the port (SO_REUSEPORT) with a server started anew in
+    its place. A thread, not a signal from the kernel (Linux's PR_SET_PDEATHSIG): it works on
+    every system, and a look once a second costs nothing.
+    """
+
+    def watch() -> None:
+        while os.getppid() == supervisor:
+            time.sleep(_SUPERVISOR_CHECK_SECONDS)
+        logger.warning("the supervisor (pid %d) is gone: stopping this worker", supervisor)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="supervisor-watch", daemon=True).start()
 
 
 def _terminate(process: BaseProcess) -> None:
