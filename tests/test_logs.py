@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,26 @@ def test_a_review_line_from_kept_fields_is_the_line_of_its_dict(tmp_path: Path) 
     assert {("allowed", False), ("denied", False), ("allowed", True)} <= kinds
     for raw in tails[0]:
         json.loads(b"{" + raw)
+
+
+def test_review_lines_keep_only_short_fields_and_a_bounded_number() -> None:
+    lines = server.ReviewLines()
+    obj = kube.as_served(test_decision_cache.CORPUS[0])
+    long_name = copy.deepcopy(obj)
+    long_name["metadata"]["name"] = "n" * 100_000
+    outcome = reviews.review(
+        orjson.dumps(kube.admission_review(long_name, uid="u-long")),
+        policies=kube.shipped(), policy_name="default", endpoint="mutate",
+    )
+    fields = lines.fields(outcome, "mutate", "default", 0.001)
+    assert json.loads(b"{" + fields)["name"] == "n" * 100_000
+    assert len(lines) == 0  # written, not kept
+    for n in range(server.ReviewLines.LINES_KEPT + 10):
+        named = copy.deepcopy(obj)
+        named["metadata"]["name"] = f"pod-{n}"
+        outcome = reviews.review(
+            orjson.dumps(kube.admission_review(named, uid=f"u-{n}")),
+            policies=kube.shipped(), policy_name="default", endpoint="mutate",
+        )
+        lines.fields(outcome, "mutate", "default", 0.001)
+        assert 0 < len(lines) <= server.ReviewLines.LINES_KEPT

@@ -631,14 +631,20 @@ class ReviewLines:
     `review_line`'s dict (tests/test_logs.py compares them), without making the dict.
 
     All but the uid and the duration are the same for the pods of one Deployment: those
-    fields are encoded once and kept, by what they are made of (at most LINES_KEPT sets;
-    past that the kept ones are dropped and made again as needed).
+    fields are encoded once and kept, by what they are made of: at most LINES_KEPT sets
+    (past that the kept ones are dropped and made again as needed), each of at most
+    LINE_KEPT_BYTES (the name and namespace come from whoever reaches the port, up to the
+    body limit: a longer line is encoded and not kept), so 1 MiB and their keys at most.
     """
 
     LINES_KEPT = 1024
+    LINE_KEPT_BYTES = 1024
 
     def __init__(self) -> None:
         self._kept: dict[Hashable, tuple[bytes, bytes, bytes]] = {}
+
+    def __len__(self) -> int:
+        return len(self._kept)
 
     def fields(
         self, outcome: reviews.Outcome, endpoint: reviews.Endpoint, policy_name: str, seconds: float
@@ -655,11 +661,11 @@ class ReviewLines:
         )
         kept = self._kept.get(key)
         if kept is None:
-            if len(self._kept) >= self.LINES_KEPT:
-                self._kept.clear()
-            kept = self._kept[key] = _around_uid_and_ms(
-                review_line(outcome, endpoint, policy_name, 0.0)
-            )
+            kept = _around_uid_and_ms(review_line(outcome, endpoint, policy_name, 0.0))
+            if sum(map(len, kept)) <= self.LINE_KEPT_BYTES:
+                if len(self._kept) >= self.LINES_KEPT:
+                    self._kept.clear()
+                self._kept[key] = kept
         before_uid, before_ms, after_ms = kept
         ms = orjson.dumps(round(seconds * 1000, 3))
         return b"".join((before_uid, orjson.dumps(request.uid), before_ms, ms, after_ms))
