@@ -35,6 +35,7 @@ import collections
 import contextlib
 import multiprocessing
 import os
+import queue
 import random
 import ssl
 import sys
@@ -277,6 +278,23 @@ class Run:
     errors: list[str]
 
 
+def _next_batch(out: Any, generators: list[Any]) -> list[fuzzing.Case] | None:
+    """The next batch a generator made, or None when one finished. A generator that dies
+    (the OOM killer: some seeds' cases take tens of GB to generate) ends the run with its
+    exit code rather than leaving it waiting for ever."""
+    while True:
+        try:
+            batch: list[fuzzing.Case] | None = out.get(timeout=1.0)
+        except queue.Empty:
+            dead = [p for p in generators if p.exitcode not in (None, 0)]
+            if dead:
+                codes = ", ".join(str(p.exitcode) for p in dead)
+                message = f"a case generator died (exit code {codes}); try another --seed"
+                raise SystemExit(message) from None
+            continue
+        return batch
+
+
 async def drive(args: argparse.Namespace, server: h.Process, ca_file: Path) -> Run:
     """Send the cases, judge the answers, watch the server's memory."""
     await server.ready()
@@ -307,7 +325,7 @@ async def drive(args: argparse.Namespace, server: h.Process, ca_file: Path) -> R
     finished = 0
     next_report = started + 10
     while finished < len(generators):
-        batch = await loop.run_in_executor(None, out.get)
+        batch = await loop.run_in_executor(None, _next_batch, out, generators)
         if batch is None:
             finished += 1
             continue
