@@ -313,7 +313,11 @@ async def _running(app: web.Application) -> AsyncIterator[None]:
         for task in watchers:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
-        state.metrics.publish()
+        try:
+            # The last counts of this process (with --workers, for the others to add up).
+            state.metrics.publish()
+        except Exception:
+            logger.exception("publishing the metrics failed")
         # A large review cut off at its deadline may still be running; it is not waited for.
         state.executor.shutdown(wait=False, cancel_futures=True)
 
