@@ -1,15 +1,16 @@
 """CPU instructions per admission request, counted by valgrind's callgrind: a measure of the
-server's own work that the machine's noise does not move.
+server's own work that the machine's noise barely moves.
 
     python bench/instructions.py [--requests 2000] [--connections 8] [--containers 1]
                                  [--serve-python PYTHON ...] [--no-bare]
 
 On a shared machine req/s drifts by a third within minutes (bench/server.py measures ratios
-in rounds for that reason). Instructions do not: callgrind counts the same total for the
-same binary, inputs and environment whatever else the machine does. Each server process runs
-under `valgrind --tool=callgrind` with counting off; once it answers, a warm-up of
+in rounds for that reason). Instructions hardly do: runs of the same binary and inputs agree
+within about half a percent whatever else the machine does. Each server process runs under
+`valgrind --tool=callgrind` with counting off; once it answers, a warm-up of
 --requests/4 reviews is sent, counting is turned on (`callgrind_control -i on`), exactly
---requests reviews are sent over --connections keep-alive TLS connections (each answer
+--requests reviews are sent over --connections keep-alive TLS connections (tests/
+server_helpers.py's, each request in one write as the API server sends it; each answer
 checked), and counting is turned off. Rows: bench/server.py's bare aiohttp server (canned
 answer, same TLS and loop), the same parsing each body with orjson, and `gpu-share-webhook
 serve` (review log on, to a file) for each --serve-python interpreter, all on uvloop.
@@ -26,10 +27,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import re
 import shutil
 import signal
-import ssl
 import subprocess
 import sys
 import time
@@ -41,6 +42,8 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import server as bench  # noqa: E402  bench/server.py: bodies, servers, process helpers
 from server import Body  # noqa: E402
+
+from tests import server_helpers as h  # noqa: E402  the TLS connection the tests speak over
 
 
 def log_says(pattern: str) -> Callable[[subprocess.Popen[bytes], Path], object]:
@@ -54,47 +57,30 @@ async def exchange(
     """Open --connections keep-alive TLS connections, send a warm-up of --requests/4 reviews,
     call `between`, then send --requests reviews and call it again. Every answer must be
     `body.expected`. The handshakes happen before the first call: they are not counted."""
-    context = ssl.create_default_context(cafile=str(ca_file))
-    head = (
-        f"POST {bench.PATH} HTTP/1.1\r\nHost: {bench.HOST}\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body.data)}\r\n\r\n"
-    ).encode()
-    request = head + body.data
-    streams = [
-        await asyncio.open_connection("127.0.0.1", port, ssl=context, server_hostname=bench.HOST)
-        for _ in range(args.connections)
-    ]
+    async with contextlib.AsyncExitStack() as stack:
+        connections = [
+            await stack.enter_async_context(h.connect(port, ca_file))
+            for _ in range(args.connections)
+        ]
 
-    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, count: int) -> None:
-        for _ in range(count):
-            writer.write(request)
-            status = await reader.readline()
-            if not status.startswith(b"HTTP/1.1 200"):
-                raise SystemExit(f"answered {status!r}")
-            length = None
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                name, _, value = line.partition(b":")
-                if name.strip().lower() == b"content-length":
-                    length = int(value)
-            if length is None:
-                raise SystemExit("an answer without Content-Length")
-            answer = await reader.readexactly(length)
-            if answer != body.expected:
-                bench.check_answer("the server", answer, body.expected)
+        async def one(connection: h.Connection, count: int) -> None:
+            for _ in range(count):
+                status, _, answer = await connection.post("/mutate", body.data)
+                if status != 200:
+                    raise SystemExit(f"answered {status}: {answer[:300]!r}")
+                if answer != body.expected:
+                    bench.check_answer("the server", answer, body.expected)
 
-    async def spread(total: int) -> None:
-        conns = len(streams)
-        counts = [total // conns + (1 if i < total % conns else 0) for i in range(conns)]
-        await asyncio.gather(*(one(r, w, c) for (r, w), c in zip(streams, counts, strict=True)))
+        async def spread(total: int) -> None:
+            share, extra = divmod(total, len(connections))
+            await asyncio.gather(
+                *(one(c, share + (i < extra)) for i, c in enumerate(connections))
+            )
 
-    try:
         await spread(max(args.connections, args.requests // 4))
         between()
         await spread(args.requests)
         between()
-    finally:
-        for _, writer in streams:
-            writer.close()
 
 
 def callgrind(pid: int, switch: str) -> None:

@@ -8,17 +8,14 @@ settings as tests/server_helpers.py makes them: fresh certificates, the shipped 
 takes its `POST /mutate` route and times `_Route.record` on real `reviews.review` outcomes
 of bench/core.py's pod(1) and pod(50) reviews: `Metrics.count_review` (a review counted
 and its latency observed, in plain Python until `Metrics.publish`) and the review line,
-made by `app.ReviewLines` and written by `logs.JsonLines` to an unbuffered
+made by `app.review_line` and written by `logs.JsonLines` to an unbuffered
 /dev/null, as `serve` writes to standard error's descriptor (JsonLines holds the lines and
 writes them together, a write(2) per 4 KiB of lines; a pipe to the container runtime costs
 more than /dev/null). Timed inside a running event loop, as in the server. Rows:
 
 - record: the whole of `_Route.record`;
 - count_review: the metrics alone;
-- review line: the line alone, as `record` writes it (`ReviewLines.fields`, then
-  `JsonLines.write_fields`);
-- review line from a dict: `review_line`'s dict, then `JsonLines` on it: the way `serve`
-  wrote it before ReviewLines (and still writes an internal error's line).
+- review line: the line alone, made and written as `record` does.
 
 Prints us per request, the best batch of the run (one core: the process pins itself to
 one CPU, as bench/core.py).
@@ -72,13 +69,7 @@ def best_us(call: Callable[[], object], seconds: float) -> float:
     return best * 1e6
 
 
-def write_line(
-    lines: server.ReviewLines, log: JsonLines, outcome: reviews.Outcome, seconds: float
-) -> None:
-    log.write_fields(lines.fields(outcome, "mutate", "default", seconds))
-
-
-def write_dict(log: JsonLines, outcome: reviews.Outcome, seconds: float) -> None:
+def write_line(log: JsonLines, outcome: reviews.Outcome, seconds: float) -> None:
     log(server.review_line(outcome, "mutate", "default", seconds))
 
 
@@ -103,12 +94,7 @@ async def measure(directory: Path, seconds: float) -> list[tuple[str, str, float
                 "count_review": functools.partial(
                     route.metrics.count_review, "mutate", "default", ALLOWED, took
                 ),
-                "review line": functools.partial(
-                    write_line, server.ReviewLines(), JsonLines(raw), outcome, took
-                ),
-                "review line from a dict": functools.partial(
-                    write_dict, JsonLines(raw), outcome, took
-                ),
+                "review line": functools.partial(write_line, JsonLines(raw), outcome, took),
             }
             label = f"pod({n}), {len(outcome.decision.patch)} patch ops"
             rows += [(label, name, best_us(call, seconds)) for name, call in calls.items()]

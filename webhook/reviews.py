@@ -76,7 +76,7 @@ def verdict(decision: Decision) -> Verdict:
     return Verdict(
         decision.allowed,
         len(decision.patch),
-        tuple(decision.rules) if decision.violations else (),
+        tuple(decision.rules),
         tuple((v.rule, names.ENFORCE) for v in decision.violations)
         + tuple((v.rule, mode) for mode, v in decision.would_refuse),
         tuple(sorted({f"{v.rule}:{mode}" for mode, v in decision.would_refuse})),

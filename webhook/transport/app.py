@@ -32,13 +32,12 @@ import re
 import secrets
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import orjson
 from aiohttp import StreamReader, web
 
 from webhook import certificates, kinds, names, policies, reviews, watching
@@ -46,7 +45,7 @@ from webhook.core import pods, reviewing
 from webhook.errors import BadReview, CertificateError
 from webhook.transport import heap
 from webhook.transport.limits import Connections, Limits
-from webhook.transport.logs import REVIEW_LOGGER, JsonLines
+from webhook.transport.logs import REVIEW_LOGGER
 from webhook.transport.metrics import (
     ALLOWED,
     CONTENT_TYPE,
@@ -136,8 +135,8 @@ class ReviewFunction(Protocol):
     ) -> reviews.Outcome: ...
 
 
-# Where the review lines go when not through `logging`.
-ReviewLog = JsonLines
+# Where the review lines go when not through `logging` (see `logs.JsonLines`).
+ReviewLog = Callable[[dict[str, Any]], None]
 
 
 class ReviewTimeout(Exception):
@@ -170,7 +169,6 @@ class State:
             review = functools.partial(reviews.review, cache=self.cache, answers=self.answers)
         self.review = review
         self._direct_review_log = review_log
-        self._review_lines = ReviewLines()
         self.ready = False
         self.draining = False
         self.executor: ThreadPoolExecutor | None = None
@@ -202,16 +200,6 @@ class State:
     def review_lines_wanted(self) -> bool:
         """Whether review lines are written (asked before one is put together)."""
         return self._direct_review_log is not None or review_log.isEnabledFor(logging.INFO)
-
-    def write_review(
-        self, outcome: reviews.Outcome, endpoint: reviews.Endpoint, policy_name: str, seconds: float
-    ) -> None:
-        """Write the review line of an answered review."""
-        if self._direct_review_log is not None:
-            fields = self._review_lines.fields(outcome, endpoint, policy_name, seconds)
-            self._direct_review_log.write_fields(fields)
-        else:
-            review_log.info(review_line(outcome, endpoint, policy_name, seconds))
 
     def write_review_line(self, line: dict[str, Any]) -> None:
         """Write one review line: straight out when `serve` set a writer, else via logging."""
@@ -414,13 +402,7 @@ class _Route:
             # One read of the reference: reloads during this review do not change its policies.
             policy_set = state.policy_watch.policies
             if len(body) <= INLINE_REVIEW_BYTES or state.executor is None:
-                outcome = state.review(
-                    body,
-                    policies=policy_set,
-                    policy_name=policy_name,
-                    endpoint=self.endpoint,
-                    kinds=state.kinds,
-                )
+                outcome = self.review(body, policy_set, policy_name)
             else:
                 deadline = started + _budget(request.raw_path)
                 outcome = await self.review_in_thread(body, policy_set, policy_name, deadline)
@@ -495,6 +477,18 @@ class _Route:
             chunks.append(chunk)
         return b"".join(chunks)
 
+    def review(
+        self, body: bytes, policy_set: policies.PolicySet, policy_name: str
+    ) -> reviews.Outcome:
+        state = self.state
+        return state.review(
+            body,
+            policies=policy_set,
+            policy_name=policy_name,
+            endpoint=self.endpoint,
+            kinds=state.kinds,
+        )
+
     async def review_in_thread(
         self, body: bytes, policy_set: policies.PolicySet, policy_name: str, deadline: float
     ) -> reviews.Outcome:
@@ -506,15 +500,7 @@ class _Route:
             # Receiving took the whole budget (an overloaded server, a slow upload).
             raise ReviewTimeout("the API server's deadline passed before the review started")
         work = asyncio.get_running_loop().run_in_executor(
-            state.executor,
-            functools.partial(
-                state.review,
-                body,
-                policies=policy_set,
-                policy_name=policy_name,
-                endpoint=self.endpoint,
-                kinds=state.kinds,
-            ),
+            state.executor, self.review, body, policy_set, policy_name
         )
         try:
             return await asyncio.wait_for(work, remaining)
@@ -539,7 +525,7 @@ class _Route:
             metrics.count_violation(endpoint, policy, rule, mode)
         state = self.state
         if state.review_lines_wanted:
-            state.write_review(outcome, endpoint, policy_name, seconds)
+            state.write_review_line(review_line(outcome, endpoint, policy_name, seconds))
 
     def invalid(self, policy_name: str, started: float, status: int, reason: str) -> web.Response:
         """A 4xx for a request that is not a usable AdmissionReview, or cannot be taken now."""
@@ -628,67 +614,6 @@ def review_line(
         # Admitted although these rules would refuse: the mode that decided so.
         line["would_refuse"] = list(verdict.would_refuse)
     return line
-
-
-class ReviewLines:
-    """Review lines as `JsonLines.write_fields` takes them: the bytes `JsonLines` makes of
-    `review_line`'s dict (tests/test_logs.py compares them), without making the dict.
-
-    All but the uid and the duration are the same for the pods of one Deployment: those
-    fields are encoded once and kept, by what they are made of: at most LINES_KEPT sets
-    (past that the kept ones are dropped and made again as needed), each of at most
-    LINE_KEPT_BYTES (the name and namespace come from whoever reaches the port, up to the
-    body limit: a longer line is encoded and not kept), so 1 MiB and their keys at most.
-    """
-
-    LINES_KEPT = 1024
-    LINE_KEPT_BYTES = 1024
-
-    def __init__(self) -> None:
-        self._kept: dict[Hashable, tuple[bytes, bytes, bytes]] = {}
-
-    def __len__(self) -> int:
-        return len(self._kept)
-
-    def fields(
-        self, outcome: reviews.Outcome, endpoint: reviews.Endpoint, policy_name: str, seconds: float
-    ) -> bytes:
-        request = outcome.request
-        key = (
-            request.namespace,
-            request.name,
-            request.kind,
-            request.operation,
-            endpoint,
-            policy_name,
-            outcome.verdict,
-        )
-        kept = self._kept.get(key)
-        if kept is None:
-            kept = _around_uid_and_ms(review_line(outcome, endpoint, policy_name, 0.0))
-            if sum(map(len, kept)) <= self.LINE_KEPT_BYTES:
-                if len(self._kept) >= self.LINES_KEPT:
-                    self._kept.clear()
-                self._kept[key] = kept
-        before_uid, before_ms, after_ms = kept
-        ms = orjson.dumps(round(seconds * 1000, 3))
-        return b"".join((before_uid, orjson.dumps(request.uid), before_ms, ms, after_ms))
-
-
-def _around_uid_and_ms(line: dict[str, Any]) -> tuple[bytes, bytes, bytes]:
-    """The encoded fields of `line` before its uid, between its uid and its ms, and after."""
-    names = list(line)
-    uid, ms = names.index("uid"), names.index("ms")
-    if uid > ms:
-        raise ValueError("a review line has its duration before its uid")
-    parts = [
-        orjson.dumps({name: line[name] for name in names[start:end]}, default=str)[1:-1]
-        for start, end in ((0, uid), (uid + 1, ms), (ms + 1, len(names)))
-    ]
-    before_uid = parts[0] + b"," if parts[0] else b""
-    before_ms = b"," + parts[1] + b"," if parts[1] else b","
-    after_ms = b"," + parts[2] + b"}\n" if parts[2] else b"}\n"
-    return before_uid + b'"uid":', before_ms + b'"ms":', after_ms
 
 
 def _policy_label(name: str, policy_set: policies.PolicySet) -> str:

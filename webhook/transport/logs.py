@@ -77,16 +77,13 @@ class JsonLines:
         self._flush_due = False
 
     def __call__(self, line: dict[str, Any]) -> None:
-        self.write_fields(orjson.dumps(line, default=str, option=orjson.OPT_APPEND_NEWLINE)[1:])
-
-    def write_fields(self, fields: bytes) -> None:
-        """Write a line whose fields, after the head, are `fields`: a JSON object's bytes
-        without its opening brace, with the newline (`b'"a":1}\\n'`, or `b'}\\n'`)."""
-        millisecond = time.time_ns() // 1_000_000
+        now = time.time()
+        millisecond = int(now * 1000)
         if millisecond != self._millisecond:
             self._millisecond = millisecond
             self._head = b'{"time":"' + _timestamp(millisecond / 1000).encode() + b'",' + self._tail
-        data = self._head + fields if len(fields) > 2 else self._head[:-1] + fields
+        body = orjson.dumps(line, default=str, option=orjson.OPT_APPEND_NEWLINE)
+        data = self._head + body[1:] if len(body) > 3 else self._head[:-1] + b"}\n"
         self._held.append(data)
         self._held_bytes += len(data)
         if self._held_bytes >= self.MAX_HELD_BYTES:

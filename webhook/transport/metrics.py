@@ -18,9 +18,9 @@ counted in plain Python on the request path and added to prometheus-client's met
 `publish`: before every scrape this process answers, and, with several workers, once a
 `PUBLISH_SECONDS` and at exit, so that a scrape one worker answers sees the others' counts
 at most that late (and a worker killed outright, SIGKILL or the OOM killer, takes the counts
-of its last second with it). prometheus-client's own path (a lock and several calls per value, five
-values a request) cost 25,000 instructions a request, 6 % of a review answered from the
-cache (bench/instructions.py); the plain count costs a tenth of that.
+of its last second with it). prometheus-client's own path (a lock and several calls per
+value, five values a request) cost 25,000 instructions a request, 6 % of a review answered
+from the cache (bench/instructions.py); the plain count costs a fifth of that.
 """
 
 from __future__ import annotations
