@@ -21,11 +21,11 @@ cache and answer cache (each review twice, so the second is answered from them),
 labels) over every published manifest and example. `compare` prints what differs.
 """
 
-from __future__ import annotations
-
 # The project is imported inside the functions: `answers` puts the checkout it measures first
 # on the path before it imports anything of it.
 # ruff: noqa: PLC0415
+
+from __future__ import annotations
 
 import argparse
 import copy
