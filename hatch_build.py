@@ -36,7 +36,9 @@ COMPILED = (
     "webhook/core/pods.py",
     "webhook/core/selecting.py",
     "webhook/core/placing.py",
+    "webhook/core/facts.py",
     "webhook/core/rules.py",
+    "webhook/core/recording.py",
     "webhook/core/reviewing.py",
     "webhook/reviews.py",
 )

@@ -236,6 +236,13 @@ def review(obj: Mapping[str, Any], policy: policies.Policy, **options: Any) -> D
     return reviewing.review(obj, policy=policy, **options)
 
 
+def same_decision(a: Decision, b: Decision) -> None:
+    """Two decisions say the same, word for word."""
+    assert (a.allowed, a.patch, a.warnings, a.audit, a.mutations, a.message) == (
+        b.allowed, b.patch, b.warnings, b.audit, b.mutations, b.message)
+    assert [(m, v.text) for m, v in a.would_refuse] == [(m, v.text) for m, v in b.would_refuse]
+
+
 def check_pod_rules(template: Mapping[str, Any]) -> None:
     """Rules of the API server's Pod validation that matter for what the webhook adds."""
     spec = template["spec"]

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests import kube, test_decision_cache, test_properties
+from tests import corpus, kube, test_properties
 from tests import server_helpers as h
 from tests.kube import container, pod, shared
 from webhook import policies, reviews
@@ -25,7 +25,7 @@ from webhook.core import reviewing
 from webhook.transport import app as server
 
 SHIPPED = kube.shipped()
-TOKEN = "kube-api-access-abcde"  # the corpus' service account volume (test_decision_cache)
+TOKEN = "kube-api-access-abcde"  # the corpus' service account volume (corpus.pods)
 Encode = Callable[[dict[str, Any]], bytes]
 # The API server writes compact JSON (Go's encoding/json); anything else may be spaced.
 ENCODINGS: dict[str, Encode] = {
@@ -66,7 +66,7 @@ def same(answered: reviews.Outcome, fresh: reviews.Outcome) -> None:
     assert (a.uid, a.namespace, a.name, a.kind, a.operation) == (
         f.uid, f.namespace, f.name, f.kind, f.operation)
     assert answered.verdict == fresh.verdict == reviews.verdict(fresh.decision)
-    test_decision_cache._same(answered.decision, fresh.decision)
+    kube.same_decision(answered.decision, fresh.decision)
 
 
 @pytest.mark.parametrize("encoding", ENCODINGS)
@@ -78,7 +78,7 @@ def test_every_replica_of_the_corpus_gets_a_fresh_reviews_answer(
     encode = ENCODINGS[encoding]
     answers = reviews.Answers(10_000)
     kept = cacheable = 0
-    for n, obj in enumerate(test_decision_cache.CORPUS):
+    for n, obj in enumerate(corpus.pods()):
         first = body(obj, f"uid-{n}-a", encode)
         fresh = review(first, endpoint=endpoint, policy_name=policy_name)
         same(review(first, endpoint=endpoint, policy_name=policy_name, answers=answers), fresh)
@@ -103,7 +103,7 @@ def test_a_kept_answer_equals_a_fresh_one_for_generated_pods(
 ) -> None:
     policy, obj = case
     loaded = policies.PolicySet({policy.name: policy})
-    obj = test_decision_cache._with_service_account(obj)
+    obj = corpus.with_service_account(obj)
     answers = reviews.Answers(16)
     encode = ENCODINGS[encoding]
     review(body(obj, "u-0", encode), loaded, endpoint=endpoint, policy_name=policy.name,
@@ -116,7 +116,7 @@ def test_a_kept_answer_equals_a_fresh_one_for_generated_pods(
 
 def sa_pod(*containers: dict[str, Any], **spec: Any) -> dict[str, Any]:
     """A pod as mutating admission sees a ReplicaSet's: no name yet, the token volume."""
-    obj = test_decision_cache._with_service_account(pod(*containers, **spec))
+    obj = corpus.with_service_account(pod(*containers, **spec))
     obj["metadata"] = {"generateName": "triton-7d9f8c-", "namespace": "team-a"}
     return kube.as_served(obj)
 

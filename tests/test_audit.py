@@ -319,7 +319,7 @@ def test_the_routes_are_the_rendered_selectors() -> None:
         ("a", OPTED_IN, "default"),
         ("a", {**OPTED_IN, names.POLICY_LABEL: ""}, "default"),
         ("a", {**OPTED_IN, names.POLICY_LABEL: "not-renamed"}, "not-renamed"),
-        ("a", {**OPTED_IN, names.POLICY_LABEL: "nope"}, names.UNKNOWN_POLICY),
+        ("a", {**OPTED_IN, names.POLICY_LABEL: "nope"}, names.UNKNOWN_POLICY_PATH),
         ("gpu", OPTED_IN, None),
         ("gpu-share-system", OPTED_IN, "default"),  # another webhook namespace was given
         ("kube-system", OPTED_IN, None),
@@ -328,7 +328,7 @@ def test_the_routes_are_the_rendered_selectors() -> None:
         seen = {**labels, names.NAME_LABEL: name}
         assert where.policy_path(seen) == expected, (name, labels)
         picked = namespaces.policy_name(labels)
-        if expected not in (None, names.UNKNOWN_POLICY):
+        if expected not in (None, names.UNKNOWN_POLICY_PATH):
             assert picked == expected
 
 
@@ -364,11 +364,11 @@ def test_refused_names_the_rule_the_container_and_the_fix(
     [v] = sweep["violations"]
     assert (v["rule"], v["container"]) == ("multi-replica", "worker")
     assert v["message"].startswith("JobSet spec.replicatedJobs[1].template.spec.template: ")
-    # What the JobSet controller made of it is judged too, each Job as its pods.
-    workers = entry(team, "Job", "sweep-workers-0")
-    assert workers["verdict"] == "refused"
-    assert workers["owner"] == {"kind": "JobSet", "name": "sweep"}
-    assert {"kind": "Pod", "name": "sweep-workers-0-0-abcde"} in workers["members"]
+    # What the JobSet controller made of that template is judged too, each Job as its pods,
+    # and gets the same verdict (the same rule, on the same field of the pod, in the same
+    # container): one entry with the JobSet.
+    assert sweep["members"] == [{"kind": "Job", "name": "sweep-workers-0"},
+                                {"kind": "Pod", "name": "sweep-workers-0-0-abcde"}]
     driver = entry(team, "Job", "sweep-driver-0")
     assert driver["verdict"] == "changed"
     assert driver["adds"] == [

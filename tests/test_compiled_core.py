@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests import kube, test_escape_routes, test_rules
+from tests import corpus, kube, test_escape_routes
 from webhook import policies, reviews
 
 sys.path.insert(0, str(kube.REPO))
@@ -48,13 +47,7 @@ for line in open(sys.argv[2]):
 
 
 def _objects() -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
-    examples = sorted((kube.REPO / "examples").rglob("*.yaml"))
-    paths = kube.real_world_manifests() + examples
-    for path in paths:
-        found += [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
-    found += [case.values[0] for case in test_rules.CASES]
-    found += [case.obj for case in test_escape_routes.CASES.values()]
+    found = corpus.objects()
     for obj in list(found):
         if obj.get("kind") == "Pod":
             found += [kube.workload(kind, obj) for kind in ("Deployment", "CronJob")]

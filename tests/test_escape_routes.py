@@ -305,7 +305,7 @@ CASES = {
 
 def _path(case: Case, loaded: policies.PolicySet) -> str:
     name = case.policy or names.DEFAULT_POLICY
-    return name if loaded.get(name) is not None else names.UNKNOWN_POLICY
+    return name if loaded.get(name) is not None else names.UNKNOWN_POLICY_PATH
 
 
 def _labels(case: Case) -> dict[str, str]:

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 from tests import apiserver, kube
 from tests import deploy_helpers as dh
 from tests.kube import WORKLOAD_KINDS
-from webhook import cli, kinds, namespaces, policies, rendering, reviews
+from webhook import cli, kinds, names, namespaces, policies, rendering, reviews
 from webhook.commands import DEFAULT_NAMESPACE, DEFAULT_SERVICE, DEFAULT_WEBHOOK_NAME
 from webhook.core import reviewing
 
@@ -114,7 +114,7 @@ def test_each_policy_has_an_entry_plus_the_unlabelled_and_the_unknown_entry(
     expected = {
         rendering.DEFAULT_ENTRY: "default",
         **{rendering.policy_entry(n): n for n in shipped_policies.names},
-        rendering.UNKNOWN_ENTRY: reviews.UNKNOWN_POLICY,
+        rendering.UNKNOWN_ENTRY: names.UNKNOWN_POLICY_PATH,
     }
     assert set(shipped_policies.names) == {"default", "not-renamed"}
     for kind, endpoint in (
@@ -230,8 +230,8 @@ _NAMESPACES: list[tuple[str, dict[str, str], str | None]] = [
     ("default", NS("team", **ENABLED, **{POLICY: "default"}), "default"),
     ("empty-label", NS("team", **ENABLED, **{POLICY: ""}), "default"),
     ("not-renamed", NS("team", **ENABLED, **{POLICY: "not-renamed"}), "not-renamed"),
-    ("unknown", NS("team", **ENABLED, **{POLICY: "no-such-policy"}), reviews.UNKNOWN_POLICY),
-    ("unknown-case", NS("team", **ENABLED, **{POLICY: "Default"}), reviews.UNKNOWN_POLICY),
+    ("unknown", NS("team", **ENABLED, **{POLICY: "no-such-policy"}), names.UNKNOWN_POLICY_PATH),
+    ("unknown-case", NS("team", **ENABLED, **{POLICY: "Default"}), names.UNKNOWN_POLICY_PATH),
     ("kube-system", NS("kube-system", **ENABLED), None),
     ("own-namespace", NS("gpu-share-system", **ENABLED), None),
 ]
@@ -267,7 +267,7 @@ def test_the_cluster_picks_the_policy_the_offline_mutate_picks(
 ) -> None:
     name = namespaces.policy_name(labels)
     if name is not None and shipped_policies.get(name) is None:
-        name = reviews.UNKNOWN_POLICY
+        name = names.UNKNOWN_POLICY_PATH
     assert name == expected
 
 

@@ -18,7 +18,7 @@ from tests.kube import (
     shared,
     workload,
 )
-from webhook import policies, reviews
+from webhook import names, policies, reviews
 from webhook.errors import BadReview
 
 
@@ -85,7 +85,7 @@ def test_warnings_are_short_and_plain(shipped_policies: policies.PolicySet) -> N
     assert response["auditAnnotations"]["env-from"] == "main"
 
 
-@pytest.mark.parametrize("name", ["gold", reviews.UNKNOWN_POLICY])
+@pytest.mark.parametrize("name", ["gold", names.UNKNOWN_POLICY_PATH])
 def test_an_unknown_policy_is_a_denial_that_says_so(
     shipped_policies: policies.PolicySet, name: str
 ) -> None:

@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient
 
 from tests import server_helpers as h
-from webhook import reviews
+from webhook import names, reviews
 from webhook.transport import app as server
 from webhook.transport import logs
 
@@ -95,7 +95,7 @@ async def test_the_validating_endpoint_judges_without_patching(client: Client) -
     ("policy", "says"),
     [
         ("gold", 'policy "gold" does not exist'),
-        (reviews.UNKNOWN_POLICY, "names a policy that does not exist"),
+        (names.UNKNOWN_POLICY_PATH, "names a policy that does not exist"),
     ],
 )
 async def test_an_unknown_policy_path_is_denied_with_a_message_that_says_so(

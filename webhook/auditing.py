@@ -38,7 +38,7 @@ from typing import Any
 
 from webhook import names, namespaces, rendering
 from webhook.core import pods, reviewing
-from webhook.core.decisions import MALFORMED
+from webhook.core.decisions import MALFORMED, OBJECT, Violation
 from webhook.policies import Policy, PolicySet
 
 # What the webhook would do to an object.
@@ -90,10 +90,28 @@ class Ref:
 class Finding:
     """A rule that refuses the object when enforced, and how the policy applies it today."""
 
-    rule: str
-    message: str  # names the container, ends with the fix
-    container: str | None
+    violation: Violation
     mode: str  # names.ENFORCE, WARN or DRY_RUN
+
+    @property
+    def rule(self) -> str:
+        return self.violation.rule
+
+    @property
+    def message(self) -> str:
+        """Names the container, ends with the fix."""
+        return self.violation.message
+
+    @property
+    def container(self) -> str | None:
+        return self.violation.container
+
+    @property
+    def key(self) -> tuple[Any, ...]:
+        """What compares findings across an owner's objects: every field of the violation but
+        where its pod stands in the object (a template's fields are read as its pods')."""
+        v = self.violation
+        return (v.rule, v.type, v.field, v.words, v.container, self.mode)
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,20 +389,10 @@ def _judge(item: _Object, *, real: Policy, enforcing: Policy, kinds: pods.Kinds)
         first = next(v for v in decision.violations if v.rule == MALFORMED)
         return first.message
     found, _ = pods.templates(obj, kinds)
-    # One template: its messages name fields from the object (`spec.template.spec...` for a
-    # Deployment, with a `JobSet spec.replicatedJobs[0]...: ` label for the kinds of other
-    # projects), its pods' from the pod (`spec...`). Read both alike to compare them.
-    prefix = found[0].field + "." if len(found) == 1 and found[0].field else ""
+    # Warnings about one template of the kinds of other projects start with its label
+    # (`JobSet spec.replicatedJobs[0]...: `), which its pods' do not have.
     label = found[0].label + ": " if len(found) == 1 and found[0].label else ""
-
-    def plain(text: str) -> str:
-        if label:
-            text = text.removeprefix(label)
-        return text.replace(prefix, "") if prefix else text
-
-    findings = tuple(
-        Finding(v.rule, v.message, v.container, real.mode_of(v.rule)) for v in decision.violations
-    )
+    findings = tuple(Finding(v, real.mode_of(v.rule)) for v in decision.violations)
     # A refusal comes without a patch.
     adds = describe_patch(decision.patch, found) if decision.patch else ()
     status = REFUSED if findings else CHANGED if decision.patch else UNTOUCHED
@@ -392,10 +400,10 @@ def _judge(item: _Object, *, real: Policy, enforcing: Policy, kinds: pods.Kinds)
     warnings = tuple(decision.warnings)
     key = (
         status,
-        tuple((f.rule, f.container, plain(f.message), f.mode) for f in findings),
+        tuple(f.key for f in findings),
         mutations,
         adds,
-        tuple(plain(w) for w in warnings),
+        tuple(w.removeprefix(label) for w in warnings) if label else warnings,
     )
     item.verdict = Verdict(status, findings, mutations, adds, warnings, key)
     return None
@@ -528,7 +536,7 @@ def _template_of(path: str, found: Sequence[pods.Template]) -> pods.Template:
             best = t
     if best is None:
         # Not under a template (no patch of the core does this): name it by its path.
-        return pods.Template({}, "", "", "")
+        return pods.Template({}, OBJECT)
     return best
 
 

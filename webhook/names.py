@@ -21,8 +21,9 @@ SYSTEM_NAMESPACE = "kube-system"
 
 DEFAULT_POLICY = "default"
 # The path segment of the webhook entry that catches namespaces whose policy label names no
-# policy. Not a DNS label, so no policy can have this name.
-UNKNOWN_POLICY = "_unknown"
+# policy (and the metric label of requests to a path that names none). Not a DNS label, so
+# no policy can have this name.
+UNKNOWN_POLICY_PATH = "_unknown"
 
 # --------------------------------------------------------------------------- annotations
 
@@ -93,10 +94,13 @@ DEVICE_HOST_PATHS = ("/dev/nvidia", "/dev/char", "/dev/dri", "/run/nvidia", "/va
 
 # Every rule's name, as refusals, metric labels, audit annotations, policies (`ruleModes`)
 # and the docs use it; webhook/core/rules.py has one rule of each name (a test checks).
+# The rules that refuse the GPU pods of a namespace whose policy is not in force.
+UNKNOWN_POLICY_RULE = "unknown-policy"
+POLICY_NOT_LOADED_RULE = "policy-not-loaded"
 RULES = (
     "malformed-object",
-    "unknown-policy",
-    "policy-not-loaded",
+    UNKNOWN_POLICY_RULE,
+    POLICY_NOT_LOADED_RULE,
     "invalid-quantity",
     "requests-limits-mismatch",
     "resource-not-allowed",

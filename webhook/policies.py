@@ -39,9 +39,6 @@ from webhook.errors import PolicyError
 API_VERSION = "gpu-share.io/v1alpha1"
 KIND = "SharingPolicy"
 DEFAULT_POLICY = names.DEFAULT_POLICY
-# The rules that refuse GPU pods of a namespace whose policy is not in force.
-UNKNOWN_POLICY = "unknown-policy"
-POLICY_NOT_LOADED = "policy-not-loaded"
 
 # Label values and names as Kubernetes validates them.
 _LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
@@ -388,7 +385,7 @@ class PolicySet:
 
     def governing(self, name: str) -> Policy:
         """The policy at the webhook path `name`, or the stand-in that says why there is none
-        (`name` is `names.UNKNOWN_POLICY` for the catch-all entry)."""
+        (`name` is `names.UNKNOWN_POLICY_PATH` for the catch-all entry)."""
         found = self.policies.get(name)
         if found is not None:
             return found
@@ -396,12 +393,12 @@ class PolicySet:
         if name in self.broken:
             return stand_in(
                 name,
-                POLICY_NOT_LOADED,
+                names.POLICY_NOT_LOADED_RULE,
                 f'policy "{name}" is not in force: {self.broken[name]}. The cluster admin must'
                 " fix the policy file; until then pods of this namespace that ask for a GPU"
                 " are refused",
             )
-        if name == names.UNKNOWN_POLICY:
+        if name == names.UNKNOWN_POLICY_PATH:
             message = (
                 f"unknown policy: this namespace's label {names.POLICY_LABEL} names a policy"
                 f" that does not exist (policies: {known}). Fix the label, or remove it for the"
@@ -413,7 +410,7 @@ class PolicySet:
                 f" namespace label {names.POLICY_LABEL}, or add the policy and render the"
                 " webhook configurations"
             )
-        return stand_in(name, UNKNOWN_POLICY, message)
+        return stand_in(name, names.UNKNOWN_POLICY_RULE, message)
 
 
 def stand_in(name: str, rule: str, message: str) -> Policy:

@@ -252,7 +252,7 @@ def _entries(policies: PolicySet, settings: _Settings) -> list[dict[str, Any]]:
     out.append(
         _entry(
             UNKNOWN_ENTRY,
-            names.UNKNOWN_POLICY,
+            names.UNKNOWN_POLICY_PATH,
             {"key": names.POLICY_LABEL, "operator": "NotIn", "values": known_values},
             condition(None),
             settings,

@@ -26,7 +26,6 @@ from webhook.policies import PolicySet
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
-UNKNOWN_POLICY = names.UNKNOWN_POLICY
 EPHEMERAL_CONTAINERS = reviewing.EPHEMERAL_CONTAINERS
 
 Endpoint = reviewing.Endpoint

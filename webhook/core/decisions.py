@@ -1,9 +1,15 @@
-"""What a review decides: allowed or not, the patch, and what people should be told."""
+"""What a review decides: allowed or not, the patch, and what people should be told.
+
+A refusal is a list of `Violation`s, each as Kubernetes' own validation reports a field
+error (k8s.io/apimachinery `field.Error`): the rule, the kind of error, the field path and
+the container it concerns, and the words. The message a user reads is built from them.
+"""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 # Kubernetes shows warnings to the user as they are; longer ones may be cut by clients.
 MAX_WARNING = 120
@@ -11,17 +17,78 @@ MAX_WARNING = 120
 MALFORMED = "malformed-object"
 
 
+class ErrorType(enum.Enum):
+    """What is wrong with a field, by the names Kubernetes gives its field errors (the value
+    is `field.ErrorType`, `text` what `kubectl` shows for it)."""
+
+    NOT_FOUND = "FieldValueNotFound"
+    REQUIRED = "FieldValueRequired"
+    INVALID = "FieldValueInvalid"
+    NOT_SUPPORTED = "FieldValueNotSupported"
+    FORBIDDEN = "FieldValueForbidden"
+    TOO_MANY = "FieldValueTooMany"
+    TYPE_INVALID = "FieldValueTypeInvalid"
+
+    @property
+    def text(self) -> str:
+        return _ERROR_TEXT[self]
+
+
+_ERROR_TEXT = {
+    ErrorType.NOT_FOUND: "Not found",
+    ErrorType.REQUIRED: "Required value",
+    ErrorType.INVALID: "Invalid value",
+    ErrorType.NOT_SUPPORTED: "Unsupported value",
+    ErrorType.FORBIDDEN: "Forbidden",
+    ErrorType.TOO_MANY: "Too many",
+    ErrorType.TYPE_INVALID: "Invalid value",
+}
+
+
+class Place(NamedTuple):
+    """Where a pod spec stands in the reviewed object."""
+
+    pointer: str  # its JSON Pointer: "" for a Pod, "/spec/template" for a Deployment
+    field: str  # its field path: "" for a Pod, "spec.template" for a Deployment
+    # How a message names it: "" for a Pod and the built-in kinds (one template, no doubt
+    # which), "RayCluster spec.workerGroupSpecs[0].template" for the others.
+    label: str
+
+    def at(self, path: str) -> str:
+        """The field path of `path` (relative to the pod spec) in the reviewed object."""
+        if not self.field:
+            return path or "(object)"
+        return f"{self.field}.{path}" if path else self.field
+
+
+OBJECT = Place("", "", "")
+
+
 @dataclass(frozen=True, slots=True)
 class Violation:
-    """A rule that refuses the object: what is wrong, where, and the fix.
+    """A rule that refuses the object: which, what kind of error, where, and the words.
 
-    `message` names the container (when there is one) and ends with the fix; `text` adds the
-    rule's name, which is also the metric label, the audit annotation and the docs' entry.
+    `field` is the path of the field at fault relative to the pod (or pod template) it is
+    in, `place` where that pod stands in the object; so the violations of a Deployment's
+    template and of its pods compare equal field by field. `words` is what the message
+    says, in pieces: between two pieces the message shows the field's path in the object
+    (one piece: the message does not show it). `message` names the container (when there
+    is one) and ends with the fix; `text` adds the rule's name, which is also the metric
+    label, the audit annotation and the docs' entry.
     """
 
     rule: str
-    message: str
+    type: ErrorType
+    field: str
+    words: tuple[str, ...]
     container: str | None = None
+    place: Place = OBJECT
+
+    @property
+    def message(self) -> str:
+        body = self.place.at(self.field).join(self.words)
+        label = self.place.label
+        return f"{label}: {body}" if label else body
 
     @property
     def text(self) -> str:

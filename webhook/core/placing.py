@@ -1,31 +1,50 @@
 """Placement: the node classes a shared-GPU pod may land on, and what pins it there.
 
-Three rules narrow the classes of the pod's resource, in order, each refusing when none is
-left: `node-selection` (the pod's own nodeSelector and required affinity, judged against the
-labels gpu-feature-discovery puts on each class), `multi-replica` (a container asking for k
-> 1 replicas keeps the pod off classes that fail such requests or have fewer than k GPUs per
-node) and `mps-limits` (the MPS limits each container will run with must fit the class's
-ceiling). The patches then pin the pod to what is left (plus, for k > 1, nodes with at least
-k GPUs), add the tolerations, and the profile's MPS limits.
+`place` narrows the classes of the pod's resource in three steps, each stopping (with the
+reason, as a `Finding` of its rule) when none is left: the pod's own nodeSelector and
+required affinity, judged against the labels gpu-feature-discovery puts on each class
+(`node-selection`); a container asking for k > 1 replicas keeps the pod off classes that
+fail such requests or have fewer than k GPUs per node (`multi-replica`); the MPS limits each
+container will run with must fit the class's ceiling (`mps-limits`). It runs once per
+review, before the rules (`facts.gather`), which only report what it found.
 
-Every patch value is a new object: nothing here hands out a part of the policy.
+The patches' values are built here too: the node selection that pins the pod to the classes
+left (plus, for k > 1, nodes with at least k GPUs), the tolerations, and the profile's MPS
+limits. Every patch value is a new object: nothing here hands out a part of the policy.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from webhook import names
-from webhook.core import selecting
-from webhook.core.pods import escape
-from webhook.policies import NodeClass, Policy
+from webhook.core import pods, selecting
+from webhook.core.decisions import ErrorType, Violation
+from webhook.policies import NodeClass, Policy, Profile
 
 if TYPE_CHECKING:
-    from webhook.core.rules import Review
+    from webhook.core.facts import Usage
 
-NO_CONSTRAINTS: selecting.Constraints = selecting.NO_CONSTRAINTS
+
+class Finding(NamedTuple):
+    """What a rule is to report about a pod, found before the rules run: a violation, or a
+    warning for the user."""
+
+    rule: str
+    violation: Violation | None = None
+    warning: str | None = None
+
+
+class Placement(NamedTuple):
+    """Where a pod that asks for a shared resource may land, and what was found on the way."""
+
+    constraints: selecting.Constraints
+    # The classes left after every step; None when a step left none (or could not judge).
+    classes: tuple[NodeClass, ...] | None
+    findings: tuple[Finding, ...]
 
 
 class Limit(NamedTuple):
@@ -38,33 +57,78 @@ class Limit(NamedTuple):
     user_set: bool
 
 
+def shown(value: object) -> str:
+    """A value for a message: quoted, and cut short (messages are bounded, inputs are not)."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > 40:
+        text = f"{text[:32]}... ({len(text)} characters)"
+    return f'"{text}"'
+
+
+def place(
+    pod: pods.Pod,
+    policy: Policy,
+    usage: Sequence[Usage],
+    resource: str,
+    profile: Profile | None,
+) -> Placement:
+    """The classes `pod` may land on (see the module); `usage` is its containers'."""
+    findings: list[Finding] = []
+    constraints = selecting.read(pod)
+    classes = _select(pod, policy, resource, constraints, findings)
+    classes = _replicas(pod, usage, resource, classes, findings)
+    classes = _mps_limits(pod, usage, resource, profile, candidates=classes, findings=findings)
+    return Placement(constraints, classes, tuple(findings))
+
+
+def _deny(
+    findings: list[Finding],
+    pod: pods.Pod,
+    rule: str,
+    field: str,
+    *words: str,
+    container: str | None = None,
+) -> None:
+    findings.append(
+        Finding(rule, Violation(rule, ErrorType.INVALID, field, words, container, pod.place))
+    )
+
+
 # --------------------------------------------------------------------------- node selection
 
 
-def select(r: Review) -> None:
+def _select(
+    pod: pods.Pod,
+    policy: Policy,
+    resource: str,
+    constraints: selecting.Constraints,
+    findings: list[Finding],
+) -> tuple[NodeClass, ...] | None:
     """`node-selection`: the classes the pod's own constraints admit."""
-    resource = r.resource
-    if resource is None:
-        return
-    candidates = r.policy.classes_by_resource.get(resource, ())
-    constraints = selecting.read(r.pod.node_selector, r.pod.required_terms)
-    r.constraints = constraints
+    candidates = policy.classes_by_resource.get(resource, ())
     if constraints.empty:
-        r.classes = candidates
-        return
+        return candidates
     admitted = tuple(c for c in candidates if selecting.admits(constraints, c))
     if admitted:
-        r.classes = admitted
-        return
-    r.deny(
+        return admitted
+    field = (
+        "spec.nodeSelector"
+        if pod.node_terms is None
+        else "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    _deny(
+        findings,
+        pod,
         "node-selection",
+        field,
         "node selection matches no allowed class: the pod's"
         f" {selecting.describe(constraints, candidates)} matches no node class of policy"
-        f' "{r.policy.name}" that serves {resource}: '
+        f' "{policy.name}" that serves {resource}: '
         + "; ".join(selecting.describe_class(c) for c in candidates)
         + ". Remove or change that selector"
         + _product_hint(constraints, candidates),
     )
+    return None
 
 
 def _product_hint(constraints: selecting.Constraints, classes: tuple[NodeClass, ...]) -> str:
@@ -93,36 +157,47 @@ def _product_hint(constraints: selecting.Constraints, classes: tuple[NodeClass, 
 # --------------------------------------------------------------------------- replicas
 
 
-def replicas(r: Review) -> None:
+def _replicas(
+    pod: pods.Pod,
+    usage: Sequence[Usage],
+    resource: str,
+    candidates: tuple[NodeClass, ...] | None,
+    findings: list[Finding],
+) -> tuple[NodeClass, ...] | None:
     """`multi-replica`: every container asking for k > 1 replicas is judged, and the classes
     that would fail or repeat a GPU are left out."""
-    resource, candidates = r.resource, r.classes
-    if resource is None or candidates is None:
-        return
+    if candidates is None:
+        return None
     failed = False
-    for c in r.pod.containers:
-        k = c.shared.get(resource, 0)
+    for c, used in zip(pod.containers, usage, strict=True):
+        k = used.replicas(resource)
         if k <= 1:
             continue
         refusing = [cls for cls in candidates if _refuses(cls, k)]
         if len(refusing) == len(candidates):
             reasons = "; ".join(_refusal(cls, k) for cls in refusing)
-            r.deny(
+            _deny(
+                findings,
+                pod,
                 "multi-replica",
+                f"{c.field}.resources.limits[{resource}]",
                 f'container "{c.name}": invalid multi-replica request: {resource}: {k}. More'
                 " replicas of a shared GPU give no more GPU time (each process gets an equal"
                 f" share), and here: {reasons}. Ask for {resource}: 1",
-                c.name,
+                container=c.name,
             )
             failed = True
             continue
         if refusing:
-            r.warn(
-                f'container "{c.name}" asks for {k} replicas: kept off '
-                + ", ".join(cls.name for cls in refusing)
+            findings.append(
+                Finding(
+                    "multi-replica",
+                    warning=f'container "{c.name}" asks for {k} replicas: kept off '
+                    + ", ".join(cls.name for cls in refusing),
+                )
             )
             candidates = tuple(cls for cls in candidates if cls not in refusing)
-    r.classes = None if failed else candidates
+    return None if failed else candidates
 
 
 def _refuses(cls: NodeClass, k: int) -> bool:
@@ -195,29 +270,32 @@ _FORMS = {
 }
 
 
-def mps_limits(r: Review) -> None:
+def _mps_limits(
+    pod: pods.Pod,
+    usage: Sequence[Usage],
+    resource: str,
+    profile: Profile | None,
+    *,
+    candidates: tuple[NodeClass, ...] | None,
+    findings: list[Finding],
+) -> tuple[NodeClass, ...] | None:
     """`mps-limits`: the MPS values a container sets must parse and fit; the classes whose
     ceiling the pod's limits (its own, else the profile's) exceed are left out."""
-    resource = r.resource
-    if resource is None:
-        return
-    profile = r.profile
     limits: list[Limit] = []
     unreadable = False
     threads = profile.active_thread_percentage if profile else None
     memory = profile.pinned_memory_mib if profile else None
-    for c in r.pod.containers:
-        if resource not in c.shared:
+    for c, used in zip(pod.containers, usage, strict=True):
+        if not used.replicas(resource):
             continue
         for variable, from_profile in ((names.MPS_THREADS, threads), (names.MPS_MEMORY, memory)):
-            var = c.variables.get(variable)
+            var = c.var(variable)
             if var is None:
                 if from_profile is not None and profile is not None:
                     limits.append(
                         Limit(c.name, variable, from_profile, f'profile "{profile.name}"', False)
                     )
                 continue
-            where = f"{c.field}.env[{var.position}]"
             value = None if var.value is None else _PARSERS[variable](var.value)
             if value is None:
                 unreadable = True
@@ -226,53 +304,68 @@ def mps_limits(r: Review) -> None:
                 elif "$(" in var.value:
                     problem = "refers to another variable, which cannot be read at admission"
                 else:
-                    shown = var.value if len(var.value) <= 40 else var.value[:32] + "..."
-                    problem = f'"{shown}" is not {_FORMS[variable]}'
-                r.deny(
+                    text = var.value if len(var.value) <= 40 else var.value[:32] + "..."
+                    problem = f'"{text}" is not {_FORMS[variable]}'
+                _deny(
+                    findings,
+                    pod,
                     "mps-limits",
-                    f'container "{c.name}": {variable} ({where}) {problem}; MPS limits are'
-                    " checked against the node's ceiling before the pod runs. Set a plain"
-                    " value, or remove it for the profile's",
-                    c.name,
+                    f"{c.field}.env[{var.position}]",
+                    f'container "{c.name}": {variable} (',
+                    f") {problem}; MPS limits are checked against the node's ceiling before the"
+                    " pod runs. Set a plain value, or remove it for the profile's",
+                    container=c.name,
                 )
                 continue
             limits.append(
                 Limit(c.name, variable, value, f'"{c.name}" {variable}={var.value}', True)
             )
             if from_profile is not None and profile is not None and value > from_profile:
-                r.warn(
-                    f'container "{c.name}": {variable}={var.value} is above profile'
-                    f' "{profile.name}" ({from_profile:g}{_UNIT_SUFFIX[variable]})'
+                findings.append(
+                    Finding(
+                        "mps-limits",
+                        warning=f'container "{c.name}": {variable}={var.value} is above profile'
+                        f' "{profile.name}" ({from_profile:g}{_UNIT_SUFFIX[variable]})',
+                    )
                 )
-    candidates = r.classes
     if candidates is None or unreadable:
-        r.classes = None
-        return
+        return None
     fitting, excluded, offenders = _fit(candidates, tuple(limits))
     if fitting:
         if excluded:
-            r.warn("kept off node classes whose MPS ceiling is too low: " + "; ".join(excluded))
-        r.classes = fitting
-        return
-    r.classes = None
+            findings.append(
+                Finding(
+                    "mps-limits",
+                    warning="kept off node classes whose MPS ceiling is too low: "
+                    + "; ".join(excluded),
+                )
+            )
+        return fitting
     if offenders:
         who = ", ".join(f'container "{n}"' for n in offenders)
-        r.deny(
+        _deny(
+            findings,
+            pod,
             "mps-limits",
+            "spec.containers",
             f"{who}: MPS limit above the ceiling: CUDA_MPS_* set in the pod exceed the MPS"
             f" ceiling of every node class it may use ({'; '.join(excluded)}), and MPS can only"
             " lower the daemon's limit (100/replicas %, memory/replicas MiB). Remove them or"
             " set them at most to the ceiling",
-            offenders[0] if len(offenders) == 1 else None,
+            container=offenders[0] if len(offenders) == 1 else None,
         )
     else:
         name = profile.name if profile else "?"
-        r.deny(
+        _deny(
+            findings,
+            pod,
             "mps-limits",
+            f"metadata.annotations[{names.ANNOTATION_PROFILE}]",
             f'profile too large: "{name}" is above the MPS ceiling of every node class the pod'
             f" may use ({'; '.join(excluded)}). Choose a smaller profile with the annotation"
             f" {names.ANNOTATION_PROFILE}",
         )
+    return None
 
 
 @functools.lru_cache(maxsize=1024)
@@ -309,76 +402,67 @@ def _over_ceiling(limit: Limit, cls: NodeClass) -> str | None:
 # --------------------------------------------------------------------------- patches
 
 
-def pin(r: Review) -> None:
+def pin(
+    pod: pods.Pod, placement: Placement, usage: Sequence[Usage], resource: str
+) -> list[dict[str, Any]]:
     """The `node-selection` patch: pin the pod to the classes left, and for k > 1 replicas to
     nodes with at least k GPUs."""
-    classes, resource = r.classes, r.resource
-    if not classes or resource is None:
-        return
-    largest = max(c.shared.get(resource, 0) for c in r.pod.containers)
+    classes = placement.classes
+    if not classes:
+        return []
+    largest = max(used.replicas(resource) for used in usage)
     extra = selecting.min_gpus(classes[0].resource, largest) if largest > 1 else None
-    for op in selecting.plan(
-        r.pod.spec, r.constraints, classes, path=f"{r.pod.template.pointer}/spec", extra=extra
-    ):
-        r.add("node-selection", op)
+    return selecting.plan(pod, placement.constraints, classes, extra=extra)
 
 
-def tolerate(r: Review) -> None:
-    """The `tolerations` patch: the policy's, and the resource's own taint where it says so,
-    each only when no toleration of the pod already covers it."""
-    if not r.classes or r.resource is None:
-        return
-    existing = r.pod.tolerations or []
-    added: list[dict[str, Any]] = []
-    for items in _wanted_tolerations(r.policy, r.resource):
-        tol = dict(items)
-        if any(covers(e, tol) for e in existing):
-            continue
-        added.append(tol)
-    if not added:
-        return
-    base = f"{r.pod.template.pointer}/spec/tolerations"
-    if r.pod.tolerations is not None:
-        for t in added:
-            r.add("tolerations", {"op": "add", "path": f"{base}/-", "value": t})
-    else:
-        r.add("tolerations", {"op": "add", "path": base, "value": added})
+def tolerations(pod: pods.Pod, policy: Policy, resource: str) -> list[dict[str, Any]]:
+    """The `tolerations` patch's values: the policy's, and the resource's own taint where it
+    says so, each only when no toleration of the pod already covers it."""
+    existing = pod.tolerations or ()
+    return [
+        dict(items)
+        for items, wanted in _wanted_tolerations(policy, resource)
+        if not any(covers(e, wanted) for e in existing)
+    ]
 
 
 @functools.lru_cache(maxsize=256)
-def _wanted_tolerations(policy: Policy, resource: str) -> tuple[tuple[tuple[str, Any], ...], ...]:
+def _wanted_tolerations(
+    policy: Policy, resource: str
+) -> tuple[tuple[tuple[tuple[str, Any], ...], pods.Toleration], ...]:
     """The policy's tolerations and, where it says so, the one for the resource's own taint,
-    none covered by another; as items, each made into a new dict for the patch."""
+    none covered by another; as items (each made into a new dict for the patch) and as read."""
     wanted = list(policy.tolerations)
     if policy.tolerate_resource_taint:
         wanted.append((("key", resource), ("operator", "Exists"), ("effect", "NoSchedule")))
-    unique: list[tuple[tuple[str, Any], ...]] = []
-    for tol in wanted:
-        if not any(covers(dict(u), dict(tol)) for u in unique):
-            unique.append(tol)
+    unique: list[tuple[tuple[tuple[str, Any], ...], pods.Toleration]] = []
+    for items in wanted:
+        tol = pods.Toleration.of(dict(items))
+        if not any(covers(u, tol) for _, u in unique):
+            unique.append((items, tol))
     return tuple(unique)
 
 
-def covers(have: Any, want: Any) -> bool:
+def covers(have: pods.Toleration, want: pods.Toleration) -> bool:
     """Whether toleration `have` tolerates every taint that `want` tolerates."""
-    have_key = have.get("key") or ""
-    have_op = have.get("operator") or "Equal"
+    have_key = have.key or ""
+    have_op = have.operator or "Equal"
     if have_key:
-        if have_key != want.get("key"):
+        if have_key != want.key:
             return False
     elif have_op != "Exists":
         return False
     if have_op != "Exists":
-        if (want.get("operator") or "Equal") != "Equal":
+        if (want.operator or "Equal") != "Equal":
             return False
-        if (have.get("value") or "") != (want.get("value") or ""):
+        if (have.value or "") != (want.value or ""):
             return False
-    have_effect = have.get("effect") or ""
-    if have_effect and have_effect != want.get("effect"):
+    have_effect = have.effect or ""
+    if have_effect and have_effect != want.effect:
         return False
-    if want.get("effect") == "NoExecute" or not want.get("effect"):
-        have_secs = have.get("tolerationSeconds")
-        want_secs = want.get("tolerationSeconds")
+    if want.effect == "NoExecute" or not want.effect:
+        have_secs = have.seconds
+        want_secs = want.seconds
         if have_secs is not None and (
             want_secs is None or not isinstance(have_secs, int) or have_secs < want_secs
         ):
@@ -386,80 +470,20 @@ def covers(have: Any, want: Any) -> bool:
     return True
 
 
-def add_mps_limits(r: Review) -> None:
-    """The `mps-limits` patch: the profile's values on every container that uses the shared
-    GPU and does not set them, where the pod may land on an MPS class."""
-    profile, resource, classes = r.profile, r.resource, r.classes
-    if profile is None or resource is None or not classes or not any(c.mps for c in classes):
-        return
-    for c in r.pod.containers:
-        devices = c.shared.get(resource, 0)
-        if not devices or not c.judged:
-            continue
-        new: list[dict[str, str]] = []
-        if profile.active_thread_percentage is not None and c.var(names.MPS_THREADS) is None:
-            new.append({"name": names.MPS_THREADS, "value": str(profile.active_thread_percentage)})
-        if profile.pinned_memory_mib is not None and c.var(names.MPS_MEMORY) is None:
-            value = _memory_limit(profile.pinned_memory_mib, devices)
-            new.append({"name": names.MPS_MEMORY, "value": value})
-        if new:
-            r.add_env("mps-limits", c, new, f'the MPS limits of profile "{profile.name}"')
+def mps_env(profile: Profile, c: pods.Container, devices: int) -> list[dict[str, str]]:
+    """The `mps-limits` patch's variables for a container with `devices` replicas: the
+    profile's values it does not set itself."""
+    new: list[dict[str, str]] = []
+    if profile.active_thread_percentage is not None and c.var(names.MPS_THREADS) is None:
+        new.append({"name": names.MPS_THREADS, "value": str(profile.active_thread_percentage)})
+    if profile.pinned_memory_mib is not None and c.var(names.MPS_MEMORY) is None:
+        new.append(
+            {"name": names.MPS_MEMORY, "value": _memory_limit(profile.pinned_memory_mib, devices)}
+        )
+    return new
 
 
 @functools.lru_cache(maxsize=256)
 def _memory_limit(mib: int, devices: int) -> str:
     """`0=3840M,1=3840M`: one entry per device the container gets, by the ordinal CUDA sees."""
     return ",".join(f"{i}={mib}M" for i in range(devices))
-
-
-def record(r: Review) -> None:
-    """The annotations of a pod the webhook changed: which policy and profile govern it, and
-    the rules that changed it (merged with what an earlier pass recorded)."""
-    pod = r.pod
-    shared = r.classes is not None and r.resource is not None
-    if not r.ops and (not shared or r.policy.mode == names.DRY_RUN):
-        return
-    steps: list[str] = []
-    for rule, _ in r.ops:
-        if rule not in steps:
-            steps.append(rule)
-    annotations = pod.annotations
-    wanted: dict[str, str] = {}
-    if annotations.get(names.ANNOTATION_POLICY) != r.policy.name:
-        wanted[names.ANNOTATION_POLICY] = r.policy.name
-    # The profile governs the pod once its limits are applied (not in dry-run).
-    profiled = (
-        shared and r.profile is not None and r.policy.mode_of("mps-limits") != names.DRY_RUN
-    )
-    if profiled and r.profile is not None and names.ANNOTATION_PROFILE not in annotations:
-        wanted[names.ANNOTATION_PROFILE] = r.profile.name
-    if steps:
-        before = annotations.get(names.ANNOTATION_MUTATIONS)
-        done = set(str(before).split(",")) if before else set()
-        done.discard("")
-        merged = ",".join(sorted(done.union(steps)))
-        if merged != before:
-            wanted[names.ANNOTATION_MUTATIONS] = merged
-    if shared:
-        r.audit["policy"] = r.policy.name
-        if r.profile is not None:
-            r.audit["profile"] = r.profile.name
-        r.audit["classes"] = ",".join(c.name for c in r.classes or ())
-    if steps:
-        r.audit["mutations"] = ",".join(steps)
-    if not wanted:
-        return
-    base = pod.template.pointer
-    if pod.meta is None:
-        r.add(
-            "annotations",
-            {"op": "add", "path": f"{base}/metadata", "value": {"annotations": wanted}},
-        )
-    elif not pod.has_annotations:
-        r.add("annotations", {"op": "add", "path": f"{base}/metadata/annotations", "value": wanted})
-    else:
-        for k, v in wanted.items():
-            r.add(
-                "annotations",
-                {"op": "add", "path": f"{base}/metadata/annotations/{escape(k)}", "value": v},
-            )

@@ -1,11 +1,16 @@
 """Reading a pod once: the fields the rules look at, with their places, shapes checked.
 
 `templates(obj, kinds)` finds the pod specs an object carries (a Pod's own, a workload's pod
-templates); `read(template, ...)` turns one into a `Pod` view. The rules read the view, never
-the raw object, so what a review depends on is written down here, in one place.
+templates); `read(template, ...)` turns one into a `Pod` view. The view is closed: immutable
+named tuples all the way down, holding every field a rule reads and nothing of the raw
+object (the node selector terms, which a patch copies whole, are held as a `Json` value).
+The rules read the view, never the raw object, so what a review depends on is written down
+here, in one place; and two pods with equal views get one decision, so the view itself is
+the key of anything that keeps decisions (a field added for a new rule enters it by
+construction).
 
 A field of the wrong JSON type (a list where an object belongs, a number where a string
-belongs) is not an exception: it is a shape problem with the field's path
+belongs) is not an exception: it is a shape `Problem` with the field's path
 (`spec.containers[0].env: must be a list, not a number`), collected in `Pod.problems`, and
 the field counts as absent. The API server never sends such an object (it decodes the body
 into a typed Pod first); whoever else reaches the port gets a refusal that says what is wrong.
@@ -13,14 +18,16 @@ into a typed Pod first); whoever else reaches the port gets a refusal that says 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import orjson
 
 from webhook import names
+from webhook.core.decisions import OBJECT, Place
 
 # A path to pod templates in an object: keys, and at most one "[]" (every item of a list)
 # or "{}" (every value of an object), e.g. ("spec", "replicatedJobs", "[]", "template",
@@ -90,19 +97,38 @@ def group_of(api_version: object) -> str:
     return group
 
 
+class Problem(NamedTuple):
+    """A field whose JSON type no Kubernetes object has."""
+
+    field: str  # its path, relative to the pod spec it is in (or to the object)
+    expected: str  # "a list"
+    found: str  # "a number"
+
+
 class Template(NamedTuple):
-    """A pod spec inside a reviewed object: the node, its JSON Pointer and its field path."""
+    """A pod spec inside a reviewed object: the node, and where it stands."""
 
     node: Mapping[str, Any]
-    pointer: str  # "" for a Pod, "/spec/template" for a Deployment
-    field: str  # "" for a Pod, "spec.template" for a Deployment
-    # How a message names it: "" for a Pod and the built-in kinds (one template, no doubt
-    # which), "RayCluster spec.workerGroupSpecs[0].template" for the others.
-    label: str
+    place: Place
+
+    @property
+    def pointer(self) -> str:
+        return self.place.pointer
+
+    @property
+    def field(self) -> str:
+        return self.place.field
+
+    @property
+    def label(self) -> str:
+        return self.place.label
 
 
-def templates(obj: Mapping[str, Any], kinds: Kinds = BUILTIN) -> tuple[list[Template], list[str]]:
-    """The pod specs `obj` carries, and shape problems on the way to them.
+def templates(
+    obj: Mapping[str, Any], kinds: Kinds = BUILTIN
+) -> tuple[list[Template], list[Problem]]:
+    """The pod specs `obj` carries, and shape problems on the way to them (their fields are
+    paths in the object).
 
     None for kinds without templates, and none for mirror pods (the kubelet's copies of
     static pods, which the API server lets nobody change; the webhook configurations keep
@@ -114,7 +140,7 @@ def templates(obj: Mapping[str, Any], kinds: Kinds = BUILTIN) -> tuple[list[Temp
         annotations = meta.get("annotations") if isinstance(meta, dict) else None
         if isinstance(annotations, dict) and names.MIRROR_ANNOTATION in annotations:
             return [], []
-        return [Template(obj, "", "", "")], []
+        return [Template(obj, OBJECT)], []
     if not isinstance(kind, str):
         return [], []
     found = kinds.get((group_of(obj.get("apiVersion")), kind))
@@ -132,37 +158,37 @@ class _Found:
 
     kind: Kind
     templates: list[Template] = dataclasses.field(default_factory=list)
-    problems: list[str] = dataclasses.field(default_factory=list)
+    problems: list[Problem] = dataclasses.field(default_factory=list)
 
     def walk(self, node: Any, path: Path, pointer: str = "", where: str = "") -> None:
         if not path:
             if node is None:
                 return
             if not isinstance(node, dict):
-                self.problems.append(f"{where}: must be an object, not {type_name(node)}")
+                self.problems.append(Problem(where, "an object", type_name(node)))
                 return
             label = "" if self.kind.builtin else f"{self.kind.kind} {where}"
-            self.templates.append(Template(node, pointer, where, label))
+            self.templates.append(Template(node, Place(pointer, where, label)))
             return
         if node is None:
             return
         step, rest = path[0], path[1:]
         if step == EACH_ITEM:
             if not isinstance(node, list):
-                self.problems.append(f"{where}: must be a list, not {type_name(node)}")
+                self.problems.append(Problem(where, "a list", type_name(node)))
                 return
             for i, item in enumerate(node):
                 self.walk(item, rest, f"{pointer}/{i}", f"{where}[{i}]")
             return
         if step == EACH_VALUE:
             if not isinstance(node, dict):
-                self.problems.append(f"{where}: must be an object, not {type_name(node)}")
+                self.problems.append(Problem(where, "an object", type_name(node)))
                 return
             for key, item in node.items():
                 self.walk(item, rest, f"{pointer}/{escape(str(key))}", f"{where}.{key}")
             return
         if not isinstance(node, dict):
-            self.problems.append(f"{where or '(object)'}: must be an object, not {type_name(node)}")
+            self.problems.append(Problem(where, "an object", type_name(node)))
             return
         self.walk(node.get(step), rest, f"{pointer}/{step}", f"{where}.{step}" if where else step)
 
@@ -173,6 +199,43 @@ def escape(key: str) -> str:
 
 
 # --------------------------------------------------------------------------- the view
+
+
+class Json:
+    """A raw JSON value the view carries whole because a patch copies it whole (the node
+    selector terms). Compared and hashed by its serialised text (so `true` is not `1`, and
+    objects whose keys come in another order, which a patch would copy in that order, are
+    not equal); `value` is for reading only, and a patch takes a `copy()`."""
+
+    __slots__ = ("_text", "_value")
+
+    def __init__(self, value: Any) -> None:
+        self._value = value
+        self._text: bytes | None = None
+
+    @property
+    def value(self) -> Any:
+        return self._value
+
+    def copy(self) -> Any:
+        return copy.deepcopy(self._value)
+
+    def text(self) -> bytes:
+        if self._text is None:
+            try:
+                self._text = orjson.dumps(self._value)
+            except TypeError:  # not JSON (a YAML file's huge integer): its repr, which
+                self._text = repr(self._value).encode()  # no JSON text equals
+        return self._text
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Json) and self.text() == other.text()
+
+    def __hash__(self) -> int:
+        return hash(self.text())
+
+    def __repr__(self) -> str:
+        return f"Json({self._value!r})"
 
 
 # Named tuples, not frozen dataclasses: a review makes a few of them per container, and a
@@ -192,21 +255,16 @@ class Mount(NamedTuple):
     path: str
 
 
-@dataclass(slots=True)
-class Container:
+class Container(NamedTuple):
     """One container of the pod, as the rules see it."""
 
     group: str  # "initContainers", "containers" or "ephemeralContainers"
-    index: int
+    position: int  # in its group's list
     name: str
-    field: str  # "spec.containers[0]" (within the reviewed object)
-    pointer: str  # "/spec/containers/0"
     # Resource names and quantities as sent (validated by the rules that use them).
-    limits: Mapping[str, Any]
-    requests: Mapping[str, Any]
+    limits: tuple[tuple[str, Any], ...]
+    requests: tuple[tuple[str, Any], ...]
     env: tuple[EnvVar, ...]
-    # The definition of each variable that wins (the last: the kubelet reads env in order).
-    variables: Mapping[str, EnvVar]
     # Whether `env` is a list in the object (a patch appends to it, else adds it).
     has_env_list: bool
     env_from: bool
@@ -215,18 +273,19 @@ class Container:
     mounts: tuple[Mount, ...]
     # Whether the rules judge this container: false for ephemeral containers that were
     # there before an update (they were judged when added, and cannot be changed).
-    judged: bool = True
-    # Filled in by the resource rules: shared resource -> replicas; other GPU resources.
-    shared: dict[str, int] = dataclasses.field(default_factory=dict)
-    exclusive: list[str] = dataclasses.field(default_factory=list)
+    judged: bool
 
     @property
-    def gpu(self) -> bool:
-        return bool(self.shared or self.exclusive)
+    def field(self) -> str:
+        """Its field path in the pod spec: "spec.containers[0]"."""
+        return f"spec.{self.group}[{self.position}]"
 
     def var(self, name: str) -> EnvVar | None:
         """The definition of `name` that wins (the last one, as the kubelet reads env)."""
-        return self.variables.get(name)
+        for var in reversed(self.env):
+            if var.name == name:
+                return var
+        return None
 
 
 class Volume(NamedTuple):
@@ -235,110 +294,87 @@ class Volume(NamedTuple):
     host_path: str | None  # the hostPath's path, for hostPath volumes
 
 
-@dataclass(slots=True)
-class Pod:
-    """One pod (or pod template) under review, read once."""
+class Toleration(NamedTuple):
+    """A toleration's fields as sent (JSON null or absent: None)."""
 
-    template: Template
-    spec: Mapping[str, Any]
-    meta: Mapping[str, Any] | None  # None when the template has no metadata object
-    annotations: Mapping[str, Any]
+    key: Any
+    operator: Any
+    value: Any
+    effect: Any
+    seconds: Any  # tolerationSeconds
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> Toleration:
+        get = raw.get
+        return cls(get("key"), get("operator"), get("value"), get("effect"),
+                   get("tolerationSeconds"))  # fmt: skip
+
+
+class Pod(NamedTuple):
+    """One pod (or pod template) under review, read once: every field a rule reads."""
+
+    place: Place
+    # Whether the pod has a metadata object, and an annotations object in it (a patch adds
+    # them, else adds to them).
+    has_metadata: bool
     has_annotations: bool
-    containers: list[Container]
+    annotations: tuple[tuple[str, Any], ...]
+    containers: tuple[Container, ...]
     volumes: tuple[Volume, ...]
     host_pid: bool
     host_ipc: bool
     runtime_class: str | None
     resource_claims: bool
-    node_selector: Mapping[str, str]
-    # The pod's required node selector terms as sent (None: none), shape-checked.
-    required_terms: list[Any] | None
-    tolerations: list[Mapping[str, Any]] | None
-    problems: list[str]
+    # The nodeSelector's entries, and whether it is an object in the pod (a patch adds to it,
+    # else adds it).
+    node_selector: tuple[tuple[str, str], ...]
+    has_node_selector: bool
+    # How deep the pod's `affinity.nodeAffinity.requiredDuringScheduling...` goes, as objects:
+    # 0 no affinity, 1 affinity, 2 nodeAffinity, 3 the required selector (where a patch adds).
+    affinity_depth: int
+    # The required node selector terms as sent (None: none), shape-checked.
+    node_terms: Json | None
+    # None when the pod has no list of tolerations.
+    tolerations: tuple[Toleration, ...] | None
+    problems: tuple[Problem, ...]
     # An ephemeral-containers update: only new ephemeral containers are judged, and the
     # rules of the pod as a whole (placement, volumes, host namespaces) are not run again.
-    ephemeral_update: bool = False
-
-    @property
-    def field(self) -> str:
-        return self.template.field
+    ephemeral_update: bool
 
     def at(self, path: str) -> str:
         """The field path of `path` (relative to the pod) in the reviewed object."""
-        return f"{self.template.field}.{path}" if self.template.field else path
+        return self.place.at(path)
+
+    def pointer(self, path: str) -> str:
+        """The JSON Pointer of `path` ("/spec/tolerations") in the reviewed object."""
+        return self.place.pointer + path
+
+    def container_pointer(self, c: Container) -> str:
+        return f"{self.place.pointer}/spec/{c.group}/{c.position}"
+
+    def annotation(self, name: str) -> Any:
+        """The value of annotation `name` (None when absent)."""
+        for key, value in self.annotations:
+            if key == name:
+                return value
+        return None
+
+    def has_annotation(self, name: str) -> bool:
+        return any(key == name for key, _ in self.annotations)
+
+    def judged(self) -> Iterator[Container]:
+        """The containers the rules judge (all, but on an ephemeral-containers update)."""
+        return (c for c in self.containers if c.judged)
 
     def key(self) -> Hashable | None:
-        """Everything the rules read of this pod, as one hashable value: two pods with one
-        key get one decision, but for the words of a refusal (which name the volumes; the
-        key has their positions instead, so that the replicas of a workload, whose service
-        account volumes have names of their own, share a key). None when a value the
-        rules read cannot be hashed (a malformed object, never one the API server sends)."""
-        spec = self.spec
-        affinity = spec.get("affinity")
-        node_affinity = affinity.get("nodeAffinity") if isinstance(affinity, dict) else None
-        required = (
-            node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-            if isinstance(node_affinity, dict)
-            else None
-        )
-        # Where the patch adds node selection depends on what exists already.
-        shape = (
-            isinstance(spec.get("nodeSelector"), dict),
-            isinstance(affinity, dict),
-            isinstance(node_affinity, dict),
-            isinstance(required, dict),
-        )
-        position = {v.name: v.position for v in self.volumes}
-        containers = tuple(
-            (
-                c.group,
-                c.name,
-                c.judged,
-                tuple(c.limits.items()),
-                tuple(c.requests.items()),
-                c.env,
-                c.has_env_list,
-                c.env_from,
-                c.privileged,
-                c.capabilities,
-                tuple((position.get(m.volume, -1), m.path) for m in c.mounts),
-            )
-            for c in self.containers
-        )
-        key = (
-            self.template.pointer,
-            self.template.label,
-            self.meta is None,
-            self.has_annotations,
-            tuple(self.annotations.items()),
-            self.runtime_class,
-            self.host_pid,
-            self.host_ipc,
-            self.resource_claims,
-            tuple(self.node_selector.items()),
-            shape,
-            _json(self.required_terms),
-            _json(self.tolerations),
-            tuple(v.host_path for v in self.volumes),
-            containers,
-            len(self.problems),
-            self.ephemeral_update,
-        )
+        """The view as a key of the decisions it gets: the view itself, which holds all the
+        rules read. None when a value in it cannot be hashed (a quantity or a toleration
+        field that is a list: a malformed object, never one the API server sends)."""
         try:
-            hash(key)
+            hash(self)
         except TypeError:
             return None
-        return key
-
-
-def _json(value: object) -> bytes | None:
-    """A hashable copy of a JSON value (None for None, and for what JSON cannot hold)."""
-    if value is None:
-        return None
-    try:
-        return orjson.dumps(value)
-    except orjson.JSONEncodeError:
-        return b"\xff"  # not JSON: never equal to a pod's
+        return self
 
 
 class _Reader:
@@ -347,37 +383,37 @@ class _Reader:
     __slots__ = ("problems",)
 
     def __init__(self) -> None:
-        self.problems: list[str] = []
+        self.problems: list[Problem] = []
 
     def wrong(self, where: str, expected: str, value: object) -> None:
-        self.problems.append(f"{where}: must be {expected}, not {type_name(value)}")
+        self.problems.append(Problem(where, expected, type_name(value)))
 
     def obj(self, parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any] | None:
         value = parent.get(key)
         if value is None or isinstance(value, dict):
             return value
-        self.problems.append(f"{where}.{key}: must be an object, not {type_name(value)}")
+        self.wrong(f"{where}.{key}", "an object", value)
         return None
 
     def items(self, parent: Mapping[str, Any], key: str, where: str) -> list[Any] | None:
         value = parent.get(key)
         if value is None or isinstance(value, list):
             return value
-        self.problems.append(f"{where}.{key}: must be a list, not {type_name(value)}")
+        self.wrong(f"{where}.{key}", "a list", value)
         return None
 
     def text(self, parent: Mapping[str, Any], key: str, where: str) -> str | None:
         value = parent.get(key)
         if value is None or isinstance(value, str):
             return value
-        self.problems.append(f"{where}.{key}: must be a string, not {type_name(value)}")
+        self.wrong(f"{where}.{key}", "a string", value)
         return None
 
     def flag(self, parent: Mapping[str, Any], key: str, where: str) -> bool:
         value = parent.get(key)
         if value is None or isinstance(value, bool):
             return bool(value)
-        self.problems.append(f"{where}.{key}: must be a boolean, not {type_name(value)}")
+        self.wrong(f"{where}.{key}", "a boolean", value)
         return False
 
     def strings(self, parent: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
@@ -387,7 +423,7 @@ class _Reader:
             return {}
         for k, v in value.items():
             if not isinstance(v, str):
-                self.problems.append(f"{where}.{key}.{k}: must be a string, not {type_name(v)}")
+                self.wrong(f"{where}.{key}.{k}", "a string", v)
                 return {k: v for k, v in value.items() if isinstance(v, str)}
         return value  # type: ignore[return-value]
 
@@ -397,22 +433,19 @@ def read(template: Template, *, old: Mapping[str, Any] | None = None) -> Pod:
     only ephemeral containers that `old` does not have are judged."""
     r = _Reader()
     node = template.node
-    base = template.field
-    meta_where = f"{base}.metadata" if base else "metadata"
     raw_meta = node.get("metadata")
     meta = raw_meta if isinstance(raw_meta, dict) else None
     if raw_meta is not None and meta is None:
-        r.problems.append(f"{meta_where}: must be an object, not {type_name(raw_meta)}")
-    annotations = _annotations(r, meta, meta_where) if meta is not None else {}
+        r.wrong("metadata", "an object", raw_meta)
+    annotations = _annotations(r, meta) if meta is not None else ()
     has_annotations = meta is not None and isinstance(meta.get("annotations"), dict)
-    spec_where = f"{base}.spec" if base else "spec"
     raw_spec = node.get("spec")
     spec: Mapping[str, Any]
     if isinstance(raw_spec, dict):
         spec = raw_spec
     else:
         if raw_spec is not None:
-            r.problems.append(f"{spec_where}: must be an object, not {type_name(raw_spec)}")
+            r.wrong("spec", "an object", raw_spec)
         spec = {}
     old_ephemeral: set[str] | None = None
     if old is not None:
@@ -425,90 +458,87 @@ def read(template: Template, *, old: Mapping[str, Any] | None = None) -> Pod:
         )
     containers: list[Container] = []
     for group in CONTAINER_GROUPS:
-        items = r.items(spec, group, spec_where)
+        items = r.items(spec, group, "spec")
         if not items:
             continue
         for i, raw in enumerate(items):
-            where = f"{spec_where}.{group}[{i}]"
             if not isinstance(raw, dict):
-                r.problems.append(f"{where}: must be an object, not {type_name(raw)}")
+                r.wrong(f"spec.{group}[{i}]", "an object", raw)
                 continue
-            c = _container(
-                r,
-                raw,
-                group=group,
-                index=i,
-                where=where,
-                pointer=f"{template.pointer}/spec/{group}/{i}",
-            )
+            c = _container(r, raw, group=group, index=i)
             if old_ephemeral is not None:
-                c.judged = group == "ephemeralContainers" and c.name not in old_ephemeral
+                new = group == "ephemeralContainers" and c.name not in old_ephemeral
+                c = c._replace(judged=new)
             containers.append(c)
     volumes: list[Volume] = []
-    for i, raw in enumerate(r.items(spec, "volumes", spec_where) or ()):
+    for i, raw in enumerate(r.items(spec, "volumes", "spec") or ()):
         if not isinstance(raw, dict):
-            r.wrong(f"{spec_where}.volumes[{i}]", "an object", raw)
+            r.wrong(f"spec.volumes[{i}]", "an object", raw)
             continue
         name = raw.get("name")
         host = raw.get("hostPath")
         if not isinstance(name, str) or (host is not None and not isinstance(host, dict)):
-            where = f"{spec_where}.volumes[{i}]"
+            where = f"spec.volumes[{i}]"
             name = r.text(raw, "name", where) or f"volumes[{i}]"
             host = r.obj(raw, "hostPath", where)
         path = None
         if host is not None:
             path = host.get("path")
             if not isinstance(path, str):
-                r.wrong(f"{spec_where}.volumes[{i}].hostPath.path", "a string", path)
+                r.wrong(f"spec.volumes[{i}].hostPath.path", "a string", path)
                 path = ""
         volumes.append(Volume(i, name, path))
-    claims = r.items(spec, "resourceClaims", spec_where)
-    tolerations = r.items(spec, "tolerations", spec_where)
-    if tolerations is not None:
-        for i, t in enumerate(tolerations):
+    claims = r.items(spec, "resourceClaims", "spec")
+    raw_tolerations = r.items(spec, "tolerations", "spec")
+    tolerations: tuple[Toleration, ...] | None = None
+    if raw_tolerations is not None:
+        for i, t in enumerate(raw_tolerations):
             if not isinstance(t, dict):
-                r.problems.append(
-                    f"{spec_where}.tolerations[{i}]: must be an object, not {type_name(t)}"
-                )
-        tolerations = [t for t in tolerations if isinstance(t, dict)]
+                r.wrong(f"spec.tolerations[{i}]", "an object", t)
+        tolerations = tuple(Toleration.of(t) for t in raw_tolerations if isinstance(t, dict))
+    host_pid = r.flag(spec, "hostPID", "spec")
+    host_ipc = r.flag(spec, "hostIPC", "spec")
+    runtime_class = r.text(spec, "runtimeClassName", "spec")
+    node_selector = r.strings(spec, "nodeSelector", "spec")
+    terms = _required_terms(r, spec)
     return Pod(
-        template=template,
-        spec=spec,
-        meta=meta,
-        annotations=annotations,
+        place=template.place,
+        has_metadata=meta is not None,
         has_annotations=has_annotations,
-        containers=containers,
+        annotations=annotations,
+        containers=tuple(containers),
         volumes=tuple(volumes),
-        host_pid=r.flag(spec, "hostPID", spec_where),
-        host_ipc=r.flag(spec, "hostIPC", spec_where),
-        runtime_class=r.text(spec, "runtimeClassName", spec_where),
+        host_pid=host_pid,
+        host_ipc=host_ipc,
+        runtime_class=runtime_class,
         resource_claims=bool(claims),
-        node_selector=r.strings(spec, "nodeSelector", spec_where),
-        required_terms=_required_terms(r, spec, spec_where),
+        node_selector=tuple(node_selector.items()),
+        has_node_selector=isinstance(spec.get("nodeSelector"), dict),
+        affinity_depth=_affinity_depth(spec),
+        node_terms=None if terms is None else Json(terms),
         tolerations=tolerations,
-        problems=r.problems,
+        problems=tuple(r.problems),
         ephemeral_update=old is not None,
     )
 
 
-def _annotations(r: _Reader, meta: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+def _annotations(r: _Reader, meta: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
     value = meta.get("annotations")
     if value is None:
-        return {}
+        return ()
     if not isinstance(value, dict):
-        r.problems.append(f"{where}.annotations: must be an object, not {type_name(value)}")
-        return {}
+        r.wrong("metadata.annotations", "an object", value)
+        return ()
     for k, v in value.items():
         if not isinstance(v, str):
-            r.problems.append(f"{where}.annotations.{k}: must be a string, not {type_name(v)}")
-    return value
+            r.wrong(f"metadata.annotations.{k}", "a string", v)
+    return tuple(value.items())
 
 
-def _container(
-    r: _Reader, raw: Mapping[str, Any], *, group: str, index: int, where: str, pointer: str
-) -> Container:
+def _container(r: _Reader, raw: Mapping[str, Any], *, group: str, index: int) -> Container:
     # The common case first, each field's type checked inline; the reader records a problem
     # (and builds its path) only when there is one.
+    where = f"spec.{group}[{index}]"
     get = raw.get
     name = get("name")
     if not isinstance(name, str) or not name:
@@ -580,28 +610,37 @@ def _container(
         mounts.append(Mount(i, volume or "", path or ""))
     return Container(
         group=group,
-        index=index,
+        position=index,
         name=name,
-        field=where,
-        pointer=pointer,
-        limits=limits,
-        requests=requests,
+        limits=tuple(limits.items()),
+        requests=tuple(requests.items()),
         env=tuple(env),
-        variables={var.name: var for var in env},
         has_env_list=isinstance(raw_env, list),
         env_from=bool(env_from),
         privileged=privileged,
         capabilities=capabilities,
         mounts=tuple(mounts),
+        judged=True,
     )
 
 
-def _required_terms(r: _Reader, spec: Mapping[str, Any], where: str) -> list[Any] | None:
+def _affinity_depth(spec: Mapping[str, Any]) -> int:
+    affinity = spec.get("affinity")
+    if not isinstance(affinity, dict):
+        return 0
+    node_affinity = affinity.get("nodeAffinity")
+    if not isinstance(node_affinity, dict):
+        return 1
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
+    return 3 if isinstance(required, dict) else 2
+
+
+def _required_terms(r: _Reader, spec: Mapping[str, Any]) -> list[Any] | None:
     """The required node selector terms, each term's expressions shape-checked."""
-    affinity = r.obj(spec, "affinity", where)
+    affinity = r.obj(spec, "affinity", "spec")
     if not affinity:
         return None
-    at = f"{where}.affinity"
+    at = "spec.affinity"
     node_affinity = r.obj(affinity, "nodeAffinity", at)
     if not node_affinity:
         return None
@@ -616,21 +655,19 @@ def _required_terms(r: _Reader, spec: Mapping[str, Any], where: str) -> list[Any
     at += ".nodeSelectorTerms"
     for i, term in enumerate(terms):
         if not isinstance(term, dict):
-            r.problems.append(f"{at}[{i}]: must be an object, not {type_name(term)}")
+            r.wrong(f"{at}[{i}]", "an object", term)
             continue
         for part in ("matchExpressions", "matchFields"):
             exprs = r.items(term, part, f"{at}[{i}]")
             for j, expr in enumerate(exprs or ()):
                 e_at = f"{at}[{i}].{part}[{j}]"
                 if not isinstance(expr, dict):
-                    r.problems.append(f"{e_at}: must be an object, not {type_name(expr)}")
+                    r.wrong(e_at, "an object", expr)
                     continue
                 r.text(expr, "key", e_at)
                 r.text(expr, "operator", e_at)
                 values = r.items(expr, "values", e_at)
                 for k, v in enumerate(values or ()):
                     if not isinstance(v, str):
-                        r.problems.append(
-                            f"{e_at}.values[{k}]: must be a string, not {type_name(v)}"
-                        )
+                        r.wrong(f"{e_at}.values[{k}]", "a string", v)
     return terms

@@ -17,9 +17,8 @@ from typing import Any, Literal
 import orjson
 
 from webhook import names
-from webhook.core import pods, rules
-from webhook.core.decisions import Decision, Violation
-from webhook.core.placing import record
+from webhook.core import facts, pods, recording, rules
+from webhook.core.decisions import OBJECT, Decision
 from webhook.policies import Policy
 
 Endpoint = Literal["mutate", "validate"]
@@ -103,23 +102,17 @@ def review(
             cached = cache.get(key)
             if cached is not None:
                 return cached
-    decision = Decision(violations=[rules.malformed(p) for p in problems])
+    decision = Decision(violations=[rules.malformed(p, OBJECT) for p in problems])
     for pod in views:
-        r = run(pod, policy, mutate=mutate, require=require)
-        label = pod.template.label
-        for v in r.violations:
-            decision.violations.append(
-                Violation(v.rule, f"{label}: {v.message}", v.container) if label else v
-            )
+        r, ops = run(pod, policy, mutate=mutate, require=require)
+        label = pod.place.label
+        decision.violations += r.violations
         for w in r.warnings:
             decision.warn(f"{label}: {w}" if label else w)
-        for mode, v in r.would_refuse:
-            decision.would_refuse.append(
-                (mode, Violation(v.rule, f"{label}: {v.message}", v.container) if label else v)
-            )
-        for rule, op in r.ops:
+        decision.would_refuse += r.would_refuse
+        for rule, op in ops:
             decision.patch.append(op)
-            if rule not in decision.mutations and rule != "annotations":
+            if rule not in decision.mutations and rule != rules.ANNOTATIONS:
                 decision.mutations.append(rule)
         decision.audit.update(r.audit)
     if decision.violations:
@@ -199,30 +192,41 @@ def _tell(decision: Decision) -> None:
     )
 
 
-def run(pod: pods.Pod, policy: Policy, *, mutate: bool, require: bool = False) -> rules.Review:
-    """The rules over one pod: every check; then, when nothing is refused, the patches.
+Operations = list[tuple[str, dict[str, Any]]]
 
-    A rule the policy applies in warn or dry-run mode does not refuse (`Review.relax`), and
-    in dry-run mode it patches nothing.
+
+def run(
+    pod: pods.Pod, policy: Policy, *, mutate: bool, require: bool = False
+) -> tuple[rules.Pass, Operations]:
+    """The rules over one pod, and the patch operations (each with its rule's name).
+
+    First what is known of the pod before any rule runs (`facts.gather`); then every check;
+    then, when nothing is refused, the patches; then the record of what they did
+    (`recording.record`). A rule the policy applies in warn or dry-run mode does not refuse
+    (`Pass.relax`), and in dry-run mode it patches nothing.
     """
-    r = rules.Review(pod, policy, mutate=mutate, require=require)
-    checks, patches, required = _table(policy, r.gpu, bool(r.requested), pod.ephemeral_update)
+    known = facts.gather(pod, policy)
+    r = rules.Pass(known, policy, mutate=mutate, require=require)
+    checks, patches, required = _table(
+        policy, known.gpu, bool(known.requested), pod.ephemeral_update
+    )
     for check in checks:
         check(r)
     r.relax()
-    if r.violations or not (mutate or require):
-        return r
+    if r.refused or not (mutate or require):
+        return r, []
     for patch in patches if mutate else required:
         patch(r)
     r.relax()
-    if mutate and not r.violations:
-        if policy.mode != names.ENFORCE or policy.rule_modes:
-            r.ops = [(rule, op) for rule, op in r.ops if policy.mode_of(rule) != names.DRY_RUN]
-        record(r)
-    return r
+    if not mutate or r.refused:
+        return r, []
+    ops = r.operations()
+    if policy.mode != names.ENFORCE or policy.rule_modes:
+        ops = [(rule, op) for rule, op in ops if policy.mode_of(rule) != names.DRY_RUN]
+    return r, ops + recording.record(r, ops)
 
 
-Step = Callable[[rules.Review], None]
+Step = Callable[[rules.Pass], None]
 
 
 @functools.lru_cache(maxsize=1024)

@@ -1,17 +1,25 @@
 """The rules: one small named unit each, in one table (`RULES`).
 
-A rule says what it looks at (its scope, and the switch that turns it off), the violations
-it returns (its `check`) and the patch operations it contributes (its `patch`). Its name is
+A rule says what it looks at (its scope, and the switch that turns it off), what it refuses
+or warns of (its `check`) and the patch operations it contributes (its `patch`). Its name is
 what the refusal, the metric label, the audit annotation, the `gpu-share.io/mutations`
 record and docs/security.md all use.
 
-`reviewing.run` runs every check over every container (init, sidecar, ephemeral) and
-reports every violation in one denial; only an object with none is patched. Checks read
-the object as sent; a patch only adds what a check would accept, so the patched object
-passes them too (validation on the defaulted object, as controller-runtime does it).
+Both read the pod's view (`pods.Pod`) and what was worked out of it before any rule runs
+(`facts.Facts`: GPU usage, the shared resource, the profile, the placement); a check only
+reports (`Pass.deny`, `Pass.warn`, `Pass.note`), a patch only adds (`Pass.add`,
+`Pass.add_env`), and neither can change what another reads. `Pass` puts what they report
+and add in the order of `names.RULES`, whatever the order they ran in, so the order of the
+table changes no answer (a test runs it shuffled).
 
-Adding a rule next year is: a function or two here, one `Rule(...)` row in `RULES`, one row
-in its test table, one line in docs/security.md.
+`reviewing.run` runs every check over every container (init, sidecar, ephemeral) and
+reports every violation in one denial; only an object with none is patched. A patch only
+adds what a check would accept, so the patched object passes them too (validation on the
+defaulted object, as controller-runtime does it).
+
+Adding a rule next year is: a function or two here (and, when it needs a field the view
+does not hold yet, that field in `pods`), one `Rule(...)` row in `RULES`, its name in
+`names.RULES`, one row in its test table, one line in docs/security.md.
 """
 
 from __future__ import annotations
@@ -21,19 +29,12 @@ import posixpath
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook import names
-from webhook.core import placing, pods, quantities
-from webhook.core.decisions import MALFORMED, MAX_WARNING, Violation
-from webhook.policies import (
-    POLICY_NOT_LOADED,
-    UNKNOWN_POLICY,
-    NodeClass,
-    Policy,
-    Profile,
-    RulesSpec,
-)
+from webhook.core import facts, placing, pods
+from webhook.core.decisions import MALFORMED, MAX_WARNING, ErrorType, Place, Violation
+from webhook.policies import Policy, RulesSpec
 
 
 class Scope(enum.Enum):
@@ -53,8 +54,8 @@ class Rule:
     scope: Scope
     # What it refuses or adds, in one line (docs/security.md lists the same).
     summary: str
-    check: Callable[[Review], None] | None = None
-    patch: Callable[[Review], None] | None = None
+    check: Callable[[Pass], None] | None = None
+    patch: Callable[[Pass], None] | None = None
     # The field of a policy's `spec.rules` that turns the rule off (None: always on).
     switch: str | None = None
     # Looks at the pod as a whole (placement, volumes, host namespaces): not run again when
@@ -70,86 +71,134 @@ class Rule:
 
 # The Python attribute of each switch (`denyPrivileged` -> `deny_privileged`).
 _SWITCH_ATTRIBUTES = {f.alias: name for name, f in RulesSpec.model_fields.items() if f.alias}
+# Where each rule's reports and additions stand in a decision: the order of `names.RULES`
+# (the record of what the webhook did, `annotations`, comes last).
+RANK = {name: i for i, name in enumerate(names.RULES)}
+ANNOTATIONS = "annotations"
+_LAST = len(RANK)
 
 
-class Review:
-    """One pass of the rules over one pod: what they found, and what they add."""
+class EnvAddition(NamedTuple):
+    """Variables a patch adds to a container's env (made into operations at the end, when
+    it is known which addition comes first and so adds the list)."""
+
+    pointer: str  # the container's env: "/spec/containers/0/env"
+    has_list: bool  # whether the pod has that env list
+    variables: list[dict[str, str]]
+
+
+class Pass:
+    """One pass of the rules over one pod: what the checks report and the patches add.
+
+    Everything is kept with its rule's rank, and handed out in that order (`violations`,
+    `warnings`, `audit`, `operations`), so that the order the rules ran in does not show.
+    """
 
     __slots__ = (
-        "_env_lists",
-        "audit",
-        "classes",
-        "constraints",
-        "gpu",
-        "judged",
+        "_additions",
+        "_audit",
+        "_violations",
+        "_warnings",
+        "facts",
         "mutate",
-        "ops",
+        "place",
         "pod",
         "policy",
-        "profile",
-        "requested",
         "require",
-        "resource",
-        "resource_problems",
-        "violations",
-        "warnings",
         "would_refuse",
     )
 
-    def __init__(self, pod: pods.Pod, policy: Policy, *, mutate: bool, require: bool) -> None:
-        self.pod = pod
+    def __init__(self, known: facts.Facts, policy: Policy, *, mutate: bool, require: bool) -> None:
+        self.facts = known
+        self.pod = known.pod
+        self.place: Place = known.pod.place
         self.policy = policy
         # Build the patch (mutating endpoint, CLI); or check that the required parts of it
         # are there (validating a Pod); or neither (validating a workload's template).
         self.mutate = mutate
         self.require = require
-        self.violations: list[Violation] = []
+        self._violations: list[tuple[int, Violation]] = []
         # Violations of rules the policy does not enforce: (mode, violation).
         self.would_refuse: list[tuple[str, Violation]] = []
-        self.warnings: list[str] = []
-        self.audit: dict[str, str] = {}
-        self.ops: list[tuple[str, dict[str, Any]]] = []
-        self._env_lists: set[str] = set()
-        self.resource_problems: list[tuple[str, pods.Container, str]] = []
-        self.gpu = False
-        # The shared resources the pod asks for, sorted.
-        self.requested: list[str] = []
-        self.profile: Profile | None = None
-        # The classes the pod may land on; None once placement has failed or cannot start.
-        self.classes: tuple[NodeClass, ...] | None = None
-        self.constraints = placing.NO_CONSTRAINTS
-        # The containers the rules judge (all, but on an ephemeral-containers update).
-        self.judged = [c for c in pod.containers if c.judged]
-        _classify(self)
-        # The one shared resource the pod asks for (None: none, or several).
-        self.resource = self.requested[0] if len(self.requested) == 1 else None
+        self._warnings: list[tuple[int, str]] = []
+        self._audit: list[tuple[int, str, str]] = []
+        self._additions: list[tuple[int, str, dict[str, Any] | EnvAddition]] = []
 
+    # -- what checks report
 
-    def deny(self, rule: str, message: str, container: str | None = None) -> None:
-        self.violations.append(Violation(rule, message, container))
+    def deny(
+        self,
+        rule: str,
+        type: ErrorType,
+        field: str,
+        *words: str,
+        container: str | None = None,
+    ) -> None:
+        """Refuse the pod by `rule`: `field` (relative to the pod) is at fault, `words` say
+        what and the fix (the field's path is shown between two pieces)."""
+        self.refuse(Violation(rule, type, field, words, container, self.place))
 
-    def warn(self, text: str) -> None:
+    def refuse(self, violation: Violation) -> None:
+        self._violations.append((RANK[violation.rule], violation))
+
+    def report(self, rule: str) -> None:
+        """Report what `facts.gather` found for `rule`."""
+        for found in self.facts.found(rule):
+            if found.violation is not None:
+                self.refuse(found.violation)
+            if found.warning is not None:
+                self.warn(rule, found.warning)
+
+    def warn(self, rule: str, text: str) -> None:
         if len(text) > MAX_WARNING:
             text = text[: MAX_WARNING - 3] + "..."
-        if text not in self.warnings:
-            self.warnings.append(text)
+        self._warnings.append((RANK.get(rule, _LAST), text))
 
-    def add(self, rule: str, op: dict[str, Any]) -> None:
-        self.ops.append((rule, op))
+    def note(self, rule: str, key: str, value: str) -> None:
+        """An audit annotation."""
+        self._audit.append((RANK.get(rule, _LAST), key, value))
+
+    @property
+    def refused(self) -> bool:
+        """Whether a rule the policy enforces refuses the pod (so far)."""
+        return bool(self._violations)
+
+    @property
+    def violations(self) -> list[Violation]:
+        return [v for _, v in sorted(self._violations, key=_rank)]
+
+    @property
+    def warnings(self) -> list[str]:
+        out: list[str] = []
+        for _, text in sorted(self._warnings, key=_rank):
+            if text not in out:
+                out.append(text)
+        return out
+
+    @property
+    def audit(self) -> dict[str, str]:
+        return {key: value for _, key, value in sorted(self._audit, key=_rank)}
 
     def relax(self) -> None:
-        """Move the violations of rules the policy does not enforce to `would_refuse`."""
+        """Move the violations of rules the policy does not enforce to `would_refuse`, in
+        the order of the rules."""
+        self._violations.sort(key=_rank)
         policy = self.policy
         if policy.mode == names.ENFORCE and not policy.rule_modes:
             return
         kept = []
-        for v in self.violations:
+        for rank, v in self._violations:
             mode = policy.mode_of(v.rule)
             if mode == names.ENFORCE:
-                kept.append(v)
+                kept.append((rank, v))
             else:
                 self.would_refuse.append((mode, v))
-        self.violations = kept
+        self._violations = kept
+
+    # -- what patches add
+
+    def add(self, rule: str, op: dict[str, Any]) -> None:
+        self._additions.append((RANK.get(rule, _LAST), rule, op))
 
     def add_env(self, rule: str, c: pods.Container, new: list[dict[str, str]], what: str) -> None:
         """Add variables to a container's env (appending where the list exists). Validating a
@@ -158,228 +207,131 @@ class Review:
             shown = ", ".join(f"{v['name']}={v['value']}" for v in new)
             self.deny(
                 rule,
+                ErrorType.REQUIRED,
+                f"{c.field}.env",
                 f'container "{c.name}": missing {shown} ({what}), which the mutating webhook'
                 " adds: it did not run, or a later change took it away. Create the pod again,"
                 " or set it as shown",
-                c.name,
+                container=c.name,
             )
             return
-        base = f"{c.pointer}/env"
-        if c.has_env_list or base in self._env_lists:
-            for v in new:
-                self.add(rule, {"op": "add", "path": f"{base}/-", "value": v})
-        else:
-            self._env_lists.add(base)
-            self.add(rule, {"op": "add", "path": base, "value": new})
+        pointer = f"{self.pod.container_pointer(c)}/env"
+        self._additions.append((RANK[rule], rule, EnvAddition(pointer, c.has_env_list, new)))
+
+    def operations(self) -> list[tuple[str, dict[str, Any]]]:
+        """The patch operations added, in the order of the rules, each with its rule. The
+        first addition to a container without an env list adds the list; the others append."""
+        ops: list[tuple[str, dict[str, Any]]] = []
+        made: set[str] = set()
+        for _, rule, added in sorted(self._additions, key=_rank):
+            if not isinstance(added, EnvAddition):
+                ops.append((rule, added))
+            elif added.has_list or added.pointer in made:
+                for v in added.variables:
+                    ops.append((rule, {"op": "add", "path": f"{added.pointer}/-", "value": v}))
+            else:
+                made.add(added.pointer)
+                ops.append((rule, {"op": "add", "path": added.pointer, "value": added.variables}))
+        return ops
+
+
+def _rank(item: tuple[Any, ...]) -> int:
+    rank: int = item[0]
+    return rank
 
 
 def _shown(value: object) -> str:
-    """A value for a message: quoted, and cut short (messages are bounded, inputs are not)."""
-    text = value if isinstance(value, str) else repr(value)
-    if len(text) > 40:
-        text = f"{text[:32]}... ({len(text)} characters)"
-    return f'"{text}"'
+    return placing.shown(value)
 
 
-def _is_gpu_resource(name: object, policy: Policy) -> bool:
-    return isinstance(name, str) and (
-        name.startswith(names.GPU_RESOURCE_PREFIXES) or name in policy.shared_resources
-    )
-
-
-def _classify(r: Review) -> None:
-    """Each container's GPU resources: shared replicas, exclusive, not allowed; quantity and
-    requests/limits problems are kept for their rules."""
-    policy = r.policy
-    shared_names = policy.shared_resources
-    requested: set[str] = set()
-    for c in r.pod.containers:
-        limits, requests = c.limits, c.requests
-        if not limits and not requests:
-            continue
-        wanted = [k for k in limits if _is_gpu_resource(k, policy)]
-        if requests:
-            wanted += [k for k in requests if k not in limits and _is_gpu_resource(k, policy)]
-        for name in wanted:
-            counts: dict[str, int] = {}
-            bad = False
-            for part, values in (("limits", limits), ("requests", requests)):
-                if name not in values:
-                    continue
-                try:
-                    counts[part] = quantities.count(values[name])
-                except quantities.QuantityError as exc:
-                    bad = True
-                    r.resource_problems.append(
-                        (
-                            "invalid-quantity",
-                            c,
-                            f"{c.field}.resources.{part}[{name}]: {_shown(values[name])} {exc}",
-                        )
-                    )
-            shared = name in shared_names
-            if bad:
-                # Counted as one replica so that the other rules still say what they see.
-                counts = {"limits": 1}
-            elif shared and "requests" in counts and "limits" not in counts:
-                r.resource_problems.append(
-                    (
-                        "requests-limits-mismatch",
-                        c,
-                        f"requests {name}: {requests[name]} with no limit, and an extended"
-                        f" resource is asked for in limits. Set limits {name}: {requests[name]}"
-                        " (requests may then be left out)",
-                    )
-                )
-            elif shared and "requests" in counts and counts["requests"] != counts["limits"]:
-                r.resource_problems.append(
-                    (
-                        "requests-limits-mismatch",
-                        c,
-                        f"{name} requests {requests[name]}, limits {limits[name]}; they must be"
-                        f" equal. Set both to {limits[name]}, or set only limits",
-                    )
-                )
-            count = counts.get("limits", counts.get("requests", 0))
-            if not count:
-                continue
-            r.gpu = True
-            if shared:
-                c.shared[name] = count
-                requested.add(name)
-            elif name.endswith(names.SHARED_SUFFIX):
-                r.resource_problems.append(("resource-not-allowed", c, name))
-            else:
-                c.exclusive.append(name)
-    r.requested = sorted(requested)
+def _preferred(policy: Policy) -> str:
+    return min(policy.shared_resources) if policy.shared_resources else "nvidia.com/gpu.shared"
 
 
 # --------------------------------------------------------------------------- shape, resources
 
 
-def malformed(problem: str) -> Violation:
+def malformed(problem: pods.Problem, place: Place) -> Violation:
     """The violation for a shape problem (`pods` finds them)."""
     return Violation(
         MALFORMED,
-        f"{problem}: no Kubernetes object has this shape. Fix the field (the API server would"
-        " refuse it too)",
+        ErrorType.TYPE_INVALID,
+        problem.field,
+        (
+            "",
+            f": must be {problem.expected}, not {problem.found}: no Kubernetes object has this"
+            " shape. Fix the field (the API server would refuse it too)",
+        ),
+        None,
+        place,
     )
 
 
-def check_malformed(r: Review) -> None:
-    if r.pod.problems:
-        r.violations.extend(malformed(problem) for problem in r.pod.problems)
+def check_malformed(r: Pass) -> None:
+    for problem in r.pod.problems:
+        r.refuse(malformed(problem, r.place))
 
 
-def _resource_check(rule: str) -> Callable[[Review], None]:
-    def check(r: Review) -> None:
-        for found, c, detail in r.resource_problems:
-            if found != rule:
-                continue
-            if rule == "invalid-quantity":
-                r.deny(
-                    rule,
-                    f'container "{c.name}": invalid quantity: {detail}. A GPU is asked for in'
-                    " whole devices: set the quantity to a whole number such as 1",
-                    c.name,
-                )
-            elif rule == "requests-limits-mismatch":
-                r.deny(
-                    rule, f'container "{c.name}": requests and limits disagree: {detail}', c.name
-                )
-            else:
-                allowed = ", ".join(sorted(r.policy.shared_resources)) or "none"
-                r.deny(
-                    rule,
-                    f'container "{c.name}": resource not allowed: {detail} is not a shared GPU'
-                    f' policy "{r.policy.name}" allows (it allows: {allowed}). Ask for one of'
-                    " those, or ask the cluster admin for a policy that shares it",
-                    c.name,
-                )
+def _reported(rule: str) -> Callable[[Pass], None]:
+    """The check of a rule whose violations and warnings `facts.gather` finds."""
+
+    def check(r: Pass) -> None:
+        r.report(rule)
 
     check.__name__ = f"check_{rule.replace('-', '_')}"
     return check
 
 
-def check_exclusive_with_shared(r: Review) -> None:
-    exclusive = [c for c in r.pod.containers if c.exclusive]
+def check_exclusive_with_shared(r: Pass) -> None:
+    exclusive = [(c, u) for c, u in r.facts.containers() if u.exclusive]
     if not exclusive:
         return
-    users = [c for c in r.pod.containers if c.shared]
-    ex = ", ".join(f'"{c.name}" asks for {", ".join(c.exclusive)}' for c in exclusive)
-    sh = ", ".join(f'"{c.name}" for {", ".join(c.shared)}' for c in users)
+    users = [(c, u) for c, u in r.facts.containers() if u.shared]
+    ex = ", ".join(f'"{c.name}" asks for {", ".join(u.exclusive)}' for c, u in exclusive)
+    sh = ", ".join(f'"{c.name}" for {", ".join(u.shared_names)}' for c, u in users)
     r.deny(
         "exclusive-with-shared",
+        ErrorType.FORBIDDEN,
+        "spec.containers",
         f"exclusive and shared GPUs in one pod: container {ex}, container {sh}; one pod lands"
-        f" on one kind of node. Ask for {', '.join(r.requested)} only, or run the exclusive"
-        " GPU in a pod of its own",
+        f" on one kind of node. Ask for {', '.join(r.facts.requested)} only, or run the"
+        " exclusive GPU in a pod of its own",
     )
 
 
-def check_several_shared_resources(r: Review) -> None:
-    if len(r.requested) > 1:
+def check_several_shared_resources(r: Pass) -> None:
+    if len(r.facts.requested) > 1:
         r.deny(
             "several-shared-resources",
-            f"several shared resources: the pod asks for {', '.join(r.requested)}, and a node"
-            " class serves one. Ask for one of them in every container",
+            ErrorType.FORBIDDEN,
+            "spec.containers",
+            f"several shared resources: the pod asks for {', '.join(r.facts.requested)}, and a"
+            " node class serves one. Ask for one of them in every container",
         )
 
 
-def check_runtime_class(r: Review) -> None:
+def check_runtime_class(r: Pass) -> None:
     wanted = r.policy.runtime_class_name
     if r.pod.runtime_class not in (None, "", wanted):
         r.deny(
             "runtime-class",
+            ErrorType.NOT_SUPPORTED,
+            "spec.runtimeClassName",
             f'runtime class: runtimeClassName "{r.pod.runtime_class}" is not the one policy'
             f' "{r.policy.name}" uses for shared GPUs ("{wanted}"). Remove runtimeClassName'
             f' (the webhook sets it) or set it to "{wanted}"',
         )
 
 
-def patch_runtime_class(r: Review) -> None:
-    if r.classes and not r.pod.runtime_class:
+def patch_runtime_class(r: Pass) -> None:
+    if r.facts.classes and not r.pod.runtime_class:
         r.add(
             "runtime-class",
             {
                 "op": "add",
-                "path": f"{r.pod.template.pointer}/spec/runtimeClassName",
+                "path": r.pod.pointer("/spec/runtimeClassName"),
                 "value": r.policy.runtime_class_name,
             },
-        )
-
-
-def check_profile(r: Review) -> None:
-    policy = r.policy
-    wanted = r.pod.annotations.get(names.ANNOTATION_PROFILE)
-    if wanted is None:
-        r.profile = policy.profiles[policy.default_profile] if policy.default_profile else None
-        return
-    name = str(wanted)
-    found = policy.profiles.get(name)
-    if found is not None:
-        r.profile = found
-        return
-    offered = ", ".join(sorted(policy.profiles))
-    shown = _shown(name)
-    if not offered:
-        r.deny(
-            "profile",
-            f"unknown profile: {shown} (annotation {names.ANNOTATION_PROFILE}), and policy"
-            f' "{policy.name}" defines no MPS profiles. Remove the annotation',
-        )
-    elif name in policy.foreign_profiles:
-        r.deny(
-            "profile",
-            f"profile not allowed: {shown} (annotation {names.ANNOTATION_PROFILE}) is not one"
-            f' policy "{policy.name}" allows; it offers: {offered}. Use one of them, or remove'
-            f' the annotation for the default "{policy.default_profile}"',
-        )
-    else:
-        r.deny(
-            "profile",
-            f"unknown profile: {shown} (annotation {names.ANNOTATION_PROFILE}); policy"
-            f' "{policy.name}" offers: {offered}. Use one of them, or remove the annotation'
-            f' for the default "{policy.default_profile}"',
         )
 
 
@@ -392,103 +344,105 @@ def _reference(value: str) -> bool:
     return "$(" in value
 
 
-def check_device_variables(r: Review) -> None:
+def check_device_variables(r: Pass) -> None:
     """Route 1: a value for NVIDIA_VISIBLE_DEVICES (and the toolkit's other device variables)
     that does not only hide devices, on any container."""
-    for c in r.judged:
+    for c, used in r.facts.judged():
         for var in c.env:
             if var.name not in names.DEVICE_VARIABLES:
                 continue
-            where = f"{c.field}.env[{var.position}]"
             if var.value is None:
-                problem = f"{var.name} from valueFrom ({where}) cannot be read at admission"
+                what, after = f"{var.name} from valueFrom (", ") cannot be read at admission"
             elif _reference(var.value):
-                problem = (
-                    f"{var.name}={_shown(var.value)} ({where}) refers to another variable,"
-                    " which cannot be read at admission"
-                )
+                what = f"{var.name}={_shown(var.value)} ("
+                after = ") refers to another variable, which cannot be read at admission"
             elif var.value in names.HIDING_VALUES:
                 continue
             else:
-                problem = f"{var.name}={_shown(var.value)} ({where}) is not one that hides GPUs"
+                what, after = f"{var.name}={_shown(var.value)} (", ") is not one that hides GPUs"
             whose = (
                 "the device plugin sets it for a container that asks for a GPU, and a value of"
                 " the pod's can widen what the NVIDIA runtime gives it"
-                if c.gpu
+                if used.gpu
                 else "on a container that asks for no GPU it exposes GPUs outside the device"
                 " plugin's allocation"
             )
             fix = (
                 "Remove it"
-                if c.gpu
+                if used.gpu
                 else f"Remove it (or set it to void), or ask for {_preferred(r.policy)}: 1 if"
                 " the container needs a GPU"
             )
             r.deny(
                 "device-variables",
-                f'container "{c.name}": device variable: {problem}; {whose}. {fix}',
-                c.name,
+                ErrorType.FORBIDDEN,
+                f"{c.field}.env[{var.position}]",
+                f'container "{c.name}": device variable: {what}',
+                f"{after}; {whose}. {fix}",
+                container=c.name,
             )
 
 
-def _preferred(policy: Policy) -> str:
-    return min(policy.shared_resources) if policy.shared_resources else "nvidia.com/gpu.shared"
-
-
-def check_env_from(r: Review) -> None:
+def check_env_from(r: Pass) -> None:
     """Route 1: envFrom on a container that uses a GPU can set the device and MPS variables
     from a ConfigMap or Secret, which admission cannot read."""
-    offenders = [c for c in r.judged if c.gpu and c.env_from]
+    offenders = [c for c, used in r.facts.judged() if used.gpu and c.env_from]
     if not offenders:
         return
     if r.policy.rules.deny_env_from_on_gpu_containers:
         for c in offenders:
             r.deny(
                 "env-from",
+                ErrorType.FORBIDDEN,
+                f"{c.field}.envFrom",
                 f'container "{c.name}": envFrom on a container that uses a GPU: a ConfigMap'
                 " or Secret can set NVIDIA_VISIBLE_DEVICES or CUDA_MPS_* there, which cannot"
                 " be checked at admission. Set the variables the container needs with env",
-                c.name,
+                container=c.name,
             )
         return
-    listed = ",".join(c.name for c in offenders)
-    r.audit["env-from"] = listed
+    r.note("env-from", "env-from", ",".join(c.name for c in offenders))
     for c in offenders:
         r.warn(
-            f'container "{c.name}" uses envFrom: NVIDIA_* or CUDA_MPS_* set there are not checked'
+            "env-from",
+            f'container "{c.name}" uses envFrom: NVIDIA_* or CUDA_MPS_* set there are not checked',
         )
 
 
-def check_mps_directories(r: Review) -> None:
+def check_mps_directories(r: Pass) -> None:
     """Route 4: the MPS daemon's directories are the device plugin's to set."""
-    for c in r.judged:
-        if c.exclusive and not c.shared:
+    for c, used in r.facts.judged():
+        if used.exclusive and not used.shared:
             # A whole GPU of its own: the pod may run its own MPS daemon on it.
             continue
         for var in c.env:
             if var.name in names.MPS_DIRECTORIES:
                 r.deny(
                     "mps-directories",
-                    f'container "{c.name}": {var.name} ({c.field}.env[{var.position}]) is set by'
-                    " the device plugin for a container with an MPS replica; a value of the"
-                    " pod's can detach the process from the MPS daemon and its limits. Remove"
-                    " it",
-                    c.name,
+                    ErrorType.FORBIDDEN,
+                    f"{c.field}.env[{var.position}]",
+                    f'container "{c.name}": {var.name} (',
+                    ") is set by the device plugin for a container with an MPS replica; a value"
+                    " of the pod's can detach the process from the MPS daemon and its limits."
+                    " Remove it",
+                    container=c.name,
                 )
 
 
 # --------------------------------------------------------------------------- host access
 
 
-def check_privileged(r: Review) -> None:
-    for c in r.judged:
+def check_privileged(r: Pass) -> None:
+    for c in r.pod.judged():
         if c.privileged:
             r.deny(
                 "privileged",
+                ErrorType.FORBIDDEN,
+                f"{c.field}.securityContext.privileged",
                 f'container "{c.name}": privileged container: it sees every device of the'
-                " node, GPUs included, whatever it asked for. Remove"
-                f" {c.field}.securityContext.privileged",
-                c.name,
+                " node, GPUs included, whatever it asked for. Remove ",
+                "",
+                container=c.name,
             )
 
 
@@ -501,22 +455,25 @@ def _capability(name: str) -> str:
     return upper[4:] if upper.startswith("CAP_") else upper
 
 
-def check_capabilities(r: Review) -> None:
-    for c in r.judged:
+def check_capabilities(r: Pass) -> None:
+    for c in r.pod.judged():
         if not c.capabilities:
             continue
         wide = sorted({_capability(a) for a in c.capabilities} & _WIDE_CAPABILITIES)
         if wide:
             r.deny(
                 "capabilities",
+                ErrorType.FORBIDDEN,
+                f"{c.field}.securityContext.capabilities.add",
                 f'container "{c.name}": added capabilities {", ".join(wide)} in a pod that'
                 " uses a GPU: with them a container can reach devices and processes beyond"
-                f" its GPU. Remove them from {c.field}.securityContext.capabilities.add",
-                c.name,
+                " its GPU. Remove them from ",
+                "",
+                container=c.name,
             )
 
 
-def check_host_namespaces(r: Review) -> None:
+def check_host_namespaces(r: Pass) -> None:
     pod = r.pod
     for flag, on, what in (
         (
@@ -534,8 +491,10 @@ def check_host_namespaces(r: Review) -> None:
         if on:
             r.deny(
                 "host-namespaces",
-                f"host namespace: {pod.at('spec.' + flag)} in a pod that uses a GPU lets its"
-                f" containers {what}. Remove {flag}",
+                ErrorType.FORBIDDEN,
+                f"spec.{flag}",
+                "host namespace: ",
+                f" in a pod that uses a GPU lets its containers {what}. Remove {flag}",
             )
 
 
@@ -555,7 +514,7 @@ def exposes_devices(path: str) -> bool:
     return any(p.startswith(root) or root.startswith(holder) for root in names.DEVICE_HOST_PATHS)
 
 
-def check_host_path(r: Review) -> None:
+def check_host_path(r: Pass) -> None:
     pod = r.pod
     for v in pod.volumes:
         if v.host_path is not None and exposes_devices(v.host_path):
@@ -565,64 +524,71 @@ def check_host_path(r: Review) -> None:
             by = f" (mounted by {', '.join(mounted)})" if mounted else ""
             r.deny(
                 "host-path",
-                f'volume "{v.name}" ({pod.at(f"spec.volumes[{v.position}]")}): hostPath'
-                f" {_shown(v.host_path)}{by} exposes the node's devices, the NVIDIA driver's"
-                " files or the MPS daemon's control pipes (with which any pod can change other"
-                " pods' GPU limits). Remove it",
+                ErrorType.FORBIDDEN,
+                f"spec.volumes[{v.position}]",
+                f'volume "{v.name}" (',
+                f"): hostPath {_shown(v.host_path)}{by} exposes the node's devices, the NVIDIA"
+                " driver's files or the MPS daemon's control pipes (with which any pod can change"
+                " other pods' GPU limits). Remove it",
             )
 
 
-def check_device_list_mount(r: Review) -> None:
+def check_device_list_mount(r: Pass) -> None:
     root = names.DEVICE_LIST_ROOT
     # Cleaning a path drops segments, never joins them: a path whose cleaned form starts with
     # the root holds its last segment as written.
     marker = root.rsplit("/", 1)[1]
-    for c in r.judged:
+    for c in r.pod.judged():
         for m in c.mounts:
             # The runtime matches the cleaned destination by plain string prefix.
             if marker in m.path and _clean(m.path).startswith(root):
                 r.deny(
                     "device-list-mount",
-                    f'container "{c.name}": volume "{m.volume}" mounted at {_shown(m.path)}'
-                    f" ({c.field}.volumeMounts[{m.position}]): the NVIDIA runtime reads mounts"
-                    f" under {root} as a list of GPUs to give the container. Mount it"
-                    " elsewhere",
-                    c.name,
+                    ErrorType.FORBIDDEN,
+                    f"{c.field}.volumeMounts[{m.position}]",
+                    f'container "{c.name}": volume "{m.volume}" mounted at {_shown(m.path)} (',
+                    f"): the NVIDIA runtime reads mounts under {root} as a list of GPUs to give"
+                    " the container. Mount it elsewhere",
+                    container=c.name,
                 )
 
 
-def check_cdi_annotations(r: Review) -> None:
+def check_cdi_annotations(r: Pass) -> None:
     """CDI device requests in the pod's own annotations: runtimes configured to pass
     `cdi.k8s.io/*` pod annotations through (the kata and confidential-computing GPU runtime
     classes do) inject the devices they name."""
-    for key in r.pod.annotations:
+    for key, _ in r.pod.annotations:
         if isinstance(key, str) and key.startswith(names.CDI_ANNOTATION_PREFIXES):
             r.deny(
                 "cdi-annotations",
-                f"CDI annotation: {r.pod.at('metadata.annotations')}[{key}] asks the container"
-                " runtime for devices by name, outside the device plugin's allocation (runtimes"
-                " that pass such pod annotations through inject them). Remove it, and ask for"
-                f" {_preferred(r.policy)}",
+                ErrorType.FORBIDDEN,
+                f"metadata.annotations[{key}]",
+                "CDI annotation: ",
+                " asks the container runtime for devices by name, outside the device plugin's"
+                " allocation (runtimes that pass such pod annotations through inject them)."
+                f" Remove it, and ask for {_preferred(r.policy)}",
             )
 
 
-def check_resource_claims(r: Review) -> None:
+def check_resource_claims(r: Pass) -> None:
     if r.pod.resource_claims:
         r.deny(
             "resource-claims",
-            f"resource claims: {r.pod.at('spec.resourceClaims')} can give the pod devices, GPUs"
-            f' included, that policy "{r.policy.name}" does not govern. Remove them, or ask for'
-            f" {_preferred(r.policy)}",
+            ErrorType.FORBIDDEN,
+            "spec.resourceClaims",
+            "resource claims: ",
+            f' can give the pod devices, GPUs included, that policy "{r.policy.name}" does not'
+            f" govern. Remove them, or ask for {_preferred(r.policy)}",
         )
 
 
-def _unavailable(name: str) -> Callable[[Review], None]:
+def _unavailable(name: str) -> Callable[[Pass], None]:
     """A GPU pod in a namespace whose policy is not in force (`Policy.unavailable`) is
     refused, saying why; the rules that do not depend on the policy still apply."""
 
-    def check(r: Review) -> None:
+    def check(r: Pass) -> None:
         if r.policy.unavailable is not None and r.policy.unavailable[0] == name:
-            r.deny(name, r.policy.unavailable[1])
+            r.deny(name, ErrorType.FORBIDDEN, "metadata.namespace", r.policy.unavailable[1])
 
     check.__name__ = f"check_{name.replace('-', '_')}"
     return check
@@ -631,36 +597,51 @@ def _unavailable(name: str) -> Callable[[Review], None]:
 # --------------------------------------------------------------------------- placement
 
 
-def check_node_selection(r: Review) -> None:
-    placing.select(r)
-
-
-def check_multi_replica(r: Review) -> None:
-    placing.replicas(r)
-
-
-def check_mps_limits(r: Review) -> None:
-    placing.mps_limits(r)
-
-
-def patch_tolerations(r: Review) -> None:
-    placing.tolerate(r)
-
-
-def patch_node_selection(r: Review) -> None:
-    placing.pin(r)
-
-
-def patch_mps_limits(r: Review) -> None:
-    placing.add_mps_limits(r)
-
-
-def patch_visible_devices(r: Review) -> None:
-    """Route 2: containers that ask for no GPU see none, whatever their image sets."""
-    if not (r.policy.rules.void_visible_devices_without_gpu or r.gpu):
+def patch_tolerations(r: Pass) -> None:
+    resource = r.facts.resource
+    if not r.facts.classes or resource is None:
         return
-    for c in r.judged:
-        if not c.gpu and c.var(names.VISIBLE_DEVICES) is None:
+    added = placing.tolerations(r.pod, r.policy, resource)
+    if not added:
+        return
+    base = r.pod.pointer("/spec/tolerations")
+    if r.pod.tolerations is not None:
+        for t in added:
+            r.add("tolerations", {"op": "add", "path": f"{base}/-", "value": t})
+    else:
+        r.add("tolerations", {"op": "add", "path": base, "value": added})
+
+
+def patch_node_selection(r: Pass) -> None:
+    known = r.facts
+    if known.placement is None or known.resource is None:
+        return
+    for op in placing.pin(r.pod, known.placement, known.usage, known.resource):
+        r.add("node-selection", op)
+
+
+def patch_mps_limits(r: Pass) -> None:
+    """The profile's values on every container that uses the shared GPU and does not set
+    them, where the pod may land on an MPS class."""
+    known = r.facts
+    profile, resource, classes = known.profile, known.resource, known.classes
+    if profile is None or resource is None or not classes or not any(c.mps for c in classes):
+        return
+    for c, used in known.judged():
+        devices = used.replicas(resource)
+        if not devices:
+            continue
+        new = placing.mps_env(profile, c, devices)
+        if new:
+            r.add_env("mps-limits", c, new, f'the MPS limits of profile "{profile.name}"')
+
+
+def patch_visible_devices(r: Pass) -> None:
+    """Route 2: containers that ask for no GPU see none, whatever their image sets."""
+    if not (r.policy.rules.void_visible_devices_without_gpu or r.facts.gpu):
+        return
+    for c, used in r.facts.judged():
+        if not used.gpu and c.var(names.VISIBLE_DEVICES) is None:
             r.add_env(
                 "visible-devices",
                 c,
@@ -673,23 +654,23 @@ def patch_visible_devices(r: Review) -> None:
 
 E, G, S = Scope.EVERY_POD, Scope.GPU_POD, Scope.SHARED_POD
 
-# In order: shape and resources first (the others read what they find), refusals, then the
-# placement rules, each narrowing the classes the one before left; patches run in this order
-# too (SPEC.md's: runtime class, tolerations, node selection, MPS limits, void).
+# In the order of `names.RULES`, which is the order of what they report and add (SPEC.md's
+# for the patches: runtime class, tolerations, node selection, MPS limits, void); the order
+# they run in changes nothing (see `Pass`).
 # fmt: off
 RULES: tuple[Rule, ...] = (
     Rule(MALFORMED, E, "a field of a type no Kubernetes object has",
          check_malformed, always=True),
-    Rule(UNKNOWN_POLICY, G, "a GPU pod in a namespace whose policy label names no policy",
-         _unavailable(UNKNOWN_POLICY), always=True),
-    Rule(POLICY_NOT_LOADED, G, "a GPU pod in a namespace whose policy file does not load",
-         _unavailable(POLICY_NOT_LOADED), always=True),
+    Rule(names.UNKNOWN_POLICY_RULE, G, "a GPU pod in a namespace whose policy label names no"
+         " policy", _unavailable(names.UNKNOWN_POLICY_RULE), always=True),
+    Rule(names.POLICY_NOT_LOADED_RULE, G, "a GPU pod in a namespace whose policy file does not"
+         " load", _unavailable(names.POLICY_NOT_LOADED_RULE), always=True),
     Rule("invalid-quantity", E, "a GPU quantity that is not a whole number of devices",
-         _resource_check("invalid-quantity"), always=True),
+         _reported("invalid-quantity"), always=True),
     Rule("requests-limits-mismatch", E, "requests of a shared resource that differ from limits",
-         _resource_check("requests-limits-mismatch")),
+         _reported("requests-limits-mismatch")),
     Rule("resource-not-allowed", E, "a shared GPU resource the policy does not list",
-         _resource_check("resource-not-allowed")),
+         _reported("resource-not-allowed")),
     Rule("exclusive-with-shared", S, "an exclusive GPU next to a shared one",
          check_exclusive_with_shared, switch="denyExclusiveWithShared", pod_level=True),
     Rule("several-shared-resources", S, "two shared resources in one pod",
@@ -699,7 +680,7 @@ RULES: tuple[Rule, ...] = (
     Rule("tolerations", S, "adds the tolerations for the GPU taints",
          None, patch_tolerations, pod_level=True),
     Rule("profile", S, "an MPS profile the policy does not offer",
-         check_profile, pod_level=True),
+         _reported("profile"), pod_level=True),
     Rule("device-variables", E, "NVIDIA_VISIBLE_DEVICES (or another device variable) with a"
          " value that does not only hide GPUs",
          check_device_variables, switch="denyDeviceVariables", always=True),
@@ -723,11 +704,12 @@ RULES: tuple[Rule, ...] = (
     Rule("resource-claims", E, "dynamic resource allocation claims",
          check_resource_claims, switch="denyResourceClaims", pod_level=True, always=True),
     Rule("node-selection", S, "a node selection no allowed class satisfies; pins the pod to"
-         " the allowed classes", check_node_selection, patch_node_selection, pod_level=True),
+         " the allowed classes", _reported("node-selection"), patch_node_selection,
+         pod_level=True),
     Rule("multi-replica", S, "more than one replica where the device plugin would fail it or"
-         " repeat a GPU", check_multi_replica, pod_level=True),
+         " repeat a GPU", _reported("multi-replica"), pod_level=True),
     Rule("mps-limits", S, "CUDA_MPS_* values that do not parse or exceed the ceiling; adds the"
-         " profile's", check_mps_limits, patch_mps_limits, pod_level=True, required=True),
+         " profile's", _reported("mps-limits"), patch_mps_limits, pod_level=True, required=True),
     Rule("visible-devices", E, "adds NVIDIA_VISIBLE_DEVICES=void to containers that ask for no"
          " GPU", None, patch_visible_devices, always=True, required=True),
 )

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from webhook.core.pods import escape
+from webhook.core import pods
 from webhook.policies import NodeClass
 
 # A requirement: (key, operator, values). nodeSelector entries become (key, "In", (value,)).
@@ -55,9 +55,11 @@ class Constraints:
 NO_CONSTRAINTS: Constraints = Constraints({}, None, ((),))
 
 
-def read(node_selector: Mapping[str, str], terms: Sequence[Any] | None) -> Constraints:
+def read(pod: pods.Pod) -> Constraints:
     """A pod's constraints from its nodeSelector and required node selector terms (shapes
     already checked by `pods.read`: wrong types are skipped here)."""
+    node_selector = dict(pod.node_selector)
+    terms = None if pod.node_terms is None else pod.node_terms.value
     if not node_selector and terms is None:
         return NO_CONSTRAINTS
     base = tuple((k, "In", (v,)) for k, v in node_selector.items())
@@ -254,11 +256,10 @@ def _fresh_terms(classes: tuple[NodeClass, ...], extra: Extra) -> bytes:
 
 
 def plan(
-    spec: Mapping[str, Any],
+    pod: pods.Pod,
     constraints: Constraints,
     classes: tuple[NodeClass, ...],
     *,
-    path: str,
     extra: Extra = None,
 ) -> list[dict[str, Any]]:
     """JSON Patch ops that pin the pod to `classes` (and nodes that meet `extra`); none when
@@ -266,10 +267,11 @@ def plan(
     never empty. Every value is a new object."""
     if pinned(constraints, classes, extra):
         return []
+    path = pod.pointer("/spec")
     if len(classes) == 1 and extra is None:
-        return _pin_with_node_selector(spec, classes[0], path)
+        return _pin_with_node_selector(pod, classes[0], path)
     if constraints.raw_terms is None:
-        return _add_required_terms(spec, orjson.loads(_fresh_terms(classes, extra)), path)
+        return _add_required_terms(pod, orjson.loads(_fresh_terms(classes, extra)), path)
     grouped = groups(classes)
     new_terms: list[Any] = []
     for raw, conj in zip(constraints.raw_terms, constraints.conjunctions, strict=True):
@@ -296,25 +298,22 @@ def plan(
     ]
 
 
-def _pin_with_node_selector(
-    spec: Mapping[str, Any], cls: NodeClass, path: str
-) -> list[dict[str, Any]]:
-    current = spec.get("nodeSelector")
-    if not isinstance(current, dict):
+def _pin_with_node_selector(pod: pods.Pod, cls: NodeClass, path: str) -> list[dict[str, Any]]:
+    if not pod.has_node_selector:
         return [{"op": "add", "path": f"{path}/nodeSelector", "value": dict(cls.selector)}]
+    current = dict(pod.node_selector)
     return [
-        {"op": "add", "path": f"{path}/nodeSelector/{escape(k)}", "value": v}
+        {"op": "add", "path": f"{path}/nodeSelector/{pods.escape(k)}", "value": v}
         for k, v in cls.selector
         if current.get(k) != v
     ]
 
 
 def _add_required_terms(
-    spec: Mapping[str, Any], terms: list[dict[str, Any]], path: str
+    pod: pods.Pod, terms: list[dict[str, Any]], path: str
 ) -> list[dict[str, Any]]:
     required = {_TERMS: terms}
-    affinity = spec.get(_AFFINITY)
-    if not isinstance(affinity, dict):
+    if pod.affinity_depth == 0:
         return [
             {
                 "op": "add",
@@ -322,8 +321,7 @@ def _add_required_terms(
                 "value": {_NODE_AFFINITY: {_REQUIRED: required}},
             }
         ]
-    node_affinity = affinity.get(_NODE_AFFINITY)
-    if not isinstance(node_affinity, dict):
+    if pod.affinity_depth == 1:
         return [
             {
                 "op": "add",

@@ -619,7 +619,7 @@ def review_line(
 def _policy_label(name: str, policy_set: policies.PolicySet) -> str:
     # The path segment comes from whoever can reach the port: only names of policies in
     # force become label values, so a scanner cannot grow the metric without bound.
-    return name if policy_set.get(name) is not None else reviews.UNKNOWN_POLICY
+    return name if policy_set.get(name) is not None else names.UNKNOWN_POLICY_PATH
 
 
 @functools.lru_cache(maxsize=64)

@@ -83,7 +83,7 @@ def generated() -> dict[str, Any]:
             "namespaceNameLabel": names.NAME_LABEL,
             "systemNamespace": names.SYSTEM_NAMESPACE,
             "defaultPolicy": names.DEFAULT_POLICY,
-            "unknownPath": names.UNKNOWN_POLICY,
+            "unknownPath": names.UNKNOWN_POLICY_PATH,
             "defaultEntry": rendering.DEFAULT_ENTRY,
             "unknownEntry": rendering.UNKNOWN_ENTRY,
             # An entry of policy P is named P followed by this.

@@ -1,0 +1,191 @@
+"""The view of a pod (webhook/core/pods.py) is closed: immutable values all the way down,
+holding every field a rule reads; and it is its own key, so that two pods that differ in
+any field of the view never share a decision, whatever field a new rule adds to it.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import pytest
+
+from tests import corpus, kube
+from webhook.core import pods
+from webhook.core.decisions import OBJECT, Place
+
+# Every kind of value the view is made of. A class added to the view must be added here (a
+# test below fails otherwise), and so gets its fields varied.
+VIEW_CLASSES = (pods.Pod, pods.Container, pods.EnvVar, pods.Mount, pods.Volume,
+                pods.Toleration, pods.Problem, Place)
+
+
+def _rich() -> dict[str, Any]:
+    """A pod whose view has every field set, and every kind of value at least once."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "annotations": {"gpu-share.io/profile": "small"}},
+        "spec": {
+            "runtimeClassName": "nvidia",
+            "hostPID": True,
+            "hostIPC": False,
+            "nodeSelector": {"nvidia.com/gpu.product": "Tesla-T4"},
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists",
+                             "effect": "NoExecute", "tolerationSeconds": 30, "value": ""}],
+            "resourceClaims": [{"name": "c"}],
+            "volumes": [{"name": "dev", "hostPath": {"path": "/dev/shm"}}],
+            "initContainers": [{"name": "init", "env": 3}],  # a malformed field: a problem
+            "containers": [{
+                "name": "main",
+                "resources": {"limits": {"nvidia.com/gpu.shared": "1"},
+                              "requests": {"nvidia.com/gpu.shared": "1"}},
+                "env": [{"name": "A", "value": "1"}],
+                "envFrom": [{"configMapRef": {"name": "m"}}],
+                "securityContext": {"privileged": True, "capabilities": {"add": ["NET_ADMIN"]}},
+                "volumeMounts": [{"name": "dev", "mountPath": "/dev/shm"}],
+            }],
+        },
+    }
+
+
+def _view(obj: dict[str, Any], place: Place = OBJECT) -> pods.Pod:
+    return pods.read(pods.Template(obj, place))
+
+
+class Field(NamedTuple):
+    owner: type  # the class whose field it is
+    name: str
+    path: tuple[Any, ...]  # field names and tuple indices from the Pod down to it
+
+
+def _fields(value: Any, path: tuple[Any, ...] = ()) -> Iterator[Field]:
+    """Every field of every named tuple in `value`, with its path."""
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        for name in value._fields:
+            yield Field(type(value), name, (*path, name))
+            yield from _fields(getattr(value, name), (*path, name))
+    elif isinstance(value, tuple):
+        for i, item in enumerate(value):
+            yield from _fields(item, (*path, i))
+
+
+def _get(value: Any, path: tuple[Any, ...]) -> Any:
+    for step in path:
+        value = value[step] if isinstance(step, int) else getattr(value, step)
+    return value
+
+
+def _set(value: Any, path: tuple[Any, ...], new: Any) -> Any:
+    """`value` with the field at `path` replaced by `new` (every other field as it was)."""
+    if not path:
+        return new
+    step, rest = path[0], path[1:]
+    if isinstance(step, int):
+        items = list(value)
+        items[step] = _set(items[step], rest, new)
+        return tuple(items)
+    return value._replace(**{step: _set(getattr(value, step), rest, new)})
+
+
+def _other(value: Any) -> Any:
+    """A value of the same kind that is not equal to `value`."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, str):
+        return value + "-x"
+    if value is None:
+        return "x"
+    if isinstance(value, pods.Json):
+        return pods.Json([value.value, value.value])
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return value._replace(**{value._fields[0]: _other(value[0])})
+    if isinstance(value, tuple):
+        return value[:-1] if value else ("x",)
+    raise AssertionError(f"no other value for {value!r}")
+
+
+def test_every_field_of_every_class_of_the_view_is_reached_by_the_rich_pod() -> None:
+    base = _view(_rich(), Place("/spec/template", "spec.template", ""))
+    reached = {(f.owner, f.name) for f in _fields(base)}
+    for cls in VIEW_CLASSES:
+        for name in cls._fields:
+            assert (cls, name) in reached, f"{cls.__name__}.{name}"
+    # And the view holds no other kind of named tuple than these.
+    assert {f.owner for f in _fields(base)} == set(VIEW_CLASSES)
+
+
+def test_two_pods_that_differ_in_any_one_field_of_the_view_get_different_keys() -> None:
+    base = _view(_rich(), Place("/spec/template", "spec.template", ""))
+    assert base.key() == _view(_rich(), Place("/spec/template", "spec.template", "")).key()
+    varied = 0
+    for f in _fields(base):
+        other = _set(base, f.path, _other(_get(base, f.path)))
+        assert other != base, f.path
+        assert other.key() != base.key(), f.path
+        assert len({other.key(), base.key()}) == 2, f.path  # by hash too
+        varied += 1
+    assert varied > 60
+
+
+def test_the_node_selector_terms_are_compared_as_json_text() -> None:
+    """`true` is not `1`, and keys in another order are another patch."""
+    assert pods.Json([{"a": 1}]) == pods.Json([{"a": 1}])
+    assert pods.Json([{"a": True}]) != pods.Json([{"a": 1}])
+    assert pods.Json({"a": 1, "b": 2}) != pods.Json({"b": 2, "a": 1})
+    assert hash(pods.Json([{"a": 1}])) == hash(pods.Json([{"a": 1}]))
+    # A YAML file's integer beyond JSON's range is still compared (by its repr).
+    assert pods.Json([2**80]) == pods.Json([2**80]) != pods.Json([2**80 + 1])
+
+
+def _mutable(value: Any, path: str = "") -> Iterator[str]:
+    if isinstance(value, list | dict | set | bytearray):
+        yield path
+    elif isinstance(value, tuple):
+        names = getattr(value, "_fields", range(len(value)))
+        for name, item in zip(names, value, strict=True):
+            yield from _mutable(item, f"{path}.{name}")
+
+
+@pytest.mark.parametrize("obj", corpus.pods(), ids=lambda o: o["metadata"].get("name", "p"))
+def test_the_view_of_every_pod_of_the_corpus_holds_nothing_that_can_be_changed(
+    obj: dict[str, Any],
+) -> None:
+    view = _view(obj)
+    assert list(_mutable(view)) == []
+    assert view.key() is view
+    with pytest.raises(AttributeError):
+        view.containers = ()  # type: ignore[misc]
+
+
+def _unread(obj: dict[str, Any]) -> dict[str, Any]:
+    """`obj` changed only in fields no rule reads: its name, labels, images, commands,
+    ports, probes, an unknown field."""
+    out = copy.deepcopy(obj)
+    out["metadata"]["name"] = "another"
+    out["metadata"]["labels"] = {"app": "other"}
+    spec = out["spec"]
+    spec["priority"] = 7
+    for group in pods.CONTAINER_GROUPS:
+        for c in spec.get(group) or []:
+            c["image"] = "registry.example/other:1"
+            c["command"] = ["sleep", "1"]
+            c["ports"] = [{"containerPort": 9}]
+            c["readinessProbe"] = {"exec": {"command": ["true"]}}
+    return out
+
+
+def test_pods_that_differ_only_where_no_rule_reads_have_one_view_and_one_decision() -> None:
+    policy = kube.shipped().policies["default"]
+    for obj in corpus.pods():
+        other = _unread(obj)
+        assert _view(other) == _view(obj)
+        a, b = kube.review(obj, policy), kube.review(other, policy)
+        assert (a.violations, a.patch, a.warnings, a.audit) == (
+            b.violations, b.patch, b.warnings, b.audit)

@@ -1,0 +1,98 @@
+"""The order of the rule table changes no answer: every rule reads what was worked out of the
+pod before any rule ran (`facts.gather`) and reports or adds, and a pass hands out what they
+report and add in the order of `names.RULES`. Run over every object the suite knows, under
+policies in every mode, with the table in shuffled orders.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests import corpus, kube, test_properties
+from webhook.core import facts, pods, reviewing, rules
+from webhook.core.decisions import Decision
+
+SHIPPED = kube.shipped()
+POLICIES = [
+    SHIPPED.policies["default"],
+    SHIPPED.policies["not-renamed"],
+    test_properties.LAB,
+    kube.make_policy([kube.T4_MPS, kube.A10G_TS], name="warned", profiles=kube.PROFILES,
+                     mode="warn"),
+    kube.make_policy([kube.T4_MPS, kube.A10G_TS], name="mixed", profiles=kube.PROFILES,
+                     mode="dry-run", ruleModes={"mps-limits": "enforce", "privileged": "warn"}),
+    kube.make_policy([kube.T4_MPS], name="switched", profiles=kube.PROFILES,
+                     rules={"denyEnvFromOnGpuContainers": True,
+                            "voidVisibleDevicesWithoutGpu": False}),
+    SHIPPED.governing("no-such-policy"),
+]
+OBJECTS = corpus.objects() + corpus.pods()
+
+
+def _answers() -> Iterator[tuple[Any, ...]]:
+    for obj in OBJECTS:
+        for policy in POLICIES:
+            for mutate, require in ((True, False), (False, True), (False, False)):
+                decision = kube.review(obj, policy, mutate=mutate, require=require)
+                yield _seen(decision)
+
+
+def _seen(d: Decision) -> tuple[Any, ...]:
+    return (d.violations, d.message if d.violations else "", d.patch, d.warnings,
+            list(d.audit.items()), d.mutations, d.would_refuse)
+
+
+@pytest.fixture
+def table(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """The rule table, to be replaced; the table of each kind of pod is worked out anew."""
+    reviewing._table.cache_clear()
+    yield monkeypatch
+    monkeypatch.undo()
+    reviewing._table.cache_clear()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", ["reversed", 1, 2, 3])
+def test_every_order_of_the_rule_table_gives_the_same_answers(
+    table: pytest.MonkeyPatch, seed: str | int
+) -> None:
+    expected = list(_answers())
+    order = list(rules.RULES)
+    if seed == "reversed":
+        order.reverse()
+    else:
+        random.Random(seed).shuffle(order)
+    assert order != list(rules.RULES)
+    table.setattr(rules, "RULES", tuple(order))
+    reviewing._table.cache_clear()
+    shuffled = list(_answers())
+    assert len(shuffled) == len(expected) > 3000
+    # Some answers refuse, some change the pod, some warn: the corpus exercises the order.
+    for part in (0, 2, 3, 6):  # refusals, patches, warnings, relaxed refusals
+        assert any(a[part] for a in expected)
+    for got, want in zip(shuffled, expected, strict=True):
+        assert got == want
+
+
+def test_a_check_sees_the_same_facts_whatever_ran_before_it() -> None:
+    """What the rules read cannot be changed by one of them: the facts and the view are
+    immutable values."""
+    policy = SHIPPED.policies["default"]
+    obj = kube.pod(kube.shared(2, env=[{"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                                        "value": "90"}]), kube.container("log"))
+    view = pods.read(pods.templates(obj)[0][0])
+    known = facts.gather(view, policy)
+    assert known.findings  # (two replicas: refused; a limit above the ceiling)
+    with pytest.raises(AttributeError):
+        known.resource = "nvidia.com/gpu"  # type: ignore[misc]
+    r = rules.Pass(known, policy, mutate=True, require=False)
+    for rule in rules.RULES:
+        for step in (rule.check, rule.patch):
+            if step is not None:
+                step(r)
+    assert r.violations
+    assert facts.gather(view, policy) == known

@@ -1,0 +1,290 @@
+"""What a review knows of a pod before any rule runs, worked out once: `gather(pod, policy)`.
+
+In this order, each step reading only the view and the steps before it:
+
+1. **GPU usage**, per container: the replicas of each shared resource it asks for, the
+   exclusive GPU resources, and what is wrong with the quantities (not a whole number,
+   requests that differ from limits, a `.shared` resource the policy does not list).
+2. **The shared resource** the pod asks for (`resource`: None when none, or several).
+3. **The profile** (annotation `gpu-share.io/profile`, else the policy's default), or why
+   the annotation names none the policy offers.
+4. **The placement** (`placing.place`): the node classes the pod may land on, narrowed by
+   its own node selection, then by replicas, then by MPS ceilings, with the reason at each
+   step where none is left.
+
+What is wrong is kept as `Finding`s, each under the name of the rule that reports it: the
+rules only report what is found here (and what they read of the view themselves), and the
+patches only add; none of them changes what another reads, so the order of the table
+changes no answer (a test runs it shuffled). The whole is immutable.
+
+Steps 3 and 4 are worked out for pods that ask for one of the policy's shared resources,
+and not on an ephemeral-containers update (which cannot change the pod's placement).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
+
+from webhook import names
+from webhook.core import placing, pods, quantities
+from webhook.core.decisions import ErrorType, Violation
+from webhook.core.placing import Finding
+from webhook.policies import NodeClass, Policy, Profile
+
+__all__ = ["Facts", "Finding", "Usage", "gather"]
+
+
+class Usage(NamedTuple):
+    """What one container asks of GPUs."""
+
+    # Shared resource -> replicas, in the order the container names them.
+    shared: tuple[tuple[str, int], ...] = ()
+    # Other GPU resources (exclusive GPUs), in the order the container names them.
+    exclusive: tuple[str, ...] = ()
+
+    @property
+    def gpu(self) -> bool:
+        return bool(self.shared or self.exclusive)
+
+    def replicas(self, resource: str) -> int:
+        for name, count in self.shared:
+            if name == resource:
+                return count
+        return 0
+
+    @property
+    def shared_names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.shared)
+
+
+NO_USAGE = Usage()
+
+
+class Facts(NamedTuple):
+    """What is known of one pod under one policy before the rules run (see the module)."""
+
+    pod: pods.Pod
+    # One per container of `pod.containers`, in the same order.
+    usage: tuple[Usage, ...]
+    # Whether any container asks for a GPU: shared, exclusive, or a `.shared` resource the
+    # policy does not list (which `Usage` leaves out).
+    gpu: bool
+    # The policy's shared resources the pod asks for, sorted.
+    requested: tuple[str, ...]
+    # The one shared resource the pod asks for (None: none, or several).
+    resource: str | None
+    profile: Profile | None
+    placement: placing.Placement | None
+    findings: tuple[Finding, ...]
+
+    @property
+    def classes(self) -> tuple[NodeClass, ...] | None:
+        """The classes the pod may land on; None when placement failed or did not start."""
+        return None if self.placement is None else self.placement.classes
+
+    def containers(self) -> Iterator[tuple[pods.Container, Usage]]:
+        return zip(self.pod.containers, self.usage, strict=True)
+
+    def judged(self) -> Iterator[tuple[pods.Container, Usage]]:
+        """The containers the rules judge (all, but on an ephemeral-containers update)."""
+        return ((c, u) for c, u in zip(self.pod.containers, self.usage, strict=True) if c.judged)
+
+    def found(self, rule: str) -> Iterator[Finding]:
+        return (f for f in self.findings if f.rule == rule)
+
+
+def gather(pod: pods.Pod, policy: Policy) -> Facts:
+    """The facts of `pod` under `policy` (see the module)."""
+    findings: list[Finding] = []
+    usage, requested, gpu = _usage(pod, policy, findings)
+    resource = requested[0] if len(requested) == 1 else None
+    profile: Profile | None = None
+    placement: placing.Placement | None = None
+    if requested and not pod.ephemeral_update:
+        profile = _profile(pod, policy, findings)
+        if resource is not None:
+            placement = placing.place(pod, policy, usage, resource, profile)
+            findings.extend(placement.findings)
+    return Facts(
+        pod=pod,
+        usage=usage,
+        gpu=gpu,
+        requested=requested,
+        resource=resource,
+        profile=profile,
+        placement=placement,
+        findings=tuple(findings),
+    )
+
+
+def _is_gpu_resource(name: object, policy: Policy) -> bool:
+    return isinstance(name, str) and (
+        name.startswith(names.GPU_RESOURCE_PREFIXES) or name in policy.shared_resources
+    )
+
+
+def _usage(
+    pod: pods.Pod, policy: Policy, findings: list[Finding]
+) -> tuple[tuple[Usage, ...], tuple[str, ...], bool]:
+    """Each container's GPU resources: shared replicas, exclusive, not allowed; the problems
+    of quantities and of requests and limits, for their rules. Also the shared resources
+    asked for, and whether any GPU is."""
+    shared_names = policy.shared_resources
+    requested: set[str] = set()
+    gpu = False
+    out: list[Usage] = []
+    for c in pod.containers:
+        if not c.limits and not c.requests:
+            out.append(NO_USAGE)
+            continue
+        limits: Mapping[str, Any] = dict(c.limits)
+        requests: Mapping[str, Any] = dict(c.requests)
+        wanted = [k for k in limits if _is_gpu_resource(k, policy)]
+        if requests:
+            wanted += [k for k in requests if k not in limits and _is_gpu_resource(k, policy)]
+        shared: list[tuple[str, int]] = []
+        exclusive: list[str] = []
+        for name in wanted:
+            counts: dict[str, int] = {}
+            bad = False
+            for part, values in (("limits", limits), ("requests", requests)):
+                if name not in values:
+                    continue
+                try:
+                    counts[part] = quantities.count(values[name])
+                except quantities.QuantityError as exc:
+                    bad = True
+                    findings.append(
+                        _invalid_quantity(pod, c, part, name, value=values[name], exc=exc)
+                    )
+            is_shared = name in shared_names
+            if bad:
+                # Counted as one replica so that the other rules still say what they see.
+                counts = {"limits": 1}
+            elif is_shared and "requests" in counts and "limits" not in counts:
+                findings.append(
+                    _mismatch(
+                        pod,
+                        c,
+                        f"requests {name}: {requests[name]} with no limit, and an extended"
+                        f" resource is asked for in limits. Set limits {name}: {requests[name]}"
+                        " (requests may then be left out)",
+                    )
+                )
+            elif is_shared and "requests" in counts and counts["requests"] != counts["limits"]:
+                findings.append(
+                    _mismatch(
+                        pod,
+                        c,
+                        f"{name} requests {requests[name]}, limits {limits[name]}; they must be"
+                        f" equal. Set both to {limits[name]}, or set only limits",
+                    )
+                )
+            count = counts.get("limits", counts.get("requests", 0))
+            if not count:
+                continue
+            gpu = True
+            if is_shared:
+                shared.append((name, count))
+                requested.add(name)
+            elif name.endswith(names.SHARED_SUFFIX):
+                findings.append(_not_allowed(pod, policy, c, name))
+            else:
+                exclusive.append(name)
+        out.append(Usage(tuple(shared), tuple(exclusive)) if shared or exclusive else NO_USAGE)
+    return tuple(out), tuple(sorted(requested)), gpu
+
+
+def _invalid_quantity(
+    pod: pods.Pod, c: pods.Container, part: str, name: str, *, value: Any, exc: Exception
+) -> Finding:
+    return Finding(
+        "invalid-quantity",
+        Violation(
+            "invalid-quantity",
+            ErrorType.INVALID,
+            f"{c.field}.resources.{part}[{name}]",
+            (
+                f'container "{c.name}": invalid quantity: ',
+                f": {placing.shown(value)} {exc}. A GPU is asked for in whole devices: set the"
+                " quantity to a whole number such as 1",
+            ),
+            c.name,
+            pod.place,
+        ),
+    )
+
+
+def _mismatch(pod: pods.Pod, c: pods.Container, detail: str) -> Finding:
+    return Finding(
+        "requests-limits-mismatch",
+        Violation(
+            "requests-limits-mismatch",
+            ErrorType.INVALID,
+            f"{c.field}.resources",
+            (f'container "{c.name}": requests and limits disagree: {detail}',),
+            c.name,
+            pod.place,
+        ),
+    )
+
+
+def _not_allowed(pod: pods.Pod, policy: Policy, c: pods.Container, name: str) -> Finding:
+    allowed = ", ".join(sorted(policy.shared_resources)) or "none"
+    return Finding(
+        "resource-not-allowed",
+        Violation(
+            "resource-not-allowed",
+            ErrorType.NOT_SUPPORTED,
+            f"{c.field}.resources.limits[{name}]",
+            (
+                f'container "{c.name}": resource not allowed: {name} is not a shared GPU'
+                f' policy "{policy.name}" allows (it allows: {allowed}). Ask for one of'
+                " those, or ask the cluster admin for a policy that shares it",
+            ),
+            c.name,
+            pod.place,
+        ),
+    )
+
+
+PROFILE_FIELD = f"metadata.annotations[{names.ANNOTATION_PROFILE}]"
+
+
+def _profile(pod: pods.Pod, policy: Policy, findings: list[Finding]) -> Profile | None:
+    """The profile the pod asks for, or the policy's default; None (with a finding) when
+    the annotation names none the policy offers."""
+    wanted = pod.annotation(names.ANNOTATION_PROFILE)
+    if wanted is None:
+        return policy.profiles[policy.default_profile] if policy.default_profile else None
+    name = str(wanted)
+    found = policy.profiles.get(name)
+    if found is not None:
+        return found
+    offered = ", ".join(sorted(policy.profiles))
+    shown = placing.shown(name)
+    if not offered:
+        words = (
+            f"unknown profile: {shown} (annotation {names.ANNOTATION_PROFILE}), and policy"
+            f' "{policy.name}" defines no MPS profiles. Remove the annotation'
+        )
+    elif name in policy.foreign_profiles:
+        words = (
+            f"profile not allowed: {shown} (annotation {names.ANNOTATION_PROFILE}) is not one"
+            f' policy "{policy.name}" allows; it offers: {offered}. Use one of them, or remove'
+            f' the annotation for the default "{policy.default_profile}"'
+        )
+    else:
+        words = (
+            f"unknown profile: {shown} (annotation {names.ANNOTATION_PROFILE}); policy"
+            f' "{policy.name}" offers: {offered}. Use one of them, or remove the annotation'
+            f' for the default "{policy.default_profile}"'
+        )
+    findings.append(
+        Finding(
+            "profile",
+            Violation("profile", ErrorType.NOT_SUPPORTED, PROFILE_FIELD, (words,), None, pod.place),
+        )
+    )
+    return None
