@@ -5,6 +5,7 @@
 - `limits`: the bounds of connections (header, body and idle timeouts, the connection cap)
   and the listener that enforces them;
 - `serving`: running both applications until SIGTERM, the drain, the event loop;
+- `memory`: the process's memory settings, made once by `serve`, and the heap's trimming;
 - `logs`, `metrics`: the log lines and the Prometheus metrics.
 
 Below transport, and never importing from it: the AdmissionReview codec (`webhook.reviews`),

@@ -43,7 +43,7 @@ from aiohttp import StreamReader, web
 from webhook import certificates, kinds, names, policies, reviews, watching
 from webhook.core import pods, reviewing
 from webhook.errors import BadReview, CertificateError
-from webhook.transport import heap
+from webhook.transport import memory
 from webhook.transport.limits import Connections, Limits
 from webhook.transport.logs import REVIEW_LOGGER
 from webhook.transport.metrics import (
@@ -178,6 +178,7 @@ class State:
         # (`_Held`, `_Route.hold`).
         self.inflight_large_bytes = 0
         self.inflight_small_bytes = 0
+        self.trimmer = memory.Trimmer()
         self.policy_watch = watching.PolicyWatch(
             settings.policies_dir, state_dir=settings.state_dir
         )
@@ -429,7 +430,7 @@ class _Route:
                 state.inflight_large_bytes -= held.bytes
             self.metrics.in_flight -= 1
             if held.bytes > INLINE_REVIEW_BYTES:
-                _release_memory(state)
+                state.trimmer.after_large_review(state.executor)
         try:
             self.record(policy_name, policy_set, outcome, time.perf_counter() - started)
         except Exception:
@@ -680,22 +681,6 @@ def _too_large(length: int | None, limit: int) -> str:
     size = f" ({length} bytes)" if length is not None else ""
     readable = f" ({limit / 1024 / 1024:g} MiB)" if limit >= 1024 * 1024 else ""
     return f"the body{size} is larger than the limit of {limit} bytes{readable}"
-
-
-_TRIM_EVERY_SECONDS = 1.0
-_last_trim = 0.0
-
-
-def _release_memory(state: State) -> None:
-    """After a large review: return freed memory to the system (`heap.trim`), at most once a
-    second, on a thread."""
-    global _last_trim  # noqa: PLW0603 - one process, one heap
-    now = time.monotonic()
-    if not heap.can_trim() or state.executor is None or now - _last_trim < _TRIM_EVERY_SECONDS:
-        return
-    _last_trim = now
-    with contextlib.suppress(RuntimeError):
-        state.executor.submit(heap.trim)
 
 
 # --------------------------------------------------------------------------- probes

@@ -123,9 +123,11 @@ def check_handler() -> None:
 # and then `buffer_updated` for one connection before it reads from another, and the bytes
 # are copied out before anything else can run. Offering a buffer (asyncio.BufferedProtocol)
 # spares the TLS layer making one per read: uvloop's, asked for bytes, makes a 256 KiB object
-# for every read, which with `heap`'s fixed mmap threshold is a mapping of its own each time
-# (three system calls and fresh pages for every request, measured). 64 KiB (four TLS
-# records) keeps each copy below that threshold, in the heap's reused pages.
+# for every read, which with the mmap threshold `memory.tune` fixes is a mapping of its own
+# each time (three system calls and fresh pages for every request, measured). 64 KiB (four
+# TLS records) keeps each copy below that threshold, in the heap's reused pages.
+# Tied to `memory.MMAP_THRESHOLD`: this must stay below it, or every read is a mapping
+# again (tests/test_memory.py holds it there).
 READ_BUFFER_BYTES = 64 * 1024
 _READ_BUFFER = memoryview(bytearray(READ_BUFFER_BYTES))
 

@@ -6,15 +6,16 @@ readiness turns false at once, the admission port keeps answering (with
 `Connection: close`, so clients reconnect elsewhere) for `drain_seconds`, then stops
 listening, closes idle connections, waits for the requests still in flight, and returns.
 
+Before it listens, `serve` makes the process's memory settings (`memory.tune`, once).
+
 `run(settings)` is `serve` on the chosen event loop: uvloop where it is installed
 (`auto`, measured ~1.3x the requests of asyncio's loop on a bare server here, and ~28 KB
-per idle TLS connection against asyncio's ~41 KB with the smaller buffer set below).
+per idle TLS connection against asyncio's ~41 KB with the smaller TLS buffer `memory` sets).
 """
 
 from __future__ import annotations
 
 import asyncio
-import asyncio.sslproto
 import contextlib
 import gc
 import logging
@@ -26,8 +27,8 @@ from typing import Any
 
 from aiohttp import web
 
-from webhook.transport import heap
 from webhook.transport import limits as limits_module
+from webhook.transport import memory
 from webhook.transport.app import STATE, ReviewLog, Settings, State, create_app, create_probe_app
 
 logger = logging.getLogger(__name__)
@@ -36,10 +37,6 @@ logger = logging.getLogger(__name__)
 # 30 s (the largest timeoutSeconds) for any of them anyway.
 SHUTDOWN_TIMEOUT_SECONDS = 30.0
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
-# asyncio's TLS keeps a 256 KiB read buffer per connection, allocated when it is made: with
-# a thousand idle connections that is 256 MB. 16 KiB is the largest TLS record, so reads
-# are no fewer for it; only uvloop-less servers use asyncio's TLS.
-ASYNCIO_TLS_BUFFER = 16 * 1024 + 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,9 +108,9 @@ async def serve(
     the kernel spreads new connections over them.
     """
     _raise_open_files_limit()
-    memory = heap.fix_mmap_threshold()
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    memory_settings = memory.tune(loop)
+    stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     try:
@@ -136,7 +133,7 @@ async def serve(
                     "certificate_expires": f"{state.certificates.not_after:%Y-%m-%dT%H:%M:%SZ}",
                     "event_loop": type(loop).__module__.split(".")[0],
                     "limits": {k: getattr(settings.limits, k) for k in settings.limits.__slots__},
-                    "memory": memory,
+                    "memory": memory_settings,
                 }
             )
             await stop.wait()
@@ -168,7 +165,6 @@ def _run(main: Coroutine[Any, Any, None], event_loop: str) -> None:
     if uvloop is not None:
         uvloop.run(main)
         return
-    asyncio.sslproto.SSLProtocol.max_size = ASYNCIO_TLS_BUFFER
     asyncio.run(main)
 
 
