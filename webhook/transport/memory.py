@@ -28,7 +28,7 @@ An operator who sets glibc's own knobs keeps them: `MALLOC_MMAP_THRESHOLD_` or
 `GLIBC_TUNABLES` naming `glibc.malloc.mmap_threshold` leaves the threshold alone, and
 `MALLOC_ARENA_MAX` or `glibc.malloc.arena_max` the arenas.
 
-`Trimmer`, one per server (`app.State.trimmer`): after large reviews, the free pages
+`Trimmer`, one per server (`states.State.trimmer`): after large reviews, the free pages
 inside the heap go back to the system too (`malloc_trim`), at most once a second.
 
 `limits.READ_BUFFER_BYTES` is tied to MMAP_THRESHOLD: it stays below it, see there.

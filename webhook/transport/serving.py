@@ -27,9 +27,10 @@ from typing import Any
 
 from aiohttp import web
 
+from webhook.transport import app, configuration, logs, memory, states
+
+# Aliased: `limits` is what a server's settings hold (`settings.limits`).
 from webhook.transport import limits as limits_module
-from webhook.transport import memory
-from webhook.transport.app import STATE, ReviewLog, Settings, State, create_app, create_probe_app
 
 logger = logging.getLogger(__name__)
 
@@ -44,27 +45,32 @@ class Running:
     """A server that is listening: its state and the ports it got (for a port 0)."""
 
     app: web.Application
-    state: State
+    state: states.State
     port: int
     metrics_port: int
 
 
 @contextlib.asynccontextmanager
 async def running(
-    settings: Settings, *, reuse_port: bool = False, review_log: ReviewLog | None = None
+    settings: configuration.Settings,
+    *,
+    reuse_port: bool = False,
+    review_log: logs.ReviewLog | None = None,
 ) -> AsyncIterator[Running]:
     """Both applications listening as `serve` runs them; stopped (not drained) on exit."""
     limits_module.check_handler()
-    app = create_app(settings, review_log=review_log)
-    state = app[STATE]
+    admission_app = app.create_app(settings, review_log=review_log)
+    state = admission_app[states.STATE]
     limits = settings.limits
     runner = web.AppRunner(
-        app,
+        admission_app,
         access_log=None,  # one review line per request instead
         shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS,
         keepalive_timeout=limits.idle_timeout,
     )
-    probe_runner = web.AppRunner(create_probe_app(app), access_log=None, shutdown_timeout=1.0)
+    probe_runner = web.AppRunner(
+        app.create_probe_app(admission_app), access_log=None, shutdown_timeout=1.0
+    )
     connections = limits_module.Connections(limits, on_closed=state.metrics.count_closed)
     state.connections = connections
     await runner.setup()
@@ -86,7 +92,7 @@ async def running(
             probe_runner, settings.host, settings.metrics_port, reuse_port=reuse_port or None
         )
         await probe_site.start()
-        yield Running(app, state, listener.sockets[0].getsockname()[1], probe_site.port)
+        yield Running(admission_app, state, listener.sockets[0].getsockname()[1], probe_site.port)
     finally:
         if listener is not None:
             listener.close()
@@ -100,7 +106,10 @@ async def running(
 
 
 async def serve(
-    settings: Settings, *, reuse_port: bool = False, review_log: ReviewLog | None = None
+    settings: configuration.Settings,
+    *,
+    reuse_port: bool = False,
+    review_log: logs.ReviewLog | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then drain and return (see the module docstring).
 
@@ -151,7 +160,10 @@ async def serve(
 
 
 def run(
-    settings: Settings, *, reuse_port: bool = False, review_log: ReviewLog | None = None
+    settings: configuration.Settings,
+    *,
+    reuse_port: bool = False,
+    review_log: logs.ReviewLog | None = None,
 ) -> None:
     """`serve` on the event loop `settings.event_loop` names."""
     _run(serve(settings, reuse_port=reuse_port, review_log=review_log), settings.event_loop)
