@@ -387,6 +387,24 @@ def test_this_aiohttp_has_what_the_guard_reads() -> None:
     limits_module.check_handler()
 
 
+class RenamedHandler:
+    """An aiohttp release's RequestHandler that renamed `_messages`."""
+
+    __slots__ = ("_message_queue", "_request_count", "_request_in_progress")
+
+
+async def test_an_aiohttp_without_what_the_guard_reads_stops_the_server_before_it_listens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits_module, "RequestHandler", RenamedHandler)
+    with pytest.raises(RuntimeError, match=r"RequestHandler lacks _messages: the connection"):
+        limits_module.check_handler()
+    settings = h.settings(tmp_path, host="127.0.0.1", port=0, metrics_port=0, limits=SMALL)
+    with pytest.raises(RuntimeError, match=r"lacks _messages"):
+        async with serving.running(settings):
+            pytest.fail("listening without the connection limits")
+
+
 async def test_a_closed_connection_lets_go_of_its_transport(server: serving.Running) -> None:
     # Its TLS state must not wait for the collector with aiohttp's objects.
     ca = ca_of(server)

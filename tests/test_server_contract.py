@@ -174,6 +174,20 @@ async def test_a_body_of_exactly_7_mib_is_reviewed(client: Client) -> None:
     assert h.response_of(await response.json(), "uid-7mib")["allowed"] is True
 
 
+async def test_a_large_review_returns_freed_memory_and_a_small_one_does_not(
+    client: Client, app: web.Application
+) -> None:
+    trimmer = app[states.STATE].trimmer
+    if not trimmer.can_trim:
+        pytest.skip("malloc_trim is glibc's")
+    small = h.review_body(h.real_pods()[0], "uid-small")
+    assert (await h.post_review(client, "/mutate", small)).status == 200
+    assert trimmer.last is None
+    large = padded_review(admission.INLINE_REVIEW_BYTES + 1, "uid-large")
+    assert (await h.post_review(client, "/mutate", large)).status == 200
+    assert trimmer.last is not None
+
+
 async def test_a_body_over_7_mib_is_a_413(client: Client) -> None:
     body = padded_review(MAX_BODY_BYTES + 1, "uid-too-large")
     response = await h.post_review(client, "/mutate", body)
