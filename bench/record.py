@@ -5,15 +5,15 @@ review log line of one request, against the target of 10 us for both together.
 
 Builds the server's application as `serve` does (`create_app(settings, review_log=...)`,
 settings as tests/server_helpers.py makes them: fresh certificates, the shipped policies),
-takes its `POST /mutate` route and times `_Route.record` on real `reviews.review` outcomes
+takes its `POST /mutate` route and times `admission.Route.record` on real `reviews.review` outcomes
 of bench/core.py's pod(1) and pod(50) reviews: `Metrics.count_review` (a review counted
 and its latency observed, in plain Python until `Metrics.publish`) and the review line,
-made by `app.review_line` and written by `logs.JsonLines` to an unbuffered
+made by `logs.review_line` and written by `logs.JsonLines` to an unbuffered
 /dev/null, as `serve` writes to standard error's descriptor (JsonLines holds the lines and
 writes them together, a write(2) per 4 KiB of lines; a pipe to the container runtime costs
 more than /dev/null). Timed inside a running event loop, as in the server. Rows:
 
-- record: the whole of `_Route.record`;
+- record: the whole of `admission.Route.record`;
 - count_review: the metrics alone;
 - review line: the line alone, made and written as `record` does.
 
@@ -42,6 +42,7 @@ import core  # noqa: E402  bench/core.py: the review bodies
 from tests import server_helpers as h  # noqa: E402
 from webhook import reviews  # noqa: E402
 from webhook.transport import app as server  # noqa: E402
+from webhook.transport import logs, states  # noqa: E402
 from webhook.transport.logs import JsonLines  # noqa: E402
 from webhook.transport.metrics import ALLOWED  # noqa: E402
 
@@ -49,7 +50,7 @@ TARGET_US = 10.0
 
 
 def mutate_route(app: Any) -> Any:
-    """The `_Route` behind `POST /mutate` (its handler is the route's bound `handle`)."""
+    """The `admission.Route` behind `POST /mutate` (its handler is the route's bound `handle`)."""
     for route in app.router.routes():
         if route.method == "POST" and route.resource.canonical == "/mutate":
             return route.handler.__self__
@@ -70,7 +71,7 @@ def best_us(call: Callable[[], object], seconds: float) -> float:
 
 
 def write_line(log: JsonLines, outcome: reviews.Outcome, seconds: float) -> None:
-    log(server.review_line(outcome, "mutate", "default", seconds))
+    log(logs.review_line(outcome, "mutate", "default", seconds))
 
 
 async def measure(directory: Path, seconds: float) -> list[tuple[str, str, float]]:
@@ -78,7 +79,7 @@ async def measure(directory: Path, seconds: float) -> list[tuple[str, str, float
     with open(os.devnull, "wb", buffering=0) as raw:
         app = server.create_app(h.settings(directory), review_log=JsonLines(raw))
         route = mutate_route(app)
-        policy_set = app[server.STATE].policies
+        policy_set = app[states.STATE].policies
         for n in (1, 50):
             body = core.review_body(core.pod(n))
             started = time.perf_counter()

@@ -83,7 +83,7 @@ import core  # noqa: E402  bench/core.py: the review bodies
 import peer  # noqa: E402  bench/peer/peer.py: the Go peer, and answers compared
 
 from webhook import certificates, policies, reviews  # noqa: E402
-from webhook.transport import serving  # noqa: E402
+from webhook.transport import memory  # noqa: E402
 
 SERVICE = "gpu-share-webhook"
 NAMESPACE = "gpu-share-system"
@@ -302,8 +302,8 @@ def bare_server(port: int, cert_dir: Path, response_file: Path, *, parse: bool, 
     if loop == "uvloop":
         uvloop.run(main())
     else:
-        # As `serve` runs asyncio's TLS (webhook/transport/serving.py).
-        asyncio.sslproto.SSLProtocol.max_size = serving.ASYNCIO_TLS_BUFFER
+        # As `serve` runs asyncio's TLS (webhook/transport/memory.py).
+        asyncio.sslproto.SSLProtocol.max_size = memory.ASYNCIO_TLS_BUFFER_BYTES
         asyncio.run(main())
 
 

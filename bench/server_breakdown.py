@@ -44,7 +44,7 @@ from webhook.core import pods  # noqa: E402
 from webhook.core.decisions import Decision  # noqa: E402
 from webhook.policies import PolicySet  # noqa: E402
 from webhook.transport import app as server  # noqa: E402
-from webhook.transport import serving  # noqa: E402
+from webhook.transport import configuration, serving  # noqa: E402
 
 # Stand-in: its row in the table.
 VARIANTS = {
@@ -96,8 +96,8 @@ def serve_variant(
 
     # `serve` makes its app with create_app: hand it the stand-in.
     review = reviews.review if variant == "real" else stand_in
-    serving.create_app = functools.partial(server.create_app, review=review)  # type: ignore[assignment]
-    settings = server.Settings(
+    server.create_app = functools.partial(server.create_app, review=review)  # type: ignore[assignment]
+    settings = configuration.Settings(
         policies_dir=REPO / "policies",
         cert_dir=cert_dir,
         host="127.0.0.1",

@@ -33,7 +33,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from tests import apiserver, kube
 from webhook import certificates
-from webhook.transport import app as server
+from webhook.transport import configuration, states
 
 SERVICE = "gpu-share-webhook"
 NAMESPACE = "gpu-share-system"
@@ -208,7 +208,7 @@ def mounted_policies(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
     return policies_dir, files
 
 
-def settings(tmp_path: Path, **overrides: Any) -> server.Settings:
+def settings(tmp_path: Path, **overrides: Any) -> configuration.Settings:
     """Settings for a server on its own certificates and a copy of the shipped policies."""
     cert_dir = tmp_path / "certs"
     if not (cert_dir / certificates.CERT_FILE).exists():
@@ -224,12 +224,12 @@ def settings(tmp_path: Path, **overrides: Any) -> server.Settings:
         "reload_interval": 0.1,
     }
     values.update(overrides)
-    return server.Settings(**values)
+    return configuration.Settings(**values)
 
 
 def ca_file(app: web.Application) -> Path:
     """The CA the app's certificate comes from: what a webhook configuration's caBundle holds."""
-    return app[server.STATE].settings.cert_dir / certificates.CA_FILE
+    return app[states.STATE].settings.cert_dir / certificates.CA_FILE
 
 
 async def start(
@@ -244,7 +244,7 @@ async def start(
 
     `force_close`: a new connection (and handshake) for every request.
     """
-    test_server: TestServer = await aiohttp_server(app, ssl=app[server.STATE].ssl_context)
+    test_server: TestServer = await aiohttp_server(app, ssl=app[states.STATE].ssl_context)
     connector = aiohttp.TCPConnector(ssl=client_context(ca_file(app)), force_close=force_close)
     result: TestClient[Any, Any] = await aiohttp_client(
         test_server, connector=connector, trace_configs=[trace] if trace else None

@@ -23,6 +23,7 @@ from tests.kube import container, pod, shared
 from webhook import policies, reviews
 from webhook.core import reviewing
 from webhook.transport import app as server
+from webhook.transport import states
 
 SHIPPED = kube.shipped()
 TOKEN = "kube-api-access-abcde"  # the corpus' service account volume (corpus.pods)
@@ -317,7 +318,7 @@ async def test_the_server_answers_a_deployments_pods_from_the_cache_and_a_reload
         return str(h.patched(obj, result)["spec"]["runtimeClassName"])
 
     assert [await runtime_class(n) for n in range(4)] == ["nvidia"] * 4
-    state = app[server.STATE]
+    state = app[states.STATE]
     assert state.answers.hits == 3
     probes = await aiohttp_client(server.create_probe_app(app))
     text = await (await probes.get("/metrics")).text()

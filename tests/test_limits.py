@@ -20,9 +20,8 @@ import pytest
 
 from tests import server_helpers as h
 from webhook import certificates
-from webhook.transport import app as app_module
+from webhook.transport import admission, inflight, serving
 from webhook.transport import limits as limits_module
-from webhook.transport import serving
 from webhook.transport.limits import Limits
 
 SMALL = Limits(
@@ -207,11 +206,17 @@ async def test_beyond_max_connections_with_none_idle_a_new_one_is_a_503(
     assert h.metric(text, "gpu_share_webhook_connections_closed_total", reason="refused") == 1
 
 
+SMALL_REVIEW_BYTES = 16 * 1024
+
+
 @pytest.fixture
-def large_above_16_kib(monkeypatch: pytest.MonkeyPatch) -> None:
+def large_above_16_kib(server: serving.Running, monkeypatch: pytest.MonkeyPatch) -> None:
     # Under SMALL limits every body would be a small one (up to 256 KiB, which may use the
     # reserve beyond --max-inflight-bytes); here bodies above 16 KiB are the large ones.
-    monkeypatch.setattr(app_module, "INLINE_REVIEW_BYTES", 16 * 1024)
+    monkeypatch.setattr(admission, "INLINE_REVIEW_BYTES", SMALL_REVIEW_BYTES)
+    server.state.budget = inflight.Budget(
+        SMALL.max_inflight_bytes, small_bytes=SMALL_REVIEW_BYTES
+    )
 
 
 def padded(uid: str, size: int) -> bytes:
@@ -224,10 +229,10 @@ def padded(uid: str, size: int) -> bytes:
 
 async def counted(running: serving.Running, large: int, small: int = 0) -> None:
     """Until the server holds exactly these review bytes in flight (no fixed sleep)."""
-    state = running.state
+    budget = running.state.budget
 
     async def there() -> bool:
-        return (state.inflight_large_bytes, state.inflight_small_bytes) == (large, small)
+        return (budget.large_held, budget.small_held) == (large, small)
 
     await h.eventually(there, what=f"{large} large and {small} small review bytes in flight")
 
@@ -264,10 +269,12 @@ async def test_beyond_the_review_bytes_in_flight_a_large_request_is_a_429_a_smal
 
 
 async def test_the_reserve_of_small_reviews_is_bounded(
-    server: serving.Running, large_above_16_kib: None, monkeypatch: pytest.MonkeyPatch
+    server: serving.Running, large_above_16_kib: None
 ) -> None:
     reserve = 8 * 1024
-    monkeypatch.setattr(app_module, "SMALL_REVIEWS_RESERVE_BYTES", reserve)
+    server.state.budget = inflight.Budget(
+        SMALL.max_inflight_bytes, small_bytes=SMALL_REVIEW_BYTES, reserve_bytes=reserve
+    )
     ca = ca_of(server)
     big = padded("uid-big", SMALL.max_body_bytes)
     small = padded("uid-small", 6 * 1024)
@@ -294,10 +301,10 @@ async def test_the_reserve_of_small_reviews_is_bounded(
     text = await metrics(server)
     assert h.metric(text, "gpu_share_webhook_requests_shed_total", reason="inflight-bytes") == 1
     # Every byte counted is given back, the one left mid-body included.
-    state = server.state
+    budget = server.state.budget
 
     async def released() -> bool:
-        return state.inflight_large_bytes == state.inflight_small_bytes == 0
+        return budget.large_held == budget.small_held == 0
 
     await h.eventually(released, what="review bytes given back")
 
@@ -380,6 +387,24 @@ def test_this_aiohttp_has_what_the_guard_reads() -> None:
     limits_module.check_handler()
 
 
+class RenamedHandler:
+    """An aiohttp release's RequestHandler that renamed `_messages`."""
+
+    __slots__ = ("_message_queue", "_request_count", "_request_in_progress")
+
+
+async def test_an_aiohttp_without_what_the_guard_reads_stops_the_server_before_it_listens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(limits_module, "RequestHandler", RenamedHandler)
+    with pytest.raises(RuntimeError, match=r"RequestHandler lacks _messages: the connection"):
+        limits_module.check_handler()
+    settings = h.settings(tmp_path, host="127.0.0.1", port=0, metrics_port=0, limits=SMALL)
+    with pytest.raises(RuntimeError, match=r"lacks _messages"):
+        async with serving.running(settings):
+            pytest.fail("listening without the connection limits")
+
+
 async def test_a_closed_connection_lets_go_of_its_transport(server: serving.Running) -> None:
     # Its TLS state must not wait for the collector with aiohttp's objects.
     ca = ca_of(server)
@@ -425,7 +450,7 @@ async def test_a_body_announced_large_counts_as_large_from_its_first_byte(
     # Otherwise every large upload would take its first 16 KiB (256 KiB as shipped) of the
     # reserve of the small ones, and a few dozen stalled ones would fill it.
     ca = ca_of(server)
-    state = server.state
+    budget = server.state.budget
     big = padded("uid-big", SMALL.max_body_bytes)
     small = padded("uid-small", 8 * 1024)
     async with h.connect(server.port, ca) as large, h.connect(server.port, ca) as ordinary:
@@ -440,4 +465,4 @@ async def test_a_body_announced_large_counts_as_large_from_its_first_byte(
         for connection in (large, ordinary):
             status, _, _ = await connection.response()
             assert status == 200
-    assert state.inflight_large_bytes == state.inflight_small_bytes == 0
+    assert budget.large_held == budget.small_held == 0

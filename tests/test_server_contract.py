@@ -17,19 +17,21 @@ from aiohttp.test_utils import TestClient
 
 from tests import server_helpers as h
 from webhook import names, reviews
+from webhook.transport import admission, configuration, deadlines, logs, states
 from webhook.transport import app as server
-from webhook.transport import logs
+from webhook.transport.limits import Limits
 
 Client = TestClient[Any, Any]
+MAX_BODY_BYTES = Limits().max_body_bytes
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> server.Settings:
+def settings(tmp_path: Path) -> configuration.Settings:
     return h.settings(tmp_path)
 
 
 @pytest.fixture
-def app(settings: server.Settings) -> web.Application:
+def app(settings: configuration.Settings) -> web.Application:
     return server.create_app(settings)
 
 
@@ -166,21 +168,35 @@ def padded_review(size: int, uid: str) -> bytes:
 
 async def test_a_body_of_exactly_7_mib_is_reviewed(client: Client) -> None:
     response = await h.post_review(
-        client, "/mutate", padded_review(server.MAX_BODY_BYTES, "uid-7mib")
+        client, "/mutate", padded_review(MAX_BODY_BYTES, "uid-7mib")
     )
     assert response.status == 200
     assert h.response_of(await response.json(), "uid-7mib")["allowed"] is True
 
 
+async def test_a_large_review_returns_freed_memory_and_a_small_one_does_not(
+    client: Client, app: web.Application
+) -> None:
+    trimmer = app[states.STATE].trimmer
+    if not trimmer.can_trim:
+        pytest.skip("malloc_trim is glibc's")
+    small = h.review_body(h.real_pods()[0], "uid-small")
+    assert (await h.post_review(client, "/mutate", small)).status == 200
+    assert trimmer.last is None
+    large = padded_review(admission.INLINE_REVIEW_BYTES + 1, "uid-large")
+    assert (await h.post_review(client, "/mutate", large)).status == 200
+    assert trimmer.last is not None
+
+
 async def test_a_body_over_7_mib_is_a_413(client: Client) -> None:
-    body = padded_review(server.MAX_BODY_BYTES + 1, "uid-too-large")
+    body = padded_review(MAX_BODY_BYTES + 1, "uid-too-large")
     response = await h.post_review(client, "/mutate", body)
     assert response.status == 413
     assert "7 MiB" in await response.text()
 
 
 async def test_a_chunked_body_over_7_mib_is_a_413(client: Client) -> None:
-    body = padded_review(server.MAX_BODY_BYTES + 1024, "uid-chunked")
+    body = padded_review(MAX_BODY_BYTES + 1024, "uid-chunked")
 
     async def chunks() -> AsyncIterator[bytes]:
         for start in range(0, len(body), 1 << 20):
@@ -205,7 +221,7 @@ def failing_review(body: bytes, **_kwargs: Any) -> reviews.Outcome:
 async def test_an_internal_error_is_still_an_admission_review_with_the_uid_and_logged(
     aiohttp_server: Any,
     aiohttp_client: Any,
-    settings: server.Settings,
+    settings: configuration.Settings,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     app = server.create_app(settings, review=failing_review)
@@ -224,7 +240,7 @@ async def test_an_internal_error_is_still_an_admission_review_with_the_uid_and_l
 
 
 async def test_a_large_review_that_outlasts_the_timeout_is_answered_before_the_deadline(
-    aiohttp_server: Any, aiohttp_client: Any, settings: server.Settings
+    aiohttp_server: Any, aiohttp_client: Any, settings: configuration.Settings
 ) -> None:
     def slow_review(body: bytes, **kwargs: Any) -> reviews.Outcome:
         time.sleep(1.5)
@@ -232,7 +248,7 @@ async def test_a_large_review_that_outlasts_the_timeout_is_answered_before_the_d
 
     app = server.create_app(settings, review=slow_review)
     client = await h.start(aiohttp_server, aiohttp_client, app)
-    body = padded_review(server.INLINE_REVIEW_BYTES + 1, "uid-slow")
+    body = padded_review(admission.INLINE_REVIEW_BYTES + 1, "uid-slow")
     # The API server would give up after 1 s; the answer comes before that.
     response = await client.post(
         "/mutate?timeout=1s", data=body, headers=h.JSON, server_hostname=h.HOST
@@ -248,7 +264,7 @@ async def test_a_large_review_that_outlasts_the_timeout_is_answered_before_the_d
     [("10s", 10.0), ("1m0s", 60.0), ("1.5s", 1.5), ("500ms", 0.5), ("30", 30.0), ("x", None)],
 )
 def test_timeouts_are_read_as_the_api_server_writes_them(text: str, seconds: float | None) -> None:
-    assert server.parse_duration(text) == seconds
+    assert deadlines.parse_duration(text) == seconds
 
 
 # --------------------------------------------------------------------------- probes
@@ -299,7 +315,7 @@ async def test_readiness_turns_false_while_draining_and_answers_say_connection_c
     aiohttp_client: Any, client: Client, app: web.Application
 ) -> None:
     probes = await aiohttp_client(server.create_probe_app(app))
-    app[server.STATE].draining = True
+    app[states.STATE].draining = True
     assert (await probes.get("/readyz")).status == 503
     assert (await probes.get("/healthz")).status == 200
     body = h.review_body(h.real_pods()[0], "uid-drain")
@@ -315,7 +331,7 @@ async def test_a_policy_file_that_does_not_load_takes_only_its_own_policies_out_
     broken = settings.policies_dir / "broken.yaml"
     broken.write_text("kind: SharingPolicy\nmetadata: {name: broken}\n")
     app = server.create_app(settings)
-    assert app[server.STATE].policies.names == ["default", "not-renamed"]
+    assert app[states.STATE].policies.names == ["default", "not-renamed"]
     client = await h.start(aiohttp_server, aiohttp_client, app)
     refused = await answer(client, "/mutate/broken", h.shared_pod(), "uid-broken")
     assert refused["allowed"] is False
@@ -326,7 +342,7 @@ async def test_a_policy_file_that_does_not_load_takes_only_its_own_policies_out_
 
 
 async def test_serve_writes_review_lines_straight_out_in_the_log_format(
-    aiohttp_server: Any, aiohttp_client: Any, settings: server.Settings
+    aiohttp_server: Any, aiohttp_client: Any, settings: configuration.Settings
 ) -> None:
     stream = io.BytesIO()
     review_log = logs.JsonLines(stream)

@@ -44,6 +44,12 @@ async def test_serve_in_a_fresh_directory_makes_certificates_says_where_and_answ
             said = [line["message"] for line in serve.log_lines()]
             assert any(str(tmp_path / "certs") in m and "made a local CA" in m for m in said)
             assert any("shipped with the package" in m for m in said)
+            # Its memory settings made (tests/test_memory.py: what each does).
+            (started,) = [
+                line for line in serve.log_lines() if "serving admission reviews" in line["message"]
+            ]
+            assert "mmap threshold: " in started["memory"]
+            assert "malloc arenas: " in started["memory"]
             pod = h.real_pods()[0]
             async with session.post(
                 serve.url(f"/mutate?{h.TIMEOUT}"),

@@ -16,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from tests import server_helpers as h
 from webhook import certificates
 from webhook.transport import app as server
+from webhook.transport import states
 
 Client = TestClient[Any, Any]
 
@@ -109,7 +110,7 @@ async def test_a_certificate_that_cannot_be_served_is_refused_and_the_old_one_st
     settings = h.settings(tmp_path)
     app = server.create_app(settings)
     client = await h.start(aiohttp_server, aiohttp_client, app)
-    served = app[server.STATE].certificates.certificate
+    served = app[states.STATE].certificates.certificate
     # A key that belongs to another certificate.
     other = certificates.make_serving_certificate(
         h.make_ca(), service=h.SERVICE, namespace=h.NAMESPACE
@@ -121,7 +122,7 @@ async def test_a_certificate_that_cannot_be_served_is_refused_and_the_old_one_st
         return h.metric(text, "gpu_share_webhook_certificate_reload_errors_total") == 1
 
     await h.eventually(refused, what="the mismatched key refused")
-    assert app[server.STATE].certificates.certificate == served
+    assert app[states.STATE].certificates.certificate == served
     assert client.server.port is not None
     async with h.connect(client.server.port, settings.cert_dir / certificates.CA_FILE) as c:
         assert c.peer_fingerprint == h.fingerprint(served.public_bytes(serialization.Encoding.DER))

@@ -58,7 +58,7 @@ from webhook.commands import (
 )
 from webhook.errors import CertificateError, PolicyError
 from webhook.transport import logs, serving
-from webhook.transport.app import Settings
+from webhook.transport.configuration import Settings
 from webhook.transport.limits import Limits
 from webhook.transport.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 

@@ -6,14 +6,14 @@ can hold is bounded:
 
 - a TLS handshake, and then a request's line and headers, must arrive within
   `header_timeout` of the connection being made or of the request's first byte (slowloris);
-- a request body within `body_timeout` of its headers (enforced by the handler, `app.py`);
+- a request body within `body_timeout` of its headers (enforced by the handler, `admission`);
 - an idle keep-alive connection is closed after `idle_timeout`: longer than the API server
   keeps one idle (Go's default, 90 s), so that the client closes idle connections, not the
   server (a server closing one races with a request being sent on it);
 - at most `max_connections` are open: a new one beyond that replaces the connection idle for
   longest, and when none is idle it is answered 503 and closed;
 - at most `max_inflight_bytes` of review bodies are being received or reviewed at once:
-  beyond that a request is answered 429 at once, before its body is read (`app.py`).
+  beyond that a request is answered 429 at once, before its body is read (`inflight`).
 
 aiohttp has no header or first-request timeout, so each connection's protocol (aiohttp's
 `RequestHandler`) is wrapped in a `_Guarded` proxy that sees every byte arrive, and one
@@ -61,7 +61,8 @@ class Limits:
     # a large one costs CPU: 8 MiB in flight is one review at the body limit at a time.
     # Objects that etcd stores are at most 1.5 MiB (its default --max-request-bytes), so an
     # UPDATE of the largest storable pod (object and oldObject) leaves room for another.
-    # Reviews of up to 256 KiB each have a reserve beyond it (app.SMALL_REVIEWS_RESERVE_BYTES).
+    # Reviews of up to 256 KiB each have a reserve beyond it
+    # (inflight.SMALL_REVIEWS_RESERVE_BYTES).
     # Counted as bytes arrive, so announcing a large body and not sending it holds nothing.
     # Measured (docs/robustness.md): with 16 MiB, 2,000 idle connections and 40 clients
     # sending 7 MiB reviews took a replica to 427 MB; with 8 MiB, 350 MB.
@@ -123,9 +124,11 @@ def check_handler() -> None:
 # and then `buffer_updated` for one connection before it reads from another, and the bytes
 # are copied out before anything else can run. Offering a buffer (asyncio.BufferedProtocol)
 # spares the TLS layer making one per read: uvloop's, asked for bytes, makes a 256 KiB object
-# for every read, which with `heap`'s fixed mmap threshold is a mapping of its own each time
-# (three system calls and fresh pages for every request, measured). 64 KiB (four TLS
-# records) keeps each copy below that threshold, in the heap's reused pages.
+# for every read, which with the mmap threshold `memory.tune` fixes is a mapping of its own
+# each time (three system calls and fresh pages for every request, measured). 64 KiB (four
+# TLS records) keeps each copy below that threshold, in the heap's reused pages.
+# Tied to `memory.MMAP_THRESHOLD`: this must stay below it, or every read is a mapping
+# again (tests/test_memory.py holds it there).
 READ_BUFFER_BYTES = 64 * 1024
 _READ_BUFFER = memoryview(bytearray(READ_BUFFER_BYTES))
 

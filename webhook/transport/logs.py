@@ -1,9 +1,9 @@
 """The server's log: JSON lines for log pipelines, or plain lines for a person.
 
 Two kinds of line: the server's own (start, reloads, errors) through `logging`, and one
-review line per admission request (`REVIEW_LOGGER`), which `serve` writes with `JsonLines`
-straight to stderr: the same line through `logging` costs several times as much (a
-LogRecord, the caller's frame, handler locks).
+review line per admission request (`review_line`, logger `REVIEW_LOGGER`), which `serve`
+writes with `JsonLines` straight to stderr (`ReviewWriter`): the same line through `logging`
+costs several times as much (a LogRecord, the caller's frame, handler locks).
 """
 
 from __future__ import annotations
@@ -13,15 +13,72 @@ import contextlib
 import logging
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, BinaryIO
 
 import orjson
 
+from webhook import names, reviews
+from webhook.transport import metrics
+
 # The logger of the review lines; their `logger` field.
 REVIEW_LOGGER = "webhook.review"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("json", "text")
+
+_review_logger = logging.getLogger(REVIEW_LOGGER)
+
+# Where review lines go when not through `logging` (a `JsonLines`).
+ReviewLog = Callable[[dict[str, Any]], None]
+
+
+def review_line(
+    outcome: reviews.Outcome, endpoint: reviews.Endpoint, policy_name: str, seconds: float
+) -> dict[str, Any]:
+    """The log line of one answered review."""
+    request, verdict = outcome.request, outcome.verdict
+    line: dict[str, Any] = {
+        "message": "review",
+        "uid": request.uid,
+        "namespace": request.namespace,
+        "name": request.name,
+        "kind": request.kind,
+        "operation": request.operation,
+        "endpoint": endpoint,
+        "policy": policy_name,
+        "decision": metrics.ALLOWED if verdict.allowed else metrics.DENIED,
+        "patch_operations": verdict.patch_operations,
+        "ms": round(seconds * 1000, 3),
+    }
+    if not verdict.allowed:
+        line["rules"] = list(verdict.rules)
+        line["mode"] = names.ENFORCE
+    if verdict.would_refuse:
+        # Admitted although these rules would refuse: the mode that decided so.
+        line["would_refuse"] = list(verdict.would_refuse)
+    return line
+
+
+class ReviewWriter:
+    """Writes review lines: straight to `direct` when `serve` gives one, else through the
+    logger REVIEW_LOGGER at INFO."""
+
+    __slots__ = ("_direct",)
+
+    def __init__(self, direct: ReviewLog | None) -> None:
+        self._direct = direct
+
+    @property
+    def wanted(self) -> bool:
+        """Whether review lines are written (asked before one is put together)."""
+        return self._direct is not None or _review_logger.isEnabledFor(logging.INFO)
+
+    def write(self, line: dict[str, Any]) -> None:
+        if self._direct is not None:
+            self._direct(line)
+        else:
+            _review_logger.info(line)
 
 
 def _timestamp(seconds: float) -> str:

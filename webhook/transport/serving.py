@@ -6,15 +6,16 @@ readiness turns false at once, the admission port keeps answering (with
 `Connection: close`, so clients reconnect elsewhere) for `drain_seconds`, then stops
 listening, closes idle connections, waits for the requests still in flight, and returns.
 
+Before it listens, `serve` makes the process's memory settings (`memory.tune`, once).
+
 `run(settings)` is `serve` on the chosen event loop: uvloop where it is installed
 (`auto`, measured ~1.3x the requests of asyncio's loop on a bare server here, and ~28 KB
-per idle TLS connection against asyncio's ~41 KB with the smaller buffer set below).
+per idle TLS connection against asyncio's ~41 KB with the smaller TLS buffer `memory` sets).
 """
 
 from __future__ import annotations
 
 import asyncio
-import asyncio.sslproto
 import contextlib
 import gc
 import logging
@@ -26,9 +27,10 @@ from typing import Any
 
 from aiohttp import web
 
-from webhook.transport import heap
+from webhook.transport import app, configuration, logs, memory, states
+
+# Aliased: `limits` is what a server's settings hold (`settings.limits`).
 from webhook.transport import limits as limits_module
-from webhook.transport.app import STATE, ReviewLog, Settings, State, create_app, create_probe_app
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +38,6 @@ logger = logging.getLogger(__name__)
 # 30 s (the largest timeoutSeconds) for any of them anyway.
 SHUTDOWN_TIMEOUT_SECONDS = 30.0
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
-# asyncio's TLS keeps a 256 KiB read buffer per connection, allocated when it is made: with
-# a thousand idle connections that is 256 MB. 16 KiB is the largest TLS record, so reads
-# are no fewer for it; only uvloop-less servers use asyncio's TLS.
-ASYNCIO_TLS_BUFFER = 16 * 1024 + 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,27 +45,32 @@ class Running:
     """A server that is listening: its state and the ports it got (for a port 0)."""
 
     app: web.Application
-    state: State
+    state: states.State
     port: int
     metrics_port: int
 
 
 @contextlib.asynccontextmanager
 async def running(
-    settings: Settings, *, reuse_port: bool = False, review_log: ReviewLog | None = None
+    settings: configuration.Settings,
+    *,
+    reuse_port: bool = False,
+    review_log: logs.ReviewLog | None = None,
 ) -> AsyncIterator[Running]:
     """Both applications listening as `serve` runs them; stopped (not drained) on exit."""
     limits_module.check_handler()
-    app = create_app(settings, review_log=review_log)
-    state = app[STATE]
+    admission_app = app.create_app(settings, review_log=review_log)
+    state = admission_app[states.STATE]
     limits = settings.limits
     runner = web.AppRunner(
-        app,
+        admission_app,
         access_log=None,  # one review line per request instead
         shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS,
         keepalive_timeout=limits.idle_timeout,
     )
-    probe_runner = web.AppRunner(create_probe_app(app), access_log=None, shutdown_timeout=1.0)
+    probe_runner = web.AppRunner(
+        app.create_probe_app(admission_app), access_log=None, shutdown_timeout=1.0
+    )
     connections = limits_module.Connections(limits, on_closed=state.metrics.count_closed)
     state.connections = connections
     await runner.setup()
@@ -89,7 +92,7 @@ async def running(
             probe_runner, settings.host, settings.metrics_port, reuse_port=reuse_port or None
         )
         await probe_site.start()
-        yield Running(app, state, listener.sockets[0].getsockname()[1], probe_site.port)
+        yield Running(admission_app, state, listener.sockets[0].getsockname()[1], probe_site.port)
     finally:
         if listener is not None:
             listener.close()
@@ -103,7 +106,10 @@ async def running(
 
 
 async def serve(
-    settings: Settings, *, reuse_port: bool = False, review_log: ReviewLog | None = None
+    settings: configuration.Settings,
+    *,
+    reuse_port: bool = False,
+    review_log: logs.ReviewLog | None = None,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then drain and return (see the module docstring).
 
@@ -111,9 +117,9 @@ async def serve(
     the kernel spreads new connections over them.
     """
     _raise_open_files_limit()
-    memory = heap.fix_mmap_threshold()
-    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    memory_settings = memory.tune(loop)
+    stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     try:
@@ -136,7 +142,7 @@ async def serve(
                     "certificate_expires": f"{state.certificates.not_after:%Y-%m-%dT%H:%M:%SZ}",
                     "event_loop": type(loop).__module__.split(".")[0],
                     "limits": {k: getattr(settings.limits, k) for k in settings.limits.__slots__},
-                    "memory": memory,
+                    "memory": memory_settings,
                 }
             )
             await stop.wait()
@@ -154,7 +160,10 @@ async def serve(
 
 
 def run(
-    settings: Settings, *, reuse_port: bool = False, review_log: ReviewLog | None = None
+    settings: configuration.Settings,
+    *,
+    reuse_port: bool = False,
+    review_log: logs.ReviewLog | None = None,
 ) -> None:
     """`serve` on the event loop `settings.event_loop` names."""
     _run(serve(settings, reuse_port=reuse_port, review_log=review_log), settings.event_loop)
@@ -168,7 +177,6 @@ def _run(main: Coroutine[Any, Any, None], event_loop: str) -> None:
     if uvloop is not None:
         uvloop.run(main)
         return
-    asyncio.sslproto.SSLProtocol.max_size = ASYNCIO_TLS_BUFFER
     asyncio.run(main)
 
 

@@ -1,0 +1,295 @@
+"""The admission routes: a request's bytes in, an AdmissionReview or a 4xx out.
+
+What an admission request can get back:
+
+- 200 with an AdmissionReview: allowed (with `patch`/`patchType`) or denied with a reason;
+  also when the review failed unexpectedly or ran out of time (then a denial with status
+  code 500 naming a reference that the log line with the trace carries);
+- 400 (not a usable AdmissionReview), 408 (the body did not arrive within the body
+  timeout), 413 (body over the limit, 7 MiB), 415 (not application/json), 429 (too many
+  review bytes in flight: retry), with a one-line reason as text. Never a 5xx.
+
+The handler is one function per route, closed over the state it needs: a review is a few
+dictionary lookups, the codec (`reviews.review`, with the decision cache) and one counter,
+one histogram and one log line. The bytes a request holds are one `inflight.Hold`, given
+back when the request leaves, however it leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import secrets
+import time
+
+from aiohttp import StreamReader, web
+
+from webhook import names, policies, reviews
+from webhook.errors import BadReview
+from webhook.transport import deadlines, inflight, logs, metrics, states
+
+logger = logging.getLogger(__name__)
+review_log = logging.getLogger(logs.REVIEW_LOGGER)
+
+# Reviews of bodies up to this size take at most a few milliseconds (a typical pod: ~25 us),
+# so they run on the event loop. Larger ones (tens of ms near the limit) run on a thread:
+# the loop keeps answering other reviews and probes meanwhile, and the wait can be cut at
+# the deadline. Also the bound of a small review in the in-flight budget (`create_app`).
+INLINE_REVIEW_BYTES = 256 * 1024
+# A 4xx reason is one line of at most this many characters, whatever the body held.
+REASON_LENGTH = 300
+
+_JSON = "application/json"
+
+
+class ReviewTimeout(Exception):
+    """A review did not finish before the API server's deadline."""
+
+
+class _Refused(Exception):
+    """A request answered with a 4xx before it is reviewed."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class Route:
+    """One admission route: `/<endpoint>` (a fixed policy) or `/<endpoint>/{policy}`.
+    `handle` is its aiohttp handler."""
+
+    __slots__ = ("endpoint", "fixed_policy", "limits", "metrics", "state")
+
+    def __init__(
+        self, state: states.State, endpoint: reviews.Endpoint, fixed_policy: str | None
+    ) -> None:
+        self.state = state
+        self.endpoint = endpoint
+        self.fixed_policy = fixed_policy
+        self.limits = state.settings.limits
+        self.metrics = state.metrics
+
+    async def handle(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        state, limits = self.state, self.limits
+        policy_name = self.fixed_policy or request.match_info["policy"]
+        headers = request.headers
+        media_type = headers.get("Content-Type", "")
+        if media_type != _JSON and _media_type(media_type) != _JSON:
+            return self.invalid(
+                policy_name,
+                started,
+                415,
+                f"the content type must be {_JSON}, not {_media_type(media_type) or 'none'}",
+            )
+        max_body = limits.max_body_bytes
+        length = _content_length(headers.get("Content-Length"))
+        if length is not None and length > max_body:
+            return self.invalid(policy_name, started, 413, _too_large(length, max_body))
+        self.metrics.in_flight += 1
+        body = b""
+        with state.budget.hold(length) as held:
+            try:
+                content = request.content
+                if content.is_eof():  # all arrived with the headers: the common case
+                    body = await request.read()
+                    held.add(len(body))
+                else:
+                    async with asyncio.timeout(limits.body_timeout):
+                        body = await self.receive(content, held)
+                # One read of the reference: reloads during this review do not change its
+                # policies.
+                policy_set = state.policy_watch.policies
+                if len(body) <= INLINE_REVIEW_BYTES or state.executor is None:
+                    outcome = self.review(body, policy_set, policy_name)
+                else:
+                    deadline = started + deadlines.review_seconds(request.raw_path)
+                    outcome = await self.review_in_thread(body, policy_set, policy_name, deadline)
+            except inflight.Exceeded as exceeded:
+                self.metrics.count_shed("inflight-bytes")
+                return self.invalid(
+                    policy_name,
+                    started,
+                    429,
+                    f"{exceeded.others} bytes of reviews are being received or reviewed,"
+                    f" the limit is {exceeded.limit}: retry in a moment",
+                )
+            except _Refused as refused:
+                return self.invalid(policy_name, started, refused.status, refused.reason)
+            except web.HTTPRequestEntityTooLarge:
+                return self.invalid(policy_name, started, 413, _too_large(None, max_body))
+            except TimeoutError:
+                self.metrics.count_shed("body-timeout")
+                return self.invalid(
+                    policy_name,
+                    started,
+                    408,
+                    f"the body did not arrive within {limits.body_timeout:g} s",
+                )
+            except BadReview as exc:
+                return self.invalid(policy_name, started, 400, str(exc))
+            except Exception as exc:
+                return self.internal_error(policy_name, started, body, exc)
+            finally:
+                self.metrics.in_flight -= 1
+                if held.bytes > INLINE_REVIEW_BYTES:
+                    state.trimmer.after_large_review(state.executor)
+        try:
+            self.record(policy_name, policy_set, outcome, time.perf_counter() - started)
+        except Exception:
+            # Counting and logging must never cost the API server its answer.
+            logger.exception("recording review %s failed", outcome.request.uid)
+        response = web.Response(body=outcome.body, content_type=_JSON)
+        if state.draining:
+            # Sets `Connection: close`: the client's next request opens a new connection,
+            # which the Service sends to a pod that is not going away.
+            response.force_close()
+        return response
+
+    async def receive(self, content: StreamReader, held: inflight.Hold) -> bytes:
+        """The body, chunk by chunk as it arrives, each held as it comes."""
+        max_body = self.limits.max_body_bytes
+        chunks = []
+        while chunk := await content.readany():
+            held.add(len(chunk))
+            if held.bytes > max_body:
+                raise _Refused(413, _too_large(None, max_body))
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def review(
+        self, body: bytes, policy_set: policies.PolicySet, policy_name: str
+    ) -> reviews.Outcome:
+        state = self.state
+        return state.review(
+            body,
+            policies=policy_set,
+            policy_name=policy_name,
+            endpoint=self.endpoint,
+            kinds=state.kinds,
+        )
+
+    async def review_in_thread(
+        self, body: bytes, policy_set: policies.PolicySet, policy_name: str, deadline: float
+    ) -> reviews.Outcome:
+        """A large review, on a thread, cut off at `deadline` (see INLINE_REVIEW_BYTES)."""
+        state = self.state
+        assert state.executor is not None
+        remaining = deadline - time.perf_counter()
+        if remaining <= 0:
+            # Receiving took the whole budget (an overloaded server, a slow upload).
+            raise ReviewTimeout("the API server's deadline passed before the review started")
+        work = asyncio.get_running_loop().run_in_executor(
+            state.executor, self.review, body, policy_set, policy_name
+        )
+        try:
+            return await asyncio.wait_for(work, remaining)
+        except TimeoutError:
+            # The thread cannot be stopped; it finishes and its result is dropped.
+            raise ReviewTimeout(
+                "the review did not finish before the API server's deadline"
+            ) from None
+
+    def record(
+        self,
+        policy_name: str,
+        policy_set: policies.PolicySet,
+        outcome: reviews.Outcome,
+        seconds: float,
+    ) -> None:
+        verdict = outcome.verdict
+        counts, endpoint = self.metrics, self.endpoint
+        policy = _policy_label(policy_name, policy_set)
+        decision = metrics.ALLOWED if verdict.allowed else metrics.DENIED
+        counts.count_review(endpoint, policy, decision, seconds)
+        for rule, mode in verdict.violations:
+            counts.count_violation(endpoint, policy, rule, mode)
+        lines = self.state.review_lines
+        if lines.wanted:
+            lines.write(logs.review_line(outcome, endpoint, policy_name, seconds))
+
+    def invalid(self, policy_name: str, started: float, status: int, reason: str) -> web.Response:
+        """A 4xx for a request that is not a usable AdmissionReview, or cannot be taken now."""
+        reason = " ".join(reason.split())
+        if len(reason) > REASON_LENGTH:
+            reason = reason[: REASON_LENGTH - 3] + "..."
+        seconds = time.perf_counter() - started
+        with contextlib.suppress(Exception):
+            label = _policy_label(policy_name, self.state.policies)
+            self.metrics.count_review(self.endpoint, label, metrics.INVALID, seconds)
+            review_log.warning(
+                {
+                    "message": "refused request",
+                    "endpoint": self.endpoint,
+                    "policy": policy_name,
+                    "status": status,
+                    "reason": reason,
+                    "ms": round(seconds * 1000, 3),
+                }
+            )
+        response = web.Response(status=status, text=reason + "\n")
+        if status == 429:
+            response.headers["Retry-After"] = "1"
+        if status in (408, 413, 429):
+            # The rest of the body is not worth keeping the connection for.
+            response.force_close()
+        return response
+
+    def internal_error(
+        self, policy_name: str, started: float, body: bytes, exc: Exception
+    ) -> web.Response:
+        """Still an AdmissionReview with the request's uid, denying, with a reference."""
+        reference = secrets.token_hex(4)
+        uid = reviews.uid_of(body)
+        seconds = time.perf_counter() - started
+        with contextlib.suppress(Exception):
+            if isinstance(exc, ReviewTimeout):
+                logger.error("review %s (uid %s) ran out of time: %s", reference, uid, exc)
+            else:
+                logger.error("review %s (uid %s) failed unexpectedly", reference, uid, exc_info=exc)
+            label = _policy_label(policy_name, self.state.policies)
+            self.metrics.count_review(self.endpoint, label, metrics.ERROR, seconds)
+            self.state.review_lines.write(
+                {
+                    "message": "review",
+                    "uid": uid,
+                    "endpoint": self.endpoint,
+                    "policy": policy_name,
+                    "decision": metrics.ERROR,
+                    "error": reference,
+                    "ms": round(seconds * 1000, 3),
+                }
+            )
+        if uid is None:
+            # Only a fault before the uid was known gets here (a real review raises BadReview
+            # for such a body): there is no AdmissionReview to answer.
+            return web.Response(
+                status=400,
+                text=f"the body has no readable request uid (internal error {reference})\n",
+            )
+        return web.Response(body=reviews.internal_error(uid, reference), content_type=_JSON)
+
+
+def _policy_label(name: str, policy_set: policies.PolicySet) -> str:
+    # The path segment comes from whoever can reach the port: only names of policies in
+    # force become label values, so a scanner cannot grow the metric without bound.
+    return name if policy_set.get(name) is not None else names.UNKNOWN_POLICY_PATH
+
+
+@functools.lru_cache(maxsize=64)
+def _media_type(header: str) -> str:
+    return header.split(";", 1)[0].strip().lower()
+
+
+def _content_length(text: str | None) -> int | None:
+    # aiohttp has already refused a Content-Length that is not a number.
+    return int(text) if text is not None and text.isascii() and text.isdigit() else None
+
+
+def _too_large(length: int | None, limit: int) -> str:
+    size = f" ({length} bytes)" if length is not None else ""
+    readable = f" ({limit / 1024 / 1024:g} MiB)" if limit >= 1024 * 1024 else ""
+    return f"the body{size} is larger than the limit of {limit} bytes{readable}"

@@ -1,0 +1,51 @@
+"""What `serve` can be told: `Settings`, each field a flag and an environment variable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from webhook import certificates, names
+
+# Aliased: `Settings.limits` is a field of that name.
+from webhook.transport import limits as limits_module
+
+# Decisions kept per process (`reviewing.Cache`), and as many whole answers
+# (`reviews.Answers`, which also stops at `reviews.ANSWERS_MAX_BYTES`, 8 MiB). Only reviews of
+# bodies up to `reviews.CACHE_MAX_BODY_BYTES` (16 KiB) are cached, so the decisions hold
+# 32 MB at the very most (a typical entry: well under 1 KB).
+CACHE_SIZE = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything `serve` can be told; each field has a flag and an environment variable."""
+
+    policies_dir: Path
+    cert_dir: Path = Path("certs")
+    # A server in a pod listens on all its addresses.
+    host: str = "0.0.0.0"
+    port: int = 8443
+    metrics_port: int = 8080
+    # The Service the API server calls: the names the serving certificate is made for.
+    service: str = names.DEFAULT_SERVICE
+    namespace: str = names.DEFAULT_NAMESPACE
+    workers: int = 1
+    drain_seconds: float = 5.0
+    reload_interval: float = 5.0
+    # A WorkloadKinds file (None: the one shipped with the package).
+    workload_kinds: Path | None = None
+    # Where the last good policy files are kept for a restarted container (None: memory only).
+    state_dir: Path | None = None
+    limits: limits_module.Limits = field(default_factory=limits_module.Limits)
+    cache_size: int = CACHE_SIZE
+    # auto: uvloop where it is installed, else asyncio.
+    event_loop: str = "auto"
+
+    @property
+    def cert_file(self) -> Path:
+        return self.cert_dir / certificates.CERT_FILE
+
+    @property
+    def key_file(self) -> Path:
+        return self.cert_dir / certificates.KEY_FILE
