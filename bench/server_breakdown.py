@@ -92,7 +92,7 @@ def serve_variant(
                 request, policies=policies, policy_name=policy_name, endpoint=endpoint, kinds=kinds
             )
         body = reviews.encode(request.uid, decision)
-        return reviews.Outcome(request, decision, body, reviews.verdict(decision))
+        return reviews.Outcome(request, decision, body, reviews.summary(decision))
 
     # `serve` makes its app with create_app: hand it the stand-in.
     review = reviews.review if variant == "real" else stand_in

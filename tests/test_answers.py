@@ -66,7 +66,7 @@ def same(answered: reviews.Outcome, fresh: reviews.Outcome) -> None:
     a, f = answered.request, fresh.request
     assert (a.uid, a.namespace, a.name, a.kind, a.operation) == (
         f.uid, f.namespace, f.name, f.kind, f.operation)
-    assert answered.verdict == fresh.verdict == reviews.verdict(fresh.decision)
+    assert answered.summary == fresh.summary == reviews.summary(fresh.decision)
     kube.same_decision(answered.decision, fresh.decision)
 
 

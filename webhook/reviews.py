@@ -57,8 +57,8 @@ class Request(NamedTuple):
     old_object: Mapping[str, Any] | None
 
 
-class Verdict(NamedTuple):
-    """What the review line and the metrics read of a decision (`verdict`)."""
+class Summary(NamedTuple):
+    """What the review line and the metrics read of a decision (`summary`)."""
 
     allowed: bool
     patch_operations: int
@@ -70,9 +70,9 @@ class Verdict(NamedTuple):
     would_refuse: tuple[str, ...]
 
 
-def verdict(decision: Decision) -> Verdict:
+def summary(decision: Decision) -> Summary:
     """What the review line and the metrics read of `decision`."""
-    return Verdict(
+    return Summary(
         decision.allowed,
         len(decision.patch),
         tuple(decision.rules),
@@ -84,26 +84,26 @@ def verdict(decision: Decision) -> Verdict:
 
 class Outcome:
     """A review as answered: what was asked, what was decided, the response body, and the
-    verdict the review line and the metrics read.
+    summary of the decision the review line and the metrics read.
 
     A review answered from `Answers` was neither parsed nor judged: its `request.object` is
     None, and its `decision` is made from the kept answer when first asked for (a new one,
-    as every review makes: the server only reads `verdict`).
+    as every review makes: the server only reads `summary`).
     """
 
-    __slots__ = ("_answer", "_decision", "body", "request", "verdict")
+    __slots__ = ("_answer", "_decision", "body", "request", "summary")
 
     def __init__(
         self,
         request: Request,
         decision: Decision | None,
         body: bytes,
-        verdict: Verdict,
+        summary: Summary,
         answer: Answer | None = None,
     ) -> None:
         self.request = request
         self.body = body
-        self.verdict = verdict
+        self.summary = summary
         self._decision = decision
         self._answer = answer
 
@@ -246,7 +246,7 @@ def review(
         kinds=kinds,
         cache=cache,
     )
-    outcome = Outcome(request, decision, encode(request.uid, decision), verdict(decision))
+    outcome = Outcome(request, decision, encode(request.uid, decision), summary(decision))
     if answers is not None and found is not None:
         kept = _entry(outcome, found)
         if kept is not None:
@@ -361,7 +361,7 @@ class Answer(NamedTuple):
 
     head: bytes
     tail: bytes
-    verdict: Verdict
+    summary: Summary
     namespace: str
     name: str
     patch: bytes
@@ -447,7 +447,7 @@ def _entry(outcome: Outcome, found: Shape) -> Answer | None:
     return Answer(
         head,
         tail,
-        outcome.verdict,
+        outcome.summary,
         request.namespace,
         request.name,
         patch,
@@ -461,4 +461,4 @@ def _answered(answer: Answer, uid: str) -> Outcome:
     """A kept answer for the review with `uid` (its decision is made when asked for)."""
     request = Request(uid, "", "Pod", "CREATE", answer.namespace, answer.name, "", None, None)
     body = answer.head + uid.encode("ascii") + answer.tail
-    return Outcome(request, None, body, answer.verdict, answer)
+    return Outcome(request, None, body, answer.summary, answer)

@@ -200,12 +200,12 @@ class Route:
         outcome: reviews.Outcome,
         seconds: float,
     ) -> None:
-        verdict = outcome.verdict
+        summary = outcome.summary
         counts, endpoint = self.metrics, self.endpoint
         policy = _policy_label(policy_name, policy_set)
-        decision = metrics.ALLOWED if verdict.allowed else metrics.DENIED
+        decision = metrics.ALLOWED if summary.allowed else metrics.DENIED
         counts.count_review(endpoint, policy, decision, seconds)
-        for rule, mode in verdict.violations:
+        for rule, mode in summary.violations:
             counts.count_violation(endpoint, policy, rule, mode)
         lines = self.state.review_lines
         if lines.wanted:

@@ -37,7 +37,7 @@ def review_line(
     outcome: reviews.Outcome, endpoint: reviews.Endpoint, policy_name: str, seconds: float
 ) -> dict[str, Any]:
     """The log line of one answered review."""
-    request, verdict = outcome.request, outcome.verdict
+    request, summary = outcome.request, outcome.summary
     line: dict[str, Any] = {
         "message": "review",
         "uid": request.uid,
@@ -47,16 +47,16 @@ def review_line(
         "operation": request.operation,
         "endpoint": endpoint,
         "policy": policy_name,
-        "decision": metrics.ALLOWED if verdict.allowed else metrics.DENIED,
-        "patch_operations": verdict.patch_operations,
+        "decision": metrics.ALLOWED if summary.allowed else metrics.DENIED,
+        "patch_operations": summary.patch_operations,
         "ms": round(seconds * 1000, 3),
     }
-    if not verdict.allowed:
-        line["rules"] = list(verdict.rules)
+    if not summary.allowed:
+        line["rules"] = list(summary.rules)
         line["mode"] = names.ENFORCE
-    if verdict.would_refuse:
+    if summary.would_refuse:
         # Admitted although these rules would refuse: the mode that decided so.
-        line["would_refuse"] = list(verdict.would_refuse)
+        line["would_refuse"] = list(summary.would_refuse)
     return line
 
 
