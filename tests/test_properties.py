@@ -229,8 +229,15 @@ def test_a_workload_is_refused_exactly_when_its_pods_would_be(
     assert [(v.rule, v.container, v.message) for v in decision.violations] == [
         (v.rule, v.container, in_template(v.message, kind)) for v in pod_decision.violations]
     if result is not None:
+        # Allowed: its template comes out as its pods do (`mutate -f` shows it so).
+        sent = templates_of(obj)[0]
+        _, pod_result = admit({"apiVersion": "v1", "kind": "Pod", "metadata": sent["metadata"],
+                               "spec": sent["spec"]}, policy)
+        assert pod_result is not None
         template = templates_of(result)[0]
-        assert template is not None
+        assert template["spec"] == pod_result["spec"]
+        assert (template.get("metadata") or {}).get("annotations") == (
+            pod_result.get("metadata") or {}).get("annotations")
 
 
 @PROPERTY_SETTINGS
