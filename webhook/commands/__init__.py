@@ -25,8 +25,6 @@ from typing import Any, NoReturn
 
 from webhook import names, policies
 
-ENV_PREFIX = names.ENV_PREFIX
-
 # Exit codes every command keeps to: 1 when a step fails (or, for `mutate`, something is
 # refused), 2 for bad usage or input.
 EXIT_OK = 0
@@ -41,7 +39,7 @@ DEFAULT_WEBHOOK_NAME = names.DEFAULT_WEBHOOK_NAME
 
 def env_name(name: str) -> str:
     """The environment variable for an option: `cert-dir` -> `GPU_SHARE_WEBHOOK_CERT_DIR`."""
-    return ENV_PREFIX + name.upper().replace("-", "_")
+    return names.ENV_PREFIX + name.upper().replace("-", "_")
 
 
 # --------------------------------------------------------------------------- value types
@@ -269,8 +267,8 @@ def from_env(
     return FromEnv(env_name(name), fallback, value_type)
 
 
-# The helpers before `from_env`, kept for the commands that still use them. Only
-# `env_default` reads its variable at once (the value is text: nothing to check).
+# Kept for the one command that still uses it: it reads its variable at once (the value is
+# text: nothing to check).
 
 
 def env_default(name: str, default: str) -> str:
@@ -279,21 +277,6 @@ def env_default(name: str, default: str) -> str:
     Read when the parser is built; prefer `from_env(name, default)`, read when it runs.
     """
     return os.environ.get(env_name(name), default)
-
-
-def env_int(name: str, default: int) -> FromEnv:
-    """`from_env` for a whole number: checked only when the option's command runs."""
-    return from_env(name, default, whole_number())
-
-
-def env_float(name: str, default: float) -> FromEnv:
-    """`from_env` for a number: checked only when the option's command runs."""
-    return from_env(name, default, number())
-
-
-def env_flag(name: str) -> FromEnv:
-    """`from_env` for a yes/no option (unset: no): checked only when its command runs."""
-    return from_env(name, False, FLAG)
 
 
 class Parser(argparse.ArgumentParser):
