@@ -38,6 +38,8 @@ from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    TEXT,
+    Append,
     add_policies_argument,
     add_webhook_namespace_argument,
     add_workload_kinds_argument,
@@ -45,6 +47,7 @@ from webhook.commands import (
     from_env,
     help_text,
     policies_directory,
+    separated,
 )
 from webhook.core import pods
 from webhook.errors import InputError, PolicyError
@@ -77,11 +80,16 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "-f",
         "--filename",
-        action="append",
+        action=Append,
         metavar="FILE",
-        help="a dump: JSON or YAML, - for standard input; repeatable, and the Namespaces must"
-        f" be in one of them (env {env_name(FILES_OPTION)}, several separated by"
-        f" {os.pathsep!r})",
+        default=from_env(FILES_OPTION, [], separated(os.pathsep, TEXT)),
+        help=help_text(
+            "a dump: JSON or YAML, - for standard input; repeatable, and the Namespaces must"
+            " be in one of them",
+            FILES_OPTION,
+            "none",
+            separator=os.pathsep,
+        ),
     )
     add_policies_argument(parser, "directory of policy files")
     add_workload_kinds_argument(parser)
@@ -107,9 +115,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    files = args.filename or [
-        p for p in os.environ.get(env_name(FILES_OPTION), "").split(os.pathsep) if p
-    ]
+    files: list[str] = args.filename
     problem = _usage_problem(files)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
