@@ -153,6 +153,14 @@ def help_variables(command: str, capsys: pytest.CaptureFixture[str]) -> set[str]
     return {m.removeprefix(PREFIX) for m in re.findall(rf"env ({PREFIX}\w+)", text)}
 
 
+def listed_commands(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The commands `gpu-share-webhook --help` lists, in its order."""
+    assert run(["--help"]) == 0
+    text = capsys.readouterr().out
+    listing = text.split("  COMMAND\n", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"^    (\w+)", listing, flags=re.MULTILINE)
+
+
 def serve(environment: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     """`serve` in a process of its own, so that a mistake cannot leave a server running."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
@@ -178,11 +186,18 @@ def test_the_table_lists_what_each_command_reads(capsys: pytest.CaptureFixture[s
             assert help_variables(command, capsys) == variables, command
 
 
+def test_help_lists_every_command_in_the_order_of_use(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert listed_commands(capsys) == [
+        "serve", "mutate", "audit", "policy", "discover", "certs", "render"]
+
+
 def test_no_two_commands_share_a_variable_that_means_different_things(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     readers: dict[str, list[str]] = {}
-    commands = ["policy check" if c == "policy" else c for c in cli.COMMANDS]
+    commands = ["policy check" if c == "policy" else c for c in listed_commands(capsys)]
     for command in commands:
         for variable in help_variables(command, capsys):
             readers.setdefault(variable, []).append(command)
