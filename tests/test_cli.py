@@ -49,6 +49,9 @@ BAD = {
     "MUTATING_WEBHOOK": "Bad_Name",
     "VALIDATING_WEBHOOK": "Bad_Name",
     "POLICY_NAME": "Not_A_Name",
+    "EXTRA_SAN": "hook.example.com,not a name",
+    "AUDIT_OUTPUT": "xml",
+    "AUDIT_SHOW": "some",
 }
 
 # The variables each command reads (its --help lists them; a test checks). serve reads
@@ -60,6 +63,9 @@ READS = {
         "LOG_FORMAT",
     },
     "mutate": {"OBJECT_NAMESPACE", "NAMESPACE", "POLICIES", "WORKLOAD_KINDS", "MUTATE_OUTPUT"},
+    "audit": {
+        "AUDIT_FILES", "POLICIES", "WORKLOAD_KINDS", "NAMESPACE", "AUDIT_OUTPUT", "AUDIT_SHOW",
+    },
     "policy check": {"POLICIES", "NODES"},
     "discover": {"NODES", "POLICY_NAME"},
     "certs": {
@@ -101,10 +107,19 @@ def nodes_file(tmp_path: Path) -> Path:
     return write(tmp_path, [node("t4-1", T4_MPS)])
 
 
+def namespaces_file(tmp_path: Path) -> Path:
+    """A dump of one namespace that has not opted in: nothing in it would be refused."""
+    path = tmp_path / "namespaces.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}]}))
+    return path
+
+
 def working(command: str, tmp_path: Path) -> list[str]:
     """An invocation of `command` that succeeds, its variables unset."""
     return {
         "mutate": ["mutate", "-f", str(EXAMPLE), "--policies", str(dh.POLICIES)],
+        "audit": ["audit", "-f", str(namespaces_file(tmp_path)), "--policies", str(dh.POLICIES)],
         "policy check": ["policy", "check", str(dh.POLICIES)],
         "discover": ["discover", "-f", str(nodes_file(tmp_path))],
         "certs": ["certs", "--dir", str(tmp_path / "certs")],
@@ -138,6 +153,14 @@ def help_variables(command: str, capsys: pytest.CaptureFixture[str]) -> set[str]
     return {m.removeprefix(PREFIX) for m in re.findall(rf"env ({PREFIX}\w+)", text)}
 
 
+def listed_commands(capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """The commands `gpu-share-webhook --help` lists, in its order."""
+    assert run(["--help"]) == 0
+    text = capsys.readouterr().out
+    listing = text.split("  COMMAND\n", 1)[1].split("\n\n", 1)[0]
+    return re.findall(r"^    (\w+)", listing, flags=re.MULTILINE)
+
+
 def serve(environment: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     """`serve` in a process of its own, so that a mistake cannot leave a server running."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
@@ -163,11 +186,18 @@ def test_the_table_lists_what_each_command_reads(capsys: pytest.CaptureFixture[s
             assert help_variables(command, capsys) == variables, command
 
 
+def test_help_lists_every_command_in_the_order_of_use(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert listed_commands(capsys) == [
+        "serve", "mutate", "audit", "policy", "discover", "certs", "render"]
+
+
 def test_no_two_commands_share_a_variable_that_means_different_things(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     readers: dict[str, list[str]] = {}
-    commands = ["policy check" if c == "policy" else c for c in cli.COMMANDS]
+    commands = ["policy check" if c == "policy" else c for c in listed_commands(capsys)]
     for command in commands:
         for variable in help_variables(command, capsys):
             readers.setdefault(variable, []).append(command)
@@ -253,7 +283,9 @@ def test_the_line_says_what_the_variable_takes(
 # variables leave the others alone
 
 
-@pytest.mark.parametrize("command", ["mutate", "policy check", "discover", "certs", "render"])
+@pytest.mark.parametrize(
+    "command", ["mutate", "audit", "policy check", "discover", "certs", "render"]
+)
 def test_bad_variables_of_other_commands_do_not_disturb_a_command(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -286,7 +318,7 @@ def test_a_bad_variable_of_serve_does_not_disturb_the_others(
     # The variables only serve reads; it once parsed them whichever command ran.
     for variable in ("PORT", "METRICS_PORT", "WORKERS", "DRAIN_SECONDS", "RELOAD_INTERVAL"):
         monkeypatch.setenv(PREFIX + variable, BAD[variable])
-    for command in ("mutate", "policy check", "discover", "certs", "render"):
+    for command in ("mutate", "audit", "policy check", "discover", "certs", "render"):
         assert run(working(command, tmp_path)) == 0, capsys.readouterr().err
         capsys.readouterr()
 
@@ -299,6 +331,63 @@ def test_an_option_given_leaves_its_variable_unread(
     assert run([*working("mutate", tmp_path), "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["kind"] == "List"
     assert run([*working("certs", tmp_path), "--days", "30"]) == 0
+
+
+def test_a_variable_is_read_when_its_command_runs_not_when_the_parser_is_built(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parser = cli.build_parser()
+    set_later = {"HOST": "127.0.0.2", "CERT_DIR": "tls", "STATE_DIR": "state", "PORT": "9443"}
+    for variable, value in set_later.items():
+        monkeypatch.setenv(PREFIX + variable, value)
+    args = parser.parse_args(["serve"])
+    assert (args.host, args.cert_dir, args.state_dir, args.port) == (
+        "127.0.0.2", "tls", "state", 9443)
+
+
+def test_an_empty_state_dir_variable_is_memory_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PREFIX + "STATE_DIR", "")
+    assert cli.build_parser().parse_args(["serve"]).state_dir is None
+
+
+def test_a_list_variable_is_split_and_blank_parts_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(PREFIX + "EXTRA_SAN", " hook.example.com,, 10.1.2.3 ,")
+    monkeypatch.setenv(PREFIX + "AUDIT_FILES", f"{os.pathsep}a.json{os.pathsep}{os.pathsep}b")
+    parser = cli.build_parser()
+    assert parser.parse_args(["certs"]).extra_san == ["hook.example.com", "10.1.2.3"]
+    assert parser.parse_args(["serve"]).extra_san == ["hook.example.com", "10.1.2.3"]
+    assert parser.parse_args(["audit"]).filename == ["a.json", "b"]
+    monkeypatch.delenv(PREFIX + "EXTRA_SAN")
+    monkeypatch.delenv(PREFIX + "AUDIT_FILES")
+    assert parser.parse_args(["certs"]).extra_san == []
+    assert parser.parse_args(["audit"]).filename == []
+
+
+def test_a_repeatable_option_given_replaces_its_variable_unread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(PREFIX + "EXTRA_SAN", BAD["EXTRA_SAN"])
+    monkeypatch.setenv(PREFIX + "AUDIT_FILES", str(tmp_path / "missing.json"))
+    args = cli.build_parser().parse_args(
+        ["certs", "--extra-san", "a.example.com", "--extra-san", "b.example.com"])
+    assert args.extra_san == ["a.example.com", "b.example.com"]
+    assert run(working("audit", tmp_path)) == 0, capsys.readouterr().err
+    assert run([*working("certs", tmp_path), "--extra-san", "c.example.com"]) == 0
+
+
+def test_the_line_for_a_bad_list_variable_names_the_whole_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(PREFIX + "EXTRA_SAN", "hook.example.com, a..b")
+    assert run(working("certs", tmp_path)) == 2
+    assert one_line(capsys.readouterr().err) == (
+        "gpu-share-webhook certs: error: GPU_SHARE_WEBHOOK_EXTRA_SAN='hook.example.com, a..b'"
+        " (for --extra-san): expected a DNS name (a *. wildcard allowed) or an IP address,"
+        " several separated by ','"
+    )
+    assert not (tmp_path / "certs").exists()
 
 
 # --------------------------------------------------------------------------- good variables

@@ -150,6 +150,44 @@ def test_output_formats(capsys: pytest.CaptureFixture[str]) -> None:
     assert {**runtime_class, "path": "/spec/template/spec/runtimeClassName"} in lines[1]
 
 
+def test_every_shape_of_input_gives_the_same_objects(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """YAML documents, a kubectl List, the API's PodList (items without kind) and JSON values
+    one after another (`jq -c '.items[]'`) are the same input to mutate."""
+    objects = list(yaml.safe_load_all((EXAMPLES / "allowed" / "runtime-class.yaml").read_text()))
+    pod, deployment = objects
+    bare_pod = {k: v for k, v in pod.items() if k not in ("apiVersion", "kind")}
+    shapes = {
+        "yaml": yaml.safe_dump_all(objects),
+        "list.json": json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
+        "stream.json": "\n".join(json.dumps(o) for o in objects) + "\n",
+        "api.json": json.dumps({"apiVersion": "v1", "kind": "PodList", "items": [bare_pod]})
+        + json.dumps({"apiVersion": "apps/v1", "kind": "DeploymentList", "items": [deployment]}),
+    }
+    patches = set()
+    for name, text in shapes.items():
+        (tmp_path / name).write_text(text)
+        code, out, err = run(capsys, "-f", str(tmp_path / name), "-o", "patch")
+        assert (code, err) == (0, ""), name
+        patches.add(out)
+    assert len(patches) == 1
+    assert '"path":"/spec/runtimeClassName"' in patches.pop()
+
+
+def test_a_date_that_is_none_is_text_as_kubectl_reads_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It was a traceback: PyYAML's safe loader raises ValueError for month 13.
+    text = (EXAMPLES / "allowed" / "runtime-class.yaml").read_text()
+    path = tmp_path / "in.yaml"
+    path.write_text(text.replace("  name: cuda-vectoradd\n",
+                                 "  name: cuda-vectoradd\n  annotations: {built: 2026-13-45}\n"))
+    code, out, _ = run(capsys, "-f", str(path), "-o", "json")
+    assert code == 0
+    assert json.loads(out)["items"][0]["metadata"]["annotations"]["built"] == "2026-13-45"
+
+
 def test_a_namespace_that_has_not_opted_in_is_left_alone_and_says_so(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

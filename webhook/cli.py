@@ -7,15 +7,22 @@ on stderr, exit 2 (`commands.Parser`). Only the command being run reads its vari
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Sequence
 
 from webhook import __version__
-from webhook.commands import Parser
+from webhook.commands import Parser, audit, certs, discover, mutate, policy, render, serve
 
-# Subcommand modules, in the order `--help` lists them.
-COMMANDS = ("serve", "mutate", "audit", "policy", "discover", "certs", "render")
+# Each adds its command's parser; `--help` lists the commands in this order.
+_REGISTER = (
+    serve.register,
+    mutate.register,
+    audit.register,
+    policy.register,
+    discover.register,
+    certs.register,
+    render.register,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,8 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMANDS:
-        importlib.import_module(f"webhook.commands.{name}").register(subparsers)
+    for register in _REGISTER:
+        register(subparsers)
     return parser
 
 

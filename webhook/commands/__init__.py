@@ -3,7 +3,8 @@
 Each module has `register(subparsers)`, which adds its parser and sets `func` to a callable
 taking the parsed arguments and returning the exit code. Every option has an environment
 variable, `GPU_SHARE_WEBHOOK_<NAME>`: its default is `from_env(name, fallback)`, which
-`--help` shows as the variable and the fallback.
+`--help` shows as the variable and the fallback. This is the only way an option's variable is
+read; a repeatable option (`action=Append`) reads a list, `separated` by a character.
 
 A variable is read and checked only when its command runs (`Parser` resolves the defaults of
 the command it parsed), so a bad value of one command's variable never disturbs another
@@ -23,9 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from webhook import names, policies
-
-ENV_PREFIX = names.ENV_PREFIX
+from webhook import certificates, names, policies
+from webhook.errors import CertificateError
 
 # Exit codes every command keeps to: 1 when a step fails (or, for `mutate`, something is
 # refused), 2 for bad usage or input.
@@ -41,7 +41,7 @@ DEFAULT_WEBHOOK_NAME = names.DEFAULT_WEBHOOK_NAME
 
 def env_name(name: str) -> str:
     """The environment variable for an option: `cert-dir` -> `GPU_SHARE_WEBHOOK_CERT_DIR`."""
-    return ENV_PREFIX + name.upper().replace("-", "_")
+    return names.ENV_PREFIX + name.upper().replace("-", "_")
 
 
 # --------------------------------------------------------------------------- value types
@@ -202,6 +202,35 @@ def _text_or_none(raw: str) -> str | None:
 # A file, directory or name that may be left out: "" is none.
 OPTIONAL_TEXT = ValueType("any text", _text_or_none)
 
+# Any text, as it is (a file name).
+TEXT = ValueType("any text", str)
+
+
+def _san_name(raw: str) -> str:
+    name = raw.strip()
+    try:
+        # The certificate's own check: a name taken here is one the certificate takes.
+        certificates.subject_alt_names(
+            service=names.DEFAULT_SERVICE, namespace=names.DEFAULT_NAMESPACE, extra_sans=[name]
+        )
+    except CertificateError:
+        raise ValueError(raw) from None
+    return name
+
+
+# One more name for a serving certificate.
+SAN_NAME = ValueType("a DNS name (a *. wildcard allowed) or an IP address", _san_name)
+
+
+def separated(separator: str, item: ValueType) -> ValueType:
+    """A list in one value (a repeatable option's variable): the parts between `separator`,
+    blank ones left out, each checked by `item`."""
+
+    def parse(raw: str) -> list[Any]:
+        return [item.parse(part) for part in raw.split(separator) if part.strip()]
+
+    return ValueType(f"{item.expected}, several separated by {separator!r}", parse)
+
 
 # --------------------------------------------------------------------------- environment
 
@@ -264,36 +293,24 @@ def from_env(
     """The default of an option whose variable is `env_name(name)`, read when it runs.
 
     `value_type` checks the variable's value when the option's own `type=` does not fit
-    (a yes/no option has none).
+    (a yes/no option has none; a repeatable one takes a list, `separated`).
     """
     return FromEnv(env_name(name), fallback, value_type)
 
 
-# The helpers before `from_env`, kept for the commands that still use them. Only
-# `env_default` reads its variable at once (the value is text: nothing to check).
+class Append(argparse.Action):
+    """`action="append"` for an option whose default is `from_env`: the values given replace
+    the variable's list (argparse's own action would append to the default itself)."""
 
-
-def env_default(name: str, default: str) -> str:
-    """The option's default: its environment variable when set, else `default`.
-
-    Read when the parser is built; prefer `from_env(name, default)`, read when it runs.
-    """
-    return os.environ.get(env_name(name), default)
-
-
-def env_int(name: str, default: int) -> FromEnv:
-    """`from_env` for a whole number: checked only when the option's command runs."""
-    return from_env(name, default, whole_number())
-
-
-def env_float(name: str, default: float) -> FromEnv:
-    """`from_env` for a number: checked only when the option's command runs."""
-    return from_env(name, default, number())
-
-
-def env_flag(name: str) -> FromEnv:
-    """`from_env` for a yes/no option (unset: no): checked only when its command runs."""
-    return from_env(name, False, FLAG)
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        given = getattr(namespace, self.dest, None)
+        setattr(namespace, self.dest, [*(given if isinstance(given, list) else []), values])
 
 
 class Parser(argparse.ArgumentParser):
@@ -323,9 +340,13 @@ class Parser(argparse.ArgumentParser):
 # --------------------------------------------------------------------------- shared options
 
 
-def help_text(text: str, option: str, default: str = "%(default)s") -> str:
-    """An option's help with its environment variable and default."""
-    return f"{text} (env {env_name(option)}; default {default})"
+def help_text(
+    text: str, option: str, default: str = "%(default)s", *, separator: str | None = None
+) -> str:
+    """An option's help with its environment variable and default; `separator` is the one
+    between the values of a repeatable option's variable (`separated`)."""
+    several = f", several separated by {separator!r}" if separator else ""
+    return f"{text} (env {env_name(option)}{several}; default {default})"
 
 
 def add_policies_argument(parser: argparse.ArgumentParser, help_first: str) -> None:
@@ -388,9 +409,12 @@ def policies_directory(option: str | None) -> tuple[Path, str]:
 def add_service_arguments(
     parser: argparse.ArgumentParser, *, service_help: str, namespace_help: str, san_help: str
 ) -> None:
-    """--service, --namespace and --extra-san: the names a serving certificate is made for.
+    """--service, --namespace and --extra-san: the names a serving certificate is made for
+    (`args.extra_san` is a list, empty when none are given).
 
-    Read the extra names with `extra_sans(args)`: their variable is a comma-separated list.
+    The names of --extra-san's variable are checked when the command runs, as every variable
+    is; names given as options are checked where a certificate is made, as they always were
+    (`serve` with a pair in --cert-dir makes none).
     """
     parser.add_argument(
         "--service",
@@ -406,16 +430,8 @@ def add_service_arguments(
     )
     parser.add_argument(
         "--extra-san",
-        action="append",
+        action=Append,
         metavar="NAME",
-        default=None,
-        help=f"{san_help}, repeatable (env {env_name('extra-san')}, comma-separated)",
+        default=from_env("extra-san", [], separated(",", SAN_NAME)),
+        help=help_text(f"{san_help}, repeatable", "extra-san", "none", separator=","),
     )
-
-
-def extra_sans(args: argparse.Namespace) -> list[str]:
-    """--extra-san as given, else its environment variable's comma-separated names."""
-    if args.extra_san:
-        return list(args.extra_san)
-    raw = os.environ.get(env_name("extra-san"), "")
-    return [item.strip() for item in raw.split(",") if item.strip()]

@@ -7,8 +7,9 @@ Make the files with
     kubectl get pods,deployments,statefulsets,daemonsets,jobs,cronjobs,replicasets,\\
         replicationcontrollers -A -o json > workloads.json
 
-(JSON or YAML, `kind: List` or single objects, several files, `-` for standard input; add
-the kinds of the WorkloadKinds file, e.g. jobsets, to the second command). Each namespace's
+(JSON or YAML, `kind: List`, the API's own lists such as PodList, or single objects, JSON
+ones also one after another; several files, `-` for standard input; add the kinds of the
+WorkloadKinds file, e.g. jobsets, to the second command). Each namespace's
 labels pick its policy exactly as the rendered webhook configurations do: kube-system, the
 webhook's own namespace and namespaces that have not opted in are never reviewed. Every Pod
 is judged as the webhook would judge it if it were created now, every workload as the pods
@@ -31,13 +32,14 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
 from webhook import auditing, documents, kinds, names, policies, rendering
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    TEXT,
+    Append,
     add_policies_argument,
     add_webhook_namespace_argument,
     add_workload_kinds_argument,
@@ -45,8 +47,8 @@ from webhook.commands import (
     from_env,
     help_text,
     policies_directory,
+    separated,
 )
-from webhook.core import pods
 from webhook.errors import InputError, PolicyError
 
 # Not GPU_SHARE_WEBHOOK_OUTPUT: `mutate -o` reads that one, with other formats.
@@ -77,11 +79,16 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "-f",
         "--filename",
-        action="append",
+        action=Append,
         metavar="FILE",
-        help="a dump: JSON or YAML, - for standard input; repeatable, and the Namespaces must"
-        f" be in one of them (env {env_name(FILES_OPTION)}, several separated by"
-        f" {os.pathsep!r})",
+        default=from_env(FILES_OPTION, [], separated(os.pathsep, TEXT)),
+        help=help_text(
+            "a dump: JSON or YAML, - for standard input; repeatable, and the Namespaces must"
+            " be in one of them",
+            FILES_OPTION,
+            "none",
+            separator=os.pathsep,
+        ),
     )
     add_policies_argument(parser, "directory of policy files")
     add_workload_kinds_argument(parser)
@@ -107,17 +114,13 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    files = args.filename or [
-        p for p in os.environ.get(env_name(FILES_OPTION), "").split(os.pathsep) if p
-    ]
+    files: list[str] = args.filename
     problem = _usage_problem(files)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        objects: list[dict[str, Any]] = []
-        for path in files:
-            objects += read_objects(path)
+        objects = read_objects(*files)
         loaded = policies.load_directory(policies_directory(args.policies)[0])
         workload_kinds = kinds.all_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
     except InputError as exc:
@@ -130,9 +133,6 @@ def run(args: argparse.Namespace) -> int:
             + (f" (and {more} more: run `gpu-share-webhook policy check`)" if more else ""),
             file=sys.stderr,
         )
-        return EXIT_USAGE
-    if not objects:
-        print(f"error: {', '.join(files)}: holds no Kubernetes object", file=sys.stderr)
         return EXIT_USAGE
     try:
         where = rendering.routes(loaded, workload_kinds, webhook_namespace=args.webhook_namespace)
@@ -180,134 +180,9 @@ def _usage_problem(files: Sequence[str]) -> str:
 # --------------------------------------------------------------------------- input
 
 
-def read_objects(path: str) -> list[dict[str, Any]]:
-    """The objects of one file (a `kind: List` is expanded; an empty one is no error: a
-    cluster may have no pods). InputError, one line, when the file cannot be used."""
-    text, source = documents.read_text(path)
-    try:
-        # kubectl's JSON: orjson reads a dump of ten thousand pods in a fraction of a second.
-        docs: list[Any] = [orjson.loads(text)]
-    except orjson.JSONDecodeError:
-        try:
-            docs = load_yaml(text)
-        except yaml.YAMLError:
-            # The shared reader words the error (line, column, reason).
-            return documents.parse(text, source)
-        except ValueError as exc:  # PyYAML's, for a date such as 2026-13-45
-            raise InputError(f"{source}: not valid YAML: {exc}") from None
-    objects: list[dict[str, Any]] = []
-    for number, doc in enumerate(docs, 1):
-        if doc is None:
-            continue
-        if not isinstance(doc, dict):
-            raise InputError(
-                f"{source}: document {number} is {pods.type_name(doc)}, not a Kubernetes object"
-            )
-        items = doc.get("items")
-        if str(doc.get("kind", "")).endswith("List") and isinstance(items, list):
-            for i, item in enumerate(items):
-                if not isinstance(item, dict):
-                    raise InputError(f"{source}: document {number}, item {i} is not an object")
-                objects.append(item)
-            continue
-        objects.append(doc)
-    return objects
-
-
-# libyaml when PyYAML has it: the pure-Python parser is several times slower.
-_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_YAML = "tag:yaml.org,2002:"
-# The types of scalar the fast reader builds itself (as the safe loader does).
-_SCALARS = frozenset(
-    f"{_YAML}{t}" for t in ("null", "bool", "int", "float", "timestamp", "str")
-)
-
-
-class _Unusual(Exception):
-    """YAML that the fast reader leaves to the safe loader (aliases, merge keys, tags)."""
-
-
-def load_yaml(text: str) -> list[Any]:
-    """Every document of `text`, as `yaml.load_all` with the safe loader reads them.
-
-    The safe loader builds a node for every value before it builds the value, which takes
-    close to a minute and over a gigabyte for a dump of ten thousand pods; this builds the
-    values from the parser's events, ten times as fast, resolving each distinct plain scalar
-    once. YAML that kubectl never writes (aliases, merge keys, explicit tags, keys that are
-    not scalars) goes to the safe loader. YAMLError as the safe loader raises it.
-    """
-    try:
-        return _build(text)
-    except _Unusual:
-        return list(yaml.load_all(text, Loader=_LOADER))
-
-
-def _build(text: str) -> list[Any]:
-    resolver = yaml.SafeLoader("")
-    # Untyped in PyYAML's stubs.
-    resolve: Any = resolver.resolve
-    known: dict[str, Any] = {}
-
-    def plain(value: str) -> Any:
-        if value in known:
-            return known[value]
-        tag = resolve(yaml.ScalarNode, value, (True, False))
-        if tag not in _SCALARS:
-            raise _Unusual(tag)
-        try:
-            built = resolver.construct_object(yaml.ScalarNode(tag, value))
-        except ValueError:
-            # A timestamp with month 13: the safe loader fails; kubectl reads a string.
-            built = value
-        known[value] = built
-        return built
-
-    docs: list[Any] = []
-    # The mappings and sequences being built, and for each mapping the key whose value
-    # comes next (`_NO_KEY`: a key comes next).
-    open_nodes: list[dict[Any, Any] | list[Any]] = []
-    keys: list[Any] = []
-
-    def put(value: Any) -> None:
-        if not open_nodes:
-            docs.append(value)
-            return
-        node = open_nodes[-1]
-        if isinstance(node, list):
-            node.append(value)
-        elif keys[-1] is _NO_KEY:
-            if isinstance(value, dict | list):
-                raise _Unusual("a key that is not a scalar")
-            keys[-1] = value
-        else:
-            node[keys[-1]] = value
-            keys[-1] = _NO_KEY
-
-    for event in yaml.parse(text, Loader=_LOADER):
-        if isinstance(event, yaml.ScalarEvent):
-            if event.tag not in (None, "!"):
-                raise _Unusual(event.tag)
-            # Plain scalars have a type (a merge key `<<` is a type of its own); quoted
-            # ones are strings.
-            put(plain(event.value) if event.implicit[0] else event.value)
-        elif isinstance(event, yaml.CollectionStartEvent):
-            if event.tag not in (None, "!"):
-                raise _Unusual(event.tag)
-            node: dict[Any, Any] | list[Any] = (
-                {} if isinstance(event, yaml.MappingStartEvent) else []
-            )
-            put(node)
-            open_nodes.append(node)
-            keys.append(_NO_KEY)
-        elif isinstance(event, yaml.CollectionEndEvent):
-            open_nodes.pop()
-            keys.pop()
-        elif isinstance(event, yaml.AliasEvent):
-            raise _Unusual("an alias")
-    return docs
-
-
-_NO_KEY = object()
+def read_objects(*paths: str) -> list[dict[str, Any]]:
+    """The objects of the dump files (`documents.read`): the step bench/audit.py times."""
+    return documents.read(paths)
 
 
 def _warn(report: auditing.Report) -> None:

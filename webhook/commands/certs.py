@@ -28,7 +28,6 @@ from webhook.commands import (
     FLAG,
     OPTIONAL_TEXT,
     add_service_arguments,
-    extra_sans,
     from_env,
     help_text,
     object_name,
@@ -152,12 +151,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _request(args: argparse.Namespace) -> _Request:
     """The arguments, checked before anything is written or asked of the cluster."""
-    extra = extra_sans(args)
     request = _Request(
         directory=Path(args.dir),
         service=args.service,
         namespace=args.namespace,
-        extra_sans=tuple(extra),
+        extra_sans=tuple(args.extra_san),
         days=args.days,
         force=args.force,
         secret=args.secret or None,

@@ -45,11 +45,10 @@ from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    OPTIONAL_TEXT,
     add_policies_argument,
     add_service_arguments,
     add_workload_kinds_argument,
-    env_default,
-    extra_sans,
     from_env,
     help_text,
     number,
@@ -85,7 +84,7 @@ def register(subparsers: Any) -> None:
     defaults = Settings(policies_dir=Path())
     parser.add_argument(
         "--host",
-        default=env_default("host", defaults.host),
+        default=from_env("host", defaults.host),
         help=help_text("address to listen on, for both ports", "host"),
     )
     parser.add_argument(
@@ -103,7 +102,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--cert-dir",
         metavar="DIR",
-        default=env_default("cert-dir", str(defaults.cert_dir)),
+        default=from_env("cert-dir", str(defaults.cert_dir)),
         help=help_text(
             "directory with tls.crt and tls.key (a mounted kubernetes.io/tls Secret works);"
             " made there when missing, reloaded when they change",
@@ -119,7 +118,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--state-dir",
         metavar="DIR",
-        default=env_default("state-dir", "") or None,
+        type=OPTIONAL_TEXT,
+        default=from_env("state-dir", None),
         help=help_text(
             "where to keep the last good version of each policy file, for a restarted"
             " container (deploy/: an emptyDir)",
@@ -265,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
             settings.cert_dir,
             service=settings.service,
             namespace=settings.namespace,
-            extra_sans=extra_sans(args),
+            extra_sans=args.extra_san,
         )
     except CertificateError as exc:
         logger.error("cannot serve without a certificate: %s", exc)
