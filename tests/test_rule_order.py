@@ -90,6 +90,7 @@ def test_a_check_sees_the_same_facts_whatever_ran_before_it() -> None:
     with pytest.raises(AttributeError):
         known.resource = "nvidia.com/gpu"  # type: ignore[misc]
     r = rules.Pass(known, policy, mutate=True, require=False)
+    r.report(frozenset(rule.name for rule in rules.RULES if rule.found))
     for rule in rules.RULES:
         for step in (rule.check, rule.patch):
             if step is not None:

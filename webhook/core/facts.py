@@ -23,7 +23,7 @@ and not on an ephemeral-containers update (which cannot change the pod's placeme
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from webhook import names
@@ -76,22 +76,14 @@ class Facts(NamedTuple):
     resource: str | None
     profile: Profile | None
     placement: placing.Placement | None
+    # The classes the pod may land on (`placement.classes`); None when placement failed or
+    # did not start.
+    classes: tuple[NodeClass, ...] | None
     findings: tuple[Finding, ...]
-
-    @property
-    def classes(self) -> tuple[NodeClass, ...] | None:
-        """The classes the pod may land on; None when placement failed or did not start."""
-        return None if self.placement is None else self.placement.classes
-
-    def containers(self) -> Iterator[tuple[pods.Container, Usage]]:
-        return zip(self.pod.containers, self.usage, strict=True)
-
-    def judged(self) -> Iterator[tuple[pods.Container, Usage]]:
-        """The containers the rules judge (all, but on an ephemeral-containers update)."""
-        return ((c, u) for c, u in zip(self.pod.containers, self.usage, strict=True) if c.judged)
-
-    def found(self, rule: str) -> Iterator[Finding]:
-        return (f for f in self.findings if f.rule == rule)
+    # Each container with its usage; and those the rules judge (all, but on an
+    # ephemeral-containers update).
+    containers: tuple[tuple[pods.Container, Usage], ...]
+    judged: tuple[tuple[pods.Container, Usage], ...]
 
 
 def gather(pod: pods.Pod, policy: Policy) -> Facts:
@@ -106,15 +98,20 @@ def gather(pod: pods.Pod, policy: Policy) -> Facts:
         if resource is not None:
             placement = placing.place(pod, policy, usage, resource, profile)
             findings.extend(placement.findings)
+    containers = tuple(zip(pod.containers, usage, strict=True))
+    # Positional, in the order of the fields (one per review).
     return Facts(
-        pod=pod,
-        usage=usage,
-        gpu=gpu,
-        requested=requested,
-        resource=resource,
-        profile=profile,
-        placement=placement,
-        findings=tuple(findings),
+        pod,
+        usage,
+        gpu,
+        requested,
+        resource,
+        profile,
+        placement,
+        None if placement is None else placement.classes,
+        tuple(findings),
+        containers,
+        tuple(p for p in containers if p[0].judged) if pod.ephemeral_update else containers,
     )
 
 
@@ -143,6 +140,9 @@ def _usage(
         wanted = [k for k in limits if _is_gpu_resource(k, policy)]
         if requests:
             wanted += [k for k in requests if k not in limits and _is_gpu_resource(k, policy)]
+        if not wanted:
+            out.append(NO_USAGE)
+            continue
         shared: list[tuple[str, int]] = []
         exclusive: list[str] = []
         for name in wanted:

@@ -410,7 +410,9 @@ def pin(
     classes = placement.classes
     if not classes:
         return []
-    largest = max(used.replicas(resource) for used in usage)
+    largest = 0
+    for used in usage:
+        largest = max(largest, used.replicas(resource))
     extra = selecting.min_gpus(classes[0].resource, largest) if largest > 1 else None
     return selecting.plan(pod, placement.constraints, classes, extra=extra)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Hashable, Iterator, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -362,9 +362,11 @@ class Pod(NamedTuple):
     def has_annotation(self, name: str) -> bool:
         return any(key == name for key, _ in self.annotations)
 
-    def judged(self) -> Iterator[Container]:
+    def judged(self) -> Iterable[Container]:
         """The containers the rules judge (all, but on an ephemeral-containers update)."""
-        return (c for c in self.containers if c.judged)
+        if not self.ephemeral_update:
+            return self.containers
+        return tuple(c for c in self.containers if c.judged)
 
     def key(self) -> Hashable | None:
         """The view as a key of the decisions it gets: the view itself, which holds all the
@@ -495,30 +497,31 @@ def read(template: Template, *, old: Mapping[str, Any] | None = None) -> Pod:
         for i, t in enumerate(raw_tolerations):
             if not isinstance(t, dict):
                 r.wrong(f"spec.tolerations[{i}]", "an object", t)
-        tolerations = tuple(Toleration.of(t) for t in raw_tolerations if isinstance(t, dict))
+        tolerations = tuple([Toleration.of(t) for t in raw_tolerations if isinstance(t, dict)])
     host_pid = r.flag(spec, "hostPID", "spec")
     host_ipc = r.flag(spec, "hostIPC", "spec")
     runtime_class = r.text(spec, "runtimeClassName", "spec")
     node_selector = r.strings(spec, "nodeSelector", "spec")
-    terms = _required_terms(r, spec)
+    depth, terms = _required_terms(r, spec)
+    # Positional: the fields in their order (a review builds one per template).
     return Pod(
-        place=template.place,
-        has_metadata=meta is not None,
-        has_annotations=has_annotations,
-        annotations=annotations,
-        containers=tuple(containers),
-        volumes=tuple(volumes),
-        host_pid=host_pid,
-        host_ipc=host_ipc,
-        runtime_class=runtime_class,
-        resource_claims=bool(claims),
-        node_selector=tuple(node_selector.items()),
-        has_node_selector=isinstance(spec.get("nodeSelector"), dict),
-        affinity_depth=_affinity_depth(spec),
-        node_terms=None if terms is None else Json(terms),
-        tolerations=tolerations,
-        problems=tuple(r.problems),
-        ephemeral_update=old is not None,
+        template.place,
+        meta is not None,  # has_metadata
+        has_annotations,
+        annotations,
+        tuple(containers),
+        tuple(volumes),
+        host_pid,
+        host_ipc,
+        runtime_class,
+        bool(claims),  # resource_claims
+        tuple(node_selector.items()),
+        isinstance(spec.get("nodeSelector"), dict),  # has_node_selector
+        depth,  # affinity_depth
+        None if terms is None else Json(terms),  # node_terms
+        tolerations,
+        tuple(r.problems),
+        old is not None,  # ephemeral_update
     )
 
 
@@ -608,50 +611,41 @@ def _container(r: _Reader, raw: Mapping[str, Any], *, group: str, index: int) ->
             at = f"{where}.volumeMounts[{i}]"
             volume, path = r.text(m, "name", at), r.text(m, "mountPath", at)
         mounts.append(Mount(i, volume or "", path or ""))
+    # Positional: the fields in their order (a review builds one per container).
     return Container(
-        group=group,
-        position=index,
-        name=name,
-        limits=tuple(limits.items()),
-        requests=tuple(requests.items()),
-        env=tuple(env),
-        has_env_list=isinstance(raw_env, list),
-        env_from=bool(env_from),
-        privileged=privileged,
-        capabilities=capabilities,
-        mounts=tuple(mounts),
-        judged=True,
+        group,
+        index,  # position
+        name,
+        tuple(limits.items()),
+        tuple(requests.items()),
+        tuple(env),
+        isinstance(raw_env, list),  # has_env_list
+        bool(env_from),
+        privileged,
+        capabilities,
+        tuple(mounts),
+        True,  # judged
     )
 
 
-def _affinity_depth(spec: Mapping[str, Any]) -> int:
-    affinity = spec.get("affinity")
-    if not isinstance(affinity, dict):
-        return 0
-    node_affinity = affinity.get("nodeAffinity")
-    if not isinstance(node_affinity, dict):
-        return 1
-    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution")
-    return 3 if isinstance(required, dict) else 2
-
-
-def _required_terms(r: _Reader, spec: Mapping[str, Any]) -> list[Any] | None:
-    """The required node selector terms, each term's expressions shape-checked."""
+def _required_terms(r: _Reader, spec: Mapping[str, Any]) -> tuple[int, list[Any] | None]:
+    """How deep the pod's required node affinity goes as objects (`Pod.affinity_depth`), and
+    its node selector terms, each term's expressions shape-checked."""
     affinity = r.obj(spec, "affinity", "spec")
-    if not affinity:
-        return None
+    if affinity is None:
+        return 0, None
     at = "spec.affinity"
     node_affinity = r.obj(affinity, "nodeAffinity", at)
-    if not node_affinity:
-        return None
+    if node_affinity is None:
+        return 1, None
     at += ".nodeAffinity"
     required = r.obj(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution", at)
     if required is None:
-        return None
+        return 2, None
     at += ".requiredDuringSchedulingIgnoredDuringExecution"
     terms = r.items(required, "nodeSelectorTerms", at)
     if not terms:
-        return None
+        return 3, None
     at += ".nodeSelectorTerms"
     for i, term in enumerate(terms):
         if not isinstance(term, dict):
@@ -670,4 +664,4 @@ def _required_terms(r: _Reader, spec: Mapping[str, Any]) -> list[Any] | None:
                 for k, v in enumerate(values or ()):
                     if not isinstance(v, str):
                         r.wrong(f"{e_at}.values[{k}]", "a string", v)
-    return terms
+    return 3, terms

@@ -1,5 +1,5 @@
 """The record a pod keeps of the webhook: which policy and profile govern it, and the rules
-that changed it (annotations), and the same for the audit log (audit annotations).
+that changed it (annotations); and the same for the audit log (audit annotations).
 
 `record` runs after every patch of the table, on the operations they made: it is what the
 webhook says about the others' work, so it is not a rule of the table.
@@ -14,50 +14,62 @@ from webhook.core import pods
 from webhook.core.rules import ANNOTATIONS, Pass
 
 
-def record(r: Pass, ops: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+def record(
+    r: Pass, ops: list[tuple[str, dict[str, Any]]]
+) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, str]]:
     """The operations that write the annotations of a pod the webhook changed (merged with
-    what an earlier pass recorded); its audit annotations go to `r`."""
+    what an earlier pass recorded), and its audit annotations."""
     pod, policy, known = r.pod, r.policy, r.facts
-    shared = known.classes is not None and known.resource is not None
+    classes = known.classes
+    shared = classes is not None and known.resource is not None
     if not ops and (not shared or policy.mode == names.DRY_RUN):
-        return []
+        return [], {}
     steps: list[str] = []
     for rule, _ in ops:
         if rule not in steps:
             steps.append(rule)
+    recorded_policy = recorded_profile = recorded_steps = None
+    for key, value in pod.annotations:
+        if key == names.ANNOTATION_POLICY:
+            recorded_policy = value
+        elif key == names.ANNOTATION_PROFILE:
+            recorded_profile = key
+        elif key == names.ANNOTATION_MUTATIONS:
+            recorded_steps = value
     wanted: dict[str, str] = {}
-    if pod.annotation(names.ANNOTATION_POLICY) != policy.name:
+    if recorded_policy != policy.name:
         wanted[names.ANNOTATION_POLICY] = policy.name
     # The profile governs the pod once its limits are applied (not in dry-run).
-    profile = known.profile if shared else None
+    profile = known.profile
     if (
-        profile is not None
+        shared
+        and profile is not None
+        and recorded_profile is None
         and policy.mode_of("mps-limits") != names.DRY_RUN
-        and not pod.has_annotation(names.ANNOTATION_PROFILE)
     ):
         wanted[names.ANNOTATION_PROFILE] = profile.name
     if steps:
-        before = pod.annotation(names.ANNOTATION_MUTATIONS)
-        done = set(str(before).split(",")) if before else set()
+        done = set(str(recorded_steps).split(",")) if recorded_steps else set()
         done.discard("")
         merged = ",".join(sorted(done.union(steps)))
-        if merged != before:
+        if merged != recorded_steps:
             wanted[names.ANNOTATION_MUTATIONS] = merged
+    audit: dict[str, str] = {}
     if shared:
-        r.note(ANNOTATIONS, "policy", policy.name)
-        if known.profile is not None:
-            r.note(ANNOTATIONS, "profile", known.profile.name)
-        r.note(ANNOTATIONS, "classes", ",".join(c.name for c in known.classes or ()))
+        audit["policy"] = policy.name
+        if profile is not None:
+            audit["profile"] = profile.name
+        audit["classes"] = ",".join(c.name for c in classes or ())
     if steps:
-        r.note(ANNOTATIONS, "mutations", ",".join(steps))
+        audit["mutations"] = ",".join(steps)
     if not wanted:
-        return []
+        return [], audit
     if not pod.has_metadata:
-        return [(ANNOTATIONS, _add(pod.pointer("/metadata"), {"annotations": wanted}))]
+        return [(ANNOTATIONS, _add(pod.pointer("/metadata"), {"annotations": wanted}))], audit
     if not pod.has_annotations:
-        return [(ANNOTATIONS, _add(pod.pointer("/metadata/annotations"), wanted))]
+        return [(ANNOTATIONS, _add(pod.pointer("/metadata/annotations"), wanted))], audit
     base = pod.pointer("/metadata/annotations/")
-    return [(ANNOTATIONS, _add(base + pods.escape(k), v)) for k, v in wanted.items()]
+    return [(ANNOTATIONS, _add(base + pods.escape(k), v)) for k, v in wanted.items()], audit
 
 
 def _add(path: str, value: Any) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import orjson
 
@@ -207,15 +207,15 @@ def run(
     """
     known = facts.gather(pod, policy)
     r = rules.Pass(known, policy, mutate=mutate, require=require)
-    checks, patches, required = _table(
-        policy, known.gpu, bool(known.requested), pod.ephemeral_update
-    )
-    for check in checks:
+    table = _table(policy, known.gpu, bool(known.requested), pod.ephemeral_update)
+    if known.findings:
+        r.report(table.found)
+    for check in table.checks:
         check(r)
     r.relax()
     if r.refused or not (mutate or require):
         return r, []
-    for patch in patches if mutate else required:
+    for patch in table.patches if mutate else table.required:
         patch(r)
     r.relax()
     if not mutate or r.refused:
@@ -223,20 +223,33 @@ def run(
     ops = r.operations()
     if policy.mode != names.ENFORCE or policy.rule_modes:
         ops = [(rule, op) for rule, op in ops if policy.mode_of(rule) != names.DRY_RUN]
-    return r, ops + recording.record(r, ops)
+    recorded, audit = recording.record(r, ops)
+    for key, value in audit.items():
+        r.note(rules.ANNOTATIONS, key, value)
+    return r, ops + recorded
 
 
 Step = Callable[[rules.Pass], None]
 
 
+class Table(NamedTuple):
+    """The rules that apply to a kind of pod under a policy."""
+
+    # The names of the rules whose findings are reported (`Rule.found`).
+    found: frozenset[str]
+    checks: tuple[Step, ...]
+    patches: tuple[Step, ...]
+    # The patches that must be in place when a Pod reaches the validating webhook.
+    required: tuple[Step, ...]
+
+
 @functools.lru_cache(maxsize=1024)
-def _table(
-    policy: Policy, gpu: bool, shared: bool, ephemeral_update: bool
-) -> tuple[tuple[Step, ...], tuple[Step, ...], tuple[Step, ...]]:
-    """The checks, the patches and the required patches that apply to a pod: worked out once
-    per policy and kind of pod, not for every review (the policy cannot change)."""
+def _table(policy: Policy, gpu: bool, shared: bool, ephemeral_update: bool) -> Table:
+    """The rules that apply to a pod: worked out once per policy and kind of pod, not for
+    every review (the policy cannot change)."""
     applying = [r for r in rules.RULES if _applies(r, policy, gpu, shared, ephemeral_update)]
-    return (
+    return Table(
+        frozenset(rule.name for rule in applying if rule.found),
         tuple(rule.check for rule in applying if rule.check is not None),
         tuple(rule.patch for rule in applying if rule.patch is not None),
         tuple(rule.patch for rule in applying if rule.patch is not None and rule.required),

@@ -24,12 +24,14 @@ does not hold yet, that field in `pods`), one `Rule(...)` row in `RULES`, its na
 
 from __future__ import annotations
 
+import bisect
 import enum
+import operator
 import posixpath
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from webhook import names
 from webhook.core import facts, placing, pods
@@ -56,6 +58,9 @@ class Rule:
     summary: str
     check: Callable[[Pass], None] | None = None
     patch: Callable[[Pass], None] | None = None
+    # What it refuses or warns of is found by `facts.gather` (its Findings), and reported as
+    # found: it has no check of its own.
+    found: bool = False
     # The field of a policy's `spec.rules` that turns the rule off (None: always on).
     switch: str | None = None
     # Looks at the pod as a whole (placement, volumes, host namespaces): not run again when
@@ -78,20 +83,23 @@ ANNOTATIONS = "annotations"
 _LAST = len(RANK)
 
 
+_Ranked = TypeVar("_Ranked", bound=tuple[Any, ...])
+
+
 class EnvAddition(NamedTuple):
-    """Variables a patch adds to a container's env (made into operations at the end, when
-    it is known which addition comes first and so adds the list)."""
+    """Variables a patch adds to a container without an env list (made into operations at
+    the end, when it is known which addition comes first and so adds the list)."""
 
     pointer: str  # the container's env: "/spec/containers/0/env"
-    has_list: bool  # whether the pod has that env list
     variables: list[dict[str, str]]
 
 
 class Pass:
     """One pass of the rules over one pod: what the checks report and the patches add.
 
-    Everything is kept with its rule's rank, and handed out in that order (`violations`,
-    `warnings`, `audit`, `operations`), so that the order the rules ran in does not show.
+    Everything is kept in the order of its rule's rank (`_put`), and handed out in that
+    order (`violations`, `warnings`, `audit`, `operations`), so that the order the rules ran
+    in does not show.
     """
 
     __slots__ = (
@@ -139,24 +147,27 @@ class Pass:
         self.refuse(Violation(rule, type, field, words, container, self.place))
 
     def refuse(self, violation: Violation) -> None:
-        self._violations.append((RANK[violation.rule], violation))
+        _put(self._violations, (RANK[violation.rule], violation))
 
-    def report(self, rule: str) -> None:
-        """Report what `facts.gather` found for `rule`."""
-        for found in self.facts.found(rule):
+    def report(self, rules: frozenset[str]) -> None:
+        """Report what `facts.gather` found for `rules` (those whose violations and warnings
+        it finds, `Rule.found`)."""
+        for found in self.facts.findings:
+            if found.rule not in rules:
+                continue
             if found.violation is not None:
                 self.refuse(found.violation)
             if found.warning is not None:
-                self.warn(rule, found.warning)
+                self.warn(found.rule, found.warning)
 
     def warn(self, rule: str, text: str) -> None:
         if len(text) > MAX_WARNING:
             text = text[: MAX_WARNING - 3] + "..."
-        self._warnings.append((RANK.get(rule, _LAST), text))
+        _put(self._warnings, (RANK.get(rule, _LAST), text))
 
     def note(self, rule: str, key: str, value: str) -> None:
         """An audit annotation."""
-        self._audit.append((RANK.get(rule, _LAST), key, value))
+        _put(self._audit, (RANK.get(rule, _LAST), key, value))
 
     @property
     def refused(self) -> bool:
@@ -165,26 +176,25 @@ class Pass:
 
     @property
     def violations(self) -> list[Violation]:
-        return [v for _, v in sorted(self._violations, key=_rank)]
+        return [v for _, v in self._violations]
 
     @property
     def warnings(self) -> list[str]:
         out: list[str] = []
-        for _, text in sorted(self._warnings, key=_rank):
+        for _, text in self._warnings:
             if text not in out:
                 out.append(text)
         return out
 
     @property
     def audit(self) -> dict[str, str]:
-        return {key: value for _, key, value in sorted(self._audit, key=_rank)}
+        return {key: value for _, key, value in self._audit}
 
     def relax(self) -> None:
         """Move the violations of rules the policy does not enforce to `would_refuse`, in
         the order of the rules."""
-        self._violations.sort(key=_rank)
         policy = self.policy
-        if policy.mode == names.ENFORCE and not policy.rule_modes:
+        if not self._violations or (policy.mode == names.ENFORCE and not policy.rule_modes):
             return
         kept = []
         for rank, v in self._violations:
@@ -198,7 +208,7 @@ class Pass:
     # -- what patches add
 
     def add(self, rule: str, op: dict[str, Any]) -> None:
-        self._additions.append((RANK.get(rule, _LAST), rule, op))
+        _put(self._additions, (RANK[rule], rule, op))
 
     def add_env(self, rule: str, c: pods.Container, new: list[dict[str, str]], what: str) -> None:
         """Add variables to a container's env (appending where the list exists). Validating a
@@ -216,17 +226,25 @@ class Pass:
             )
             return
         pointer = f"{self.pod.container_pointer(c)}/env"
-        self._additions.append((RANK[rule], rule, EnvAddition(pointer, c.has_env_list, new)))
+        rank = RANK[rule]
+        if c.has_env_list:
+            for v in new:
+                _put(
+                    self._additions, (rank, rule, {"op": "add", "path": f"{pointer}/-", "value": v})
+                )
+        else:
+            # Which addition comes first, and so adds the list, is known at the end.
+            _put(self._additions, (rank, rule, EnvAddition(pointer, new)))
 
     def operations(self) -> list[tuple[str, dict[str, Any]]]:
         """The patch operations added, in the order of the rules, each with its rule. The
         first addition to a container without an env list adds the list; the others append."""
         ops: list[tuple[str, dict[str, Any]]] = []
         made: set[str] = set()
-        for _, rule, added in sorted(self._additions, key=_rank):
+        for _, rule, added in self._additions:
             if not isinstance(added, EnvAddition):
                 ops.append((rule, added))
-            elif added.has_list or added.pointer in made:
+            elif added.pointer in made:
                 for v in added.variables:
                     ops.append((rule, {"op": "add", "path": f"{added.pointer}/-", "value": v}))
             else:
@@ -235,9 +253,17 @@ class Pass:
         return ops
 
 
-def _rank(item: tuple[Any, ...]) -> int:
-    rank: int = item[0]
-    return rank
+_RANK_OF = operator.itemgetter(0)
+
+
+def _put(items: list[_Ranked], entry: _Ranked) -> None:
+    """Add `entry` (led by its rule's rank) to `items`, which are in the order of the rules
+    (after the entries of the same rule): at the end when the rules run in that order, as
+    they do but in the tests that shuffle the table."""
+    if items and entry[0] < items[-1][0]:
+        bisect.insort_right(items, entry, key=_RANK_OF)
+    else:
+        items.append(entry)
 
 
 def _shown(value: object) -> str:
@@ -272,21 +298,11 @@ def check_malformed(r: Pass) -> None:
         r.refuse(malformed(problem, r.place))
 
 
-def _reported(rule: str) -> Callable[[Pass], None]:
-    """The check of a rule whose violations and warnings `facts.gather` finds."""
-
-    def check(r: Pass) -> None:
-        r.report(rule)
-
-    check.__name__ = f"check_{rule.replace('-', '_')}"
-    return check
-
-
 def check_exclusive_with_shared(r: Pass) -> None:
-    exclusive = [(c, u) for c, u in r.facts.containers() if u.exclusive]
+    exclusive = [(c, u) for c, u in r.facts.containers if u.exclusive]
     if not exclusive:
         return
-    users = [(c, u) for c, u in r.facts.containers() if u.shared]
+    users = [(c, u) for c, u in r.facts.containers if u.shared]
     ex = ", ".join(f'"{c.name}" asks for {", ".join(u.exclusive)}' for c, u in exclusive)
     sh = ", ".join(f'"{c.name}" for {", ".join(u.shared_names)}' for c, u in users)
     r.deny(
@@ -347,7 +363,7 @@ def _reference(value: str) -> bool:
 def check_device_variables(r: Pass) -> None:
     """Route 1: a value for NVIDIA_VISIBLE_DEVICES (and the toolkit's other device variables)
     that does not only hide devices, on any container."""
-    for c, used in r.facts.judged():
+    for c, used in r.facts.judged:
         for var in c.env:
             if var.name not in names.DEVICE_VARIABLES:
                 continue
@@ -386,7 +402,7 @@ def check_device_variables(r: Pass) -> None:
 def check_env_from(r: Pass) -> None:
     """Route 1: envFrom on a container that uses a GPU can set the device and MPS variables
     from a ConfigMap or Secret, which admission cannot read."""
-    offenders = [c for c, used in r.facts.judged() if used.gpu and c.env_from]
+    offenders = [c for c, used in r.facts.judged if used.gpu and c.env_from]
     if not offenders:
         return
     if r.policy.rules.deny_env_from_on_gpu_containers:
@@ -411,7 +427,7 @@ def check_env_from(r: Pass) -> None:
 
 def check_mps_directories(r: Pass) -> None:
     """Route 4: the MPS daemon's directories are the device plugin's to set."""
-    for c, used in r.facts.judged():
+    for c, used in r.facts.judged:
         if used.exclusive and not used.shared:
             # A whole GPU of its own: the pod may run its own MPS daemon on it.
             continue
@@ -627,7 +643,7 @@ def patch_mps_limits(r: Pass) -> None:
     profile, resource, classes = known.profile, known.resource, known.classes
     if profile is None or resource is None or not classes or not any(c.mps for c in classes):
         return
-    for c, used in known.judged():
+    for c, used in known.judged:
         devices = used.replicas(resource)
         if not devices:
             continue
@@ -640,7 +656,7 @@ def patch_visible_devices(r: Pass) -> None:
     """Route 2: containers that ask for no GPU see none, whatever their image sets."""
     if not (r.policy.rules.void_visible_devices_without_gpu or r.facts.gpu):
         return
-    for c, used in r.facts.judged():
+    for c, used in r.facts.judged:
         if not used.gpu and c.var(names.VISIBLE_DEVICES) is None:
             r.add_env(
                 "visible-devices",
@@ -666,11 +682,11 @@ RULES: tuple[Rule, ...] = (
     Rule(names.POLICY_NOT_LOADED_RULE, G, "a GPU pod in a namespace whose policy file does not"
          " load", _unavailable(names.POLICY_NOT_LOADED_RULE), always=True),
     Rule("invalid-quantity", E, "a GPU quantity that is not a whole number of devices",
-         _reported("invalid-quantity"), always=True),
+         found=True, always=True),
     Rule("requests-limits-mismatch", E, "requests of a shared resource that differ from limits",
-         _reported("requests-limits-mismatch")),
+         found=True),
     Rule("resource-not-allowed", E, "a shared GPU resource the policy does not list",
-         _reported("resource-not-allowed")),
+         found=True),
     Rule("exclusive-with-shared", S, "an exclusive GPU next to a shared one",
          check_exclusive_with_shared, switch="denyExclusiveWithShared", pod_level=True),
     Rule("several-shared-resources", S, "two shared resources in one pod",
@@ -680,7 +696,7 @@ RULES: tuple[Rule, ...] = (
     Rule("tolerations", S, "adds the tolerations for the GPU taints",
          None, patch_tolerations, pod_level=True),
     Rule("profile", S, "an MPS profile the policy does not offer",
-         _reported("profile"), pod_level=True),
+         found=True, pod_level=True),
     Rule("device-variables", E, "NVIDIA_VISIBLE_DEVICES (or another device variable) with a"
          " value that does not only hide GPUs",
          check_device_variables, switch="denyDeviceVariables", always=True),
@@ -704,12 +720,11 @@ RULES: tuple[Rule, ...] = (
     Rule("resource-claims", E, "dynamic resource allocation claims",
          check_resource_claims, switch="denyResourceClaims", pod_level=True, always=True),
     Rule("node-selection", S, "a node selection no allowed class satisfies; pins the pod to"
-         " the allowed classes", _reported("node-selection"), patch_node_selection,
-         pod_level=True),
+         " the allowed classes", patch=patch_node_selection, found=True, pod_level=True),
     Rule("multi-replica", S, "more than one replica where the device plugin would fail it or"
-         " repeat a GPU", _reported("multi-replica"), pod_level=True),
+         " repeat a GPU", found=True, pod_level=True),
     Rule("mps-limits", S, "CUDA_MPS_* values that do not parse or exceed the ceiling; adds the"
-         " profile's", _reported("mps-limits"), patch_mps_limits, pod_level=True, required=True),
+         " profile's", patch=patch_mps_limits, found=True, pod_level=True, required=True),
     Rule("visible-devices", E, "adds NVIDIA_VISIBLE_DEVICES=void to containers that ask for no"
          " GPU", None, patch_visible_devices, always=True, required=True),
 )
