@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests import corpus, kube, test_properties
+from tests import corpus, kube, strategies
 from tests import server_helpers as h
 from tests.kube import container, pod, shared
 from webhook import policies, reviews
@@ -96,8 +96,8 @@ def test_every_replica_of_the_corpus_gets_a_fresh_reviews_answer(
     assert kept == cacheable > 0
 
 
-@test_properties.PROPERTY_SETTINGS
-@given(case=test_properties.policy_and_pod, endpoint=st.sampled_from(["mutate", "validate"]),
+@strategies.PROPERTY_SETTINGS
+@given(case=strategies.policy_and_pod, endpoint=st.sampled_from(["mutate", "validate"]),
        encoding=st.sampled_from(sorted(ENCODINGS)))
 def test_a_kept_answer_equals_a_fresh_one_for_generated_pods(
     case: tuple[policies.Policy, dict[str, Any]], endpoint: reviews.Endpoint, encoding: str
