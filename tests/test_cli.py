@@ -20,7 +20,7 @@ import yaml
 
 from tests import deploy_helpers as dh
 from tests.kube import REPO
-from tests.test_discover import T4_MPS, node, write
+from tests.nodes import T4_MPS, node, write
 from webhook import cli
 
 PREFIX = "GPU_SHARE_WEBHOOK_"
