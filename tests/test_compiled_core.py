@@ -24,6 +24,9 @@ from webhook import policies, reviews
 sys.path.insert(0, str(kube.REPO))
 import hatch_build
 
+# Slow: mypyc compiles the core, then another interpreter answers the corpus.
+pytestmark = pytest.mark.slow
+
 POLICY_NAMES = ("default", "not-renamed", "lab", "no-such-policy")
 
 # Run against the compiled package: reads (policies dir, reviews file), writes one base64

@@ -80,6 +80,7 @@ def test_a_cached_decision_equals_a_fresh_one_for_every_pod_of_the_corpus(
     assert cacheable > 10
 
 
+@pytest.mark.slow  # 150 hypothesis examples (strategies.PROPERTY_SETTINGS)
 @strategies.PROPERTY_SETTINGS
 @given(case=strategies.policy_and_pod)
 def test_a_cached_decision_equals_a_fresh_one_for_generated_pods(

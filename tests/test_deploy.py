@@ -98,6 +98,7 @@ def test_the_policies_kustomization_lists_every_policy_file() -> None:
     assert sorted(generator["files"]) == [p.name for p in policies.policy_files(dh.POLICIES)]
 
 
+@pytest.mark.slow  # every object against two versions' schemas
 @pytest.mark.parametrize("version", dh.VERSIONS)
 @pytest.mark.parametrize("build", list(dh.BUILDS))
 def test_every_rendered_object_validates_strictly(
@@ -647,6 +648,7 @@ def _report(reports: list[dict[str, Any]], check_type: str) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.slow  # checkov runs over the manifests and the Dockerfile
 @pytest.mark.parametrize("check_type", ["kubernetes", "dockerfile"])
 def test_checkov_reports_no_failed_check(checkov: list[dict[str, Any]], check_type: str) -> None:
     report = _report(checkov, check_type)
@@ -659,6 +661,7 @@ def test_checkov_reports_no_failed_check(checkov: list[dict[str, Any]], check_ty
     assert failed == []
 
 
+@pytest.mark.slow  # reads checkov's reports (a checkov run)
 def test_every_checkov_skip_is_justified_in_place(checkov: list[dict[str, Any]]) -> None:
     for report in checkov:
         for skipped in report["results"]["skipped_checks"]:
@@ -775,6 +778,7 @@ def test_the_builder_has_a_compiler_and_the_final_image_the_same_python_without_
     assert "--only-binary=:all:" in installs
 
 
+@pytest.mark.slow  # pip builds a wheel
 def test_a_wheel_builds_from_what_the_docker_build_copies(
     dockerfile: str, tmp_path: Path
 ) -> None:

@@ -112,6 +112,7 @@ def app(tmp_path: Path) -> web.Application:
     return server.create_app(settings)
 
 
+@pytest.mark.slow  # every route: a TLS server and two reviews each
 @pytest.mark.parametrize("name", IDS)
 async def test_both_endpoints_close_the_route(
     name: str, aiohttp_server: Any, aiohttp_client: Any, app: web.Application,
@@ -143,6 +144,7 @@ async def test_both_endpoints_close_the_route(
 # --------------------------------------------------------------------------- door 3: routing
 
 
+@pytest.mark.slow  # every route through rendered entries' CEL
 @pytest.mark.parametrize("name", IDS)
 async def test_the_rendered_configuration_routes_the_request_to_the_webhook(
     name: str, loaded: policies.PolicySet

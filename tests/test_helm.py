@@ -264,6 +264,7 @@ def test_the_log_settings_the_schema_allows_are_the_servers(chart: helm_python.C
 # --------------------------------------------------------------------------- every object
 
 
+@pytest.mark.slow  # every object against two versions' schemas
 @pytest.mark.parametrize("version", dh.VERSIONS)
 @pytest.mark.parametrize("name", list(RENDERS))
 def test_every_rendered_object_validates_strictly(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -24,6 +25,9 @@ from tests.kube import (
 from webhook import policies, reviews
 from webhook.core import reviewing
 from webhook.errors import BadReview
+
+# Slow: hypothesis, 150 to 300 examples a test.
+pytestmark = pytest.mark.slow
 
 SHIPPED = shipped()
 

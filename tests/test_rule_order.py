@@ -55,7 +55,7 @@ def table(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     reviewing._table.cache_clear()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the corpus under seven policies, three passes each, twice
 @pytest.mark.parametrize("seed", ["reversed", 1, 2, 3])
 def test_every_order_of_the_rule_table_gives_the_same_answers(
     table: pytest.MonkeyPatch, seed: str | int
