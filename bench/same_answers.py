@@ -8,11 +8,11 @@ same `mutate` output, messages and exit codes. For changes that must not change 
 
 `inputs` draws the reviews once (so that both checkouts get the same ones): the published
 manifests and examples/ (each object, and each of its pod templates as a Pod), the corpus
-of the tests (tests/corpus.py, or the test modules that held it before), and reviews drawn
-by tests/fuzzing.py's and tests/test_properties.py's strategies with a fixed seed: pods and
-workloads, tame and hostile, CREATE, `kubectl debug`, updates, deletes. The policies are
-kept as YAML text, loaded by each checkout's own loader: the shipped ones, the tests' lab
-policy, and copies with other modes and switches.
+of the tests (tests/corpus.py), and reviews drawn by tests/fuzzing.py's and
+tests/strategies.py's strategies with a fixed seed: pods and workloads, tame and hostile,
+CREATE, `kubectl debug`, updates, deletes. The policies are kept as YAML text, loaded by each
+checkout's own loader: the shipped ones, the tests' lab policy, and copies with other modes
+and switches.
 
 `answers` runs CHECKOUT's codec (`reviews.review`, put first on the path) over every review
 under every policy and both endpoints, once without caches and once through one decision
@@ -114,7 +114,7 @@ def inputs(out: Path, count: int) -> None:
     import yaml
     from hypothesis import HealthCheck, Phase, given, settings
 
-    from tests import fuzzing, kube, test_properties
+    from tests import corpus, fuzzing, kube, strategies
 
     bodies: list[bytes] = []
 
@@ -123,15 +123,7 @@ def inputs(out: Path, count: int) -> None:
 
     objects = [d for path in _manifests()
                for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
-    try:
-        from tests import corpus  # type: ignore[attr-defined]
-
-        objects += list(corpus.objects())
-    except ImportError:
-        from tests import test_escape_routes, test_rules
-
-        objects += [case.values[0] for case in test_rules.CASES]
-        objects += [case.obj for case in test_escape_routes.CASES.values()]
+    objects += list(corpus.objects())
     for obj in objects:
         if "apiVersion" not in obj or "kind" not in obj:
             continue
@@ -158,7 +150,7 @@ def inputs(out: Path, count: int) -> None:
                    {"nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb.shared"}):
 
         @options
-        @given(test_properties.pods(frozenset(shared)))
+        @given(strategies.pods(frozenset(shared)))
         def collect_pods(pod: dict[str, Any]) -> None:
             pods.append(copy.deepcopy(pod))
 

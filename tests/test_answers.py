@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests import corpus, kube, test_properties
+from tests import corpus, kube, strategies
 from tests import server_helpers as h
 from tests.kube import container, pod, shared
 from webhook import policies, reviews
@@ -70,6 +70,7 @@ def same(answered: reviews.Outcome, fresh: reviews.Outcome) -> None:
     kube.same_decision(answered.decision, fresh.decision)
 
 
+@pytest.mark.slow  # every pod of the corpus, in eight ways
 @pytest.mark.parametrize("encoding", ENCODINGS)
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
 @pytest.mark.parametrize("policy_name", ["default", "not-renamed"])
@@ -96,8 +97,9 @@ def test_every_replica_of_the_corpus_gets_a_fresh_reviews_answer(
     assert kept == cacheable > 0
 
 
-@test_properties.PROPERTY_SETTINGS
-@given(case=test_properties.policy_and_pod, endpoint=st.sampled_from(["mutate", "validate"]),
+@pytest.mark.slow  # 150 hypothesis examples (strategies.PROPERTY_SETTINGS)
+@strategies.PROPERTY_SETTINGS
+@given(case=strategies.policy_and_pod, endpoint=st.sampled_from(["mutate", "validate"]),
        encoding=st.sampled_from(sorted(ENCODINGS)))
 def test_a_kept_answer_equals_a_fresh_one_for_generated_pods(
     case: tuple[policies.Policy, dict[str, Any]], endpoint: reviews.Endpoint, encoding: str
@@ -298,6 +300,7 @@ def test_an_answer_is_kept_only_when_the_first_uid_of_the_body_is_the_requests()
     assert answers.hits == 0
 
 
+@pytest.mark.slow  # waits for a policy reload
 async def test_the_server_answers_a_deployments_pods_from_the_cache_and_a_reload_takes_effect(
     tmp_path: Path, aiohttp_server: Any, aiohttp_client: Any
 ) -> None:

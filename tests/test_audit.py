@@ -693,6 +693,7 @@ def test_a_malformed_object_is_bad_input(
     assert len(err.splitlines()) == 1
 
 
+@pytest.mark.slow  # the command in another interpreter, twice
 def test_the_command_as_a_user_runs_it(tmp_path: Path, dump: dict[str, Path]) -> None:
     """A process of its own: a bad file is one line on stderr and exit 2, no traceback;
     standard input works."""

@@ -20,7 +20,7 @@ import yaml
 
 from tests import deploy_helpers as dh
 from tests.kube import REPO
-from tests.test_discover import T4_MPS, node, write
+from tests.nodes import T4_MPS, node, write
 from webhook import cli
 
 PREFIX = "GPU_SHARE_WEBHOOK_"
@@ -236,6 +236,7 @@ def test_a_bad_value_in_a_variable_is_exit_2_and_one_line(
     assert not (tmp_path / "certs").exists()
 
 
+@pytest.mark.slow  # starts `serve` in another interpreter
 @pytest.mark.parametrize(
     "variable", sorted(READS["serve"] & set(BAD)), ids=lambda v: f"serve-{v}"
 )
@@ -304,6 +305,7 @@ def test_bad_variables_of_other_commands_do_not_disturb_a_command(
     assert "Traceback" not in err
 
 
+@pytest.mark.slow  # starts `serve` in another interpreter
 def test_bad_variables_of_other_commands_do_not_disturb_serve(tmp_path: Path) -> None:
     others = {PREFIX + v: BAD[v] for v in sorted(set(BAD) - READS["serve"])}
     proc = serve({**others, RETIRED: "xml"}, tmp_path)
@@ -506,6 +508,7 @@ def test_a_bad_option_is_exit_2_and_one_line(
     assert named in line
 
 
+@pytest.mark.slow  # the command in another interpreter
 def test_a_bad_option_from_a_console_script_is_one_line_too(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
     proc = subprocess.run(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from tests.kube import REPO
 
 
@@ -15,6 +17,7 @@ def test_ruff_finds_nothing() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow  # mypy --strict over the package, in another interpreter
 def test_mypy_strict_finds_nothing() -> None:
     proc = subprocess.run([sys.executable, "-m", "mypy", "webhook"],
                           cwd=REPO, capture_output=True, text=True, timeout=300, check=False)

@@ -18,11 +18,14 @@ from typing import Any
 
 import pytest
 
-from tests import corpus, kube, test_escape_routes
+from tests import corpus, kube
 from webhook import policies, reviews
 
 sys.path.insert(0, str(kube.REPO))
 import hatch_build
+
+# Slow: mypyc compiles the core, then another interpreter answers the corpus.
+pytestmark = pytest.mark.slow
 
 POLICY_NAMES = ("default", "not-renamed", "lab", "no-such-policy")
 
@@ -61,7 +64,7 @@ def _bodies() -> list[tuple[str, str, str]]:
         for policy in POLICY_NAMES:
             for endpoint in ("mutate", "validate"):
                 out.append((policy, endpoint, body))
-    for case in test_escape_routes.CASES.values():
+    for case in corpus.ROUTE_CASES.values():
         if case.old is not None:
             body = json.dumps(kube.admission_review(case.obj, operation=case.operation,
                                                     old=case.old,
@@ -87,7 +90,7 @@ def test_the_compiled_core_answers_every_review_as_the_pure_one(
     directory.mkdir()
     for path in (kube.REPO / "policies").glob("*.yaml"):
         (directory / path.name).write_text(path.read_text())
-    (directory / "lab.yaml").write_text(test_escape_routes.LAB_POLICY)
+    (directory / "lab.yaml").write_text(corpus.LAB_POLICY)
     bodies = _bodies()
     (tmp_path / "reviews.jsonl").write_text("".join(json.dumps(b) + "\n" for b in bodies))
     done = subprocess.run(

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 
-from tests import corpus, kube, test_properties
+from tests import corpus, kube, strategies
 from tests.kube import container, pod, review, shared
 from webhook import policies
 from webhook.core import pods, reviewing
@@ -80,8 +80,9 @@ def test_a_cached_decision_equals_a_fresh_one_for_every_pod_of_the_corpus(
     assert cacheable > 10
 
 
-@test_properties.PROPERTY_SETTINGS
-@given(case=test_properties.policy_and_pod)
+@pytest.mark.slow  # 150 hypothesis examples (strategies.PROPERTY_SETTINGS)
+@strategies.PROPERTY_SETTINGS
+@given(case=strategies.policy_and_pod)
 def test_a_cached_decision_equals_a_fresh_one_for_generated_pods(
     case: tuple[policies.Policy, dict[str, Any]],
 ) -> None:

@@ -16,7 +16,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,19 +39,6 @@ NAMESPACE = DEFAULT_NAMESPACE
 TLS_SECRET = "gpu-share-webhook-tls"
 CERTS_ACCOUNT = "gpu-share-webhook-certs"
 SERVER_ACCOUNT = "gpu-share-webhook"
-CLUSTER_SCOPED = {
-    "Namespace",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "MutatingWebhookConfiguration",
-    "ValidatingWebhookConfiguration",
-    "RuntimeClass",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-}
-RBAC_KINDS = {"Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"}
-# What limits the bootstrap Job's Secret creation to one name (RBAC cannot).
-SECRET_POLICY_KINDS = {"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 CERT_MANAGER_GROUP = "cert-manager.io"
 
 
@@ -98,7 +85,8 @@ def test_each_install_holds_the_parts_the_spec_lists(
         "ValidatingWebhookConfiguration",
     }
     assert set(dh.kinds(built["cert-manager"])) == base | {"Issuer", "Certificate"}
-    assert set(dh.kinds(built["bootstrap"])) == base | RBAC_KINDS | SECRET_POLICY_KINDS | {"Job"}
+    assert set(dh.kinds(built["bootstrap"])) == (
+        base | dh.RBAC_KINDS | dh.SECRET_POLICY_KINDS | {"Job"})
     assert dh.kinds(built["runtimeclass-nvidia"]) == ["RuntimeClass"]
 
 
@@ -110,6 +98,7 @@ def test_the_policies_kustomization_lists_every_policy_file() -> None:
     assert sorted(generator["files"]) == [p.name for p in policies.policy_files(dh.POLICIES)]
 
 
+@pytest.mark.slow  # every object against two versions' schemas
 @pytest.mark.parametrize("version", dh.VERSIONS)
 @pytest.mark.parametrize("build", list(dh.BUILDS))
 def test_every_rendered_object_validates_strictly(
@@ -129,7 +118,7 @@ def test_namespaced_objects_live_in_the_webhooks_namespace(
 ) -> None:
     for objects in built.values():
         for obj in objects:
-            if obj["kind"] in CLUSTER_SCOPED:
+            if obj["kind"] in dh.CLUSTER_SCOPED:
                 assert "namespace" not in obj["metadata"], obj["kind"]
             else:
                 assert obj["metadata"]["namespace"] == NAMESPACE, obj["kind"]
@@ -339,41 +328,7 @@ def test_a_site_kustomization_sets_the_image_as_the_install_guide_shows(tmp_path
     assert images == {"registry.example.com/gpu-share-webhook:9.9.9"}
 
 
-def _admits(
-    policy: Mapping[str, Any],
-    port: int,
-    *,
-    namespace: Mapping[str, str],
-    pod: Mapping[str, str] | None,
-) -> bool:
-    """Whether an ingress NetworkPolicy lets a connection to `port` in, with Kubernetes'
-    semantics, from a pod with labels `pod` in a namespace with labels `namespace`; `pod`
-    None is a source that is no pod (the API server, a node), which only a rule without
-    `from` admits (or an ipBlock, which this policy has none of)."""
-    own = dh.namespace_labels(policy["metadata"]["namespace"])
-    for rule in policy["spec"].get("ingress") or []:
-        ports = rule.get("ports")
-        if ports and port not in {p["port"] for p in ports}:
-            continue
-        peers = rule.get("from")
-        if not peers:
-            return True
-        for peer in peers:
-            assert "ipBlock" not in peer
-            if pod is None:
-                continue
-            if "namespaceSelector" in peer:
-                namespace_ok = dh.selector_matches(peer["namespaceSelector"], namespace)
-            else:
-                namespace_ok = namespace == own  # a podSelector alone: the policy's namespace
-            pod_ok = "podSelector" not in peer or dh.selector_matches(peer["podSelector"], pod)
-            if namespace_ok and pod_ok:
-                return True
-    return False
-
-
 PROMETHEUS = {"app.kubernetes.io/name": "prometheus"}
-MONITORING = dh.namespace_labels("monitoring")
 
 
 def test_the_network_policy_admits_anyone_to_admission_and_prometheus_to_metrics(
@@ -387,22 +342,22 @@ def test_the_network_policy_admits_anyone_to_admission_and_prometheus_to_metrics
     assert policy["spec"]["egress"] == []
     anyone = dh.namespace_labels("team-a")
     # 8443: the API server, whose address is not known, so any source at all.
-    assert _admits(policy, 8443, namespace=anyone, pod=None)
-    assert _admits(policy, 8443, namespace=anyone, pod={"app": "x"})
+    assert dh.ingress_admits(policy, 8443, namespace=anyone, pod=None)
+    assert dh.ingress_admits(policy, 8443, namespace=anyone, pod={"app": "x"})
     # 8080: Prometheus in `monitoring`, and nothing else that policy can govern.
-    assert _admits(policy, 8080, namespace=MONITORING, pod=PROMETHEUS)
-    assert not _admits(policy, 8080, namespace=MONITORING, pod={"app": "grafana"})
-    assert not _admits(policy, 8080, namespace=anyone, pod=PROMETHEUS)
-    assert not _admits(policy, 8080, namespace=anyone, pod=None)
+    assert dh.ingress_admits(policy, 8080, namespace=dh.MONITORING, pod=PROMETHEUS)
+    assert not dh.ingress_admits(policy, 8080, namespace=dh.MONITORING, pod={"app": "grafana"})
+    assert not dh.ingress_admits(policy, 8080, namespace=anyone, pod=PROMETHEUS)
+    assert not dh.ingress_admits(policy, 8080, namespace=anyone, pod=None)
     own = dh.namespace_labels(NAMESPACE)
-    assert not _admits(policy, 8080, namespace=own, pod={"app": "x"})
+    assert not dh.ingress_admits(policy, 8080, namespace=own, pod={"app": "x"})
     # No selector in the 8080 rule may be empty (an empty one matches everything).
     (metrics,) = [r for r in policy["spec"]["ingress"] if r.get("from")]
     for peer in metrics["from"]:
         assert all(selector.get("matchLabels") or selector.get("matchExpressions")
                    for selector in peer.values())
     # No other port, from anyone.
-    assert not _admits(policy, 9999, namespace=MONITORING, pod=PROMETHEUS)
+    assert not dh.ingress_admits(policy, 9999, namespace=dh.MONITORING, pod=PROMETHEUS)
 
 
 def test_the_probes_and_scrapes_go_to_the_port_the_network_policy_narrows(
@@ -439,9 +394,10 @@ def test_a_site_overlay_changes_who_may_scrape_as_the_install_guide_shows(
     assert {p["port"] for p in metrics["ports"]} == {8080}
     # The admission rule is untouched, and the scrapers the guide names get in.
     anyone = dh.namespace_labels("team-a")
-    assert _admits(policy, 8443, namespace=anyone, pod=None)
-    assert _admits(policy, 8080, namespace=dh.namespace_labels("observability"), pod=PROMETHEUS)
-    assert not _admits(policy, 8080, namespace=MONITORING, pod=PROMETHEUS)
+    assert dh.ingress_admits(policy, 8443, namespace=anyone, pod=None)
+    assert dh.ingress_admits(policy, 8080, namespace=dh.namespace_labels("observability"),
+                             pod=PROMETHEUS)
+    assert not dh.ingress_admits(policy, 8080, namespace=dh.MONITORING, pod=PROMETHEUS)
 
 
 def test_the_server_has_no_api_access(built: dict[str, list[dict[str, Any]]]) -> None:
@@ -453,7 +409,7 @@ def test_the_server_has_no_api_access(built: dict[str, list[dict[str, Any]]]) ->
             if binding["kind"] in ("RoleBinding", "ClusterRoleBinding"):
                 names = {s["name"] for s in binding["subjects"]}
                 assert SERVER_ACCOUNT not in names
-    assert not RBAC_KINDS & set(dh.kinds(built["cert-manager"]))
+    assert not dh.RBAC_KINDS & set(dh.kinds(built["cert-manager"]))
 
 
 # --------------------------------------------------------------------------- certificates
@@ -538,41 +494,6 @@ def _secret(name: str, type_: str = "kubernetes.io/tls") -> dict[str, Any]:
     }
 
 
-def _secret_policy_refuses(
-    objects: list[dict[str, Any]], secret: Mapping[str, Any], *, username: str, namespace: str
-) -> bool:
-    """Whether the API server would refuse creating `secret` in `namespace` as `username`
-    because of the install's ValidatingAdmissionPolicies (played from their spec)."""
-    refused = False
-    bindings = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"]
-    for policy in (o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"):
-        spec = policy["spec"]
-        (binding,) = [b for b in bindings if b["spec"]["policyName"] == policy["metadata"]["name"]]
-        assert binding["spec"]["validationActions"] == ["Deny"]
-        assert "matchResources" not in binding["spec"]
-        constraints = spec["matchConstraints"]
-        if not dh.selector_matches(
-            constraints.get("namespaceSelector") or {}, dh.namespace_labels(namespace)
-        ):
-            continue
-        if not any(
-            "" in rule["apiGroups"] and "secrets" in rule["resources"]
-            and "CREATE" in rule["operations"]
-            for rule in constraints["resourceRules"]
-        ):
-            continue
-        request = {"userInfo": {"username": username}, "operation": "CREATE",
-                   "namespace": namespace, "name": secret["metadata"]["name"]}
-        if not all(dh.cel(c["expression"], object=secret, request=request)
-                   for c in spec.get("matchConditions") or []):
-            continue
-        assert spec["failurePolicy"] == "Fail"
-        if not all(dh.cel(v["expression"], object=secret, request=request)
-                   for v in spec["validations"]):
-            refused = True
-    return refused
-
-
 def test_the_jobs_account_may_create_the_serving_secret_and_no_other(
     built: dict[str, list[dict[str, Any]]],
 ) -> None:
@@ -580,7 +501,7 @@ def test_the_jobs_account_may_create_the_serving_secret_and_no_other(
     job = _certs_username(objects)
 
     def refused(secret: dict[str, Any], username: str = job, namespace: str = NAMESPACE) -> bool:
-        return _secret_policy_refuses(objects, secret, username=username, namespace=namespace)
+        return dh.secret_policy_refuses(objects, secret, username=username, namespace=namespace)
 
     assert not refused(_secret(TLS_SECRET))
     assert refused(_secret("anything-else"))
@@ -594,7 +515,7 @@ def test_the_jobs_account_may_create_the_serving_secret_and_no_other(
     )
     assert not refused(_secret("anything-else"), namespace="team-a")
     # The cert-manager install needs none of it: cert-manager creates its Secrets itself.
-    assert not SECRET_POLICY_KINDS & set(dh.kinds(built["cert-manager"]))
+    assert not dh.SECRET_POLICY_KINDS & set(dh.kinds(built["cert-manager"]))
 
 
 async def test_the_bootstrap_job_runs_on_exactly_the_rights_it_is_granted(
@@ -631,7 +552,7 @@ async def test_the_bootstrap_job_runs_on_exactly_the_rights_it_is_granted(
         assert granted, f"the Job would be refused {request.method} {request.path}"
         used |= {(role, rule, attributes["verb"]) for role, rule in granted}
         if attributes["verb"] == "create":
-            assert not _secret_policy_refuses(
+            assert not dh.secret_policy_refuses(
                 objects, request.body, username=_certs_username(objects), namespace=NAMESPACE
             )
     offered = {
@@ -727,6 +648,7 @@ def _report(reports: list[dict[str, Any]], check_type: str) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.slow  # checkov runs over the manifests and the Dockerfile
 @pytest.mark.parametrize("check_type", ["kubernetes", "dockerfile"])
 def test_checkov_reports_no_failed_check(checkov: list[dict[str, Any]], check_type: str) -> None:
     report = _report(checkov, check_type)
@@ -739,6 +661,7 @@ def test_checkov_reports_no_failed_check(checkov: list[dict[str, Any]], check_ty
     assert failed == []
 
 
+@pytest.mark.slow  # reads checkov's reports (a checkov run)
 def test_every_checkov_skip_is_justified_in_place(checkov: list[dict[str, Any]]) -> None:
     for report in checkov:
         for skipped in report["results"]["skipped_checks"]:
@@ -855,6 +778,7 @@ def test_the_builder_has_a_compiler_and_the_final_image_the_same_python_without_
     assert "--only-binary=:all:" in installs
 
 
+@pytest.mark.slow  # pip builds a wheel
 def test_a_wheel_builds_from_what_the_docker_build_copies(
     dockerfile: str, tmp_path: Path
 ) -> None:

@@ -236,6 +236,7 @@ values = st.recursive(
 styles = st.sampled_from(["json", "json-stream", "yaml-block", "yaml-flow"])
 
 
+@pytest.mark.slow  # 300 hypothesis examples, four styles each
 @settings(max_examples=300, deadline=None)
 @given(docs=st.lists(values, min_size=1, max_size=3), style=styles)
 def test_every_value_reads_back_as_the_safe_loader_reads_it(docs: list[Any], style: str) -> None:

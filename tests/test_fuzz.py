@@ -83,6 +83,7 @@ async def exchange(client: Client, case: fuzzing.Case, caplog: pytest.LogCapture
         )
 
 
+@pytest.mark.slow  # 700 hypothesis examples through the app over TLS
 @settings(FUZZ, max_examples=700)
 @given(case=fuzzing.pod_cases())
 async def test_pods_are_admitted_idempotently_or_refused(
@@ -91,6 +92,7 @@ async def test_pods_are_admitted_idempotently_or_refused(
     await exchange(client, case, caplog)
 
 
+@pytest.mark.slow  # 400 hypothesis examples through the app over TLS
 @settings(FUZZ, max_examples=400)
 @given(case=fuzzing.workload_cases())
 async def test_workloads_of_every_kind_are_admitted_or_refused(
@@ -99,6 +101,7 @@ async def test_workloads_of_every_kind_are_admitted_or_refused(
     await exchange(client, case, caplog)
 
 
+@pytest.mark.slow  # 800 hypothesis examples through the app over TLS
 @settings(FUZZ, max_examples=800)
 @given(case=fuzzing.mangled_cases())
 async def test_wrong_json_anywhere_in_the_review_is_a_refusal_or_a_400(
@@ -107,6 +110,7 @@ async def test_wrong_json_anywhere_in_the_review_is_a_refusal_or_a_400(
     await exchange(client, case, caplog)
 
 
+@pytest.mark.slow  # 400 hypothesis examples through the app over TLS
 @settings(FUZZ, max_examples=400)
 @given(case=fuzzing.hollow_cases())
 async def test_null_empty_or_mistyped_fields_where_the_patch_writes(
@@ -115,6 +119,7 @@ async def test_null_empty_or_mistyped_fields_where_the_patch_writes(
     await exchange(client, case, caplog)
 
 
+@pytest.mark.slow  # 250 hypothesis examples through the app over TLS
 @settings(FUZZ, max_examples=250)
 @given(case=fuzzing.envelope_cases())
 async def test_a_broken_admission_review_is_a_400_or_answered(
@@ -123,6 +128,7 @@ async def test_a_broken_admission_review_is_a_400_or_answered(
     await exchange(client, case, caplog)
 
 
+@pytest.mark.slow  # 400 hypothesis examples through the app over TLS
 @settings(FUZZ, max_examples=400)
 @given(case=fuzzing.raw_cases())
 async def test_bytes_that_are_no_review_and_other_content_types_are_a_4xx(

@@ -24,7 +24,6 @@ import pytest
 import yaml
 
 from tests import deploy_helpers as dh
-from tests import test_deploy as td
 from webhook import __version__, certificates, cli, names, policies, rendering
 
 CHART = dh.REPO / "charts" / "gpu-share-webhook"
@@ -265,6 +264,7 @@ def test_the_log_settings_the_schema_allows_are_the_servers(chart: helm_python.C
 # --------------------------------------------------------------------------- every object
 
 
+@pytest.mark.slow  # every object against two versions' schemas
 @pytest.mark.parametrize("version", dh.VERSIONS)
 @pytest.mark.parametrize("name", list(RENDERS))
 def test_every_rendered_object_validates_strictly(
@@ -285,7 +285,7 @@ def test_namespaced_objects_live_in_the_release_namespace(
 ) -> None:
     namespace = RENDERS[name][2]
     for obj in rendered[name]:
-        if obj["kind"] in td.CLUSTER_SCOPED:
+        if obj["kind"] in dh.CLUSTER_SCOPED:
             assert "namespace" not in obj["metadata"], obj["kind"]
         else:
             assert obj["metadata"]["namespace"] == namespace, obj["kind"]
@@ -302,7 +302,7 @@ def test_each_mode_installs_its_parts(rendered: dict[str, list[dict[str, Any]]])
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
     }
-    bootstrap = base | td.RBAC_KINDS | td.SECRET_POLICY_KINDS | {"Job"}
+    bootstrap = base | dh.RBAC_KINDS | dh.SECRET_POLICY_KINDS | {"Job"}
     assert set(dh.kinds(rendered["bootstrap"])) == bootstrap
     assert set(dh.kinds(rendered["certManager"])) == base | {"Issuer", "Certificate"}
     assert set(dh.kinds(rendered["existingSecret"])) == base
@@ -628,7 +628,7 @@ def test_the_bootstrap_job_names_the_objects_of_its_release(
     def refused(secret: str, user: str = username, type_: str = "kubernetes.io/tls") -> bool:
         obj = {"apiVersion": "v1", "kind": "Secret", "type": type_,
                "metadata": {"name": secret, "namespace": namespace}}
-        return td._secret_policy_refuses(objects, obj, username=user, namespace=namespace)
+        return dh.secret_policy_refuses(objects, obj, username=user, namespace=namespace)
 
     assert not refused(args.secret)
     assert refused("anything-else")
@@ -745,9 +745,10 @@ def test_the_network_policy_admits_the_scrapers_the_values_name(
 ) -> None:
     prometheus = {"app.kubernetes.io/name": "prometheus"}
     default = dh.find(rendered["bootstrap"], "NetworkPolicy", RELEASE)
-    assert td._admits(default, 8443, namespace=dh.namespace_labels("team-a"), pod=None)
-    assert td._admits(default, 8080, namespace=td.MONITORING, pod=prometheus)
-    assert not td._admits(default, 8080, namespace=dh.namespace_labels("team-a"), pod=prometheus)
+    assert dh.ingress_admits(default, 8443, namespace=dh.namespace_labels("team-a"), pod=None)
+    assert dh.ingress_admits(default, 8080, namespace=dh.MONITORING, pod=prometheus)
+    assert not dh.ingress_admits(default, 8080, namespace=dh.namespace_labels("team-a"),
+                                 pod=prometheus)
 
     custom = dh.find(rendered["custom"], "NetworkPolicy", OTHER_FULLNAME)
     assert dh.selector_matches(
@@ -761,17 +762,17 @@ def test_the_network_policy_admits_the_scrapers_the_values_name(
         {**metrics, "from": [p for p in metrics["from"] if "ipBlock" not in p]}
     ]}}
     observability = dh.namespace_labels("observability")
-    assert td._admits(selectors, 8080, namespace=observability, pod={"app": "vmagent"})
-    assert not td._admits(selectors, 8080, namespace=observability, pod=prometheus)
-    assert not td._admits(selectors, 8080, namespace=td.MONITORING, pod=prometheus)
-    assert td._admits(custom, 8443, namespace=dh.namespace_labels("team-a"), pod=None)
+    assert dh.ingress_admits(selectors, 8080, namespace=observability, pod={"app": "vmagent"})
+    assert not dh.ingress_admits(selectors, 8080, namespace=observability, pod=prometheus)
+    assert not dh.ingress_admits(selectors, 8080, namespace=dh.MONITORING, pod=prometheus)
+    assert dh.ingress_admits(custom, 8443, namespace=dh.namespace_labels("team-a"), pod=None)
 
 
 def test_no_scrapers_closes_the_metrics_port(chart: helm_python.Chart) -> None:
     objects = _render(chart, {"networkPolicy": {"metricsFrom": []}}, RELEASE, NAMESPACE)
     policy = dh.find(objects, "NetworkPolicy", RELEASE)
     assert [r["ports"] for r in policy["spec"]["ingress"]] == [[{"port": 8443, "protocol": "TCP"}]]
-    assert not td._admits(policy, 8080, namespace=td.MONITORING, pod={"app": "x"})
+    assert not dh.ingress_admits(policy, 8080, namespace=dh.MONITORING, pod={"app": "x"})
 
 
 # --------------------------------------------------------------------------- monitoring

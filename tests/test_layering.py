@@ -3,6 +3,11 @@
 command line -> transport -> watching -> codec (reviews) -> core -> names. A module may import
 from its own layer or any below it, never from one above; `webhook.names` imports nothing of
 the project.
+
+The tests have two layers too: test modules (tests/test_*.py) import the helpers (the shared
+cases of tests/corpus.py and tests/strategies.py, tests/kube.py, ...), and nothing imports a
+test module, neither another test module, nor a helper, nor a benchmark: what two modules
+share lives in a helper, where it is found.
 """
 
 from __future__ import annotations
@@ -86,3 +91,54 @@ def test_the_layers_exist() -> None:
     names = {module_name(p) for p in MODULES}
     for layer in (*FORBIDDEN, "webhook.commands"):
         assert any(within(n, layer) for n in names), layer
+
+
+def imported_test_modules(source: str) -> set[str]:
+    """The test modules (tests.test_*, test_*, .test_*) the Python `source` imports,
+    anywhere in it (inside functions too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = "." * node.level + (node.module or "")
+            # `from tests import test_x` and `from . import test_x` import the module test_x.
+            sep = "." if node.module else ""
+            names = [base, *(f"{base}{sep}{alias.name}" for alias in node.names)]
+        else:
+            continue
+        for name in names:
+            parts = name.lstrip(".").split(".")
+            if parts[0].startswith("test_") or (
+                parts[0] == "tests" and len(parts) > 1 and parts[1].startswith("test_")
+            ):
+                found.add(".".join(parts[:2] if parts[0] == "tests" else parts[:1]))
+    return found
+
+
+def test_the_import_check_sees_every_way_to_import_a_test_module() -> None:
+    sources = {
+        "from tests.test_discover import node": {"tests.test_discover"},
+        "from tests import corpus, test_rules": {"tests.test_rules"},
+        "import tests.test_rules as t": {"tests.test_rules"},
+        "from . import test_rules": {"test_rules"},
+        "from .test_rules import CASES": {"test_rules"},
+        "def f():\n    from tests import test_rules": {"tests.test_rules"},
+        "from tests import corpus, kube, strategies\nimport testing": set(),
+    }
+    for source, found in sources.items():
+        assert imported_test_modules(source) == found, source
+
+
+def test_no_module_of_the_tests_or_the_benchmarks_imports_a_test_module() -> None:
+    paths = sorted((REPO / "tests").rglob("*.py")) + sorted((REPO / "bench").rglob("*.py"))
+    assert sum(p.name.startswith("test_") for p in paths) > 30
+    wrong = {
+        str(p.relative_to(REPO)): sorted(found)
+        for p in paths
+        if (found := imported_test_modules(p.read_text()))
+    }
+    assert not wrong, (
+        f"test modules imported (move what they share to a helper such as tests/corpus.py): "
+        f"{wrong}"
+    )

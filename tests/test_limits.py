@@ -143,6 +143,7 @@ async def test_a_body_that_stops_arriving_is_a_408(server: serving.Running) -> N
     assert time.monotonic() - started < 3
 
 
+@pytest.mark.slow  # waits out the idle timeout
 async def test_idle_keep_alive_connections_last_the_idle_timeout_then_close(
     server: serving.Running,
 ) -> None:

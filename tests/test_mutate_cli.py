@@ -250,6 +250,7 @@ def test_a_broken_policy_directory_exits_2(
     assert err.startswith(f"error: policies: {tmp_path / 'p.yaml'}: not valid YAML")
 
 
+@pytest.mark.slow  # the command in two more interpreters
 def test_the_console_script_and_python_m_are_the_same_program(tmp_path: Path) -> None:
     path = str(EXAMPLES / "denied" / "multi-replica.yaml")
     for argv in ([sys.executable, "-m", "webhook"],
@@ -354,6 +355,7 @@ NAMESPACES = [
 ]
 
 
+@pytest.mark.slow  # 22 cases, each through rendered entries' CEL
 @pytest.mark.parametrize("labels", NAMESPACES, ids=lambda labels: ",".join(
     f"{k.rsplit('/', 1)[1]}={v}" for k, v in labels.items()))
 @pytest.mark.parametrize("example", ["allowed/runtime-class.yaml", "denied/multi-replica.yaml"])
@@ -418,6 +420,7 @@ def test_every_real_world_manifest_has_an_expectation() -> None:
     assert {p.name for p in real_world_manifests()} == set(REAL)
 
 
+@pytest.mark.slow  # every published manifest, two policies
 @pytest.mark.parametrize("policy", ["default", "not-renamed"])
 @pytest.mark.parametrize("name", sorted(REAL))
 def test_a_real_world_manifest_comes_out_valid_and_idempotent_untouched_or_refused(

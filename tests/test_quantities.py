@@ -357,6 +357,7 @@ def test_any_text_parses_or_raises(text: str) -> None:
     _parse_or_error(text)
 
 
+@pytest.mark.slow  # 500 hypothesis examples, huge texts among them
 @settings(max_examples=500, deadline=None)
 @given(_quantity_like | st.sampled_from(HUGE_TEXT))
 def test_quantity_like_text_parses_or_raises(text: str) -> None:

@@ -18,6 +18,9 @@ import pytest
 
 from tests.kube import REAL_WORLD_VARIABLE, REPO
 
+# Slow: each test runs pytest in another interpreter.
+pytestmark = pytest.mark.slow
+
 FIX = f"set {REAL_WORLD_VARIABLE} to the directory of the manifests"
 
 

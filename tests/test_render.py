@@ -456,6 +456,7 @@ def filtered(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
     return {(c["kind"], e["name"]): dh.Conditions(e) for c in configs for e in c["webhooks"]}
 
 
+@pytest.mark.slow  # every refusable spec in every kind, through CEL
 @pytest.mark.parametrize("kind", ["Pod", *dh.WORKLOAD_KINDS])
 @pytest.mark.parametrize("spec", REFUSABLE)
 def test_what_a_rule_can_refuse_reaches_the_webhook_in_any_pod_spec(
@@ -645,6 +646,7 @@ def _objects(draw: st.DrawFn) -> dict[str, Any]:
     return obj
 
 
+@pytest.mark.slow  # 150 hypothesis objects through every entry's CEL conditions
 @settings(
     max_examples=150,
     deadline=None,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests import corpus, kube, test_properties
+from tests import corpus, kube, strategies
 from webhook.core import facts, pods, reviewing, rules
 from webhook.core.decisions import Decision
 
@@ -20,7 +20,7 @@ SHIPPED = kube.shipped()
 POLICIES = [
     SHIPPED.policies["default"],
     SHIPPED.policies["not-renamed"],
-    test_properties.LAB,
+    strategies.LAB,
     kube.make_policy([kube.T4_MPS, kube.A10G_TS], name="warned", profiles=kube.PROFILES,
                      mode="warn"),
     kube.make_policy([kube.T4_MPS, kube.A10G_TS], name="mixed", profiles=kube.PROFILES,
@@ -55,7 +55,7 @@ def table(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
     reviewing._table.cache_clear()
 
 
-@pytest.mark.slow
+@pytest.mark.slow  # the corpus under seven policies, three passes each, twice
 @pytest.mark.parametrize("seed", ["reversed", 1, 2, 3])
 def test_every_order_of_the_rule_table_gives_the_same_answers(
     table: pytest.MonkeyPatch, seed: str | int

@@ -21,6 +21,9 @@ from tests import server_helpers as h
 from webhook import certificates
 from webhook.transport import metrics
 
+# Slow: every test starts `serve` (or another interpreter) and waits on it.
+pytestmark = pytest.mark.slow
+
 
 async def test_serve_in_a_fresh_directory_makes_certificates_says_where_and_answers(
     tmp_path: Path,

@@ -168,6 +168,7 @@ async def test_a_good_policy_change_takes_effect_without_a_restart(
     assert h.metric(text, "gpu_share_webhook_policy_reload_errors_total") == 0
 
 
+@pytest.mark.slow  # waits out five reload intervals, then two reloads
 async def test_a_broken_policy_file_is_refused_logged_counted_and_its_last_good_version_answers(
     tmp_path: Path,
     aiohttp_server: Any,
