@@ -55,6 +55,10 @@ PROBE = textwrap.dedent(
 
     def mapped(size):
         # Whether a block of `size` gets a mapping of its own (glibc counts those: hblks).
+        # glibc asks the threshold only when the heap has no free space for the block, so
+        # the free space is given back first: what start-up left there depends on the run
+        # (with or without bytecode files to read, say).
+        libc.malloc_trim(0)
         before = libc.mallinfo2().hblks
         block = libc.malloc(size)
         after = libc.mallinfo2().hblks
