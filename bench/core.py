@@ -135,16 +135,21 @@ def pod(containers: int, init: int = 0, *, gpu: bool = True) -> dict[str, Any]:
     }
 
 
-def review_body(obj: dict[str, Any]) -> bytes:
+def review_body(
+    obj: dict[str, Any],
+    *,
+    uid: str = "705ab4f5-6393-11e8-b7cc-42010a800002",
+    namespace: str = "team-a",
+) -> bytes:
     return json.dumps(
         {
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
             "request": {
-                "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+                "uid": uid,
                 "kind": {"group": "", "version": "v1", "kind": "Pod"},
                 "resource": {"group": "", "version": "v1", "resource": "pods"},
-                "namespace": "team-a",
+                "namespace": namespace,
                 "operation": "CREATE",
                 "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
                 "object": obj,

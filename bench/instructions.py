@@ -2,7 +2,9 @@
 server's own work that the machine's noise barely moves.
 
     python bench/instructions.py [--requests 2000] [--connections 8] [--containers 1]
-                                 [--serve-python PYTHON ...] [--no-bare]
+                                 [--stream mixed|replicas] [--pods 5000]
+                                 [--serve-python PYTHON ...] [--cache-sizes default 0]
+                                 [--no-bare] [--keep DIR]
 
 On a shared machine req/s drifts by a third within minutes (bench/server.py measures ratios
 in rounds for that reason). Instructions hardly do: runs of the same binary and inputs agree
@@ -13,7 +15,12 @@ within about half a percent whatever else the machine does. Each server process 
 server_helpers.py's, each request in one write as the API server sends it; each answer
 checked), and counting is turned off. Rows: bench/server.py's bare aiohttp server (canned
 answer, same TLS and loop), the same parsing each body with orjson, and `gpu-share-webhook
-serve` (review log on, to a file) for each --serve-python interpreter, all on uvloop.
+serve` (review log on, to a file) for each --serve-python interpreter and --cache-sizes
+(default: its default), all on uvloop. The reviews are bench/core.py's pod with
+--containers containers, over and over, or with --stream one of bench/server.py's streams
+in turn from its first review (mixed: --pods distinct pods, so that with more pods than
+requests no review is seen twice; replicas: the pods of ten Deployments), each answer
+checked against our core's answer to it in process.
 
 Counted: every user-space instruction of the server process (Python, aiohttp, uvloop,
 OpenSSL, orjson) between the two switches, divided by --requests. Not counted: the kernel
@@ -28,13 +35,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,6 +52,7 @@ import server as bench  # noqa: E402  bench/server.py: bodies, servers, process 
 from server import Body  # noqa: E402
 
 from tests import server_helpers as h  # noqa: E402  the TLS connection the tests speak over
+from webhook import policies, reviews  # noqa: E402
 
 
 def log_says(pattern: str) -> Callable[[subprocess.Popen[bytes], Path], object]:
@@ -52,11 +61,16 @@ def log_says(pattern: str) -> Callable[[subprocess.Popen[bytes], Path], object]:
 
 
 async def exchange(
-    port: int, body: Body, ca_file: Path, args: argparse.Namespace, between: Callable[[], None]
+    port: int,
+    sent: Iterator[tuple[bytes, bytes]],
+    ca_file: Path,
+    args: argparse.Namespace,
+    between: Callable[[], None],
 ) -> None:
     """Open --connections keep-alive TLS connections, send a warm-up of --requests/4 reviews,
-    call `between`, then send --requests reviews and call it again. Every answer must be
-    `body.expected`. The handshakes happen before the first call: they are not counted."""
+    call `between`, then send --requests reviews and call it again: each review the next of
+    `sent`, whose answer must be the one that comes with it. The handshakes happen before
+    the first call: they are not counted."""
     async with contextlib.AsyncExitStack() as stack:
         connections = [
             await stack.enter_async_context(h.connect(port, ca_file))
@@ -65,11 +79,12 @@ async def exchange(
 
         async def one(connection: h.Connection, count: int) -> None:
             for _ in range(count):
-                status, _, answer = await connection.post("/mutate", body.data)
+                data, expected = next(sent)
+                status, _, answer = await connection.post("/mutate", data)
                 if status != 200:
                     raise SystemExit(f"answered {status}: {answer[:300]!r}")
-                if answer != body.expected:
-                    bench.check_answer("the server", answer, body.expected)
+                if answer != expected:
+                    bench.check_answer("the server", answer, expected)
 
         async def spread(total: int) -> None:
             share, extra = divmod(total, len(connections))
@@ -104,10 +119,11 @@ def measure(
     ready: Callable[[subprocess.Popen[bytes], Path], object],
     port: int,
     ws: bench.Workspace,
-    body: Body,
+    sent: Iterator[tuple[bytes, bytes]],
     args: argparse.Namespace,
 ) -> float:
-    """Instructions per request of the server `command` runs, once `ready` returns."""
+    """Instructions per request of the server `command` runs, once `ready` returns, sent
+    the reviews of `sent` (each with the answer it must get)."""
     out_file = ws.directory / f"callgrind-{label.replace(' ', '-')}.out"
     log = ws.directory / f"callgrind-{label.replace(' ', '-')}.log"
     log.unlink(missing_ok=True)
@@ -127,11 +143,14 @@ def measure(
             callgrind(process.pid, next(switches))
             times.append(time.monotonic())
 
-        asyncio.run(exchange(port, body, ws.ca_file, args, switch))
+        asyncio.run(exchange(port, sent, ws.ca_file, args, switch))
         seconds = times[1] - times[0]
         process.send_signal(signal.SIGTERM)
         process.wait(120)
     total = counted(out_file)
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
+        shutil.copy(out_file, args.keep / re.sub(r"\W+", "-", label).strip("-"))
     print(
         f"  {label}: {total / args.requests:,.0f} instructions/request"
         f" ({args.requests} in {seconds:.0f} s under valgrind)",
@@ -147,16 +166,33 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--connections", type=int, default=8)
     parser.add_argument("--containers", type=int, default=1, help="in the review's pod")
+    parser.add_argument("--stream", choices=("mixed", "replicas"), help="instead of one body")
+    parser.add_argument("--pods", type=int, default=5000, help="reviews of the stream")
     parser.add_argument("--serve-python", action="append", help="measure this one's serve")
+    parser.add_argument(
+        "--cache-sizes", nargs="+", default=["default"], help="serve's --cache-size, each a row"
+    )
     parser.add_argument("--no-bare", action="store_true", help="only the serve rows")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep callgrind's output files there, one a row (for callgrind_annotate)",
+    )
     args = parser.parse_args()
     for tool in ("valgrind", "callgrind_control"):
         if shutil.which(tool) is None:
             print(f"bench/instructions.py needs {tool}: apt-get install -y valgrind")
             return 2
+    sizes = [None if n == "default" else int(n) for n in args.cache_sizes]
     rows: list[tuple[str, float]] = []
-    with bench.workspace("gpu-share-webhook-instructions-", (args.containers,)) as ws:
-        body = ws.bodies[args.containers]
+    replayed = () if args.stream else (args.containers,)
+    streams = (args.stream,) if args.stream else ()
+    with bench.workspace(
+        "gpu-share-webhook-instructions-", replayed, streams, pods=args.pods
+    ) as ws:
+        body = ws.streams[args.stream] if args.stream else ws.bodies[args.containers]
+        pairs = answered(body)
         response_file = ws.directory / "response.json"
         response_file.write_bytes(body.expected)
         if not args.no_bare:
@@ -172,23 +208,35 @@ def main() -> int:
                     *(["--bare-parse"] if parse else []),
                 ]
                 ready = log_says("listening on")
-                value = measure(name, command, ready=ready, port=port, ws=ws, body=body, args=args)
+                canned = itertools.cycle([(data, body.expected) for data, _ in pairs])
+                value = measure(
+                    name, command, ready=ready, port=port, ws=ws, sent=canned, args=args
+                )
                 rows.append((name, value))
-        for python in args.serve_python or [sys.executable]:
-            build = bench.build_of(python)[0]
-            port, metrics_port = bench.free_port(), bench.free_port()
-            command = bench.serve_command(
-                port, metrics_port, ws.cert_dir, event_loop="uvloop", python=python
-            )
-            name = f"{bench.SERVE}, {build}"
-            ready = log_says('"event_loop"')
-            value = measure(name, command, ready=ready, port=port, ws=ws, body=body, args=args)
-            rows.append((name, value))
+        for python in map(bench.absolute, args.serve_python or [sys.executable]):
+            for size in sizes:
+                build = bench.build_of(python)[0]
+                port, metrics_port = bench.free_port(), bench.free_port()
+                command = bench.serve_command(
+                    port,
+                    metrics_port,
+                    ws.cert_dir,
+                    event_loop="uvloop",
+                    python=python,
+                    cache_size=size,
+                )
+                name = f"{bench.SERVE}, {build}"
+                if size is not None:
+                    name += f", --cache-size {size}"
+                ready = log_says('"event_loop"')
+                sent = itertools.cycle(pairs)
+                value = measure(name, command, ready=ready, port=port, ws=ws, sent=sent, args=args)
+                rows.append((name, value))
     base = rows[0][1]
     print(
         f"Instructions per POST /mutate (callgrind, uvloop, TLS keep-alive,"
         f" {args.connections} connections, {args.requests} requests after a warm-up),"
-        f" {bench.containers_label(args.containers)} review, {time.strftime('%Y-%m-%d')}"
+        f" {body.label}, {time.strftime('%Y-%m-%d')}"
     )
     print()
     print(f"| server | instructions/request | vs {rows[0][0]} |")
@@ -196,6 +244,18 @@ def main() -> int:
     for name, value in rows:
         print(f"| {name} | {value:,.0f} | {value / base:.2f} |")
     return 0
+
+
+def answered(body: Body) -> list[tuple[bytes, bytes]]:
+    """The reviews to send, each with our core's answer to it in process: the body, or every
+    review of a stream."""
+    if not body.samples:
+        return [(body.data, body.expected)]
+    loaded = policies.load_directory(REPO / "policies")
+    return [
+        (data, reviews.review(data, policies=loaded, policy_name="default", endpoint="mutate").body)
+        for data in body.file.read_bytes().splitlines()
+    ]
 
 
 if __name__ == "__main__":

@@ -2,12 +2,27 @@
 same event loop, and a Go webhook doing the same mutation.
 
     python bench/server.py [--seconds 10] [--connections 32] [--bodies 1 50]
+                           [--streams replayed mixed replicas] [--pods 5000]
+                           [--deployments 10] [--cache-sizes default 0]
                            [--loops asyncio uvloop] [--no-peer] [--workers 1] [--rounds 3]
                            [--serve-python PYTHON ...]
 
-In one run, for each review body (bench/core.py's pod(1) and pod(50) as the API server sends
-them: 2.0 KB and 28 KB) and each event loop, one process each (`--workers N`: N processes on
-one port, and the Go peer on N threads):
+In one run, for each load (`--streams`) and each event loop, one process each (`--workers
+N`: N processes on one port, and the Go peer on N threads). The loads:
+
+- replayed: one review body over and over, for each of --bodies (bench/core.py's pod(1) and
+  pod(50) as the API server sends them: 2.0 KB and 28 KB): after the first, every review
+  is a cache hit;
+- mixed: --pods distinct pods in turn (`deployment_pod`: the first pod of as many
+  Deployments, as the API server sends it; 1-4 containers, every fifth without GPU; each
+  its own uid and service account volume): with more pods than serve's caches hold, no
+  cache ever answers;
+- replicas: --pods pods of --deployments Deployments in turn, the same bytes within a
+  Deployment but for the uid and the service account volume's name: the answer cache
+  answers all but the first of each.
+
+A stream's reviews are made once, one a line, and wrk's script (LUA_STREAM) hands out the
+requests it made of them in turn. The servers:
 
 - bare aiohttp: reads the body and returns a canned answer (our answer to that body, so the
   same bytes go back), on the named loop (`asyncio.run` or `uvloop.run`), with the TLS
@@ -15,25 +30,28 @@ one port, and the Go peer on N threads):
 - bare + orjson parse: the same, parsing each body first: the floor for any Python webhook,
   which must read the review to answer it;
 - gpu-share-webhook serve --event-loop LOOP: the real server, review log on (JSON lines to
-  a file, unbuffered as the image runs it: PYTHONUNBUFFERED=1), default settings otherwise
-  (its decision cache included: wrk sends one body over and over, so every request after
-  the first is a hit where the server caches that review at all); once per --serve-python
+  a file, unbuffered as the image runs it: PYTHONUNBUFFERED=1), default settings otherwise,
+  once per --cache-sizes value (`default`: its caches; 0: none); once per --serve-python
   interpreter, its row named by the build it imports: "compiled" (mypyc, as `pip install .`
   and the image build it) or "pure Python" (an editable install, as in development);
 
 and once per body the Go peer (bench/peer: standard library, GOMAXPROCS=1, no cache: every
 review is decoded, decided and encoded afresh). Each is driven by wrk (one thread,
 --connections keep-alive TLS connections) for --seconds after a --warmup. Before and after
-each measurement one review is posted and its answer checked: our server's must equal our
-core's in process, the peer's must equal ours as bench/peer/check.py compares them (same
-patch ops in the same order, same uid, allowed, patchType, annotations), the bare server's
-must be the canned bytes; and each Python server must say it runs on the loop named.
+each measurement reviews are posted and their answers checked (the body; a stream's first
+review of each kind of pod, and for replicas the next pod of the same Deployment): our
+server's must equal our core's in process, the peer's must equal ours as
+bench/peer/check.py compares them (same patch ops in the same order, same uid, allowed,
+patchType, annotations), the bare server's must be the canned bytes; and each Python
+server must say it runs on the loop named.
 
 Every server is measured --rounds times (default 3), in turn. Prints a Markdown table:
 reviews/s, p50, p99 (medians over the rounds), errors (non-2xx and socket errors, all
-rounds), and the median of each round's ratio to the bare server on the same loop for the
-same body, and to the Go peer (with their range): on a shared machine whose speed drifts
-(steal time), the ratio of two measurements made a minute apart is steadier than either.
+rounds), the server's CPU time per review and the CPU share of the server and of wrk
+(/proc), serve's cache hits (its /metrics), and the median of each round's ratio to the
+bare server on the same loop for the same load, and to the Go peer (with their range): on
+a shared machine whose speed drifts (steal time), the ratio of two measurements made a
+minute apart is steadier than either.
 With the date, the CPU count and the load average before and after. Numbers are only
 comparable within one run: wrk and the server share the machine's cores.
 
@@ -47,10 +65,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import asyncio.sslproto
+import collections
 import contextlib
 import datetime
 import os
+import random
 import re
+import resource
 import shlex
 import shutil
 import signal
@@ -61,8 +82,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -103,17 +125,44 @@ local file = assert(io.open(os.getenv("BENCH_BODY"), "rb"))
 wrk.body = file:read("*a")
 file:close()
 """
+# A stream: the file has one review a line (compact JSON has no newline). Each request is
+# made once, in `init` (where wrk.format knows the Host header), and `request` hands them
+# out in turn from BENCH_START on: a table lookup per request.
+LUA_STREAM = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local requests = {}
+local count, at = 0, 0
+function init(args)
+  for body in io.lines(os.getenv("BENCH_BODY")) do
+    requests[#requests + 1] = wrk.format(nil, nil, nil, body)
+  end
+  count = #requests
+  at = tonumber(os.getenv("BENCH_START")) % count
+end
+function request()
+  at = at % count + 1
+  return requests[at]
+end
+"""
 
 
 @dataclass
 class Result:
     name: str
     loop: str  # asyncio, uvloop, or GO
-    containers: int  # of the review's pod
+    review: str  # the Body's label
     requests_per_second: float
     p50_ms: float
     p99_ms: float
     errors: int
+    requests: int = 0
+    # CPU seconds per second of the server's processes, and of wrk (None: not measured).
+    server_cpu: float | None = None
+    wrk_cpu: float | None = None
+    cpu_us: float | None = None  # the server's CPU time per review
+    # serve: reviews answered from one of its caches, of all (its /metrics).
+    hits: float | None = None
     round: int = 0
 
 
@@ -123,17 +172,242 @@ def containers_label(containers: int) -> str:
 
 @dataclass
 class Body:
-    """One review body: bench/core.py's pod with `containers` containers."""
+    """What wrk sends: one review over and over (`--bodies`: bench/core.py's pod with
+    `containers` containers), or a stream of reviews, each its own (`--streams`)."""
 
-    containers: int
-    data: bytes
-    file: Path
-    # Our core's answer to it, in process: what every server must answer.
+    label: str  # the table's "review"
+    data: bytes  # the (first) review: the bare servers answer every request as they do it
+    file: Path  # wrk reads it: the review, or the stream's reviews one a line
+    script: Path  # wrk's script for `file`
+    # Our core's answer to `data`, in process: what every server must answer.
     expected: bytes
+    containers: int = 0
+    # More reviews of a stream, each with our core's answer: checked like `data`.
+    samples: list[tuple[bytes, bytes]] = field(default_factory=list)
 
     @property
-    def label(self) -> str:
-        return containers_label(self.containers)
+    def slug(self) -> str:  # for file names
+        return re.sub(r"\W+", "-", self.label).strip("-")
+
+
+# --------------------------------------------------------------------------- the streams
+
+# The API server's random names (k8s.io/apimachinery's rand.String): no vowels, no 0, 1, 3.
+ALPHANUMS = "bcdfghjklmnpqrstvwxz2456789"
+APPS = (
+    "triton", "vllm", "embedder", "reranker", "ocr", "whisper", "notebook", "trainer",
+    "detector", "tts", "search", "batch-infer",
+)  # fmt: skip
+NAMESPACES = ("team-a", "team-b", "ml-platform", "research", "vision")
+MAIN_IMAGES = (
+    "nvcr.io/nvidia/tritonserver:24.{a:02d}-py3",
+    "vllm/vllm-openai:v0.{a}.{b}",
+    "pytorch/pytorch:2.{a}.{b}-cuda12.1-cudnn8-runtime",
+    "registry.example.com/{app}/server:{sha}",
+)
+# Sidecars: name, image, port.
+SIDECARS = (
+    ("envoy", "envoyproxy/envoy:v1.{a}.{b}", 15090),
+    ("log-shipper", "fluent/fluent-bit:3.{a}.{b}", 2020),
+    ("metrics-exporter", "prom/statsd-exporter:v0.{a}.0", 9102),
+    ("oauth2-proxy", "quay.io/oauth2-proxy/oauth2-proxy:v7.{a}.{b}", 4180),
+)
+CPUS = ("100m", "250m", "500m", "1", "2", "4")
+MEMORIES = ("128Mi", "256Mi", "512Mi", "1Gi", "4Gi", "8Gi", "16Gi")
+STREAMS = ("replayed", "mixed", "replicas")
+
+
+def random_name(rng: random.Random, length: int) -> str:
+    return "".join(rng.choice(ALPHANUMS) for _ in range(length))
+
+
+def random_uid(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
+def deployment_pod(index: int) -> tuple[dict[str, Any], str]:
+    """A pod of the `index`th Deployment, as the API server hands it to webhooks (defaulted,
+    no name yet, its service account volume named `kube-api-access-TOKEN`), and its
+    namespace. 1-4 containers (the first the app, then sidecars); the first asks for the
+    shared GPU but in every fifth Deployment; names, images, env, resources vary."""
+    rng = random.Random(index)
+    app = f"{rng.choice(APPS)}-{index}"
+    namespace = rng.choice(NAMESPACES)
+    template_hash = random_name(rng, 10)
+    gpu = index % 5 != 4
+    sha = f"{rng.getrandbits(28):07x}"
+    version = {"a": rng.randint(1, 12), "b": rng.randint(0, 9), "app": app, "sha": sha}
+    image = rng.choice(MAIN_IMAGES).format(**version)
+    mount = {
+        "name": "kube-api-access-TOKEN",
+        "readOnly": True,
+        "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
+    }
+    env = [
+        {"name": "MODEL_NAME", "value": f"{app}-model-{rng.randint(1, 999)}"},
+        {"name": "LOG_LEVEL", "value": rng.choice(("info", "debug", "warning"))},
+        {"name": "MAX_BATCH_SIZE", "value": str(rng.choice((1, 4, 8, 16, 32, 64)))},
+        {"name": "GIT_SHA", "value": sha},
+        {
+            "name": "POD_NAME",
+            "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
+        },
+    ][: rng.randint(2, 5)]
+    cpu, memory = rng.randrange(len(CPUS)), rng.randrange(len(MEMORIES))
+    limits = {"cpu": CPUS[min(cpu + 1, len(CPUS) - 1)], "memory": MEMORIES[memory]}
+    requests = {"cpu": CPUS[cpu], "memory": MEMORIES[memory]}
+    if gpu:
+        limits["nvidia.com/gpu.shared"] = "1"
+    port = rng.choice((8000, 8080, 8888, 9000))
+    probe = {
+        "httpGet": {"path": "/health", "port": port, "scheme": "HTTP"},
+        "timeoutSeconds": 1,
+        "periodSeconds": 10,
+        "successThreshold": 1,
+        "failureThreshold": 3,
+    }
+    main = {
+        "name": app.rsplit("-", 1)[0],
+        "image": image,
+        "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
+        "env": env,
+        "resources": {"limits": limits, "requests": requests},
+        "volumeMounts": [{"name": "cache", "mountPath": "/cache"}, mount],
+        "readinessProbe": probe,
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "File",
+        "imagePullPolicy": "IfNotPresent",
+    }
+    containers = [main]
+    for name, sidecar_image, sidecar_port in rng.sample(SIDECARS, rng.choice((0, 0, 1, 1, 2, 3))):
+        containers.append(
+            {
+                "name": name,
+                "image": sidecar_image.format(a=rng.randint(1, 30), b=rng.randint(0, 9)),
+                "ports": [{"containerPort": sidecar_port, "protocol": "TCP"}],
+                "env": [{"name": "APP", "value": app}],
+                "resources": {
+                    "limits": {"cpu": "200m", "memory": "128Mi"},
+                    "requests": {"cpu": rng.choice(("10m", "50m", "100m")), "memory": "64Mi"},
+                },
+                "volumeMounts": [mount],
+                "terminationMessagePath": "/dev/termination-log",
+                "terminationMessagePolicy": "File",
+                "imagePullPolicy": "IfNotPresent",
+                "securityContext": {
+                    "allowPrivilegeEscalation": False,
+                    "capabilities": {"drop": ["ALL"]},
+                    "runAsNonRoot": True,
+                },
+            }
+        )
+    annotations = {"prometheus.io/scrape": "true", "prometheus.io/port": str(port)}
+    if gpu and rng.random() < 0.3:
+        annotations["gpu-share.io/profile"] = "small"
+    spec: dict[str, Any] = {
+        "volumes": [
+            {"name": "cache", "emptyDir": {"sizeLimit": rng.choice(("1Gi", "10Gi", "50Gi"))}},
+            {
+                "name": "kube-api-access-TOKEN",
+                "projected": {
+                    "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {
+                            "configMap": {
+                                "name": "kube-root-ca.crt",
+                                "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                            }
+                        },
+                        {
+                            "downwardAPI": {
+                                "items": [
+                                    {
+                                        "path": "namespace",
+                                        "fieldRef": {
+                                            "apiVersion": "v1",
+                                            "fieldPath": "metadata.namespace",
+                                        },
+                                    }
+                                ]
+                            }
+                        },
+                    ],
+                    "defaultMode": 420,
+                },
+            },
+        ],
+        "containers": containers,
+        "restartPolicy": "Always",
+        "terminationGracePeriodSeconds": 30,
+        "dnsPolicy": "ClusterFirst",
+        "serviceAccountName": rng.choice(("default", app)),
+        "serviceAccount": "default",
+        "securityContext": {},
+        "schedulerName": "default-scheduler",
+        "tolerations": [
+            {
+                "key": "node.kubernetes.io/not-ready",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
+            {
+                "key": "node.kubernetes.io/unreachable",
+                "operator": "Exists",
+                "effect": "NoExecute",
+                "tolerationSeconds": 300,
+            },
+        ],
+        "priority": 0,
+        "enableServiceLinks": True,
+        "preemptionPolicy": "PreemptLowerPriority",
+    }
+    spec["serviceAccount"] = spec["serviceAccountName"]
+    if rng.random() < 0.3:
+        spec["nodeSelector"] = {"kubernetes.io/arch": "amd64"}
+    replica_set = f"{app}-{template_hash}"
+    pod = {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {
+            "generateName": f"{replica_set}-",
+            "namespace": namespace,
+            "creationTimestamp": None,
+            "labels": {"app": app, "pod-template-hash": template_hash},
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": replica_set,
+                    "uid": random_uid(rng),
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+        "status": {},
+    }
+    return pod, namespace
+
+
+def stream_bodies(count: int, deployments: int | None, seed: int) -> list[bytes]:
+    """`count` reviews of distinct pods (`deployments` None: the first pod of as many
+    Deployments), or of the pods of `deployments` Deployments in turn (the same bytes but
+    for the uid and the service account volume's name); each with its own uid."""
+    rng = random.Random(seed)
+    templates: dict[int, bytes] = {}
+    bodies = []
+    for n in range(count):
+        index = n if deployments is None else n % deployments
+        if index not in templates:
+            pod, namespace = deployment_pod(index)
+            templates[index] = core.review_body(pod, uid="UID", namespace=namespace)
+        token = random_name(rng, 5).encode()
+        body = templates[index].replace(b"-TOKEN", b"-" + token)
+        bodies.append(body.replace(b'"UID"', f'"{random_uid(rng)}"'.encode(), 1))
+    return bodies
 
 
 # --------------------------------------------------------------------------- processes
@@ -231,7 +505,10 @@ def check_answer(name: str, answer: bytes, expected: bytes) -> None:
 # --------------------------------------------------------------------------- wrk
 
 
-def wrk(port: int, seconds: float, connections: int, body_file: Path, script: Path) -> Result:
+def wrk(
+    port: int, seconds: float, connections: int, body_file: Path, script: Path, *, start: int = 0
+) -> Result:
+    """wrk's measurement; a stream is sent from its review `start` on."""
     command = [
         "wrk",
         "-t1",
@@ -242,9 +519,16 @@ def wrk(port: int, seconds: float, connections: int, body_file: Path, script: Pa
         str(script),
         f"https://127.0.0.1:{port}{PATH}",
     ]
-    env = dict(os.environ, BENCH_BODY=str(body_file))
+    env = dict(os.environ, BENCH_BODY=str(body_file), BENCH_START=str(start))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
     out = subprocess.run(command, capture_output=True, text=True, env=env, check=True).stdout
-    return parse_wrk(out)
+    took = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = parse_wrk(out)
+    used = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    result.wrk_cpu = used / took
+    return result
 
 
 def parse_wrk(out: str) -> Result:
@@ -256,7 +540,8 @@ def parse_wrk(out: str) -> Result:
         return float(match.group(1)) * scale
 
     rate = re.search(r"^Requests/sec:\s+([\d.]+)", out, re.MULTILINE)
-    if not rate:
+    count = re.search(r"^\s*(\d+) requests in", out, re.MULTILINE)
+    if not rate or not count:
         raise SystemExit(f"no Requests/sec in wrk's output:\n{out}")
     errors = 0
     if match := re.search(r"Non-2xx or 3xx responses: (\d+)", out):
@@ -265,7 +550,26 @@ def parse_wrk(out: str) -> Result:
         r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out
     ):
         errors += sum(int(n) for n in match.groups())
-    return Result("", "", 0, float(rate.group(1)), latency("50"), latency("99"), errors)
+    return Result(
+        "", "", "", float(rate.group(1)), latency("50"), latency("99"), errors, int(count[1])
+    )
+
+
+def cpu_seconds(pids: list[int]) -> float | None:
+    """CPU seconds (user and system) the processes `pids` and their children have used so
+    far; None where there is no /proc to read them from."""
+    ticks = 0
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        try:
+            # The fields after the command's name: utime and stime are the 12th and 13th.
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            todo += [int(n) for n in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except OSError:
+            return None
+        ticks += int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 # --------------------------------------------------------------------------- the bare server
@@ -310,35 +614,107 @@ def bare_server(port: int, cert_dir: Path, response_file: Path, *, parse: bool, 
 # --------------------------------------------------------------------------- the run
 
 
-def measure(name: str, port: int, *, args: argparse.Namespace, body: Body, script: Path) -> Result:
+def measure(
+    name: str, port: int, *, args: argparse.Namespace, body: Body, pids: list[int]
+) -> Result:
+    """wrk's warm-up and measurement against the server `pids` (whose CPU time is read). A
+    stream's measurement goes on where the warm-up stopped (each request sent is counted or
+    still in flight): it does not send again what the server has just seen."""
+    start = 0
     if args.warmup > 0:
-        wrk(port, args.warmup, args.connections, body.file, script)
-    result = wrk(port, args.seconds, args.connections, body.file, script)
-    result.name, result.containers = name, body.containers
+        warm = wrk(port, args.warmup, args.connections, body.file, body.script)
+        start = warm.requests + args.connections
+    before, started = cpu_seconds(pids), time.monotonic()
+    result = wrk(port, args.seconds, args.connections, body.file, body.script, start=start)
+    after, took = cpu_seconds(pids), time.monotonic() - started
+    if before is not None and after is not None:
+        result.server_cpu = (after - before) / took
+        result.cpu_us = (after - before) / max(1, result.requests) * 1e6
+    result.name, result.review = name, body.label
     load = os.getloadavg()[0]
+    cpu = f"{result.server_cpu:.0%}" if result.server_cpu is not None else "?"
     print(
         f"  {body.label}, {name}: {result.requests_per_second:,.0f}/s,"
-        f" p99 {result.p99_ms:.2f} ms (load {load:.2f})",
+        f" p99 {result.p99_ms:.2f} ms, CPU: server {cpu}, wrk {result.wrk_cpu:.0%}"
+        f" (load {load:.2f})",
         file=sys.stderr,
     )
     return result
 
 
+def check(name: str, port: int, ca_file: Path, body: Body, *, canned: bool = False) -> None:
+    """The server's answers to `body`'s reviews (its data and samples) must be our core's
+    answers in process; a bare server's (`canned`) the canned answer, to each."""
+    for data, expected in [(body.data, body.expected), *body.samples]:
+        check_answer(name, post(port, data, ca_file), body.expected if canned else expected)
+
+
+def cache_hits(metrics_port: int) -> float:
+    """Of the reviews `serve` answered, the share answered from one of its caches."""
+    url = f"http://127.0.0.1:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    hits = re.search(r"^gpu_share_webhook_decision_cache_hits ([\d.e+]+)$", text, re.MULTILINE)
+    answered = re.findall(r"^gpu_share_webhook_reviews_total\{.*\} ([\d.e+]+)$", text, re.M)
+    total = sum(float(n) for n in answered)
+    return float(hits[1]) / total if hits and total else 0.0
+
+
 @dataclass
 class Workspace:
-    """What every measurement needs: certificates, the review bodies, wrk's script."""
+    """What every measurement needs: certificates, the review bodies and streams, wrk's
+    scripts."""
 
     directory: Path
     cert_dir: Path
     ca_file: Path
-    bodies: dict[int, Body]
+    bodies: dict[int, Body]  # replayed, by the pod's containers
+    streams: dict[str, Body]  # by name: mixed, replicas
     script: Path
     # The servers' environment, without settings of the caller's own.
     env: dict[str, str]
 
 
+def first_of_each_kind(bodies: list[bytes]) -> list[int]:
+    """The first review of each pod kind (its containers, and whether it asks for a GPU)."""
+    first: dict[tuple[int, bool], int] = {}
+    for n, data in enumerate(bodies):
+        containers = len(orjson.loads(data)["request"]["object"]["spec"]["containers"])
+        first.setdefault((containers, b'"nvidia.com/gpu.shared"' in data), n)
+    return sorted(first.values())
+
+
+def stream(
+    name: str, label: str, bodies: list[bytes], *, samples: list[int], directory: Path, script: Path
+) -> Body:
+    """A stream of `bodies` for wrk, its `samples` (indices) answered by our core in process.
+    Every review must be admitted: a stream measures the path of ordinary pods."""
+    loaded = policies.load_directory(REPO / "policies")
+    answers = {}
+    for n, data in enumerate(bodies):
+        outcome = reviews.review(data, policies=loaded, policy_name="default", endpoint="mutate")
+        if not outcome.summary.allowed:
+            raise SystemExit(f"{name}: review {n} was refused: {outcome.body[:300]!r}")
+        if n in samples:
+            answers[n] = outcome.body
+    file = directory / f"stream-{name}.jsonl"
+    file.write_bytes(b"\n".join(bodies) + b"\n")
+    checked = [(bodies[n], answers[n]) for n in samples[1:]]
+    return Body(label, bodies[samples[0]], file, script, answers[samples[0]], samples=checked)
+
+
 @contextlib.contextmanager
-def workspace(prefix: str, containers: tuple[int, ...] = (1, 50)) -> Iterator[Workspace]:
+def workspace(
+    prefix: str,
+    containers: tuple[int, ...] = (1, 50),
+    streams: tuple[str, ...] = (),
+    *,
+    pods: int = 5000,
+    deployments: int = 10,
+) -> Iterator[Workspace]:
+    """Certificates, the replayed bodies of pods with `containers` containers, and the
+    `streams` (mixed: `pods` distinct pods; replicas: `pods` pods of `deployments`
+    Deployments)."""
     directory = Path(tempfile.mkdtemp(prefix=prefix))
     try:
         cert_dir = directory / "certs"
@@ -346,6 +722,8 @@ def workspace(prefix: str, containers: tuple[int, ...] = (1, 50)) -> Iterator[Wo
             cert_dir, certificates.make_bundle(service=SERVICE, namespace=NAMESPACE)
         )
         loaded = policies.load_directory(REPO / "policies")
+        script = directory / "post.lua"
+        script.write_text(LUA)
         bodies = {}
         for n in containers:
             data = core.review_body(core.pod(n))
@@ -354,13 +732,32 @@ def workspace(prefix: str, containers: tuple[int, ...] = (1, 50)) -> Iterator[Wo
             ).body
             file = directory / f"review-{n}.json"
             file.write_bytes(data)
-            bodies[n] = Body(n, data, file, expected)
-        script = directory / "post.lua"
-        script.write_text(LUA)
+            bodies[n] = Body(containers_label(n), data, file, script, expected, n)
+        rotate = directory / "stream.lua"
+        rotate.write_text(LUA_STREAM)
+        found = {}
+        if "mixed" in streams:
+            label = f"mixed ({pods:,} pods)"
+            mixed = stream_bodies(pods, None, seed=1)
+            samples = first_of_each_kind(mixed)
+            found["mixed"] = stream(
+                "mixed", label, mixed, samples=samples, directory=directory, script=rotate
+            )
+        if "replicas" in streams:
+            label = f"replicas ({deployments} Deployments)"
+            replicas = stream_bodies(pods, deployments, seed=2)
+            # And the next pod of the same Deployment: answered from the answer cache.
+            samples = first_of_each_kind(replicas[:deployments])
+            samples += [n + deployments for n in samples]
+            found["replicas"] = stream(
+                "replicas", label, replicas, samples=samples, directory=directory, script=rotate
+            )
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SHARE_WEBHOOK_")}
         # As the image runs the server (Dockerfile): stderr, the review log, unbuffered.
         env["PYTHONUNBUFFERED"] = "1"
-        yield Workspace(directory, cert_dir, cert_dir / certificates.CA_FILE, bodies, script, env)
+        yield Workspace(
+            directory, cert_dir, cert_dir / certificates.CA_FILE, bodies, found, script, env
+        )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -373,9 +770,11 @@ def serve_command(
     workers: int = 1,
     event_loop: str = "auto",
     python: str = sys.executable,
+    cache_size: int | None = None,
 ) -> list[str]:
     """`gpu-share-webhook serve` as measured: loopback, review log on, no drain; run by
-    `python` (its installed webhook package, or this checkout's when it is the one)."""
+    `python` (its installed webhook package, or this checkout's when it is the one); its
+    default --cache-size unless `cache_size`."""
     return [
         python,
         "-m",
@@ -390,11 +789,19 @@ def serve_command(
         f"--event-loop={event_loop}",
         "--drain-seconds=0",
         "--log-level=info",
+        *([f"--cache-size={cache_size}"] if cache_size is not None else []),
     ]
 
 
 def measure_serve(
-    ws: Workspace, body: Body, *, loop: str, python: str, label: str, args: argparse.Namespace
+    ws: Workspace,
+    body: Body,
+    *,
+    loop: str,
+    python: str,
+    label: str,
+    cache_size: int | None,
+    args: argparse.Namespace,
 ) -> Result:
     """`gpu-share-webhook serve --event-loop loop`, its answers checked before and after."""
     port, metrics_port = free_port(), free_port()
@@ -405,18 +812,23 @@ def measure_serve(
         workers=args.workers,
         event_loop=loop,
         python=python,
+        cache_size=cache_size,
     )
-    log = ws.directory / f"serve-{loop}-{body.containers}-{label.replace(' ', '-')}.log"
+    name = f"{SERVE}, {label}"
+    if cache_size is not None:
+        name += f", --cache-size {cache_size}"
+    slug = re.sub(r"\W+", "-", name)
+    log = ws.directory / f"serve-{loop}-{body.slug}-{slug}.log"
     log.unlink(missing_ok=True)  # an earlier round's "listening" is not this server's
     with running(command, log, ws.env) as process:
         wait_ready(metrics_port, process, log)
         found = wait_log(r'"event_loop":"(\w+)"', [process], log).group(1)
         if found != loop:
             raise SystemExit(f"serve --event-loop {loop} runs on {found}")
-        check_answer(SERVE, post(port, body.data, ws.ca_file), body.expected)
-        name = f"{SERVE}, {label}"
-        result = measure(f"{name} ({loop})", port, args=args, body=body, script=ws.script)
-        check_answer(SERVE, post(port, body.data, ws.ca_file), body.expected)
+        check(SERVE, port, ws.ca_file, body)
+        result = measure(f"{name} ({loop})", port, args=args, body=body, pids=[process.pid])
+        result.hits = cache_hits(metrics_port)
+        check(SERVE, port, ws.ca_file, body)
     result.name, result.loop = name, loop
     return result
 
@@ -425,7 +837,7 @@ def measure_bare(
     name: str, ws: Workspace, body: Body, *, loop: str, parse: bool, args: argparse.Namespace
 ) -> Result:
     """The bare server (--workers processes on one port) answering `body.expected`."""
-    response_file = ws.directory / f"response-{body.containers}.json"
+    response_file = ws.directory / f"response-{body.slug}.json"
     response_file.write_bytes(body.expected)
     port = free_port()
     command = [
@@ -437,7 +849,7 @@ def measure_bare(
         f"--bare-loop={loop}",
         *(["--bare-parse"] if parse else []),
     ]
-    log = ws.directory / f"bare-{loop}-{int(parse)}-{body.containers}.log"
+    log = ws.directory / f"bare-{loop}-{int(parse)}-{body.slug}.log"
     log.unlink(missing_ok=True)  # an earlier round's "listening" is not this server's
     with contextlib.ExitStack() as stack:
         processes = [
@@ -446,9 +858,10 @@ def measure_bare(
         found = wait_log(r"listening on (\w+)", processes, log, count=args.workers).group(1)
         if found != loop:
             raise SystemExit(f"the bare server asked for {loop} runs on {found}")
-        check_answer(name, post(port, body.data, ws.ca_file), body.expected)
-        result = measure(f"{name} ({loop})", port, args=args, body=body, script=ws.script)
-        check_answer(name, post(port, body.data, ws.ca_file), body.expected)
+        check(name, port, ws.ca_file, body, canned=True)
+        pids = [p.pid for p in processes]
+        result = measure(f"{name} ({loop})", port, args=args, body=body, pids=pids)
+        check(name, port, ws.ca_file, body, canned=True)
     result.name, result.loop = name, loop
     return result
 
@@ -463,20 +876,46 @@ def measure_peer(ws: Workspace, body: Body, binary: Path, *, args: argparse.Name
         port,
         gomaxprocs=args.workers,
     )
-    log = ws.directory / f"peer-{body.containers}.log"
+    log = ws.directory / f"peer-{body.slug}.log"
     log.unlink(missing_ok=True)  # an earlier round's "listening" is not this server's
     with running(command, log, ws.env) as process:
         wait_log(r"listening", [process], log)
-        check_answer(PEER, post(port, body.data, ws.ca_file), body.expected)
-        result = measure(PEER, port, args=args, body=body, script=ws.script)
-        check_answer(PEER, post(port, body.data, ws.ca_file), body.expected)
+        check(PEER, port, ws.ca_file, body)
+        result = measure(PEER, port, args=args, body=body, pids=[process.pid])
+        check(PEER, port, ws.ca_file, body)
     result.name, result.loop = PEER, GO
     return result
 
 
-def run(args: argparse.Namespace) -> list[Result]:
+def describe(body: Body) -> str:
+    """A stream's reviews: how many, their sizes and pods, how many answer-cache keys."""
+    found = body.file.read_bytes().splitlines()
+    sizes = sorted(len(data) for data in found)
+    containers = collections.Counter(
+        len(orjson.loads(data)["request"]["object"]["spec"]["containers"]) for data in found
+    )
+    gpu = sum(b'"nvidia.com/gpu.shared"' in data for data in found)
+    shapes = {getattr(reviews.shape(data), "key", None) for data in found}
+    counts = ", ".join(f"{n}: {containers[n] / len(found):.0%}" for n in sorted(containers))
+    return (
+        f"{body.label}: {len(found):,} reviews of {sizes[0]:,}-{sizes[-1]:,} bytes (median"
+        f" {sizes[len(sizes) // 2]:,}); containers {counts}; {gpu / len(found):.0%} ask for"
+        f" the shared GPU; {len(shapes):,} distinct shapes (answer-cache keys)"
+    )
+
+
+def run(args: argparse.Namespace) -> tuple[list[Result], list[str]]:
     results: list[Result] = []
-    with workspace("gpu-share-webhook-bench-", tuple(args.bodies)) as ws:
+    replayed = tuple(args.bodies) if "replayed" in args.streams else ()
+    with workspace(
+        "gpu-share-webhook-bench-",
+        replayed,
+        tuple(args.streams),
+        pods=args.pods,
+        deployments=args.deployments,
+    ) as ws:
+        described = [describe(body) for body in ws.streams.values()]
+        print("\n".join(described), file=sys.stderr)
         binary = None
         if not args.no_peer:
             started = time.monotonic()
@@ -487,24 +926,31 @@ def run(args: argparse.Namespace) -> list[Result]:
             print(f"built the Go peer in {time.monotonic() - started:.1f} s", file=sys.stderr)
         for round_ in range(args.rounds):
             found: list[Result] = []
-            for body in ws.bodies.values():
+            for body in [*ws.bodies.values(), *ws.streams.values()]:
                 for loop in args.loops:
                     found.append(measure_bare(BARE, ws, body, loop=loop, parse=False, args=args))
                     found.append(
                         measure_bare(BARE_PARSE, ws, body, loop=loop, parse=True, args=args)
                     )
                     for python, label in args.builds:
-                        found.append(
-                            measure_serve(
-                                ws, body, loop=loop, python=python, label=label, args=args
+                        for size in args.cache_sizes:
+                            found.append(
+                                measure_serve(
+                                    ws,
+                                    body,
+                                    loop=loop,
+                                    python=python,
+                                    label=label,
+                                    cache_size=size,
+                                    args=args,
+                                )
                             )
-                        )
                 if binary is not None:
                     found.append(measure_peer(ws, body, binary, args=args))
             for result in found:
                 result.round = round_
             results.extend(found)
-    return results
+    return results, described
 
 
 def median(values: list[float]) -> float:
@@ -517,18 +963,20 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
     """The results as a Markdown table, one row per server: the medians over the rounds, and
     the median of each round's ratio to the bare server on the same loop and to the Go peer
     (measured minutes apart at most, for the same body), with their range when there were
-    several rounds."""
+    several rounds. CPU: the server's processes and wrk, in % of one core; us/review: the
+    server's CPU time per review; hits: reviews serve answered from one of its caches."""
     go = f"GOMAXPROCS={args.workers}"
     ranges = args.rounds > 1
     lines = [
-        "| review | server | loop | reviews/s | p50 ms | p99 ms | errors | vs bare | vs Go |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+        "| review | server | loop | reviews/s | p50 ms | p99 ms | errors | CPU us/review"
+        " | server CPU | wrk CPU | hits | vs bare | vs Go |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    bare = {(r.round, r.containers, r.loop): r for r in results if r.name == BARE}
-    peers = {(r.round, r.containers): r for r in results if r.name == PEER}
-    rows: dict[tuple[int, str, str], list[Result]] = {}
+    bare = {(r.round, r.review, r.loop): r for r in results if r.name == BARE}
+    peers = {(r.round, r.review): r for r in results if r.name == PEER}
+    rows: dict[tuple[str, str, str], list[Result]] = {}
     for r in results:
-        rows.setdefault((r.containers, r.name, r.loop), []).append(r)
+        rows.setdefault((r.review, r.name, r.loop), []).append(r)
 
     def ratio(found: list[Result], against: list[Result | None]) -> str:
         # Each round's ratio is of two measurements made minutes apart at most.
@@ -544,19 +992,33 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
             shown += f" ({min(values):.2f}-{max(values):.2f})"
         return shown
 
-    for (containers, name, loop), found in rows.items():
-        vs_bare = ratio(found, [bare.get((r.round, containers, loop)) for r in found])
-        vs_go = ratio(found, [peers.get((r.round, containers)) for r in found])
+    def shown(values: list[float | None], form: str) -> str:
+        known = [v for v in values if v is not None]
+        return format(median(known), form) if known else "-"
+
+    for (review, name, loop), found in rows.items():
+        vs_bare = ratio(found, [bare.get((r.round, review, loop)) for r in found])
+        vs_go = ratio(found, [peers.get((r.round, review)) for r in found])
         shown_loop = go if loop == GO else loop
         rps = median([r.requests_per_second for r in found])
         p50 = median([r.p50_ms for r in found])
         p99 = median([r.p99_ms for r in found])
         errors = sum(r.errors for r in found)
+        us = shown([r.cpu_us for r in found], ".1f")
+        server_cpu = shown([r.server_cpu for r in found], ".0%")
+        wrk_cpu = shown([r.wrk_cpu for r in found], ".0%")
+        hits = shown([r.hits for r in found], ".1%")
         lines.append(
-            f"| {containers_label(containers)} | {name} | {shown_loop} | {rps:,.0f} | {p50:.2f}"
-            f" | {p99:.2f} | {errors} | {vs_bare} | {vs_go} |"
+            f"| {review} | {name} | {shown_loop} | {rps:,.0f} | {p50:.2f} | {p99:.2f} | {errors}"
+            f" | {us} | {server_cpu} | {wrk_cpu} | {hits} | {vs_bare} | {vs_go} |"
         )
     return "\n".join(lines)
+
+
+def absolute(python: str) -> str:
+    """An interpreter's path as the servers, which run in the workspace, can use it: absolute,
+    not resolved (a virtual environment's python is a symlink); a bare name as it is."""
+    return os.path.abspath(python) if os.sep in python else python
 
 
 def build_of(python: str) -> tuple[str, str]:
@@ -592,7 +1054,25 @@ def main() -> int:
         type=int,
         nargs="+",
         default=[1, 50],
-        help="review bodies: bench/core.py's pod with this many containers",
+        help="replayed review bodies: bench/core.py's pod with this many containers",
+    )
+    parser.add_argument(
+        "--streams",
+        nargs="+",
+        choices=STREAMS,
+        default=list(STREAMS),
+        help="replayed: each of --bodies over and over; mixed: --pods distinct pods in turn;"
+        " replicas: --pods pods of --deployments Deployments in turn (default: all three)",
+    )
+    parser.add_argument("--pods", type=int, default=5000, help="reviews of a stream")
+    parser.add_argument(
+        "--deployments", type=int, default=10, help="Deployments of the replicas stream"
+    )
+    parser.add_argument(
+        "--cache-sizes",
+        nargs="+",
+        default=["default", "0"],
+        help="measure serve with each --cache-size (default: its default, and 0: no caches)",
     )
     parser.add_argument("--loops", nargs="+", choices=LOOPS, default=list(LOOPS))
     parser.add_argument("--no-peer", action="store_true", help="without the Go peer")
@@ -648,7 +1128,15 @@ def main() -> int:
             file=sys.stderr,
         )
         return 2
-    pythons = args.serve_python or [sys.executable]
+    if args.deployments < 1 or args.pods < 2 * args.deployments:
+        print("bench/server.py: --pods must be at least twice --deployments", file=sys.stderr)
+        return 2
+    try:
+        args.cache_sizes = [None if n == "default" else int(n) for n in args.cache_sizes]
+    except ValueError:
+        print("bench/server.py: --cache-sizes takes `default` and numbers", file=sys.stderr)
+        return 2
+    pythons = [absolute(python) for python in args.serve_python or [sys.executable]]
     builds = [build_of(python) for python in pythons]
     kinds = [kind for kind, _ in builds]
     # Two builds of one kind (an A/B of two commits) are told apart by their interpreter.
@@ -658,7 +1146,7 @@ def main() -> int:
     ]
     before = load()
     started = datetime.datetime.now(datetime.UTC)
-    results = run(args)
+    results, described = run(args)
     print(
         f"{started:%Y-%m-%d %H:%M} UTC, {os.cpu_count()} CPUs, load average (1, 5, 15 min)"
         f" {before} before, {load()} after"
@@ -671,6 +1159,7 @@ def main() -> int:
         f" warm-up then {args.seconds:g} s each, {args.workers} process(es) per server,"
         f" {args.rounds} round(s): medians"
     )
+    print("\n".join(described))
     print()
     print(table(results, args))
     return 0

@@ -2,11 +2,14 @@
 stand-ins that do ever more of the work, under the load of bench/server.py.
 
     python bench/server_breakdown.py [--seconds 10] [--connections 32] [--loop uvloop]
-                                     [--containers 1]
+                                     [--containers 1 | --stream mixed|replicas] [--pods 5000]
+                                     [--serve-python PYTHON]
 
 Rows, each a server process on one core on the event loop --loop (uvloop, serve's default
 where installed, or asyncio), driven by wrk (one thread, keep-alive TLS) with bench/core.py's
-review of a pod with --containers containers (bench/server.py's bodies):
+review of a pod with --containers containers over and over (bench/server.py's bodies), or
+with one of bench/server.py's streams (`--stream mixed`: --pods distinct pods in turn,
+`--stream replicas`: the pods of a few Deployments):
 
 - bare aiohttp: reads the body, answers a canned AdmissionReview (bench/server.py's);
 - canned review: gpu-share-webhook's server (routing, limits, metrics) answering the
@@ -19,10 +22,16 @@ review of a pod with --containers containers (bench/server.py's bodies):
 - real review: `reviews.review` with the server's caches, as `serve` runs it (wrk sends one
   body over and over: after the first, every request is answered from the answer cache,
   `reviews.Answers`, without being parsed);
-- serve: `gpu-share-webhook serve` itself, with its JSON review log line.
+- real review, no caches: `reviews.review` alone (as `--cache-size 0`);
+- serve: `gpu-share-webhook serve` itself, with its JSON review log line, and the same with
+  `--cache-size 0` (run by --serve-python, default this interpreter, as the stand-ins are:
+  the installed package when there is one, so a wheel install's interpreter measures the
+  compiled build).
 
 The rows below "bare" run without review log lines; "serve" adds them. Compare the rows of
-one run (the cores are shared with wrk), and read the differences as CPU per request.
+one run (the cores are shared with wrk), and read the differences as CPU per request: "CPU
+us" is the server's CPU time over the requests wrk counted, steadier than 1 / (reviews/s)
+on a machine whose other jobs take the server's core at times.
 """
 
 from __future__ import annotations
@@ -32,9 +41,13 @@ import functools
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(REPO), str(REPO / "bench")]
+# The installed package when there is one (a wheel install is compiled, as bench/core.py):
+# run with a wheel install's interpreter to measure the compiled build's stand-ins.
+sys.path.append(str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 
 import orjson  # noqa: E402
 import server as bench  # noqa: E402  bench/server.py: bodies, wrk driver, process helpers
@@ -53,6 +66,7 @@ VARIANTS = {
     "decide": "+ decide",
     "cached": "parsed cache hit (bound)",
     "real": "real review",
+    "uncached": "real review, no caches",
 }
 
 
@@ -61,7 +75,7 @@ def serve_variant(
 ) -> None:
     """Run the real server with the review stand-in `variant` until SIGTERM."""
     loaded = policies.load_directory(REPO / "policies")
-    sample = body_file.read_bytes()
+    sample = body_file.read_bytes().split(b"\n", 1)[0]  # a stream's first review
     canned = reviews.review(sample, policies=loaded, policy_name="default", endpoint="mutate")
 
     hits: dict[bytes, Decision] = {}
@@ -94,8 +108,11 @@ def serve_variant(
         body = reviews.encode(request.uid, decision)
         return reviews.Outcome(request, decision, body, reviews.summary(decision))
 
+    def uncached(body: bytes, **options: Any) -> reviews.Outcome:
+        return reviews.review(body, **options)  # not `reviews.review`: create_app adds no caches
+
     # `serve` makes its app with create_app: hand it the stand-in.
-    review = reviews.review if variant == "real" else stand_in
+    review = {"real": reviews.review, "uncached": uncached}.get(variant, stand_in)
     server.create_app = functools.partial(server.create_app, review=review)  # type: ignore[assignment]
     settings = configuration.Settings(
         policies_dir=REPO / "policies",
@@ -118,6 +135,9 @@ def main() -> int:
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--loop", choices=bench.LOOPS, default="uvloop")
     parser.add_argument("--containers", type=int, default=1, help="in the review's pod")
+    parser.add_argument("--stream", choices=("mixed", "replicas"), help="instead of one body")
+    parser.add_argument("--pods", type=int, default=5000, help="reviews of the stream")
+    parser.add_argument("--serve-python", default=sys.executable, help="runs the serve rows")
     parser.add_argument("--variant", choices=VARIANTS, help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--metrics-port", type=int, help=argparse.SUPPRESS)
@@ -141,9 +161,11 @@ def main() -> int:
     if args.loop == "uvloop" and bench.uvloop is None:
         print("bench/server_breakdown.py --loop uvloop: uvloop is not installed", file=sys.stderr)
         return 2
-    rows: list[tuple[str, float]] = []
-    with bench.workspace("gpu-share-webhook-breakdown-", (args.containers,)) as ws:
-        body = ws.bodies[args.containers]
+    rows: list[tuple[str, bench.Result]] = []
+    replayed = () if args.stream else (args.containers,)
+    streams = (args.stream,) if args.stream else ()
+    with bench.workspace("gpu-share-webhook-breakdown-", replayed, streams, pods=args.pods) as ws:
+        body = ws.streams[args.stream] if args.stream else ws.bodies[args.containers]
 
         for variant, label in VARIANTS.items():
             port, metrics_port = bench.free_port(), bench.free_port()
@@ -161,24 +183,44 @@ def main() -> int:
             with bench.running(command, log, ws.env) as process:
                 bench.wait_ready(metrics_port, process, log)
                 bench.check_answer(label, bench.post(port, body.data, ws.ca_file), body.expected)
-                result = bench.measure(label, port, args=args, body=body, script=ws.script)
-            rows.append((label, result.requests_per_second))
-        serve = bench.measure_serve(
-            ws, body, loop=args.loop, python=sys.executable, label="this checkout", args=args
-        )
-        rows.append(("serve (with review log)", serve.requests_per_second))
+                result = bench.measure(label, port, args=args, body=body, pids=[process.pid])
+            rows.append((label, result))
+        build = bench.build_of(args.serve_python)[0]
+        for size, label in ((None, "serve (with review log)"), (0, "serve --cache-size 0")):
+            serve = bench.measure_serve(
+                ws,
+                body,
+                loop=args.loop,
+                python=args.serve_python,
+                label=build,
+                cache_size=size,
+                args=args,
+            )
+            rows.append((label, serve))
         bare = bench.measure_bare(bench.BARE, ws, body, loop=args.loop, parse=False, args=args)
-        rows.insert(0, (bare.name, bare.requests_per_second))
-    bare_rate = rows[0][1]
+        rows.insert(0, (bare.name, bare))
     print(
         f"POST {bench.PATH}, TLS, keep-alive, wrk -t1 -c{args.connections},"
-        f" {args.seconds:g} s each, 1 server process on {args.loop},"
-        f" review of a pod with {args.containers} container(s)"
+        f" {args.seconds:g} s each, 1 server process on {args.loop}, {body.label};"
+        f" serve rows: {build}, stand-ins: {bench.build_of(sys.executable)[0]};"
+        f" load average {bench.load()} after"
     )
     print()
-    print(f"{'server answers with':<26}{'reviews/s':>11}{'us/request':>12}{'vs bare':>9}")
-    for name, rate in rows:
-        print(f"{name:<26}{rate:>11,.0f}{1e6 / rate:>12.1f}{rate / bare_rate:>9.2f}")
+    bare_rate, bare_us = rows[0][1].requests_per_second, rows[0][1].cpu_us
+    print(
+        "| server answers with | reviews/s | us/request | vs bare | CPU us/request"
+        " | CPU us beyond bare | server CPU |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, r in rows:
+        rate = r.requests_per_second
+        cpu = f"{r.cpu_us:.1f}" if r.cpu_us is not None else "-"
+        beyond = f"{r.cpu_us - bare_us:.1f}" if r.cpu_us is not None and bare_us else "-"
+        share = f"{r.server_cpu:.0%}" if r.server_cpu is not None else "-"
+        print(
+            f"| {name} | {rate:,.0f} | {1e6 / rate:.1f} | {rate / bare_rate:.2f} | {cpu}"
+            f" | {beyond} | {share} |"
+        )
     return 0
 
 

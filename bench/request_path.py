@@ -1,0 +1,366 @@
+"""Where the time of a review goes, in process: each step of `serve`'s request path, timed
+on its own over a stream of bench/server.py's reviews, in us per review.
+
+    python bench/request_path.py [--stream mixed] [--pods 5000] [--deployments 10]
+                                 [--seconds 2]
+
+The steps of `reviews.review` as `serve` calls it (with its decision cache and answer cache,
+`--cache-size` 2048 each) and of `_Route.record`, each timed alone on every review of the
+stream in turn (the best pass over about --seconds; one core: the process pins itself to
+one CPU, as bench/core.py). On the mixed stream (distinct pods) every cache lookup misses;
+on the replicas stream (the pods of a few Deployments) every review after the first of
+its Deployment is answered from the answer cache. Rows:
+
+- answer cache: the body's shape (`reviews.shape`, its key), the lookup, and on a miss
+  what is kept of the answer (`reviews._entry` and `Answers.put`);
+- parse: `reviews.parse` (orjson and the Request);
+- core: the pod's view (`pods.templates`, `pods.read`); the rest of `reviews.decide`
+  without cache, split into the rules but placement (`rules.Review`, the checks and
+  patches of the policy's table, the decision's assembly) and placement (the
+  node-selection, multi-replica and MPS-limits checks, the toleration, node-selection and
+  MPS-limit patches, and `placing.record`) in the proportions found by timing each rule
+  around its call;
+- decision cache: the key (`Pod.key`), and the lookup and keeping (`Cache.get`, `put`);
+- encode, verdict: the response body and what the log line and metrics read of it;
+- total: `reviews.review` as serve calls it, with both caches, with each alone, and with
+  none (what `--cache-size 0` would be if it passed no caches: serve's still makes the
+  answer-cache shape and the decision-cache key, see bench/README.md);
+- metrics: `Metrics.count_review`; review line: `app.review_line` and `logs.JsonLines`
+  writing it to a file (as bench/server.py's serve writes its standard error to a log file)
+  and to /dev/null;
+- gc: the collector's pauses (gc.callbacks) while `reviews.review` runs, after a
+  `gc.freeze()` as `serve` makes at start.
+
+What it does not see: TLS, aiohttp and the handler around the review (bench/server.py and
+bench/server_breakdown.py measure those under load), and the caches' effect on the
+processor's caches when a server does everything at once.
+
+It measures the installed package when there is one (a wheel install is compiled with
+mypyc), as bench/core.py: run it with the interpreter of the build to measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+# The installed package when there is one (as bench/core.py): imported before bench/server.py
+# puts this checkout first on the path.
+sys.path.append(str(REPO))
+
+from webhook import certificates, policies, reviews  # noqa: E402
+from webhook.core import placing, pods, reviewing, rules  # noqa: E402
+from webhook.transport import app as server  # noqa: E402
+from webhook.transport.logs import JsonLines  # noqa: E402
+from webhook.transport.metrics import ALLOWED  # noqa: E402
+
+sys.path.insert(0, str(REPO / "bench"))
+import server as bench  # noqa: E402  bench/server.py: the streams
+
+BUILD = "compiled (mypyc)" if not reviewing.__file__.endswith(".py") else "pure Python"
+ENDPOINT = "mutate"
+PLACEMENT = {
+    rules.check_node_selection,
+    rules.check_multi_replica,
+    rules.check_mps_limits,
+    rules.patch_tolerations,
+    rules.patch_node_selection,
+    rules.patch_mps_limits,
+}
+
+
+def per_review(
+    step: Callable[[Any], object], inputs: Callable[[], list[Any]], seconds: float
+) -> float:
+    """Microseconds per call of `step` on each of the inputs (made anew, untimed, for each
+    pass): the best of three passes at least, more while `seconds` last. CPU time of this
+    process (the machine is shared: time spent waiting for the core is not counted)."""
+    best = float("inf")
+    passes = 0
+    deadline = time.perf_counter() + seconds
+    while passes < 3 or time.perf_counter() < deadline:
+        items = inputs()
+        started = time.process_time()
+        for item in items:
+            step(item)
+        best = min(best, (time.process_time() - started) / len(items))
+        passes += 1
+    return best * 1e6
+
+
+def timer_cost() -> float:
+    """Nanoseconds that one timed call adds (two perf_counter_ns and the arithmetic)."""
+    clock = time.perf_counter_ns
+    best = float("inf")
+    for _ in range(20):
+        total = 0
+        started = clock()
+        for _ in range(10_000):
+            t = clock()
+            total += clock() - t
+        best = min(best, (clock() - started) / 10_000)
+    return best
+
+
+class Judged:
+    """`reviewing.run` of a pod (mutating, no dry-run rules), each rule timed: nanoseconds
+    spent in the rules but placement and in placement."""
+
+    def __init__(self, policy: policies.Policy, overhead: float) -> None:
+        self.policy = policy
+        self.overhead = overhead
+        self.rules = 0.0
+        self.placement = 0.0
+
+    def __call__(self, view: pods.Pod) -> None:
+        clock = time.perf_counter_ns
+        t = clock()
+        r = rules.Review(view, self.policy, mutate=True, require=False)
+        checks, patches, _ = reviewing._table(
+            self.policy, r.gpu, bool(r.requested), view.ephemeral_update
+        )
+        self.rules += clock() - t - self.overhead
+        relax = rules.Review.relax
+        steps: Iterable[Callable[[rules.Review], None]] = (*checks, relax, *patches, relax)
+        for step in steps:
+            t = clock()
+            step(r)
+            took = clock() - t - self.overhead
+            if step in PLACEMENT:
+                self.placement += took
+            else:
+                self.rules += took
+        assert not r.violations, r.violations
+        t = clock()
+        placing.record(r)
+        self.placement += clock() - t - self.overhead
+
+
+def gc_us(call: Callable[[], object], count: int) -> float:
+    """Microseconds per call that the collector's pauses took while `call` ran `count` times
+    (gc.callbacks)."""
+    paused = 0.0
+    started = 0.0
+
+    def callback(phase: str, _info: dict[str, int]) -> None:
+        nonlocal paused, started
+        if phase == "start":
+            started = time.perf_counter()
+        else:
+            paused += time.perf_counter() - started
+
+    gc.callbacks.append(callback)
+    try:
+        for _ in range(count):
+            call()
+    finally:
+        gc.callbacks.remove(callback)
+    return paused / count * 1e6
+
+
+async def measure(bodies: list[bytes], directory: Path, seconds: float) -> list[tuple[str, float]]:
+    loaded = policies.load_directory(REPO / "policies")
+    policy = loaded.get("default")
+    assert policy is not None
+    size = server.CACHE_SIZE
+    rows: list[tuple[str, float]] = []
+
+    def row(name: str, step: Callable[[Any], object], inputs: Callable[[], list[Any]]) -> float:
+        us = per_review(step, inputs, seconds)
+        rows.append((name, us))
+        print(f"  {name}: {us:.2f}", file=sys.stderr)
+        return us
+
+    def same(items: list[Any]) -> Callable[[], list[Any]]:
+        return lambda: items
+
+    # What each step starts from, made once (untimed).
+    shapes = [reviews.shape(body) for body in bodies]
+    assert all(shape is not None for shape in shapes)
+    requests = [reviews.parse(body) for body in bodies]
+    decisions = [
+        reviews.decide(r, policies=loaded, policy_name="default", endpoint=ENDPOINT)
+        for r in requests
+    ]
+    outcomes = [
+        reviews.Outcome(r, d, reviews.encode(r.uid, d), reviews.verdict(d))
+        for r, d in zip(requests, decisions, strict=True)
+    ]
+
+    def views() -> list[pods.Pod]:
+        return [pods.read(pods.templates(r.object or {})[0][0]) for r in requests]
+
+    def serve_review(
+        answers: reviews.Answers | None, cache: reviewing.Cache | None
+    ) -> Callable[[bytes], Any]:
+        def call(body: bytes) -> Any:
+            return reviews.review(
+                body,
+                policies=loaded,
+                policy_name="default",
+                endpoint=ENDPOINT,
+                cache=cache,
+                answers=answers,
+            )
+
+        return call
+
+    # The answer cache and the decision cache as serve has them: each review of the stream
+    # once before the timing, so that they are as full as on a server that runs for a while.
+    answers, cache = reviews.Answers(size), reviewing.Cache(size)
+    caches_full = serve_review(answers, cache)
+    for body in bodies:
+        caches_full(body)
+    gc.collect()
+    gc.freeze()  # as serve does once started
+
+    row("answer cache: shape (its key)", reviews.shape, same(bodies))
+    looked_up = row(
+        "answer cache: shape and lookup",
+        lambda body: answers.get((policy, ENDPOINT, reviews.shape(body).key)),  # type: ignore[union-attr]
+        same(bodies),
+    )
+    rows[-1] = ("answer cache: lookup alone", looked_up - rows[-2][1])
+    row("parse", reviews.parse, same(bodies))
+    view_us = row(
+        "core: view (pods.templates, pods.read)",
+        lambda r: pods.read(pods.templates(r.object)[0][0]),
+        same(requests),
+    )
+    decided = per_review(
+        lambda r: reviews.decide(r, policies=loaded, policy_name="default", endpoint=ENDPOINT),
+        same(requests),
+        seconds,
+    )
+    # The rest of `reviews.decide` (rules.Review, the checks and patches, placing.record and
+    # the decision's assembly) split in the proportions each rule's timer found.
+    overhead = timer_cost()
+    best = (float("inf"), float("inf"))
+    for _ in range(5):  # the best of five passes
+        judged = Judged(policy, overhead)
+        for view in views():
+            judged(view)
+        best = min(best, (judged.rules, judged.placement), key=sum)
+    placement_share = best[1] / sum(best)
+    judging = decided - view_us
+    rows.append(("core: rules but placement (and assembly)", judging * (1 - placement_share)))
+    rows.append(("core: placement", judging * placement_share))
+    rows.append(("core: reviews.decide, no cache", decided))
+    row("decision cache: key (Pod.key)", lambda view: view.key(), views)
+    fresh: list[reviewing.Cache] = []
+
+    def keyed() -> list[tuple[Any, Any]]:
+        fresh[:] = [reviewing.Cache(size)]
+        return [
+            ((policy, True, False, view.key()), decision)
+            for view, decision in zip(views(), decisions, strict=True)
+        ]
+
+    def get_put(item: tuple[Any, Any]) -> None:
+        key, decision = item
+        if fresh[0].get(key) is None:
+            fresh[0].put(key, decision)
+
+    row("decision cache: get (a miss) and put", get_put, keyed)
+    row("encode", lambda o: reviews.encode(o.request.uid, o.decision), same(outcomes))
+    row("verdict", lambda o: reviews.verdict(o.decision), same(outcomes))
+    fresh_answers: list[reviews.Answers] = []
+
+    def entries() -> list[tuple[reviews.Outcome, reviews.Shape]]:
+        fresh_answers[:] = [reviews.Answers(size)]
+        return list(zip(outcomes, shapes, strict=True))  # type: ignore[arg-type]
+
+    def keep(item: tuple[reviews.Outcome, reviews.Shape]) -> None:
+        outcome, shape = item
+        kept = reviews._entry(outcome, shape)
+        if kept is not None:
+            fresh_answers[0].put((policy, ENDPOINT, shape.key), kept, key_bytes=len(shape.key))
+
+    row("answer cache: keep the answer (_entry, put)", keep, entries)
+    row("total: reviews.review with serve's caches", caches_full, same(bodies))
+    # Each cache alone, filled as the two above (which cache pays on this stream).
+    answers_alone, cache_alone = reviews.Answers(size), reviewing.Cache(size)
+    for name, review in (
+        ("total: with the answer cache alone", serve_review(answers_alone, None)),
+        ("total: with the decision cache alone", serve_review(None, cache_alone)),
+    ):
+        for body in bodies:
+            review(body)
+        row(name, review, same(bodies))
+    row("total: reviews.review, no caches", serve_review(None, None), same(bodies))
+
+    # Recording, as bench/record.py: the application serve makes, its POST /mutate route.
+    cert_dir = directory / "certs"
+    certificates.write_bundle(
+        cert_dir, certificates.make_bundle(service=bench.SERVICE, namespace=bench.NAMESPACE)
+    )
+    settings = server.Settings(policies_dir=REPO / "policies", cert_dir=cert_dir)
+    with (
+        open(directory / "serve.log", "wb", buffering=0) as log_file,
+        open(os.devnull, "wb", buffering=0) as devnull,
+    ):
+        app = server.create_app(settings, review_log=JsonLines(log_file))
+        route = next(
+            r.handler.__self__
+            for r in app.router.routes()
+            if r.method == "POST" and r.resource.canonical == "/mutate"
+        )
+        row(
+            "metrics (count_review)",
+            lambda o: route.metrics.count_review(ENDPOINT, "default", ALLOWED, 0.0002),
+            same(outcomes),
+        )
+        for name, stream in (("a file", log_file), ("/dev/null", devnull)):
+            lines = JsonLines(stream)
+            row(
+                f"review line, to {name}",
+                lambda o, lines=lines: lines(server.review_line(o, ENDPOINT, "default", 0.0002)),
+                same(outcomes),
+            )
+            lines.flush()
+    at = iter(range(10**9))
+    rows.append(
+        (
+            "gc pauses in reviews.review with caches",
+            gc_us(lambda: caches_full(bodies[next(at) % len(bodies)]), len(bodies) * 4),
+        )
+    )
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--stream", choices=("mixed", "replicas"), default="mixed")
+    parser.add_argument("--pods", type=int, default=5000, help="reviews of the stream")
+    parser.add_argument("--deployments", type=int, default=10, help="of the replicas stream")
+    parser.add_argument("--seconds", type=float, default=2.0, help="per row")
+    args = parser.parse_args()
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})  # one core
+    deployments = args.deployments if args.stream == "replicas" else None
+    bodies = bench.stream_bodies(args.pods, deployments, seed=1 if deployments is None else 2)
+    with tempfile.TemporaryDirectory(prefix="gpu-share-webhook-path-") as tmp:
+        rows = asyncio.run(measure(bodies, Path(tmp), args.seconds))
+    print(f"core: {BUILD} ({Path(reviewing.__file__).parent})")
+    print(f"{args.stream} stream, {len(bodies):,} reviews, {time.strftime('%Y-%m-%d %H:%M')}")
+    print()
+    print(f"| {'step':<46} | us/review |")
+    print(f"|{'-' * 48}|----------:|")
+    for name, us in rows:
+        print(f"| {name:<46} | {us:>9.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
