@@ -4,28 +4,23 @@ on its own over a stream of bench/server.py's reviews, in us per review.
     python bench/request_path.py [--stream mixed] [--pods 5000] [--deployments 10]
                                  [--seconds 2]
 
-The steps of `reviews.review` as `serve` calls it (with its decision cache and answer cache,
-`--cache-size` 2048 each) and of `_Route.record`, each timed alone on every review of the
-stream in turn (the best pass over about --seconds; one core: the process pins itself to
-one CPU, as bench/core.py). On the mixed stream (distinct pods) every cache lookup misses;
-on the replicas stream (the pods of a few Deployments) every review after the first of
-its Deployment is answered from the answer cache. Rows:
+The steps of `reviews.review` as `serve` calls it (with its answer cache, `--cache-size`
+2048) and of `admission.Route.record`, each timed alone on every review of the stream in
+turn (the best pass over about --seconds; one core: the process pins itself to one CPU, as
+bench/core.py). On the mixed stream (distinct pods) every cache lookup misses; on the
+replicas stream (the pods of a few Deployments) every review after the first of its
+Deployment is answered from the answer cache. Rows:
 
 - answer cache: the body's shape (`reviews.shape`, its key), the lookup, and on a miss
   what is kept of the answer (`reviews._entry` and `Answers.put`);
 - parse: `reviews.parse` (orjson and the Request);
-- core: the pod's view (`pods.templates`, `pods.read`); the rest of `reviews.decide`
-  without cache, split into the rules but placement (`rules.Review`, the checks and
-  patches of the policy's table, the decision's assembly) and placement (the
-  node-selection, multi-replica and MPS-limits checks, the toleration, node-selection and
-  MPS-limit patches, and `placing.record`) in the proportions found by timing each rule
-  around its call;
-- decision cache: the key (`Pod.key`), and the lookup and keeping (`Cache.get`, `put`);
-- encode, verdict: the response body and what the log line and metrics read of it;
-- total: `reviews.review` as serve calls it, with both caches, with each alone, and with
-  none (what `--cache-size 0` would be if it passed no caches: serve's still makes the
-  answer-cache shape and the decision-cache key, see bench/README.md);
-- metrics: `Metrics.count_review`; review line: `app.review_line` and `logs.JsonLines`
+- core: the pod's view (`pods.templates`, `pods.read`); what is worked out of it before
+  the rules (`facts.gather`: GPU usage, profile, placement); the rest of `reviews.decide`
+  (the checks and patches of the policy's table, the record, the decision's assembly);
+- encode, summary: the response body and what the log line and metrics read of it;
+- total: `reviews.review` as serve calls it, with the answer cache and with none (what
+  `--cache-size 0` runs);
+- metrics: `Metrics.count_review`; review line: `logs.review_line` and `logs.JsonLines`
   writing it to a file (as bench/server.py's serve writes its standard error to a log file)
   and to /dev/null;
 - gc: the collector's pauses (gc.callbacks) while `reviews.review` runs, after a
@@ -48,7 +43,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +52,12 @@ REPO = Path(__file__).resolve().parent.parent
 # puts this checkout first on the path.
 sys.path.append(str(REPO))
 
+import orjson  # noqa: E402
+
 from webhook import certificates, policies, reviews  # noqa: E402
-from webhook.core import placing, pods, reviewing, rules  # noqa: E402
+from webhook.core import facts, pods, reviewing  # noqa: E402
 from webhook.transport import app as server  # noqa: E402
-from webhook.transport.logs import JsonLines  # noqa: E402
+from webhook.transport import configuration, logs  # noqa: E402
 from webhook.transport.metrics import ALLOWED  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -68,14 +65,6 @@ import server as bench  # noqa: E402  bench/server.py: the streams
 
 BUILD = "compiled (mypyc)" if not reviewing.__file__.endswith(".py") else "pure Python"
 ENDPOINT = "mutate"
-PLACEMENT = {
-    rules.check_node_selection,
-    rules.check_multi_replica,
-    rules.check_mps_limits,
-    rules.patch_tolerations,
-    rules.patch_node_selection,
-    rules.patch_mps_limits,
-}
 
 
 def per_review(
@@ -95,54 +84,6 @@ def per_review(
         best = min(best, (time.process_time() - started) / len(items))
         passes += 1
     return best * 1e6
-
-
-def timer_cost() -> float:
-    """Nanoseconds that one timed call adds (two perf_counter_ns and the arithmetic)."""
-    clock = time.perf_counter_ns
-    best = float("inf")
-    for _ in range(20):
-        total = 0
-        started = clock()
-        for _ in range(10_000):
-            t = clock()
-            total += clock() - t
-        best = min(best, (clock() - started) / 10_000)
-    return best
-
-
-class Judged:
-    """`reviewing.run` of a pod (mutating, no dry-run rules), each rule timed: nanoseconds
-    spent in the rules but placement and in placement."""
-
-    def __init__(self, policy: policies.Policy, overhead: float) -> None:
-        self.policy = policy
-        self.overhead = overhead
-        self.rules = 0.0
-        self.placement = 0.0
-
-    def __call__(self, view: pods.Pod) -> None:
-        clock = time.perf_counter_ns
-        t = clock()
-        r = rules.Review(view, self.policy, mutate=True, require=False)
-        checks, patches, _ = reviewing._table(
-            self.policy, r.gpu, bool(r.requested), view.ephemeral_update
-        )
-        self.rules += clock() - t - self.overhead
-        relax = rules.Review.relax
-        steps: Iterable[Callable[[rules.Review], None]] = (*checks, relax, *patches, relax)
-        for step in steps:
-            t = clock()
-            step(r)
-            took = clock() - t - self.overhead
-            if step in PLACEMENT:
-                self.placement += took
-            else:
-                self.rules += took
-        assert not r.violations, r.violations
-        t = clock()
-        placing.record(r)
-        self.placement += clock() - t - self.overhead
 
 
 def gc_us(call: Callable[[], object], count: int) -> float:
@@ -171,7 +112,7 @@ async def measure(bodies: list[bytes], directory: Path, seconds: float) -> list[
     loaded = policies.load_directory(REPO / "policies")
     policy = loaded.get("default")
     assert policy is not None
-    size = server.CACHE_SIZE
+    size = configuration.CACHE_SIZE
     rows: list[tuple[str, float]] = []
 
     def row(name: str, step: Callable[[Any], object], inputs: Callable[[], list[Any]]) -> float:
@@ -192,34 +133,28 @@ async def measure(bodies: list[bytes], directory: Path, seconds: float) -> list[
         for r in requests
     ]
     outcomes = [
-        reviews.Outcome(r, d, reviews.encode(r.uid, d), reviews.verdict(d))
+        reviews.Outcome(r, d, reviews.encode(r.uid, d), reviews.summary(d))
         for r, d in zip(requests, decisions, strict=True)
     ]
+    patches = [orjson.dumps(d.patch) if d.patch else b"" for d in decisions]
 
     def views() -> list[pods.Pod]:
         return [pods.read(pods.templates(r.object or {})[0][0]) for r in requests]
 
-    def serve_review(
-        answers: reviews.Answers | None, cache: reviewing.Cache | None
-    ) -> Callable[[bytes], Any]:
+    def serve_review(answers: reviews.Answers | None) -> Callable[[bytes], Any]:
         def call(body: bytes) -> Any:
             return reviews.review(
-                body,
-                policies=loaded,
-                policy_name="default",
-                endpoint=ENDPOINT,
-                cache=cache,
-                answers=answers,
+                body, policies=loaded, policy_name="default", endpoint=ENDPOINT, answers=answers
             )
 
         return call
 
-    # The answer cache and the decision cache as serve has them: each review of the stream
-    # once before the timing, so that they are as full as on a server that runs for a while.
-    answers, cache = reviews.Answers(size), reviewing.Cache(size)
-    caches_full = serve_review(answers, cache)
+    # The answer cache as serve has it: each review of the stream once before the timing,
+    # so that it is as full as on a server that runs for a while.
+    answers = reviews.Answers(size)
+    cache_full = serve_review(answers)
     for body in bodies:
-        caches_full(body)
+        cache_full(body)
     gc.collect()
     gc.freeze()  # as serve does once started
 
@@ -236,79 +171,43 @@ async def measure(bodies: list[bytes], directory: Path, seconds: float) -> list[
         lambda r: pods.read(pods.templates(r.object)[0][0]),
         same(requests),
     )
+    row("core: facts (facts.gather)", lambda view: facts.gather(view, policy), views)
     decided = per_review(
         lambda r: reviews.decide(r, policies=loaded, policy_name="default", endpoint=ENDPOINT),
         same(requests),
         seconds,
     )
-    # The rest of `reviews.decide` (rules.Review, the checks and patches, placing.record and
-    # the decision's assembly) split in the proportions each rule's timer found.
-    overhead = timer_cost()
-    best = (float("inf"), float("inf"))
-    for _ in range(5):  # the best of five passes
-        judged = Judged(policy, overhead)
-        for view in views():
-            judged(view)
-        best = min(best, (judged.rules, judged.placement), key=sum)
-    placement_share = best[1] / sum(best)
-    judging = decided - view_us
-    rows.append(("core: rules but placement (and assembly)", judging * (1 - placement_share)))
-    rows.append(("core: placement", judging * placement_share))
-    rows.append(("core: reviews.decide, no cache", decided))
-    row("decision cache: key (Pod.key)", lambda view: view.key(), views)
-    fresh: list[reviewing.Cache] = []
-
-    def keyed() -> list[tuple[Any, Any]]:
-        fresh[:] = [reviewing.Cache(size)]
-        return [
-            ((policy, True, False, view.key()), decision)
-            for view, decision in zip(views(), decisions, strict=True)
-        ]
-
-    def get_put(item: tuple[Any, Any]) -> None:
-        key, decision = item
-        if fresh[0].get(key) is None:
-            fresh[0].put(key, decision)
-
-    row("decision cache: get (a miss) and put", get_put, keyed)
+    rows.append(("core: the rest (rules, record, assembly)", decided - view_us - rows[-1][1]))
+    rows.append(("core: reviews.decide", decided))
     row("encode", lambda o: reviews.encode(o.request.uid, o.decision), same(outcomes))
-    row("verdict", lambda o: reviews.verdict(o.decision), same(outcomes))
+    row("summary", lambda o: reviews.summary(o.decision), same(outcomes))
     fresh_answers: list[reviews.Answers] = []
 
-    def entries() -> list[tuple[reviews.Outcome, reviews.Shape]]:
+    def entries() -> list[tuple[reviews.Outcome, reviews.Shape, bytes]]:
         fresh_answers[:] = [reviews.Answers(size)]
-        return list(zip(outcomes, shapes, strict=True))  # type: ignore[arg-type]
+        return list(zip(outcomes, shapes, patches, strict=True))  # type: ignore[arg-type]
 
-    def keep(item: tuple[reviews.Outcome, reviews.Shape]) -> None:
-        outcome, shape = item
-        kept = reviews._entry(outcome, shape)
+    def keep(item: tuple[reviews.Outcome, reviews.Shape, bytes]) -> None:
+        outcome, shape, patch = item
+        kept = reviews._entry(outcome, shape, patch)
         if kept is not None:
             fresh_answers[0].put((policy, ENDPOINT, shape.key), kept, key_bytes=len(shape.key))
 
     row("answer cache: keep the answer (_entry, put)", keep, entries)
-    row("total: reviews.review with serve's caches", caches_full, same(bodies))
-    # Each cache alone, filled as the two above (which cache pays on this stream).
-    answers_alone, cache_alone = reviews.Answers(size), reviewing.Cache(size)
-    for name, review in (
-        ("total: with the answer cache alone", serve_review(answers_alone, None)),
-        ("total: with the decision cache alone", serve_review(None, cache_alone)),
-    ):
-        for body in bodies:
-            review(body)
-        row(name, review, same(bodies))
-    row("total: reviews.review, no caches", serve_review(None, None), same(bodies))
+    row("total: reviews.review with the answer cache", cache_full, same(bodies))
+    row("total: reviews.review, no cache (--cache-size 0)", serve_review(None), same(bodies))
 
     # Recording, as bench/record.py: the application serve makes, its POST /mutate route.
     cert_dir = directory / "certs"
     certificates.write_bundle(
         cert_dir, certificates.make_bundle(service=bench.SERVICE, namespace=bench.NAMESPACE)
     )
-    settings = server.Settings(policies_dir=REPO / "policies", cert_dir=cert_dir)
+    settings = configuration.Settings(policies_dir=REPO / "policies", cert_dir=cert_dir)
     with (
         open(directory / "serve.log", "wb", buffering=0) as log_file,
         open(os.devnull, "wb", buffering=0) as devnull,
     ):
-        app = server.create_app(settings, review_log=JsonLines(log_file))
+        app = server.create_app(settings, review_log=logs.JsonLines(log_file))
         route = next(
             r.handler.__self__
             for r in app.router.routes()
@@ -320,18 +219,18 @@ async def measure(bodies: list[bytes], directory: Path, seconds: float) -> list[
             same(outcomes),
         )
         for name, stream in (("a file", log_file), ("/dev/null", devnull)):
-            lines = JsonLines(stream)
+            lines = logs.JsonLines(stream)
             row(
                 f"review line, to {name}",
-                lambda o, lines=lines: lines(server.review_line(o, ENDPOINT, "default", 0.0002)),
+                lambda o, lines=lines: lines(logs.review_line(o, ENDPOINT, "default", 0.0002)),
                 same(outcomes),
             )
             lines.flush()
     at = iter(range(10**9))
     rows.append(
         (
-            "gc pauses in reviews.review with caches",
-            gc_us(lambda: caches_full(bodies[next(at) % len(bodies)]), len(bodies) * 4),
+            "gc pauses in reviews.review with the answer cache",
+            gc_us(lambda: cache_full(bodies[next(at) % len(bodies)]), len(bodies) * 4),
         )
     )
     return rows

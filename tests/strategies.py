@@ -2,7 +2,7 @@
 take them (odd but valid ones included), the policies they are judged under, and the settings of
 the property tests that draw them.
 
-tests/test_properties.py, the caches' tests (test_decision_cache.py, test_answers.py),
+tests/test_properties.py, the answer cache's tests (test_answers.py),
 tests/fuzzing.py and bench/same_answers.py draw from here; tests/test_rule_order.py judges
 the corpus under LAB too. The cases written out rather than drawn are tests/corpus.py's.
 """

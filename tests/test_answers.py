@@ -21,7 +21,6 @@ from tests import corpus, kube, strategies
 from tests import server_helpers as h
 from tests.kube import container, pod, shared
 from webhook import policies, reviews
-from webhook.core import reviewing
 from webhook.transport import app as server
 from webhook.transport import states
 
@@ -267,19 +266,6 @@ def test_a_large_body_is_reviewed_in_full_every_time() -> None:
     review(body(obj, "u-2"), answers=answers)
     assert answers.hits == 0
     assert len(answers) == 0
-
-
-def test_with_both_caches_a_replica_is_answered_before_the_decision_cache_is_asked() -> None:
-    """What `serve` wires: reviewing.Cache and reviews.Answers both, sized by --cache-size."""
-    cache, answers = reviewing.Cache(16), reviews.Answers(16)
-    obj = sa_pod(shared())
-    for n, suffix in enumerate(("abcde", "x9z2q", "q2w9z")):
-        data = body(replica(obj, suffix), f"u-{n}")
-        outcome = reviews.review(data, policies=SHIPPED, policy_name="default",
-                                 endpoint="mutate", cache=cache, answers=answers)
-        assert json.loads(outcome.body)["response"]["uid"] == f"u-{n}"
-    assert answers.hits == 2
-    assert cache.hits == 0
 
 
 def test_an_answer_is_kept_only_when_the_first_uid_of_the_body_is_the_requests() -> None:

@@ -31,12 +31,9 @@ EPHEMERAL_CONTAINERS = reviewing.EPHEMERAL_CONTAINERS
 Endpoint = reviewing.Endpoint
 ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate")
 
-# Reviews of larger bodies are never cached (see `review`): the cache then holds at most
-# its size times a few times this.
-CACHE_MAX_BODY_BYTES = 16 * 1024
 # What an `Answers` cache holds at most, keys and answers together (a typical entry: 3-4 KB),
-# and the largest body it keeps an answer for: bounded in bytes, it can take larger ones than
-# the decision cache (a pod of 50 containers: 28 KB), and still at least 128 of them.
+# and the largest body it keeps an answer for: bounded in bytes, it takes a pod of 50
+# containers (28 KB), and still at least 128 of them.
 ANSWERS_MAX_BYTES = 8 * 1024 * 1024
 ANSWERS_MAX_BODY_BYTES = 64 * 1024
 
@@ -170,7 +167,6 @@ def decide(
     policy_name: str,
     endpoint: Endpoint,
     kinds: pods.Kinds = pods.BUILTIN,
-    cache: reviewing.Cache | None = None,
 ) -> Decision:
     """What the webhook at `/<endpoint>/<policy_name>` decides about `request` (see
     `reviewing.admit`). A policy that is not in force (an unknown name, a file that does not
@@ -185,25 +181,31 @@ def decide(
         sub_resource=request.sub_resource,
         old=request.old_object,
         kinds=kinds,
-        cache=cache,
     )
 
 
 def encode(uid: str, decision: Decision) -> bytes:
     """The AdmissionReview v1 response for `decision`."""
+    return _encoded(uid, decision)[0]
+
+
+def _encoded(uid: str, decision: Decision) -> tuple[bytes, bytes]:
+    """The response for `decision`, and its patch as JSON (b"" when it has none)."""
     response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
+    patch = b""
     if decision.allowed:
         # patch and patchType come together, and only with a non-empty patch.
         if decision.patch:
+            patch = orjson.dumps(decision.patch)
             response["patchType"] = "JSONPatch"
-            response["patch"] = base64.b64encode(orjson.dumps(decision.patch)).decode("ascii")
+            response["patch"] = base64.b64encode(patch).decode("ascii")
     else:
         response["status"] = _status(decision.code, decision.message)
     if decision.warnings:
         response["warnings"] = decision.warnings
     if decision.audit:
         response["auditAnnotations"] = decision.audit
-    return orjson.dumps({"apiVersion": API_VERSION, "kind": KIND, "response": response})
+    return orjson.dumps({"apiVersion": API_VERSION, "kind": KIND, "response": response}), patch
 
 
 def review(
@@ -213,18 +215,13 @@ def review(
     policy_name: str,
     endpoint: Endpoint,
     kinds: pods.Kinds = pods.BUILTIN,
-    cache: reviewing.Cache | None = None,
     answers: Answers | None = None,
 ) -> Outcome:
     """The whole exchange: parse, decide, encode. Raises BadReview for an unusable body.
 
-    `cache`: decisions by what the rules read of a pod (`reviewing.Cache`). `answers`: whole
-    answers by the body's shape (`Answers`), looked up before the body is even parsed.
+    `answers`: whole answers by the body's shape (`Answers`), looked up before the body is
+    even parsed.
     """
-    if len(body) > CACHE_MAX_BODY_BYTES:
-        # A decision's key and patch grow with the pod: a cache bounded by entries must not
-        # hold large ones (a few hundred pods with a 1 MB annotation would fill a replica).
-        cache = None
     if len(body) > ANSWERS_MAX_BODY_BYTES:
         answers = None
     found: Shape | None = None
@@ -244,11 +241,11 @@ def review(
         policy_name=policy_name,
         endpoint=endpoint,
         kinds=kinds,
-        cache=cache,
     )
-    outcome = Outcome(request, decision, encode(request.uid, decision), summary(decision))
+    body, patch = _encoded(request.uid, decision)
+    outcome = Outcome(request, decision, body, summary(decision))
     if answers is not None and found is not None:
-        kept = _entry(outcome, found)
+        kept = _entry(outcome, found, patch)
         if kept is not None:
             answers.put((policy, endpoint, found.key), kept, key_bytes=len(found.key))
     return outcome
@@ -302,9 +299,9 @@ def uid_of(body: bytes) -> str | None:
 # (which could spell a token some other way): a rule reads a name only to compare it with
 # another (a volume and the mounts that use it) or to show it. What it shows could hold a
 # token (a warning naming a volume or container): an answer whose patch, warnings,
-# annotations or log fields hold one is not kept. Only answers that the decision cache keeps
-# are kept (allowed, no rule relaxed), of Pod CREATEs under a policy in force, keyed by that
-# Policy object: a reload makes new ones.
+# annotations or log fields hold one is not kept. Only allowed answers with no rule relaxed
+# are kept, of Pod CREATEs under a policy in force, keyed by that Policy object: a reload
+# makes new ones.
 
 _TOKEN = b"kube-api-access-"
 _TOKEN_SUFFIX = re.compile(rb"[a-z0-9]{5}\"")
@@ -364,7 +361,7 @@ class Answer(NamedTuple):
     summary: Summary
     namespace: str
     name: str
-    patch: bytes
+    patch: bytes  # as JSON; b"" for none
     warnings: tuple[str, ...]
     audit: tuple[tuple[str, str], ...]
     mutations: tuple[str, ...]
@@ -372,7 +369,7 @@ class Answer(NamedTuple):
     def decision(self) -> Decision:
         """A new Decision equal to the kept one."""
         return Decision(
-            patch=orjson.loads(self.patch),
+            patch=orjson.loads(self.patch) if self.patch else [],
             warnings=list(self.warnings),
             audit=dict(self.audit),
             mutations=list(self.mutations),
@@ -421,8 +418,9 @@ class Answers:
             self.bytes += size
 
 
-def _entry(outcome: Outcome, found: Shape) -> Answer | None:
-    """What to keep of `outcome` under its shape, or None when it must not be kept."""
+def _entry(outcome: Outcome, found: Shape, patch: bytes) -> Answer | None:
+    """What to keep of `outcome` under its shape (`patch`: its decision's patch as JSON), or
+    None when it must not be kept."""
     request, decision = outcome.request, outcome.decision
     if (
         request.uid != found.uid
@@ -432,7 +430,6 @@ def _entry(outcome: Outcome, found: Shape) -> Answer | None:
         or decision.would_refuse
     ):
         return None
-    patch = orjson.dumps(decision.patch)
     # The uid is written as it is (its alphabet needs no escaping): the answer is the bytes
     # around it.
     opening = b'"response":{"uid":"'

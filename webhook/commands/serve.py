@@ -164,9 +164,9 @@ def register(subparsers: Any) -> None:
         type=whole_number(0),
         default=from_env("cache-size", defaults.cache_size),
         help=help_text(
-            "decisions kept for pods that equal an earlier one in all the rules read, and"
-            " answers for reviews that differ from an earlier one only in their uid and"
-            " service account volume name (0: none)",
+            "answers kept for reviews that differ from an earlier one only in their uid and"
+            " service account volume name, as the pods of one Deployment do (0: none, and"
+            " no review is looked up)",
             "cache-size",
         ),
     )

@@ -10,11 +10,8 @@ reviewed as its pods will be (`mutate=False` for the validating webhook, which o
 from __future__ import annotations
 
 import functools
-import threading
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
-
-import orjson
 
 from webhook import names
 from webhook.core import facts, pods, recording, rules
@@ -37,7 +34,6 @@ def admit(
     sub_resource: str = "",
     old: Mapping[str, Any] | None = None,
     kinds: pods.Kinds = pods.BUILTIN,
-    cache: Cache | None = None,
 ) -> Decision:
     """What the webhook at `/<endpoint>/<policy>` decides about one admission request.
 
@@ -57,7 +53,7 @@ def admit(
         if sub_resource or operation != "CREATE":
             # A pod's containers, resources and scheduling are immutable once created.
             return Decision()
-        return review(obj, policy=policy, mutate=mutate, require=not mutate, cache=cache)
+        return review(obj, policy=policy, mutate=mutate, require=not mutate)
     if mutate or sub_resource or (group, kind) not in kinds:
         return Decision()
     decision = review(obj, policy=policy, mutate=False, kinds=kinds)
@@ -83,25 +79,15 @@ def review(
     require: bool = False,
     old: Mapping[str, Any] | None = None,
     kinds: pods.Kinds = pods.BUILTIN,
-    cache: Cache | None = None,
 ) -> Decision:
     """Review a Pod, or the pod templates of a workload; other kinds pass untouched.
 
     `mutate`: build the patch. `require`: validating a Pod, the parts of the patch that guard
     the policy (`Rule.required`) must be in place already. `old`: the Pod before an update
-    of its ephemeral containers; only the ones it adds are judged. `cache`: decisions of
-    pods already judged (see `Cache`).
+    of its ephemeral containers; only the ones it adds are judged.
     """
     found, problems = pods.templates(obj, kinds)
     views = [pods.read(template, old=old) for template in found]
-    key: Hashable | None = None
-    if cache is not None and len(views) == 1 and not problems:
-        pod_key = views[0].key()
-        if pod_key is not None:
-            key = (policy, mutate, require, pod_key)
-            cached = cache.get(key)
-            if cached is not None:
-                return cached
     decision = Decision(violations=[rules.malformed(p, OBJECT) for p in problems])
     for pod in views:
         r, ops = run(pod, policy, mutate=mutate, require=require)
@@ -119,59 +105,7 @@ def review(
         decision.patch = []
         decision.mutations = []
     _tell(decision)
-    if key is not None and cache is not None and decision.allowed and not decision.would_refuse:
-        cache.put(key, decision)
     return decision
-
-
-class Cache:
-    """Decisions of pods by what the rules read of them (`pods.Pod.key`), the policy and the
-    endpoint: the pods of one workload are judged once. Allowed decisions only (a refusal's
-    words name volumes, which the key leaves out; refusals are rare). Bounded: past `size`
-    entries the oldest goes. A policy reload makes new Policy objects, so decisions of the
-    old set are never found again and age out. Every decision it returns is a new one.
-    """
-
-    def __init__(self, size: int) -> None:
-        self.size = size
-        self.hits = 0
-        self.misses = 0
-        self._entries: dict[Hashable, tuple[Any, ...]] = {}
-        # Large reviews run on threads; writes take the lock, reads need none (the GIL).
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: Hashable) -> Decision | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        patch, warnings, audit, mutations, would_refuse = entry
-        return Decision(
-            patch=orjson.loads(patch),
-            warnings=list(warnings),
-            audit=dict(audit),
-            mutations=list(mutations),
-            would_refuse=list(would_refuse),
-        )
-
-    def put(self, key: Hashable, decision: Decision) -> None:
-        if self.size <= 0:
-            return
-        entry = (
-            orjson.dumps(decision.patch),
-            tuple(decision.warnings),
-            tuple(decision.audit.items()),
-            tuple(decision.mutations),
-            tuple(decision.would_refuse),
-        )
-        with self._lock:
-            while len(self._entries) >= self.size:
-                del self._entries[next(iter(self._entries))]
-            self._entries[key] = entry
 
 
 # An audit annotation's value is kept this short (the audit log keeps it per request).

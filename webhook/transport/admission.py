@@ -10,7 +10,7 @@ What an admission request can get back:
   review bytes in flight: retry), with a one-line reason as text. Never a 5xx.
 
 The handler is one function per route, closed over the state it needs: a review is a few
-dictionary lookups, the codec (`reviews.review`, with the decision cache) and one counter,
+dictionary lookups, the codec (`reviews.review`, with the answer cache) and one counter,
 one histogram and one log line. The bytes a request holds are one `inflight.Hold`, given
 back when the request leaves, however it leaves.
 """

@@ -10,10 +10,8 @@ from webhook import certificates, names
 # Aliased: `Settings.limits` is a field of that name.
 from webhook.transport import limits as limits_module
 
-# Decisions kept per process (`reviewing.Cache`), and as many whole answers
-# (`reviews.Answers`, which also stops at `reviews.ANSWERS_MAX_BYTES`, 8 MiB). Only reviews of
-# bodies up to `reviews.CACHE_MAX_BODY_BYTES` (16 KiB) are cached, so the decisions hold
-# 32 MB at the very most (a typical entry: well under 1 KB).
+# Whole answers kept per process (`reviews.Answers`, which also stops at
+# `reviews.ANSWERS_MAX_BYTES`, 8 MiB): the pods of 2048 Deployments at once.
 CACHE_SIZE = 2048
 
 

@@ -204,11 +204,11 @@ class Metrics:
             multiprocess_mode="livemax",
         )
         # Set when scraped, from the cache's own count: nothing added to the request path.
+        # (Its name is older than the answer cache, which replaced a cache of decisions.)
         self.decision_cache_hits = Gauge(
             f"{PREFIX}_decision_cache_hits",
-            "Reviews answered from the decision cache since the process started (pods equal"
-            " in all the rules read, or reviews equal but for their uid and service account"
-            " volume name).",
+            "Reviews answered from the answer cache since the process started (reviews equal"
+            " to an earlier one but for their uid and service account volume name).",
             registry=own,
             multiprocess_mode="livesum",
         )

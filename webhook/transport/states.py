@@ -15,7 +15,7 @@ from typing import Protocol
 from aiohttp import web
 
 from webhook import certificates, kinds, policies, reviews, watching
-from webhook.core import pods, reviewing
+from webhook.core import pods
 from webhook.transport import configuration, inflight, limits, logs, memory, metrics
 
 
@@ -55,10 +55,9 @@ class State:
     ) -> None:
         self.settings = settings
         self.metrics = metrics
-        self.cache = reviewing.Cache(settings.cache_size)
         self.answers = reviews.Answers(settings.cache_size)
-        if review is reviews.review:
-            review = functools.partial(reviews.review, cache=self.cache, answers=self.answers)
+        if review is reviews.review and settings.cache_size > 0:
+            review = functools.partial(reviews.review, answers=self.answers)
         self.review = review
         self.review_lines = review_lines
         self.policy_watch = policy_watch
@@ -139,7 +138,7 @@ class State:
         metrics = self.metrics
         metrics.certificate_expiry.set(self.certificates.seconds_until_expiry())
         metrics.policy_files_not_loaded.set(len(self.policy_watch.problems))
-        metrics.decision_cache_hits.set(self.cache.hits + self.answers.hits)
+        metrics.decision_cache_hits.set(self.answers.hits)
         if self.connections is not None:
             metrics.connections.set(len(self.connections))
 
