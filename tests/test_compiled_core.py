@@ -106,3 +106,36 @@ def test_the_compiled_core_answers_every_review_as_the_pure_one(
         pure = reviews.review(body.encode(), policies=loaded, policy_name=policy,
                               endpoint=endpoint).body
         assert answer == pure, (policy, endpoint, body[:300])
+
+
+_MEDDLE = """
+import sys
+from webhook import policies
+from webhook.core import facts, pods
+assert not facts.__file__.endswith(".py"), facts.__file__
+obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+       "spec": {"containers": [{"name": "main",
+                                "resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}]}}
+known = facts.gather(pods.read(pods.templates(obj)[0][0]),
+                     policies.load_directory(sys.argv[1]).policies["default"])
+for thing, name, value in ((known, "resource", None), (known.usage[0], "shared", ()),
+                           (known.placement, "classes", ())):
+    try:
+        setattr(thing, name, value)
+    except AttributeError:
+        continue
+    raise SystemExit(f"{type(thing).__name__}.{name} was changed")
+print("refused")
+"""
+
+
+def test_the_compiled_core_refuses_a_change_of_the_facts(compiled: Path) -> None:
+    """What `mypy` refuses (tests/test_rule_order.py), the compiled classes refuse at run
+    time: a rule cannot change what another reads."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MEDDLE, str(kube.REPO / "policies")], cwd=compiled,
+        capture_output=True, text=True,
+        timeout=60, check=False, env={**os.environ, "PYTHONPATH": str(compiled)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout
+    assert done.stdout.strip() == "refused"

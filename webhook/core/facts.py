@@ -23,29 +23,36 @@ and not on an ephemeral-containers update (which cannot change the pod's placeme
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, Final
 
 from webhook import names
 from webhook.core import placing, pods, quantities
 from webhook.core.decisions import ErrorType, Violation
 from webhook.core.placing import Finding
-from webhook.policies import NodeClass, Policy, Profile
+from webhook.policies import Policy, Profile
 
 __all__ = ["Facts", "Finding", "Usage", "gather"]
 
 
-class Usage(NamedTuple):
+# Plain classes with Final attributes, not named tuples: made for every review, they are
+# native classes of the compiled core (hatch_build.py), which are many times cheaper to make
+# and read; Final makes mypy refuse any assignment after __init__, and the compiled class
+# refuses it at run time too.
+
+
+class Usage:
     """What one container asks of GPUs."""
 
-    # Shared resource -> replicas, in the order the container names them.
-    shared: tuple[tuple[str, int], ...] = ()
-    # Other GPU resources (exclusive GPUs), in the order the container names them.
-    exclusive: tuple[str, ...] = ()
+    __slots__ = ("exclusive", "gpu", "shared")
 
-    @property
-    def gpu(self) -> bool:
-        return bool(self.shared or self.exclusive)
+    def __init__(
+        self, shared: tuple[tuple[str, int], ...] = (), exclusive: tuple[str, ...] = ()
+    ) -> None:
+        # Shared resource -> replicas, in the order the container names them.
+        self.shared: Final = shared
+        # Other GPU resources (exclusive GPUs), in the order the container names them.
+        self.exclusive: Final = exclusive
+        self.gpu: Final = bool(shared or exclusive)
 
     def replicas(self, resource: str) -> int:
         for name, count in self.shared:
@@ -57,33 +64,64 @@ class Usage(NamedTuple):
     def shared_names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.shared)
 
+    def __repr__(self) -> str:
+        return f"Usage(shared={self.shared!r}, exclusive={self.exclusive!r})"
+
 
 NO_USAGE = Usage()
 
 
-class Facts(NamedTuple):
+class Facts:
     """What is known of one pod under one policy before the rules run (see the module)."""
 
-    pod: pods.Pod
-    # One per container of `pod.containers`, in the same order.
-    usage: tuple[Usage, ...]
-    # Whether any container asks for a GPU: shared, exclusive, or a `.shared` resource the
-    # policy does not list (which `Usage` leaves out).
-    gpu: bool
-    # The policy's shared resources the pod asks for, sorted.
-    requested: tuple[str, ...]
-    # The one shared resource the pod asks for (None: none, or several).
-    resource: str | None
-    profile: Profile | None
-    placement: placing.Placement | None
-    # The classes the pod may land on (`placement.classes`); None when placement failed or
-    # did not start.
-    classes: tuple[NodeClass, ...] | None
-    findings: tuple[Finding, ...]
-    # Each container with its usage; and those the rules judge (all, but on an
-    # ephemeral-containers update).
-    containers: tuple[tuple[pods.Container, Usage], ...]
-    judged: tuple[tuple[pods.Container, Usage], ...]
+    __slots__ = (
+        "classes",
+        "containers",
+        "findings",
+        "gpu",
+        "judged",
+        "placement",
+        "pod",
+        "profile",
+        "requested",
+        "resource",
+        "usage",
+    )
+
+    def __init__(
+        self,
+        pod: pods.Pod,
+        usage: tuple[Usage, ...],
+        *,
+        gpu: bool,
+        requested: tuple[str, ...],
+        profile: Profile | None,
+        placement: placing.Placement | None,
+        findings: tuple[Finding, ...],
+    ) -> None:
+        self.pod: Final = pod
+        # One per container of `pod.containers`, in the same order.
+        self.usage: Final = usage
+        # Whether any container asks for a GPU: shared, exclusive, or a `.shared` resource
+        # the policy does not list (which `Usage` leaves out).
+        self.gpu: Final = gpu
+        # The policy's shared resources the pod asks for, sorted.
+        self.requested: Final = requested
+        # The one shared resource the pod asks for (None: none, or several).
+        self.resource: Final = requested[0] if len(requested) == 1 else None
+        self.profile: Final = profile
+        self.placement: Final = placement
+        # The classes the pod may land on (`placement.classes`); None when placement failed
+        # or did not start.
+        self.classes: Final = None if placement is None else placement.classes
+        self.findings: Final = findings
+        # Each container with its usage; and those the rules judge (all, but on an
+        # ephemeral-containers update).
+        pairs = tuple(zip(pod.containers, usage, strict=True))
+        self.containers: Final = pairs
+        self.judged: Final = (
+            tuple(p for p in pairs if p[0].judged) if pod.ephemeral_update else pairs
+        )
 
 
 def gather(pod: pods.Pod, policy: Policy) -> Facts:
@@ -98,20 +136,14 @@ def gather(pod: pods.Pod, policy: Policy) -> Facts:
         if resource is not None:
             placement = placing.place(pod, policy, usage, resource, profile)
             findings.extend(placement.findings)
-    containers = tuple(zip(pod.containers, usage, strict=True))
-    # Positional, in the order of the fields (one per review).
     return Facts(
         pod,
         usage,
-        gpu,
-        requested,
-        resource,
-        profile,
-        placement,
-        None if placement is None else placement.classes,
-        tuple(findings),
-        containers,
-        tuple(p for p in containers if p[0].judged) if pod.ephemeral_update else containers,
+        gpu=gpu,
+        requested=requested,
+        profile=profile,
+        placement=placement,
+        findings=tuple(findings),
     )
 
 
@@ -135,53 +167,58 @@ def _usage(
         if not c.limits and not c.requests:
             out.append(NO_USAGE)
             continue
-        limits: Mapping[str, Any] = dict(c.limits)
-        requests: Mapping[str, Any] = dict(c.requests)
-        wanted = [k for k in limits if _is_gpu_resource(k, policy)]
-        if requests:
-            wanted += [k for k in requests if k not in limits and _is_gpu_resource(k, policy)]
+        wanted = [k for k, _ in c.limits if _is_gpu_resource(k, policy)]
+        if c.requests:
+            # (A GPU resource in limits is in `wanted` already.)
+            wanted += [k for k, _ in c.requests if k not in wanted and _is_gpu_resource(k, policy)]
         if not wanted:
             out.append(NO_USAGE)
             continue
         shared: list[tuple[str, int]] = []
         exclusive: list[str] = []
         for name in wanted:
-            counts: dict[str, int] = {}
+            limit, request = _value(c.limits, name), _value(c.requests, name)
+            in_limits: int | None = None
+            in_requests: int | None = None
             bad = False
-            for part, values in (("limits", limits), ("requests", requests)):
-                if name not in values:
-                    continue
+            if limit is not _ABSENT:
                 try:
-                    counts[part] = quantities.count(values[name])
+                    in_limits = quantities.count(limit)
+                except quantities.QuantityError as exc:
+                    bad = True
+                    findings.append(_invalid_quantity(pod, c, "limits", name, value=limit, exc=exc))
+            if request is not _ABSENT:
+                try:
+                    in_requests = quantities.count(request)
                 except quantities.QuantityError as exc:
                     bad = True
                     findings.append(
-                        _invalid_quantity(pod, c, part, name, value=values[name], exc=exc)
+                        _invalid_quantity(pod, c, "requests", name, value=request, exc=exc)
                     )
             is_shared = name in shared_names
             if bad:
                 # Counted as one replica so that the other rules still say what they see.
-                counts = {"limits": 1}
-            elif is_shared and "requests" in counts and "limits" not in counts:
+                in_limits, in_requests = 1, None
+            elif is_shared and in_requests is not None and in_limits is None:
                 findings.append(
                     _mismatch(
                         pod,
                         c,
-                        f"requests {name}: {requests[name]} with no limit, and an extended"
-                        f" resource is asked for in limits. Set limits {name}: {requests[name]}"
+                        f"requests {name}: {request} with no limit, and an extended"
+                        f" resource is asked for in limits. Set limits {name}: {request}"
                         " (requests may then be left out)",
                     )
                 )
-            elif is_shared and "requests" in counts and counts["requests"] != counts["limits"]:
+            elif is_shared and in_requests is not None and in_requests != in_limits:
                 findings.append(
                     _mismatch(
                         pod,
                         c,
-                        f"{name} requests {requests[name]}, limits {limits[name]}; they must be"
-                        f" equal. Set both to {limits[name]}, or set only limits",
+                        f"{name} requests {request}, limits {limit}; they must be"
+                        f" equal. Set both to {limit}, or set only limits",
                     )
                 )
-            count = counts.get("limits", counts.get("requests", 0))
+            count = in_limits if in_limits is not None else in_requests or 0
             if not count:
                 continue
             gpu = True
@@ -194,6 +231,18 @@ def _usage(
                 exclusive.append(name)
         out.append(Usage(tuple(shared), tuple(exclusive)) if shared or exclusive else NO_USAGE)
     return tuple(out), tuple(sorted(requested)), gpu
+
+
+# What `_value` gives for a resource a container does not name.
+_ABSENT: Final = object()
+
+
+def _value(items: tuple[tuple[str, Any], ...], name: str) -> Any:
+    """The quantity of resource `name` in `items` (a container's limits or requests)."""
+    for key, value in items:
+        if key == name:
+            return value
+    return _ABSENT
 
 
 def _invalid_quantity(
@@ -255,7 +304,7 @@ PROFILE_FIELD = f"metadata.annotations[{names.ANNOTATION_PROFILE}]"
 def _profile(pod: pods.Pod, policy: Policy, findings: list[Finding]) -> Profile | None:
     """The profile the pod asks for, or the policy's default; None (with a finding) when
     the annotation names none the policy offers."""
-    wanted = pod.annotation(names.ANNOTATION_PROFILE)
+    wanted = pods.annotation(pod, names.ANNOTATION_PROFILE)
     if wanted is None:
         return policy.profiles[policy.default_profile] if policy.default_profile else None
     name = str(wanted)

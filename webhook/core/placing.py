@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from webhook import names
 from webhook.core import pods, selecting
@@ -38,13 +38,22 @@ class Finding(NamedTuple):
     warning: str | None = None
 
 
-class Placement(NamedTuple):
-    """Where a pod that asks for a shared resource may land, and what was found on the way."""
+class Placement:
+    """Where a pod that asks for a shared resource may land, and what was found on the way.
+    (A native class of the compiled core, as `facts.Facts`.)"""
 
-    constraints: selecting.Constraints
-    # The classes left after every step; None when a step left none (or could not judge).
-    classes: tuple[NodeClass, ...] | None
-    findings: tuple[Finding, ...]
+    __slots__ = ("classes", "constraints", "findings")
+
+    def __init__(
+        self,
+        constraints: selecting.Constraints,
+        classes: tuple[NodeClass, ...] | None,
+        findings: tuple[Finding, ...],
+    ) -> None:
+        self.constraints: Final = constraints
+        # The classes left after every step; None when a step left none (or could not judge).
+        self.classes: Final = classes
+        self.findings: Final = findings
 
 
 class Limit(NamedTuple):
@@ -169,8 +178,8 @@ def _replicas(
     if candidates is None:
         return None
     failed = False
-    for c, used in zip(pod.containers, usage, strict=True):
-        k = used.replicas(resource)
+    for i, c in enumerate(pod.containers):
+        k = usage[i].replicas(resource)
         if k <= 1:
             continue
         refusing = [cls for cls in candidates if _refuses(cls, k)]
@@ -285,11 +294,11 @@ def _mps_limits(
     unreadable = False
     threads = profile.active_thread_percentage if profile else None
     memory = profile.pinned_memory_mib if profile else None
-    for c, used in zip(pod.containers, usage, strict=True):
-        if not used.replicas(resource):
+    for i, c in enumerate(pod.containers):
+        if not usage[i].replicas(resource):
             continue
         for variable, from_profile in ((names.MPS_THREADS, threads), (names.MPS_MEMORY, memory)):
-            var = c.var(variable)
+            var = pods.variable(c, variable)
             if var is None:
                 if from_profile is not None and profile is not None:
                     limits.append(
@@ -476,9 +485,9 @@ def mps_env(profile: Profile, c: pods.Container, devices: int) -> list[dict[str,
     """The `mps-limits` patch's variables for a container with `devices` replicas: the
     profile's values it does not set itself."""
     new: list[dict[str, str]] = []
-    if profile.active_thread_percentage is not None and c.var(names.MPS_THREADS) is None:
+    if profile.active_thread_percentage is not None and pods.variable(c, names.MPS_THREADS) is None:
         new.append({"name": names.MPS_THREADS, "value": str(profile.active_thread_percentage)})
-    if profile.pinned_memory_mib is not None and c.var(names.MPS_MEMORY) is None:
+    if profile.pinned_memory_mib is not None and pods.variable(c, names.MPS_MEMORY) is None:
         new.append(
             {"name": names.MPS_MEMORY, "value": _memory_limit(profile.pinned_memory_mib, devices)}
         )

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -282,13 +282,6 @@ class Container(NamedTuple):
         """Its field path in the pod spec: "spec.containers[0]"."""
         return f"spec.{self.group}[{self.position}]"
 
-    def var(self, name: str) -> EnvVar | None:
-        """The definition of `name` that wins (the last one, as the kubelet reads env)."""
-        for var in reversed(self.env):
-            if var.name == name:
-                return var
-        return None
-
 
 class Volume(NamedTuple):
     position: int
@@ -347,29 +340,31 @@ class Pod(NamedTuple):
         """The field path of `path` (relative to the pod) in the reviewed object."""
         return self.place.at(path)
 
-    def pointer(self, path: str) -> str:
-        """The JSON Pointer of `path` ("/spec/tolerations") in the reviewed object."""
-        return self.place.pointer + path
 
-    def container_pointer(self, c: Container) -> str:
-        return f"{self.place.pointer}/spec/{c.group}/{c.position}"
+# Functions, not methods, for what the rules ask of the view on every review: the core is
+# compiled (hatch_build.py), and a compiled function is called natively where a method of a
+# named tuple is called through the interpreter.
 
-    def annotation(self, name: str) -> Any:
-        """The value of annotation `name` (None when absent)."""
-        for key, value in self.annotations:
-            if key == name:
-                return value
-        return None
 
-    def has_annotation(self, name: str) -> bool:
-        return any(key == name for key, _ in self.annotations)
+def variable(c: Container, name: str) -> EnvVar | None:
+    """The definition of `name` that wins in `c` (the last one, as the kubelet reads env)."""
+    for var in reversed(c.env):
+        if var.name == name:
+            return var
+    return None
 
-    def judged(self) -> Iterable[Container]:
-        """The containers the rules judge (all, but on an ephemeral-containers update)."""
-        if not self.ephemeral_update:
-            return self.containers
-        return tuple(c for c in self.containers if c.judged)
 
+def annotation(pod: Pod, name: str) -> Any:
+    """The value of annotation `name` (None when absent)."""
+    for key, value in pod.annotations:
+        if key == name:
+            return value
+    return None
+
+
+def container_pointer(pod: Pod, c: Container) -> str:
+    """The JSON Pointer of `c` in the reviewed object ("/spec/containers/0")."""
+    return f"{pod.place.pointer}/spec/{c.group}/{c.position}"
 
 
 class _Reader:

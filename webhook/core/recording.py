@@ -64,11 +64,12 @@ def record(
         audit["mutations"] = ",".join(steps)
     if not wanted:
         return [], audit
+    pointer = pod.place.pointer
     if not pod.has_metadata:
-        return [(ANNOTATIONS, _add(pod.pointer("/metadata"), {"annotations": wanted}))], audit
+        return [(ANNOTATIONS, _add(f"{pointer}/metadata", {"annotations": wanted}))], audit
     if not pod.has_annotations:
-        return [(ANNOTATIONS, _add(pod.pointer("/metadata/annotations"), wanted))], audit
-    base = pod.pointer("/metadata/annotations/")
+        return [(ANNOTATIONS, _add(f"{pointer}/metadata/annotations", wanted))], audit
+    base = f"{pointer}/metadata/annotations/"
     return [(ANNOTATIONS, _add(base + pods.escape(k), v)) for k, v in wanted.items()], audit
 
 

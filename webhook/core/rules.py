@@ -225,7 +225,7 @@ class Pass:
                 container=c.name,
             )
             return
-        pointer = f"{self.pod.container_pointer(c)}/env"
+        pointer = f"{pods.container_pointer(self.pod, c)}/env"
         rank = RANK[rule]
         if c.has_env_list:
             for v in new:
@@ -345,7 +345,7 @@ def patch_runtime_class(r: Pass) -> None:
             "runtime-class",
             {
                 "op": "add",
-                "path": r.pod.pointer("/spec/runtimeClassName"),
+                "path": f"{r.pod.place.pointer}/spec/runtimeClassName",
                 "value": r.policy.runtime_class_name,
             },
         )
@@ -449,7 +449,7 @@ def check_mps_directories(r: Pass) -> None:
 
 
 def check_privileged(r: Pass) -> None:
-    for c in r.pod.judged():
+    for c, _ in r.facts.judged:
         if c.privileged:
             r.deny(
                 "privileged",
@@ -472,7 +472,7 @@ def _capability(name: str) -> str:
 
 
 def check_capabilities(r: Pass) -> None:
-    for c in r.pod.judged():
+    for c, _ in r.facts.judged:
         if not c.capabilities:
             continue
         wide = sorted({_capability(a) for a in c.capabilities} & _WIDE_CAPABILITIES)
@@ -554,7 +554,7 @@ def check_device_list_mount(r: Pass) -> None:
     # Cleaning a path drops segments, never joins them: a path whose cleaned form starts with
     # the root holds its last segment as written.
     marker = root.rsplit("/", 1)[1]
-    for c in r.pod.judged():
+    for c, _ in r.facts.judged:
         for m in c.mounts:
             # The runtime matches the cleaned destination by plain string prefix.
             if marker in m.path and _clean(m.path).startswith(root):
@@ -620,7 +620,7 @@ def patch_tolerations(r: Pass) -> None:
     added = placing.tolerations(r.pod, r.policy, resource)
     if not added:
         return
-    base = r.pod.pointer("/spec/tolerations")
+    base = f"{r.pod.place.pointer}/spec/tolerations"
     if r.pod.tolerations is not None:
         for t in added:
             r.add("tolerations", {"op": "add", "path": f"{base}/-", "value": t})
@@ -657,7 +657,7 @@ def patch_visible_devices(r: Pass) -> None:
     if not (r.policy.rules.void_visible_devices_without_gpu or r.facts.gpu):
         return
     for c, used in r.facts.judged:
-        if not used.gpu and c.var(names.VISIBLE_DEVICES) is None:
+        if not used.gpu and pods.variable(c, names.VISIBLE_DEVICES) is None:
             r.add_env(
                 "visible-devices",
                 c,

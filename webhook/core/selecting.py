@@ -267,7 +267,7 @@ def plan(
     never empty. Every value is a new object."""
     if pinned(constraints, classes, extra):
         return []
-    path = pod.pointer("/spec")
+    path = f"{pod.place.pointer}/spec"
     if len(classes) == 1 and extra is None:
         return _pin_with_node_selector(pod, classes[0], path)
     if constraints.raw_terms is None:
