@@ -169,8 +169,8 @@ def _usage(
             continue
         wanted = [k for k, _ in c.limits if _is_gpu_resource(k, policy)]
         if c.requests:
-            # (A GPU resource in limits is in `wanted` already.)
-            wanted += [k for k, _ in c.requests if k not in wanted and _is_gpu_resource(k, policy)]
+            named = [k for k, _ in c.limits]
+            wanted += [k for k, _ in c.requests if k not in named and _is_gpu_resource(k, policy)]
         if not wanted:
             out.append(NO_USAGE)
             continue

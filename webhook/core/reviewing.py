@@ -158,8 +158,8 @@ def run(
     if policy.mode != names.ENFORCE or policy.rule_modes:
         ops = [(rule, op) for rule, op in ops if policy.mode_of(rule) != names.DRY_RUN]
     recorded, audit = recording.record(r, ops)
-    for key, value in audit.items():
-        r.note(rules.ANNOTATIONS, key, value)
+    if audit:
+        r.note(rules.ANNOTATIONS, audit)
     return r, ops + recorded
 
 

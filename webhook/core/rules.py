@@ -29,7 +29,7 @@ import enum
 import operator
 import posixpath
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
@@ -87,10 +87,12 @@ _Ranked = TypeVar("_Ranked", bound=tuple[Any, ...])
 
 
 class EnvAddition(NamedTuple):
-    """Variables a patch adds to a container without an env list (made into operations at
-    the end, when it is known which addition comes first and so adds the list)."""
+    """Variables a patch adds to a container's env (made into operations at the end, when it
+    is known which addition to a container without an env list comes first, and so adds
+    the list)."""
 
     pointer: str  # the container's env: "/spec/containers/0/env"
+    has_list: bool  # whether the container has an env list
     variables: list[dict[str, str]]
 
 
@@ -129,7 +131,8 @@ class Pass:
         # Violations of rules the policy does not enforce: (mode, violation).
         self.would_refuse: list[tuple[str, Violation]] = []
         self._warnings: list[tuple[int, str]] = []
-        self._audit: list[tuple[int, str, str]] = []
+        self._audit: list[tuple[int, Mapping[str, str]]] = []
+        # What patches add: each an operation, or variables for a container's env.
         self._additions: list[tuple[int, str, dict[str, Any] | EnvAddition]] = []
 
     # -- what checks report
@@ -165,9 +168,9 @@ class Pass:
             text = text[: MAX_WARNING - 3] + "..."
         _put(self._warnings, (RANK.get(rule, _LAST), text))
 
-    def note(self, rule: str, key: str, value: str) -> None:
-        """An audit annotation."""
-        _put(self._audit, (RANK.get(rule, _LAST), key, value))
+    def note(self, rule: str, annotations: Mapping[str, str]) -> None:
+        """Audit annotations."""
+        _put(self._audit, (RANK.get(rule, _LAST), annotations))
 
     @property
     def refused(self) -> bool:
@@ -188,7 +191,10 @@ class Pass:
 
     @property
     def audit(self) -> dict[str, str]:
-        return {key: value for _, key, value in self._audit}
+        out: dict[str, str] = {}
+        for _, noted in self._audit:
+            out.update(noted)
+        return out
 
     def relax(self) -> None:
         """Move the violations of rules the policy does not enforce to `would_refuse`, in
@@ -226,15 +232,9 @@ class Pass:
             )
             return
         pointer = f"{pods.container_pointer(self.pod, c)}/env"
-        rank = RANK[rule]
-        if c.has_env_list:
-            for v in new:
-                _put(
-                    self._additions, (rank, rule, {"op": "add", "path": f"{pointer}/-", "value": v})
-                )
-        else:
-            # Which addition comes first, and so adds the list, is known at the end.
-            _put(self._additions, (rank, rule, EnvAddition(pointer, new)))
+        # Where the container has no env list, which addition comes first, and so adds the
+        # list, is known at the end.
+        _put(self._additions, (RANK[rule], rule, EnvAddition(pointer, c.has_env_list, new)))
 
     def operations(self) -> list[tuple[str, dict[str, Any]]]:
         """The patch operations added, in the order of the rules, each with its rule. The
@@ -244,7 +244,7 @@ class Pass:
         for _, rule, added in self._additions:
             if not isinstance(added, EnvAddition):
                 ops.append((rule, added))
-            elif added.pointer in made:
+            elif added.has_list or added.pointer in made:
                 for v in added.variables:
                     ops.append((rule, {"op": "add", "path": f"{added.pointer}/-", "value": v}))
             else:
@@ -417,7 +417,7 @@ def check_env_from(r: Pass) -> None:
                 container=c.name,
             )
         return
-    r.note("env-from", "env-from", ",".join(c.name for c in offenders))
+    r.note("env-from", {"env-from": ",".join(c.name for c in offenders)})
     for c in offenders:
         r.warn(
             "env-from",
