@@ -87,6 +87,41 @@ def test_imports_point_down(path: Path) -> None:
         assert not upward, f"{name} imports the command line: {upward}"
 
 
+def _circle(graph: dict[str, set[str]]) -> list[str] | None:
+    """A cycle of `graph` (a module and the modules it imports), or None."""
+    done: set[str] = set()
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        if node in path:
+            return [*path[path.index(node):], node]
+        if node in done:
+            return None
+        for nxt in sorted(graph.get(node, ())):
+            found = visit(nxt, [*path, node])
+            if found:
+                return found
+        done.add(node)
+        return None
+
+    for node in sorted(graph):
+        found = visit(node, [])
+        if found:
+            return found
+    return None
+
+
+def test_no_module_of_the_core_imports_one_that_imports_it() -> None:
+    """Every import counts, those only for type checking too: one module of the core reads
+    what another makes, never the other way round as well."""
+    core = {module_name(p): p for p in MODULES if within(module_name(p), "webhook.core")}
+    graph = {
+        name: {i for i in imports(path) if i in core and i != name}
+        for name, path in core.items()
+    }
+    assert _circle(graph) is None, _circle(graph)
+    assert _circle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
 def test_the_layers_exist() -> None:
     names = {module_name(p) for p in MODULES}
     for layer in (*FORBIDDEN, "webhook.commands"):

@@ -134,7 +134,8 @@ def gather(pod: pods.Pod, policy: Policy) -> Facts:
     if requested and not pod.ephemeral_update:
         profile = _profile(pod, policy, findings)
         if resource is not None:
-            placement = placing.place(pod, policy, usage, resource, profile)
+            replicas = tuple(u.replicas(resource) for u in usage)
+            placement = placing.place(pod, policy, replicas, resource, profile)
             findings.extend(placement.findings)
     return Facts(
         pod,

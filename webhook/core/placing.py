@@ -18,15 +18,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from webhook import names
 from webhook.core import pods, selecting
 from webhook.core.decisions import ErrorType, Violation
 from webhook.policies import NodeClass, Policy, Profile
-
-if TYPE_CHECKING:
-    from webhook.core.facts import Usage
 
 
 class Finding(NamedTuple):
@@ -42,15 +39,18 @@ class Placement:
     """Where a pod that asks for a shared resource may land, and what was found on the way.
     (A native class of the compiled core, as `facts.Facts`.)"""
 
-    __slots__ = ("classes", "constraints", "findings")
+    __slots__ = ("classes", "constraints", "findings", "replicas")
 
     def __init__(
         self,
         constraints: selecting.Constraints,
         classes: tuple[NodeClass, ...] | None,
         findings: tuple[Finding, ...],
+        replicas: tuple[int, ...],
     ) -> None:
         self.constraints: Final = constraints
+        # How many replicas of the resource each container asks for (0: none).
+        self.replicas: Final = replicas
         # The classes left after every step; None when a step left none (or could not judge).
         self.classes: Final = classes
         self.findings: Final = findings
@@ -77,17 +77,18 @@ def shown(value: object) -> str:
 def place(
     pod: pods.Pod,
     policy: Policy,
-    usage: Sequence[Usage],
+    replicas: tuple[int, ...],
     resource: str,
     profile: Profile | None,
 ) -> Placement:
-    """The classes `pod` may land on (see the module); `usage` is its containers'."""
+    """The classes `pod` may land on (see the module); `replicas`: how many replicas of
+    `resource` each of its containers asks for."""
     findings: list[Finding] = []
     constraints = selecting.read(pod)
     classes = _select(pod, policy, resource, constraints, findings)
-    classes = _replicas(pod, usage, resource, classes, findings)
-    classes = _mps_limits(pod, usage, resource, profile, candidates=classes, findings=findings)
-    return Placement(constraints, classes, tuple(findings))
+    classes = _replicas(pod, replicas, resource, classes, findings)
+    classes = _mps_limits(pod, replicas, resource, profile, candidates=classes, findings=findings)
+    return Placement(constraints, classes, tuple(findings), replicas)
 
 
 def _deny(
@@ -168,7 +169,7 @@ def _product_hint(constraints: selecting.Constraints, classes: tuple[NodeClass, 
 
 def _replicas(
     pod: pods.Pod,
-    usage: Sequence[Usage],
+    replicas: Sequence[int],
     resource: str,
     candidates: tuple[NodeClass, ...] | None,
     findings: list[Finding],
@@ -179,7 +180,7 @@ def _replicas(
         return None
     failed = False
     for i, c in enumerate(pod.containers):
-        k = usage[i].replicas(resource)
+        k = replicas[i]
         if k <= 1:
             continue
         refusing = [cls for cls in candidates if _refuses(cls, k)]
@@ -281,7 +282,7 @@ _FORMS = {
 
 def _mps_limits(
     pod: pods.Pod,
-    usage: Sequence[Usage],
+    replicas: Sequence[int],
     resource: str,
     profile: Profile | None,
     *,
@@ -295,7 +296,7 @@ def _mps_limits(
     threads = profile.active_thread_percentage if profile else None
     memory = profile.pinned_memory_mib if profile else None
     for i, c in enumerate(pod.containers):
-        if not usage[i].replicas(resource):
+        if not replicas[i]:
             continue
         for variable, from_profile in ((names.MPS_THREADS, threads), (names.MPS_MEMORY, memory)):
             var = pods.variable(c, variable)
@@ -411,17 +412,13 @@ def _over_ceiling(limit: Limit, cls: NodeClass) -> str | None:
 # --------------------------------------------------------------------------- patches
 
 
-def pin(
-    pod: pods.Pod, placement: Placement, usage: Sequence[Usage], resource: str
-) -> list[dict[str, Any]]:
+def pin(pod: pods.Pod, placement: Placement) -> list[dict[str, Any]]:
     """The `node-selection` patch: pin the pod to the classes left, and for k > 1 replicas to
     nodes with at least k GPUs."""
     classes = placement.classes
     if not classes:
         return []
-    largest = 0
-    for used in usage:
-        largest = max(largest, used.replicas(resource))
+    largest = max(placement.replicas)
     extra = selecting.min_gpus(classes[0].resource, largest) if largest > 1 else None
     return selecting.plan(pod, placement.constraints, classes, extra=extra)
 

@@ -632,7 +632,7 @@ def patch_node_selection(r: Pass) -> None:
     known = r.facts
     if known.placement is None or known.resource is None:
         return
-    for op in placing.pin(r.pod, known.placement, known.usage, known.resource):
+    for op in placing.pin(r.pod, known.placement):
         r.add("node-selection", op)
 
 
