@@ -18,11 +18,11 @@ with one of bench/server.py's streams (`--stream mixed`: --pods distinct pods in
 - + decide: parse and `reviews.decide` (the core), then the canned answer;
 - parsed cache hit (upper bound): parse, then a decision looked up by the pod's spec and
   annotations (every request after the first hits), then encode: what no cache that parses
-  the review could beat (the decision cache, `reviewing.Cache`);
-- real review: `reviews.review` with the server's caches, as `serve` runs it (wrk sends one
+  the review could beat (as the decision cache, since removed, was);
+- real review: `reviews.review` with the server's cache, as `serve` runs it (wrk sends one
   body over and over: after the first, every request is answered from the answer cache,
   `reviews.Answers`, without being parsed);
-- real review, no caches: `reviews.review` alone (as `--cache-size 0`);
+- real review, no cache: `reviews.review` alone (as `--cache-size 0`);
 - serve: `gpu-share-webhook serve` itself, with its JSON review log line, and the same with
   `--cache-size 0` (run by --serve-python, default this interpreter, as the stand-ins are:
   the installed package when there is one, so a wheel install's interpreter measures the
@@ -66,7 +66,7 @@ VARIANTS = {
     "decide": "+ decide",
     "cached": "parsed cache hit (bound)",
     "real": "real review",
-    "uncached": "real review, no caches",
+    "uncached": "real review, no cache",
 }
 
 

@@ -8,7 +8,8 @@ short and very large requests pile up on it.
 Runs `python -m webhook serve` on free loopback ports in a directory of its own (its own CA,
 the repository's policies: the way tests/server_helpers.py runs it; --server-arg passes
 flags such as --header-timeout or --max-connections as they are; --server-env K=V sets a
-variable in its environment only, e.g. MALLOC_ARENA_MAX=2 as the Deployment does), then for
+variable in its environment only, e.g. MALLOC_ARENA_MAX=8 to undo the two arenas `serve` sets
+itself), then for
 --minutes, all at once, over TLS checked as the API server checks it:
 
 - steady load: --rate reviews/s of one pod asking for a shared GPU, open loop (each sent at

@@ -488,8 +488,8 @@ def test_every_rule_that_refuses_is_listed() -> None:
     report = auditing.audit([ns, pod], policies=loaded)
     [judged] = report.namespaces
     [found] = judged.entries
-    assert [f.rule for f in found.verdict.findings] == ["privileged", "node-selection"]
-    assert {f.mode for f in found.verdict.findings} == {names.ENFORCE}
+    assert [f.rule for f in found.verdict.refusals] == ["privileged", "node-selection"]
+    assert {f.mode for f in found.verdict.refusals} == {names.ENFORCE}
 
 
 # --------------------------------------------------------------------------- the text report
@@ -629,7 +629,9 @@ def test_the_json_report_schema(
             assert e["verdict"] in auditing.VERDICTS
             assert e["count"] == 1 + len(e["members"])
             for v in e["violations"]:
-                assert set(v) == {"rule", "container", "mode", "message"}
+                assert set(v) == {"rule", "container", "field", "type", "mode", "message"}
+                assert v["field"]
+                assert v["type"].startswith("FieldValue")
                 assert v["rule"] in names.RULES
                 assert v["mode"] in names.MODES
             for m in e["mutations"]:

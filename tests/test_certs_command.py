@@ -141,7 +141,7 @@ def test_help_shows_options_with_their_environment_variables(
 @pytest.mark.parametrize(
     ("arguments", "words"),
     [
-        (["--extra-san", "not a name"], "extra SAN 'not a name'"),
+        (["--extra-san", "not a name"], "argument --extra-san: invalid value 'not a name'"),
         (["--service", "Web_Hook"], "argument --service: invalid value 'Web_Hook'"),
         (["--days", "0"], "--days: invalid value '0': expected a whole number, at least 1"),
         (["--secret", "Bad/Name"], "argument --secret: invalid value 'Bad/Name'"),

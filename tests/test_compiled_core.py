@@ -111,15 +111,16 @@ def test_the_compiled_core_answers_every_review_as_the_pure_one(
 _MEDDLE = """
 import sys
 from webhook import policies
-from webhook.core import facts, pods
+from webhook.core import facts, pods, rules
 assert not facts.__file__.endswith(".py"), facts.__file__
 obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
        "spec": {"containers": [{"name": "main",
                                 "resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}]}}
-known = facts.gather(pods.read(pods.templates(obj)[0][0]),
-                     policies.load_directory(sys.argv[1]).policies["default"])
+policy = policies.load_directory(sys.argv[1]).policies["default"]
+known = facts.gather(pods.read(pods.templates(obj)[0][0]), policy)
+r = rules.Pass(known, policy, mutate=False, require=True)
 for thing, name, value in ((known, "resource", None), (known.usage[0], "shared", ()),
-                           (known.placement, "classes", ())):
+                           (known.placement, "classes", ()), (r, "require", False)):
     try:
         setattr(thing, name, value)
     except AttributeError:

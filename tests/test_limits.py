@@ -20,7 +20,7 @@ import pytest
 
 from tests import server_helpers as h
 from webhook import certificates
-from webhook.transport import admission, inflight, serving
+from webhook.transport import inflight, serving
 from webhook.transport import limits as limits_module
 from webhook.transport.limits import Limits
 
@@ -211,10 +211,9 @@ SMALL_REVIEW_BYTES = 16 * 1024
 
 
 @pytest.fixture
-def large_above_16_kib(server: serving.Running, monkeypatch: pytest.MonkeyPatch) -> None:
+def large_above_16_kib(server: serving.Running) -> None:
     # Under SMALL limits every body would be a small one (up to 256 KiB, which may use the
     # reserve beyond --max-inflight-bytes); here bodies above 16 KiB are the large ones.
-    monkeypatch.setattr(admission, "INLINE_REVIEW_BYTES", SMALL_REVIEW_BYTES)
     server.state.budget = inflight.Budget(
         SMALL.max_inflight_bytes, small_bytes=SMALL_REVIEW_BYTES
     )

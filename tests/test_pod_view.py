@@ -191,3 +191,56 @@ def test_pods_that_differ_only_where_no_rule_reads_have_one_view_and_one_decisio
         a, b = kube.review(obj, policy), kube.review(other, policy)
         assert (a.violations, a.patch, a.warnings, a.audit) == (
             b.violations, b.patch, b.warnings, b.audit)
+
+
+# Values of every JSON type, some equal under Python's equality (1, 1.0, True) but not to a
+# rule (a quantity of `true` is refused, of `1` is not).
+OTHER_VALUES = (1, 1.0, True, False, 0, "1", "", None, [], {}, [1], {"a": 1})
+
+
+def _leaves(value: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    """The path of every value in `value` that is not an object or a list."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _leaves(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _leaves(v, (*path, i))
+    else:
+        yield path
+
+
+def _replaced(obj: Any, path: tuple[Any, ...], new: Any) -> Any:
+    out = copy.deepcopy(obj)
+    node = out
+    for step in path[:-1]:
+        node = node[step]
+    node[path[-1]] = new
+    return out
+
+
+def _said(decision: Any) -> tuple[Any, ...]:
+    return (decision.allowed, decision.message if decision.violations else "", decision.patch,
+            decision.warnings, decision.audit)
+
+
+def test_pods_with_equal_views_get_equal_decisions_whatever_the_json_types() -> None:
+    """Every value of the pods changed, in turn, to values of every JSON type: where two pods
+    have equal views, they have equal decisions (and every view can be hashed)."""
+    policy = kube.shipped().policies["default"]
+    seen: dict[pods.Pod, tuple[Any, ...]] = {}
+    pairs = 0
+    for obj in [_rich(), *corpus.pods()[:12]]:
+        for path in _leaves(obj):
+            if path[0] in ("apiVersion", "kind"):
+                continue
+            for new in OTHER_VALUES:
+                changed = _replaced(obj, path, new)
+                view = _view(changed)
+                said = _said(kube.review(changed, policy))
+                if view in seen:
+                    pairs += 1
+                    assert seen[view] == said, (path, new)
+                else:
+                    seen[view] = said
+    assert pairs > 100

@@ -88,14 +88,16 @@ def check_meddling(r: rules.Pass) -> None:
     r.facts.resource = "nvidia.com/gpu"
     r.facts.usage[0].shared = ()
     r.pod.containers[0].env = ()
+    r.require = False
+    r.would_refuse = []
 """
 
 
 @pytest.mark.slow  # mypy
 def test_a_rule_cannot_change_what_another_reads(tmp_path: Path) -> None:
-    """The facts have Final attributes and the view is named tuples: mypy (which the suite
-    runs strict on the package) refuses a rule that assigns to them; the compiled core also
-    refuses it at run time (tests/test_compiled_core.py)."""
+    """The facts and the pass have Final attributes and the view is named tuples: mypy
+    (which the suite runs strict on the package) refuses a rule that assigns to them; the
+    compiled core also refuses it at run time (tests/test_compiled_core.py)."""
     module = tmp_path / "meddling.py"
     module.write_text(_MEDDLING)
     out, _, status = mypy.api.run(["--strict", "--no-incremental", "--follow-imports=silent",
@@ -104,6 +106,8 @@ def test_a_rule_cannot_change_what_another_reads(tmp_path: Path) -> None:
     assert 'Cannot assign to final attribute "resource"' in out
     assert 'Cannot assign to final attribute "shared"' in out
     assert 'Property "env" defined in "Container" is read-only' in out
+    assert 'Cannot assign to final attribute "require"' in out
+    assert 'Property "would_refuse" defined in "Pass" is read-only' in out
 
 
 def test_every_rule_of_the_table_runs_over_one_pass() -> None:

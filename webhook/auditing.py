@@ -87,7 +87,7 @@ class Ref:
 
 
 @dataclass(frozen=True, slots=True)
-class Finding:
+class Refusal:
     """A rule that refuses the object when enforced, and how the policy applies it today."""
 
     violation: Violation
@@ -108,7 +108,7 @@ class Finding:
 
     @property
     def key(self) -> tuple[Any, ...]:
-        """What compares findings across an owner's objects: every field of the violation but
+        """What compares refusals across an owner's objects: every field of the violation but
         where its pod stands in the object (a template's fields are read as its pods')."""
         v = self.violation
         return (v.rule, v.type, v.field, v.words, v.container, self.mode)
@@ -121,7 +121,7 @@ class Verdict:
     object's kind (a template's field paths are read as its pods')."""
 
     status: str
-    findings: tuple[Finding, ...] = ()
+    refusals: tuple[Refusal, ...] = ()
     # The rules that would change the object, each with the mode the policy applies it in
     # today (in dry-run it adds nothing yet), and what they would add, one line per place.
     mutations: tuple[tuple[str, str], ...] = ()
@@ -175,8 +175,9 @@ class Report:
     ignored: Counter[str] = field(default_factory=Counter)
     # Objects found more than once (the last one counts).
     duplicates: int = 0
-    # Objects with a shape no Kubernetes object has: (namespace, object, problem).
-    malformed: list[tuple[str, Ref, str]] = field(default_factory=list)
+    # Objects with a shape no Kubernetes object has: (namespace, object, the first
+    # violation of rule `malformed-object`, which names the field).
+    malformed: list[tuple[str, Ref, Violation]] = field(default_factory=list)
     # Whether any Namespace object was among the objects.
     namespaces_found: bool = False
 
@@ -381,31 +382,32 @@ def _enforcing(policy: Policy) -> Policy:
     return dataclasses.replace(policy, mode=names.ENFORCE, rule_modes=MappingProxyType({}))
 
 
-def _judge(item: _Object, *, real: Policy, enforcing: Policy, kinds: pods.Kinds) -> str | None:
+def _judge(
+    item: _Object, *, real: Policy, enforcing: Policy, kinds: pods.Kinds
+) -> Violation | None:
     """Set `item.verdict`; or return the shape problem that keeps the object from a review."""
     obj = item.obj
     decision = reviewing.review(obj, policy=enforcing, mutate=True, kinds=kinds)
     if decision.malformed:
-        first = next(v for v in decision.violations if v.rule == MALFORMED)
-        return first.message
+        return next(v for v in decision.violations if v.rule == MALFORMED)
     found, _ = pods.templates(obj, kinds)
     # Warnings about one template of the kinds of other projects start with its label
     # (`JobSet spec.replicatedJobs[0]...: `), which its pods' do not have.
     label = found[0].label + ": " if len(found) == 1 and found[0].label else ""
-    findings = tuple(Finding(v, real.mode_of(v.rule)) for v in decision.violations)
+    refusals = tuple(Refusal(v, real.mode_of(v.rule)) for v in decision.violations)
     # A refusal comes without a patch.
     adds = describe_patch(decision.patch, found) if decision.patch else ()
-    status = REFUSED if findings else CHANGED if decision.patch else UNTOUCHED
+    status = REFUSED if refusals else CHANGED if decision.patch else UNTOUCHED
     mutations = tuple((rule, real.mode_of(rule)) for rule in decision.mutations)
     warnings = tuple(decision.warnings)
     key = (
         status,
-        tuple(f.key for f in findings),
+        tuple(f.key for f in refusals),
         mutations,
         adds,
         tuple(w.removeprefix(label) for w in warnings) if label else warnings,
     )
-    item.verdict = Verdict(status, findings, mutations, adds, warnings, key)
+    item.verdict = Verdict(status, refusals, mutations, adds, warnings, key)
     return None
 
 

@@ -92,13 +92,17 @@ DEVICE_HOST_PATHS = ("/dev/nvidia", "/dev/char", "/dev/dri", "/run/nvidia", "/va
 
 # --------------------------------------------------------------------------- rules
 
-# Every rule's name, as refusals, metric labels, audit annotations, policies (`ruleModes`)
-# and the docs use it; webhook/core/rules.py has one rule of each name (a test checks).
+# The rule of shape errors: a field whose type no Kubernetes object has (HTTP status 400).
+MALFORMED_RULE = "malformed-object"
 # The rules that refuse the GPU pods of a namespace whose policy is not in force.
 UNKNOWN_POLICY_RULE = "unknown-policy"
 POLICY_NOT_LOADED_RULE = "policy-not-loaded"
+# Every rule's name, as refusals, metric labels, audit annotations, policies (`ruleModes`)
+# and the docs use it; webhook/core/rules.py has one rule of each name (a test checks).
+# Their order is the order of a decision: its violations, warnings and patch operations
+# come in it, whatever order the rules run in (`rules.Pass`).
 RULES = (
-    "malformed-object",
+    MALFORMED_RULE,
     UNKNOWN_POLICY_RULE,
     POLICY_NOT_LOADED_RULE,
     "invalid-quantity",
@@ -130,7 +134,7 @@ RULES = (
 ENFORCE, WARN, DRY_RUN = "enforce", "warn", "dry-run"
 MODES = (ENFORCE, WARN, DRY_RUN)
 # A malformed object is bad input, not a policy's choice: refused in every mode.
-ALWAYS_ENFORCED = frozenset({"malformed-object"})
+ALWAYS_ENFORCED = frozenset({MALFORMED_RULE})
 
 # --------------------------------------------------------------------------- deployment
 

@@ -412,9 +412,9 @@ def add_service_arguments(
     """--service, --namespace and --extra-san: the names a serving certificate is made for
     (`args.extra_san` is a list, empty when none are given).
 
-    The names of --extra-san's variable are checked when the command runs, as every variable
-    is; names given as options are checked where a certificate is made, as they always were
-    (`serve` with a pair in --cert-dir makes none).
+    Each name, given as an option or in the variable, is checked when the command runs, by
+    the certificate's own rule: a name it would not take is a usage error (exit 2), also
+    where no certificate is made (`serve` with a pair in --cert-dir), so a typo shows at once.
     """
     parser.add_argument(
         "--service",
@@ -431,6 +431,7 @@ def add_service_arguments(
     parser.add_argument(
         "--extra-san",
         action=Append,
+        type=SAN_NAME,
         metavar="NAME",
         default=from_env("extra-san", [], separated(",", SAN_NAME)),
         help=help_text(f"{san_help}, repeatable", "extra-san", "none", separator=","),

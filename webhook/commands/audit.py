@@ -148,10 +148,10 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     if report.malformed:
-        ns, ref, message = report.malformed[0]
+        ns, ref, violation = report.malformed[0]
         more = len(report.malformed) - 1
         print(
-            f"error: {ns}/{ref.text}: {message.split(': no Kubernetes')[0]}"
+            f"error: {ns}/{ref.text}: {violation.message}"
             + (f" (and {more} more malformed objects)" if more else ""),
             file=sys.stderr,
         )
@@ -231,7 +231,7 @@ def as_text(report: auditing.Report, *, listed: Sequence[str]) -> str:
             for ns in report.namespaces
             for e in ns.entries
             if e.verdict.status == auditing.REFUSED
-            and all(f.mode != names.ENFORCE for f in e.verdict.findings)
+            and all(f.mode != names.ENFORCE for f in e.verdict.refusals)
         )
         today = (
             f"; {relaxed:,} of them only by rules in warn or dry-run mode today"
@@ -284,7 +284,7 @@ def _entry_text(entry: auditing.Entry) -> list[str]:
     if v.mutations:
         line += ": " + _mutations(v.mutations)
     out = [line]
-    for f in v.findings:
+    for f in v.refusals:
         today = f" ({_TODAY[f.mode]})" if f.mode in _TODAY else ""
         out.append(f"      - {f.rule}{today}: {f.message}")
     adds = [add for add in v.adds if not add.startswith("annotations: ")] or list(v.adds)
@@ -431,8 +431,15 @@ def _entry_json(entry: auditing.Entry) -> dict[str, Any]:
         "count": entry.count,
         "members": [_ref_json(m) for m in entry.members],
         "violations": [
-            {"rule": f.rule, "container": f.container, "mode": f.mode, "message": f.message}
-            for f in v.findings
+            {
+                "rule": f.rule,
+                "container": f.container,
+                "field": f.violation.place.at(f.violation.field),
+                "type": f.violation.type.value,
+                "mode": f.mode,
+                "message": f.message,
+            }
+            for f in v.refusals
         ],
         "mutations": [{"rule": rule, "mode": mode} for rule, mode in v.mutations],
         "adds": list(v.adds),

@@ -9,40 +9,24 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
+
+from webhook import names
 
 # Kubernetes shows warnings to the user as they are; longer ones may be cut by clients.
 MAX_WARNING = 120
-# The rule of shape errors: a field whose type no Kubernetes object has (HTTP status 400).
-MALFORMED = "malformed-object"
+MALFORMED = names.MALFORMED_RULE
 
 
 class ErrorType(enum.Enum):
-    """What is wrong with a field, by the names Kubernetes gives its field errors (the value
-    is `field.ErrorType`, `text` what `kubectl` shows for it)."""
+    """What is wrong with a field, by the names Kubernetes gives its field errors
+    (`field.ErrorType`); those the rules use."""
 
-    NOT_FOUND = "FieldValueNotFound"
     REQUIRED = "FieldValueRequired"
     INVALID = "FieldValueInvalid"
     NOT_SUPPORTED = "FieldValueNotSupported"
     FORBIDDEN = "FieldValueForbidden"
-    TOO_MANY = "FieldValueTooMany"
     TYPE_INVALID = "FieldValueTypeInvalid"
-
-    @property
-    def text(self) -> str:
-        return _ERROR_TEXT[self]
-
-
-_ERROR_TEXT = {
-    ErrorType.NOT_FOUND: "Not found",
-    ErrorType.REQUIRED: "Required value",
-    ErrorType.INVALID: "Invalid value",
-    ErrorType.NOT_SUPPORTED: "Unsupported value",
-    ErrorType.FORBIDDEN: "Forbidden",
-    ErrorType.TOO_MANY: "Too many",
-    ErrorType.TYPE_INVALID: "Invalid value",
-}
 
 
 class Place(NamedTuple):
@@ -64,6 +48,15 @@ class Place(NamedTuple):
 OBJECT = Place("", "", "")
 
 
+class Marker(enum.Enum):
+    FIELD = "field"
+
+
+# In a violation's words, where the message shows the path of the field at fault.
+FIELD: Final = Marker.FIELD
+Words = tuple[str | Marker, ...]
+
+
 @dataclass(frozen=True, slots=True)
 class Violation:
     """A rule that refuses the object: which, what kind of error, where, and the words.
@@ -71,22 +64,22 @@ class Violation:
     `field` is the path of the field at fault relative to the pod (or pod template) it is
     in, `place` where that pod stands in the object; so the violations of a Deployment's
     template and of its pods compare equal field by field. `words` is what the message
-    says, in pieces: between two pieces the message shows the field's path in the object
-    (one piece: the message does not show it). `message` names the container (when there
-    is one) and ends with the fix; `text` adds the rule's name, which is also the metric
-    label, the audit annotation and the docs' entry.
+    says, with `FIELD` where it shows the field's path in the object. `message` names the
+    container (when there is one) and ends with the fix; `text` adds the rule's name, which
+    is also the metric label, the audit annotation and the docs' entry.
     """
 
     rule: str
     type: ErrorType
     field: str
-    words: tuple[str, ...]
+    words: Words
     container: str | None = None
     place: Place = OBJECT
 
     @property
     def message(self) -> str:
-        body = self.place.at(self.field).join(self.words)
+        path = self.place.at(self.field)
+        body = "".join(path if word is FIELD else word for word in self.words)
         label = self.place.label
         return f"{label}: {body}" if label else body
 

@@ -15,7 +15,9 @@ In this order, each step reading only the view and the steps before it:
 What is wrong is kept as `Finding`s, each under the name of the rule that reports it: the
 rules only report what is found here (and what they read of the view themselves), and the
 patches only add; none of them changes what another reads, so the order of the table
-changes no answer (a test runs it shuffled). The whole is immutable.
+changes no answer (a test runs it shuffled). Nothing here can be changed once made: the
+named tuples cannot, and the other classes have Final attributes, which mypy refuses to see
+assigned and the compiled core refuses at run time.
 
 Steps 3 and 4 are worked out for pods that ask for one of the policy's shared resources,
 and not on an ephemeral-containers update (which cannot change the pod's placement).
@@ -27,7 +29,7 @@ from typing import Any, Final
 
 from webhook import names
 from webhook.core import placing, pods, quantities
-from webhook.core.decisions import ErrorType, Violation
+from webhook.core.decisions import FIELD, ErrorType, Violation
 from webhook.core.placing import Finding
 from webhook.policies import Policy, Profile
 
@@ -95,6 +97,7 @@ class Facts:
         *,
         gpu: bool,
         requested: tuple[str, ...],
+        resource: str | None,
         profile: Profile | None,
         placement: placing.Placement | None,
         findings: tuple[Finding, ...],
@@ -108,7 +111,7 @@ class Facts:
         # The policy's shared resources the pod asks for, sorted.
         self.requested: Final = requested
         # The one shared resource the pod asks for (None: none, or several).
-        self.resource: Final = requested[0] if len(requested) == 1 else None
+        self.resource: Final = resource
         self.profile: Final = profile
         self.placement: Final = placement
         # The classes the pod may land on (`placement.classes`); None when placement failed
@@ -142,6 +145,7 @@ def gather(pod: pods.Pod, policy: Policy) -> Facts:
         usage,
         gpu=gpu,
         requested=requested,
+        resource=resource,
         profile=profile,
         placement=placement,
         findings=tuple(findings),
@@ -239,10 +243,11 @@ _ABSENT: Final = object()
 
 
 def _value(items: tuple[tuple[str, Any], ...], name: str) -> Any:
-    """The quantity of resource `name` in `items` (a container's limits or requests)."""
+    """The quantity of resource `name` in `items` (a container's limits or requests), as it
+    was in the object."""
     for key, value in items:
         if key == name:
-            return value
+            return pods.raw(value)
     return _ABSENT
 
 
@@ -257,6 +262,7 @@ def _invalid_quantity(
             f"{c.field}.resources.{part}[{name}]",
             (
                 f'container "{c.name}": invalid quantity: ',
+                FIELD,
                 f": {placing.shown(value)} {exc}. A GPU is asked for in whole devices: set the"
                 " quantity to a whole number such as 1",
             ),

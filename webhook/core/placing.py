@@ -22,7 +22,7 @@ from typing import Any, Final, NamedTuple
 
 from webhook import names
 from webhook.core import pods, selecting
-from webhook.core.decisions import ErrorType, Violation
+from webhook.core.decisions import FIELD, ErrorType, Marker, Violation
 from webhook.policies import NodeClass, Policy, Profile
 
 
@@ -96,7 +96,7 @@ def _deny(
     pod: pods.Pod,
     rule: str,
     field: str,
-    *words: str,
+    *words: str | Marker,
     container: str | None = None,
 ) -> None:
     findings.append(
@@ -322,6 +322,7 @@ def _mps_limits(
                     "mps-limits",
                     f"{c.field}.env[{var.position}]",
                     f'container "{c.name}": {variable} (',
+                    FIELD,
                     f") {problem}; MPS limits are checked against the node's ceiling before the"
                     " pod runs. Set a plain value, or remove it for the profile's",
                     container=c.name,

@@ -2,14 +2,16 @@
 
 `templates(obj, kinds)` finds the pod specs an object carries (a Pod's own, a workload's pod
 templates); `read(template, ...)` turns one into a `Pod` view. The view is closed: immutable
-named tuples all the way down, holding every field a rule reads and nothing of the raw
-object (the node selector terms, which a patch copies whole, are held as a `Json` value).
-The rules read the view, never the raw object, so what a review depends on is written down
-here, in one place. Two pods with equal views get one decision, and a view equals another
-only when every field does (named tuples compare and hash field by field): the view itself
-is the key for anything that would keep decisions, and a field added for a new rule enters
-that key by construction. (Nothing keeps decisions today: bench/README.md measured the cache
-of decisions that keyed on a hand-written list of fields, and it never paid.)
+named tuples all the way down, holding every field a rule reads and nothing of the object
+itself; a value that is not a string (the node selector terms, which a patch copies whole; a
+quantity written as a number) is held as a `Json` value, which keeps its JSON type. The
+rules read the view, never the object, so what a review depends on is written down here, in
+one place. Two pods with equal views get one decision, and a view equals another only when
+every field does (named tuples compare and hash field by field, `Json` by its text): the
+view itself is the key for anything that would keep decisions, and a field added for a new
+rule enters that key by construction (tests/test_pod_view.py). Nothing keeps decisions
+today: bench/README.md measured the cache of decisions that keyed on a hand-written list of
+fields, and it never paid.
 
 A field of the wrong JSON type (a list where an object belongs, a number where a string
 belongs) is not an exception: it is a shape `Problem` with the field's path
@@ -20,7 +22,6 @@ into a typed Pod first); whoever else reaches the port gets a refusal that says 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -204,10 +205,12 @@ def escape(key: str) -> str:
 
 
 class Json:
-    """A raw JSON value the view carries whole because a patch copies it whole (the node
-    selector terms). Compared and hashed by its serialised text (so `true` is not `1`, and
-    objects whose keys come in another order, which a patch would copy in that order, are
-    not equal); `value` is for reading only, and a patch takes a `copy()`."""
+    """A JSON value in the view that is not a string: the node selector terms (which a patch
+    copies whole), a quantity or an annotation written as a number, a toleration field of
+    another type. Compared and hashed by its serialised text, so that the view tells apart
+    what Python's equality does not and the rules do: `true` is not `1`, `1.0` is not `1`,
+    and objects whose keys come in another order (which a patch would copy in that order)
+    are not equal. `value` is for reading only (`raw`); it is as true as the value is."""
 
     __slots__ = ("_text", "_value")
 
@@ -219,8 +222,8 @@ class Json:
     def value(self) -> Any:
         return self._value
 
-    def copy(self) -> Any:
-        return copy.deepcopy(self._value)
+    def __bool__(self) -> bool:
+        return bool(self._value)
 
     def text(self) -> bytes:
         if self._text is None:
@@ -301,8 +304,12 @@ class Toleration(NamedTuple):
     @classmethod
     def of(cls, raw: Mapping[str, Any]) -> Toleration:
         get = raw.get
-        return cls(get("key"), get("operator"), get("value"), get("effect"),
-                   get("tolerationSeconds"))  # fmt: skip
+        seconds = get("tolerationSeconds")
+        if seconds is not None and type(seconds) not in (int, bool):
+            # (A float or anything else compares otherwise than an integer.)
+            seconds = Json(seconds)
+        return cls(_typed(get("key")), _typed(get("operator")), _typed(get("value")),
+                   _typed(get("effect")), seconds)  # fmt: skip
 
 
 class Pod(NamedTuple):
@@ -336,14 +343,20 @@ class Pod(NamedTuple):
     # rules of the pod as a whole (placement, volumes, host namespaces) are not run again.
     ephemeral_update: bool
 
-    def at(self, path: str) -> str:
-        """The field path of `path` (relative to the pod) in the reviewed object."""
-        return self.place.at(path)
-
 
 # Functions, not methods, for what the rules ask of the view on every review: the core is
 # compiled (hatch_build.py), and a compiled function is called natively where a method of a
 # named tuple is called through the interpreter.
+
+
+def _typed(value: Any) -> Any:
+    """A JSON value as the view holds it: a string or None as it is, anything else as Json."""
+    return value if value is None or type(value) is str else Json(value)
+
+
+def raw(value: Any) -> Any:
+    """A value of the view as it was in the object (see `Json`)."""
+    return value.value if isinstance(value, Json) else value
 
 
 def variable(c: Container, name: str) -> EnvVar | None:
@@ -355,10 +368,10 @@ def variable(c: Container, name: str) -> EnvVar | None:
 
 
 def annotation(pod: Pod, name: str) -> Any:
-    """The value of annotation `name` (None when absent)."""
+    """The value of annotation `name` as it was in the object (None when absent)."""
     for key, value in pod.annotations:
         if key == name:
-            return value
+            return raw(value)
     return None
 
 
@@ -520,10 +533,12 @@ def _annotations(r: _Reader, meta: Mapping[str, Any]) -> tuple[tuple[str, Any], 
     if not isinstance(value, dict):
         r.wrong("metadata.annotations", "an object", value)
         return ()
+    typed = []
     for k, v in value.items():
         if not isinstance(v, str):
             r.wrong(f"metadata.annotations.{k}", "a string", v)
-    return tuple(value.items())
+        typed.append((k, _typed(v)))
+    return tuple(typed)
 
 
 def _container(r: _Reader, raw: Mapping[str, Any], *, group: str, index: int) -> Container:
@@ -604,8 +619,8 @@ def _container(r: _Reader, raw: Mapping[str, Any], *, group: str, index: int) ->
         group,
         index,  # position
         name,
-        tuple(limits.items()),
-        tuple(requests.items()),
+        tuple([(k, _typed(v)) for k, v in limits.items()]),
+        tuple([(k, _typed(v)) for k, v in requests.items()]),
         tuple(env),
         isinstance(raw_env, list),  # has_env_list
         bool(env_from),

@@ -28,14 +28,15 @@ def record(
     for rule, _ in ops:
         if rule not in steps:
             steps.append(rule)
-    recorded_policy = recorded_profile = recorded_steps = None
+    recorded_policy = recorded_steps = None
+    has_profile = False
     for key, value in pod.annotations:
         if key == names.ANNOTATION_POLICY:
-            recorded_policy = value
+            recorded_policy = pods.raw(value)
         elif key == names.ANNOTATION_PROFILE:
-            recorded_profile = key
+            has_profile = True
         elif key == names.ANNOTATION_MUTATIONS:
-            recorded_steps = value
+            recorded_steps = pods.raw(value)
     wanted: dict[str, str] = {}
     if recorded_policy != policy.name:
         wanted[names.ANNOTATION_POLICY] = policy.name
@@ -44,7 +45,7 @@ def record(
     if (
         shared
         and profile is not None
-        and recorded_profile is None
+        and not has_profile
         and policy.mode_of("mps-limits") != names.DRY_RUN
     ):
         wanted[names.ANNOTATION_PROFILE] = profile.name

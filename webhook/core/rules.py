@@ -31,11 +31,19 @@ import posixpath
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from webhook import names
 from webhook.core import facts, placing, pods
-from webhook.core.decisions import MALFORMED, MAX_WARNING, ErrorType, Place, Violation
+from webhook.core.decisions import (
+    FIELD,
+    MALFORMED,
+    MAX_WARNING,
+    ErrorType,
+    Marker,
+    Place,
+    Violation,
+)
 from webhook.policies import Policy, RulesSpec
 
 
@@ -109,27 +117,26 @@ class Pass:
         "_audit",
         "_violations",
         "_warnings",
+        "_would_refuse",
         "facts",
         "mutate",
-        "place",
         "pod",
         "policy",
         "require",
-        "would_refuse",
     )
 
     def __init__(self, known: facts.Facts, policy: Policy, *, mutate: bool, require: bool) -> None:
-        self.facts = known
-        self.pod = known.pod
-        self.place: Place = known.pod.place
-        self.policy = policy
+        # What the rules read (Final: no rule may change it for another; see `facts`).
+        self.facts: Final = known
+        self.pod: Final = known.pod
+        self.policy: Final = policy
         # Build the patch (mutating endpoint, CLI); or check that the required parts of it
         # are there (validating a Pod); or neither (validating a workload's template).
-        self.mutate = mutate
-        self.require = require
+        self.mutate: Final = mutate
+        self.require: Final = require
         self._violations: list[tuple[int, Violation]] = []
         # Violations of rules the policy does not enforce: (mode, violation).
-        self.would_refuse: list[tuple[str, Violation]] = []
+        self._would_refuse: list[tuple[str, Violation]] = []
         self._warnings: list[tuple[int, str]] = []
         self._audit: list[tuple[int, Mapping[str, str]]] = []
         # What patches add: each an operation, or variables for a container's env.
@@ -142,12 +149,12 @@ class Pass:
         rule: str,
         type: ErrorType,
         field: str,
-        *words: str,
+        *words: str | Marker,
         container: str | None = None,
     ) -> None:
         """Refuse the pod by `rule`: `field` (relative to the pod) is at fault, `words` say
-        what and the fix (the field's path is shown between two pieces)."""
-        self.refuse(Violation(rule, type, field, words, container, self.place))
+        what and the fix (`FIELD` where the field's path is shown)."""
+        self.refuse(Violation(rule, type, field, words, container, self.pod.place))
 
     def refuse(self, violation: Violation) -> None:
         _put(self._violations, (RANK[violation.rule], violation))
@@ -176,6 +183,11 @@ class Pass:
     def refused(self) -> bool:
         """Whether a rule the policy enforces refuses the pod (so far)."""
         return bool(self._violations)
+
+    @property
+    def would_refuse(self) -> list[tuple[str, Violation]]:
+        """The violations of rules the policy does not enforce, each with its mode."""
+        return list(self._would_refuse)
 
     @property
     def violations(self) -> list[Violation]:
@@ -208,7 +220,7 @@ class Pass:
             if mode == names.ENFORCE:
                 kept.append((rank, v))
             else:
-                self.would_refuse.append((mode, v))
+                self._would_refuse.append((mode, v))
         self._violations = kept
 
     # -- what patches add
@@ -284,7 +296,7 @@ def malformed(problem: pods.Problem, place: Place) -> Violation:
         ErrorType.TYPE_INVALID,
         problem.field,
         (
-            "",
+            FIELD,
             f": must be {problem.expected}, not {problem.found}: no Kubernetes object has this"
             " shape. Fix the field (the API server would refuse it too)",
         ),
@@ -295,7 +307,7 @@ def malformed(problem: pods.Problem, place: Place) -> Violation:
 
 def check_malformed(r: Pass) -> None:
     for problem in r.pod.problems:
-        r.refuse(malformed(problem, r.place))
+        r.refuse(malformed(problem, r.pod.place))
 
 
 def check_exclusive_with_shared(r: Pass) -> None:
@@ -394,6 +406,7 @@ def check_device_variables(r: Pass) -> None:
                 ErrorType.FORBIDDEN,
                 f"{c.field}.env[{var.position}]",
                 f'container "{c.name}": device variable: {what}',
+                FIELD,
                 f"{after}; {whose}. {fix}",
                 container=c.name,
             )
@@ -438,6 +451,7 @@ def check_mps_directories(r: Pass) -> None:
                     ErrorType.FORBIDDEN,
                     f"{c.field}.env[{var.position}]",
                     f'container "{c.name}": {var.name} (',
+                    FIELD,
                     ") is set by the device plugin for a container with an MPS replica; a value"
                     " of the pod's can detach the process from the MPS daemon and its limits."
                     " Remove it",
@@ -457,7 +471,7 @@ def check_privileged(r: Pass) -> None:
                 f"{c.field}.securityContext.privileged",
                 f'container "{c.name}": privileged container: it sees every device of the'
                 " node, GPUs included, whatever it asked for. Remove ",
-                "",
+                FIELD,
                 container=c.name,
             )
 
@@ -484,7 +498,7 @@ def check_capabilities(r: Pass) -> None:
                 f'container "{c.name}": added capabilities {", ".join(wide)} in a pod that'
                 " uses a GPU: with them a container can reach devices and processes beyond"
                 " its GPU. Remove them from ",
-                "",
+                FIELD,
                 container=c.name,
             )
 
@@ -510,6 +524,7 @@ def check_host_namespaces(r: Pass) -> None:
                 ErrorType.FORBIDDEN,
                 f"spec.{flag}",
                 "host namespace: ",
+                FIELD,
                 f" in a pod that uses a GPU lets its containers {what}. Remove {flag}",
             )
 
@@ -543,6 +558,7 @@ def check_host_path(r: Pass) -> None:
                 ErrorType.FORBIDDEN,
                 f"spec.volumes[{v.position}]",
                 f'volume "{v.name}" (',
+                FIELD,
                 f"): hostPath {_shown(v.host_path)}{by} exposes the node's devices, the NVIDIA"
                 " driver's files or the MPS daemon's control pipes (with which any pod can change"
                 " other pods' GPU limits). Remove it",
@@ -563,6 +579,7 @@ def check_device_list_mount(r: Pass) -> None:
                     ErrorType.FORBIDDEN,
                     f"{c.field}.volumeMounts[{m.position}]",
                     f'container "{c.name}": volume "{m.volume}" mounted at {_shown(m.path)} (',
+                    FIELD,
                     f"): the NVIDIA runtime reads mounts under {root} as a list of GPUs to give"
                     " the container. Mount it elsewhere",
                     container=c.name,
@@ -580,6 +597,7 @@ def check_cdi_annotations(r: Pass) -> None:
                 ErrorType.FORBIDDEN,
                 f"metadata.annotations[{key}]",
                 "CDI annotation: ",
+                FIELD,
                 " asks the container runtime for devices by name, outside the device plugin's"
                 " allocation (runtimes that pass such pod annotations through inject them)."
                 f" Remove it, and ask for {_preferred(r.policy)}",
@@ -593,6 +611,7 @@ def check_resource_claims(r: Pass) -> None:
             ErrorType.FORBIDDEN,
             "spec.resourceClaims",
             "resource claims: ",
+            FIELD,
             f' can give the pod devices, GPUs included, that policy "{r.policy.name}" does not'
             f" govern. Remove them, or ask for {_preferred(r.policy)}",
         )

@@ -36,7 +36,8 @@ review_log = logging.getLogger(logs.REVIEW_LOGGER)
 # Reviews of bodies up to this size take at most a few milliseconds (a typical pod: ~25 us),
 # so they run on the event loop. Larger ones (tens of ms near the limit) run on a thread:
 # the loop keeps answering other reviews and probes meanwhile, and the wait can be cut at
-# the deadline. Also the bound of a small review in the in-flight budget (`create_app`).
+# the deadline. It is the bound of a small review in the in-flight budget (`create_app`),
+# which the handler reads it from (`state.budget.small_bytes`): one value for both.
 INLINE_REVIEW_BYTES = 256 * 1024
 # A 4xx reason is one line of at most this many characters, whatever the body held.
 REASON_LENGTH = 300
@@ -103,7 +104,7 @@ class Route:
                 # One read of the reference: reloads during this review do not change its
                 # policies.
                 policy_set = state.policy_watch.policies
-                if len(body) <= INLINE_REVIEW_BYTES or state.executor is None:
+                if len(body) <= state.budget.small_bytes or state.executor is None:
                     outcome = self.review(body, policy_set, policy_name)
                 else:
                     deadline = started + deadlines.review_seconds(request.raw_path)
@@ -135,7 +136,7 @@ class Route:
                 return self.internal_error(policy_name, started, body, exc)
             finally:
                 self.metrics.in_flight -= 1
-                if held.bytes > INLINE_REVIEW_BYTES:
+                if held.bytes > state.budget.small_bytes:
                     state.trimmer.after_large_review(state.executor)
         try:
             self.record(policy_name, policy_set, outcome, time.perf_counter() - started)
