@@ -71,6 +71,20 @@ def container(
     return c
 
 
+def default_tolerations() -> list[dict[str, Any]]:
+    """The tolerations the DefaultTolerationSeconds admission plugin adds to every pod
+    before webhooks see it (a new list each time)."""
+    return [
+        {
+            "key": f"node.kubernetes.io/{taint}",
+            "operator": "Exists",
+            "effect": "NoExecute",
+            "tolerationSeconds": 300,
+        }
+        for taint in ("not-ready", "unreachable")
+    ]
+
+
 def pod(containers: int, init: int = 0, *, gpu: bool = True) -> dict[str, Any]:
     """A pod as the API server hands it to webhooks: defaulted, with its service account
     volume and default tolerations; every other container asks for the shared GPU (none
@@ -86,20 +100,7 @@ def pod(containers: int, init: int = 0, *, gpu: bool = True) -> dict[str, Any]:
         "preemptionPolicy": "PreemptLowerPriority",
         "priority": 0,
         "securityContext": {},
-        "tolerations": [
-            {
-                "key": "node.kubernetes.io/not-ready",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-            {
-                "key": "node.kubernetes.io/unreachable",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-        ],
+        "tolerations": default_tolerations(),
         "volumes": [
             {
                 "name": "kube-api-access-x7k2p",

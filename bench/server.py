@@ -344,20 +344,7 @@ def deployment_pod(index: int) -> tuple[dict[str, Any], str]:
         "serviceAccount": "default",
         "securityContext": {},
         "schedulerName": "default-scheduler",
-        "tolerations": [
-            {
-                "key": "node.kubernetes.io/not-ready",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-            {
-                "key": "node.kubernetes.io/unreachable",
-                "operator": "Exists",
-                "effect": "NoExecute",
-                "tolerationSeconds": 300,
-            },
-        ],
+        "tolerations": core.default_tolerations(),
         "priority": 0,
         "enableServiceLinks": True,
         "preemptionPolicy": "PreemptLowerPriority",
