@@ -118,8 +118,8 @@ obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
                                 "resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}]}}
 policy = policies.load_directory(sys.argv[1]).policies["default"]
 known = facts.gather(pods.read(pods.templates(obj)[0][0]), policy)
-r = rules.Pass(known, policy, mutate=False, require=True)
-for thing, name, value in ((known, "resource", None), (known.usage[0], "shared", ()),
+r = rules.Pass(known, policy, require=True)
+for thing, name, value in ((known, "resource", None), (known.containers[0][1], "shared", ()),
                            (known.placement, "classes", ()), (r, "require", False)):
     try:
         setattr(thing, name, value)

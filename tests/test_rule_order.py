@@ -86,7 +86,7 @@ from webhook.core import rules
 
 def check_meddling(r: rules.Pass) -> None:
     r.facts.resource = "nvidia.com/gpu"
-    r.facts.usage[0].shared = ()
+    r.facts.containers[0][1].shared = ()
     r.pod.containers[0].env = ()
     r.require = False
     r.would_refuse = []
@@ -119,7 +119,7 @@ def test_every_rule_of_the_table_runs_over_one_pass() -> None:
     view = pods.read(pods.templates(obj)[0][0])
     known = facts.gather(view, policy)
     assert known.findings  # (two replicas: refused)
-    r = rules.Pass(known, policy, mutate=True, require=False)
+    r = rules.Pass(known, policy, require=False)
     r.report(frozenset(rule.name for rule in rules.RULES if rule.found))
     for rule in rules.RULES:
         for step in (rule.check, rule.patch):

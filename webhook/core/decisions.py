@@ -18,6 +18,20 @@ MAX_WARNING = 120
 MALFORMED = names.MALFORMED_RULE
 
 
+def shown(value: object) -> str:
+    """A value of the object for a message: quoted, and cut short (messages are bounded,
+    inputs are not)."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) > 40:
+        text = f"{text[:32]}... ({len(text)} characters)"
+    return f'"{text}"'
+
+
+def short_warning(text: str) -> str:
+    """A warning as it is sent: clients may cut longer ones (MAX_WARNING)."""
+    return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
+
+
 class ErrorType(enum.Enum):
     """What is wrong with a field, by the names Kubernetes gives its field errors
     (`field.ErrorType`); those the rules use."""
@@ -135,7 +149,6 @@ class Decision:
         return sorted({v.rule for v in self.violations})
 
     def warn(self, text: str) -> None:
-        if len(text) > MAX_WARNING:
-            text = text[: MAX_WARNING - 3] + "..."
+        text = short_warning(text)
         if text not in self.warnings:
             self.warnings.append(text)

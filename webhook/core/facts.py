@@ -29,9 +29,9 @@ from typing import Any, Final
 
 from webhook import names
 from webhook.core import placing, pods, quantities
-from webhook.core.decisions import FIELD, ErrorType, Violation
+from webhook.core.decisions import FIELD, ErrorType, Violation, shown
 from webhook.core.placing import Finding
-from webhook.policies import Policy, Profile
+from webhook.policies import NodeClass, Policy, Profile
 
 __all__ = ["Facts", "Finding", "Usage", "gather"]
 
@@ -77,7 +77,6 @@ class Facts:
     """What is known of one pod under one policy before the rules run (see the module)."""
 
     __slots__ = (
-        "classes",
         "containers",
         "findings",
         "gpu",
@@ -87,7 +86,6 @@ class Facts:
         "profile",
         "requested",
         "resource",
-        "usage",
     )
 
     def __init__(
@@ -103,8 +101,6 @@ class Facts:
         findings: tuple[Finding, ...],
     ) -> None:
         self.pod: Final = pod
-        # One per container of `pod.containers`, in the same order.
-        self.usage: Final = usage
         # Whether any container asks for a GPU: shared, exclusive, or a `.shared` resource
         # the policy does not list (which `Usage` leaves out).
         self.gpu: Final = gpu
@@ -114,17 +110,19 @@ class Facts:
         self.resource: Final = resource
         self.profile: Final = profile
         self.placement: Final = placement
-        # The classes the pod may land on (`placement.classes`); None when placement failed
-        # or did not start.
-        self.classes: Final = None if placement is None else placement.classes
         self.findings: Final = findings
-        # Each container with its usage; and those the rules judge (all, but on an
-        # ephemeral-containers update).
+        # Each container with its usage (`usage`: one per container, in their order); and
+        # those the rules judge (all, but on an ephemeral-containers update).
         pairs = tuple(zip(pod.containers, usage, strict=True))
         self.containers: Final = pairs
         self.judged: Final = (
             tuple(p for p in pairs if p[0].judged) if pod.ephemeral_update else pairs
         )
+
+    @property
+    def classes(self) -> tuple[NodeClass, ...] | None:
+        """The classes the pod may land on; None when placement failed or did not start."""
+        return None if self.placement is None else self.placement.classes
 
 
 def gather(pod: pods.Pod, policy: Policy) -> Facts:
@@ -263,7 +261,7 @@ def _invalid_quantity(
             (
                 f'container "{c.name}": invalid quantity: ',
                 FIELD,
-                f": {placing.shown(value)} {exc}. A GPU is asked for in whole devices: set the"
+                f": {shown(value)} {exc}. A GPU is asked for in whole devices: set the"
                 " quantity to a whole number such as 1",
             ),
             c.name,
@@ -319,21 +317,21 @@ def _profile(pod: pods.Pod, policy: Policy, findings: list[Finding]) -> Profile 
     if found is not None:
         return found
     offered = ", ".join(sorted(policy.profiles))
-    shown = placing.shown(name)
+    quoted = shown(name)
     if not offered:
         words = (
-            f"unknown profile: {shown} (annotation {names.ANNOTATION_PROFILE}), and policy"
+            f"unknown profile: {quoted} (annotation {names.ANNOTATION_PROFILE}), and policy"
             f' "{policy.name}" defines no MPS profiles. Remove the annotation'
         )
     elif name in policy.foreign_profiles:
         words = (
-            f"profile not allowed: {shown} (annotation {names.ANNOTATION_PROFILE}) is not one"
+            f"profile not allowed: {quoted} (annotation {names.ANNOTATION_PROFILE}) is not one"
             f' policy "{policy.name}" allows; it offers: {offered}. Use one of them, or remove'
             f' the annotation for the default "{policy.default_profile}"'
         )
     else:
         words = (
-            f"unknown profile: {shown} (annotation {names.ANNOTATION_PROFILE}); policy"
+            f"unknown profile: {quoted} (annotation {names.ANNOTATION_PROFILE}); policy"
             f' "{policy.name}" offers: {offered}. Use one of them, or remove the annotation'
             f' for the default "{policy.default_profile}"'
         )

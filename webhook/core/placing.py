@@ -66,14 +66,6 @@ class Limit(NamedTuple):
     user_set: bool
 
 
-def shown(value: object) -> str:
-    """A value for a message: quoted, and cut short (messages are bounded, inputs are not)."""
-    text = value if isinstance(value, str) else repr(value)
-    if len(text) > 40:
-        text = f"{text[:32]}... ({len(text)} characters)"
-    return f'"{text}"'
-
-
 def place(
     pod: pods.Pod,
     policy: Policy,

@@ -140,7 +140,7 @@ def run(
     (`Pass.relax`), and in dry-run mode it patches nothing.
     """
     known = facts.gather(pod, policy)
-    r = rules.Pass(known, policy, mutate=mutate, require=require)
+    r = rules.Pass(known, policy, require=require)
     table = _table(policy, known.gpu, bool(known.requested), pod.ephemeral_update)
     if known.findings:
         r.report(table.found)

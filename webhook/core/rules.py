@@ -38,11 +38,12 @@ from webhook.core import facts, placing, pods
 from webhook.core.decisions import (
     FIELD,
     MALFORMED,
-    MAX_WARNING,
     ErrorType,
     Marker,
     Place,
     Violation,
+    short_warning,
+    shown,
 )
 from webhook.policies import Policy, RulesSpec
 
@@ -119,20 +120,18 @@ class Pass:
         "_warnings",
         "_would_refuse",
         "facts",
-        "mutate",
         "pod",
         "policy",
         "require",
     )
 
-    def __init__(self, known: facts.Facts, policy: Policy, *, mutate: bool, require: bool) -> None:
+    def __init__(self, known: facts.Facts, policy: Policy, *, require: bool) -> None:
         # What the rules read (Final: no rule may change it for another; see `facts`).
         self.facts: Final = known
         self.pod: Final = known.pod
         self.policy: Final = policy
-        # Build the patch (mutating endpoint, CLI); or check that the required parts of it
-        # are there (validating a Pod); or neither (validating a workload's template).
-        self.mutate: Final = mutate
+        # Validating a Pod: the parts of the patch that guard the policy must be in place
+        # already (`add_env` refuses where they are not).
         self.require: Final = require
         self._violations: list[tuple[int, Violation]] = []
         # Violations of rules the policy does not enforce: (mode, violation).
@@ -171,8 +170,7 @@ class Pass:
                 self.warn(found.rule, found.warning)
 
     def warn(self, rule: str, text: str) -> None:
-        if len(text) > MAX_WARNING:
-            text = text[: MAX_WARNING - 3] + "..."
+        text = short_warning(text)
         _put(self._warnings, (RANK.get(rule, _LAST), text))
 
     def note(self, rule: str, annotations: Mapping[str, str]) -> None:
@@ -278,10 +276,6 @@ def _put(items: list[_Ranked], entry: _Ranked) -> None:
         items.append(entry)
 
 
-def _shown(value: object) -> str:
-    return placing.shown(value)
-
-
 def _preferred(policy: Policy) -> str:
     return min(policy.shared_resources) if policy.shared_resources else "nvidia.com/gpu.shared"
 
@@ -382,12 +376,12 @@ def check_device_variables(r: Pass) -> None:
             if var.value is None:
                 what, after = f"{var.name} from valueFrom (", ") cannot be read at admission"
             elif _reference(var.value):
-                what = f"{var.name}={_shown(var.value)} ("
+                what = f"{var.name}={shown(var.value)} ("
                 after = ") refers to another variable, which cannot be read at admission"
             elif var.value in names.HIDING_VALUES:
                 continue
             else:
-                what, after = f"{var.name}={_shown(var.value)} (", ") is not one that hides GPUs"
+                what, after = f"{var.name}={shown(var.value)} (", ") is not one that hides GPUs"
             whose = (
                 "the device plugin sets it for a container that asks for a GPU, and a value of"
                 " the pod's can widen what the NVIDIA runtime gives it"
@@ -559,7 +553,7 @@ def check_host_path(r: Pass) -> None:
                 f"spec.volumes[{v.position}]",
                 f'volume "{v.name}" (',
                 FIELD,
-                f"): hostPath {_shown(v.host_path)}{by} exposes the node's devices, the NVIDIA"
+                f"): hostPath {shown(v.host_path)}{by} exposes the node's devices, the NVIDIA"
                 " driver's files or the MPS daemon's control pipes (with which any pod can change"
                 " other pods' GPU limits). Remove it",
             )
@@ -578,7 +572,7 @@ def check_device_list_mount(r: Pass) -> None:
                     "device-list-mount",
                     ErrorType.FORBIDDEN,
                     f"{c.field}.volumeMounts[{m.position}]",
-                    f'container "{c.name}": volume "{m.volume}" mounted at {_shown(m.path)} (',
+                    f'container "{c.name}": volume "{m.volume}" mounted at {shown(m.path)} (',
                     FIELD,
                     f"): the NVIDIA runtime reads mounts under {root} as a list of GPUs to give"
                     " the container. Mount it elsewhere",
@@ -748,8 +742,6 @@ RULES: tuple[Rule, ...] = (
          " GPU", None, patch_visible_devices, always=True, required=True),
 )
 # fmt: on
-
-RULE_NAMES = frozenset(r.name for r in RULES)
 
 
 def switched_on(rule: Rule, policy: Policy) -> bool:
