@@ -393,7 +393,7 @@ def _judge(
     found, _ = pods.templates(obj, kinds)
     # Warnings about one template of the kinds of other projects start with its label
     # (`JobSet spec.replicatedJobs[0]...: `), which its pods' do not have.
-    label = found[0].label + ": " if len(found) == 1 and found[0].label else ""
+    label = found[0].place.label + ": " if len(found) == 1 and found[0].place.label else ""
     refusals = tuple(Refusal(v, real.mode_of(v.rule)) for v in decision.violations)
     # A refusal comes without a patch.
     adds = describe_patch(decision.patch, found) if decision.patch else ()
@@ -521,10 +521,10 @@ def describe_patch(
     for op in patch:
         path = str(op.get("path", ""))
         template = _template_of(path, found)
-        tokens = [_unescape(t) for t in path[len(template.pointer) :].split("/")[1:]]
+        tokens = [_unescape(t) for t in path[len(template.place.pointer) :].split("/")[1:]]
         topic, items = _describe_op(tokens, op.get("value"), template.node, str(op.get("op")))
-        if template.label and len(found) > 1:
-            topic = f"{template.label}: {topic}"
+        if template.place.label and len(found) > 1:
+            topic = f"{template.place.label}: {topic}"
         topics.setdefault(topic, []).extend(items)
     return tuple(f"{topic}: {', '.join(items)}" for topic, items in topics.items())
 
@@ -532,8 +532,9 @@ def describe_patch(
 def _template_of(path: str, found: Sequence[pods.Template]) -> pods.Template:
     best = None
     for t in found:
-        if (path == t.pointer or path.startswith(t.pointer + "/")) and (
-            best is None or len(t.pointer) > len(best.pointer)
+        pointer = t.place.pointer
+        if (path == pointer or path.startswith(pointer + "/")) and (
+            best is None or len(pointer) > len(best.place.pointer)
         ):
             best = t
     if best is None:

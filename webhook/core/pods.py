@@ -114,18 +114,6 @@ class Template(NamedTuple):
     node: Mapping[str, Any]
     place: Place
 
-    @property
-    def pointer(self) -> str:
-        return self.place.pointer
-
-    @property
-    def field(self) -> str:
-        return self.place.field
-
-    @property
-    def label(self) -> str:
-        return self.place.label
-
 
 def templates(
     obj: Mapping[str, Any], kinds: Kinds = BUILTIN
