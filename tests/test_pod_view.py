@@ -19,7 +19,7 @@ from webhook.core.decisions import OBJECT, Place
 # Every kind of value the view is made of. A class added to the view must be added here (a
 # test below fails otherwise), and so gets its fields varied.
 VIEW_CLASSES = (pods.Pod, pods.Container, pods.EnvVar, pods.Mount, pods.Volume,
-                pods.Toleration, pods.Problem, Place)
+                pods.Problem, Place)
 
 
 def _rich() -> dict[str, Any]:
@@ -133,7 +133,7 @@ def test_two_pods_that_differ_in_any_one_field_of_the_view_get_different_keys() 
         assert other != base, f.path
         assert len({other, base}) == 2, f.path  # by hash too
         varied += 1
-    assert varied > 60
+    assert varied > 50
 
 
 def test_the_node_selector_terms_are_compared_as_json_text() -> None:

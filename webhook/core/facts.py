@@ -25,6 +25,7 @@ and not on an ephemeral-containers update (which cannot change the pod's placeme
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 from webhook import names
@@ -167,20 +168,21 @@ def _usage(
     gpu = False
     out: list[Usage] = []
     for c in pod.containers:
-        if not c.limits and not c.requests:
+        limits: Mapping[str, Any] = c.limits.value
+        requests: Mapping[str, Any] = c.requests.value
+        if not limits and not requests:
             out.append(NO_USAGE)
             continue
-        wanted = [k for k, _ in c.limits if _is_gpu_resource(k, policy)]
-        if c.requests:
-            named = [k for k, _ in c.limits]
-            wanted += [k for k, _ in c.requests if k not in named and _is_gpu_resource(k, policy)]
+        wanted = [k for k in limits if _is_gpu_resource(k, policy)]
+        if requests:
+            wanted += [k for k in requests if k not in limits and _is_gpu_resource(k, policy)]
         if not wanted:
             out.append(NO_USAGE)
             continue
         shared: list[tuple[str, int]] = []
         exclusive: list[str] = []
         for name in wanted:
-            limit, request = _value(c.limits, name), _value(c.requests, name)
+            limit, request = limits.get(name, _ABSENT), requests.get(name, _ABSENT)
             in_limits: int | None = None
             in_requests: int | None = None
             bad = False
@@ -236,17 +238,8 @@ def _usage(
     return tuple(out), tuple(sorted(requested)), gpu
 
 
-# What `_value` gives for a resource a container does not name.
+# What a container's limits or requests give for a resource they do not name.
 _ABSENT: Final = object()
-
-
-def _value(items: tuple[tuple[str, Any], ...], name: str) -> Any:
-    """The quantity of resource `name` in `items` (a container's limits or requests), as it
-    was in the object."""
-    for key, value in items:
-        if key == name:
-            return pods.raw(value)
-    return _ABSENT
 
 
 def _invalid_quantity(

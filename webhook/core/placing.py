@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
 from webhook import names
@@ -419,51 +419,49 @@ def pin(pod: pods.Pod, placement: Placement) -> list[dict[str, Any]]:
 def tolerations(pod: pods.Pod, policy: Policy, resource: str) -> list[dict[str, Any]]:
     """The `tolerations` patch's values: the policy's, and the resource's own taint where it
     says so, each only when no toleration of the pod already covers it."""
-    existing = pod.tolerations or ()
-    return [
-        dict(items)
-        for items, wanted in _wanted_tolerations(policy, resource)
-        if not any(covers(e, wanted) for e in existing)
-    ]
+    existing = pod.tolerations.value if pod.tolerations is not None else ()
+    added: list[dict[str, Any]] = []
+    for items in _wanted_tolerations(policy, resource):
+        tol = dict(items)
+        if not any(covers(e, tol) for e in existing):
+            added.append(tol)
+    return added
 
 
 @functools.lru_cache(maxsize=256)
-def _wanted_tolerations(
-    policy: Policy, resource: str
-) -> tuple[tuple[tuple[tuple[str, Any], ...], pods.Toleration], ...]:
+def _wanted_tolerations(policy: Policy, resource: str) -> tuple[tuple[tuple[str, Any], ...], ...]:
     """The policy's tolerations and, where it says so, the one for the resource's own taint,
-    none covered by another; as items (each made into a new dict for the patch) and as read."""
+    none covered by another; as items, each made into a new dict for the patch."""
     wanted = list(policy.tolerations)
     if policy.tolerate_resource_taint:
         wanted.append((("key", resource), ("operator", "Exists"), ("effect", "NoSchedule")))
-    unique: list[tuple[tuple[tuple[str, Any], ...], pods.Toleration]] = []
-    for items in wanted:
-        tol = pods.Toleration.of(dict(items))
-        if not any(covers(u, tol) for _, u in unique):
-            unique.append((items, tol))
+    unique: list[tuple[tuple[str, Any], ...]] = []
+    for tol in wanted:
+        if not any(covers(dict(u), dict(tol)) for u in unique):
+            unique.append(tol)
     return tuple(unique)
 
 
-def covers(have: pods.Toleration, want: pods.Toleration) -> bool:
+def covers(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
     """Whether toleration `have` tolerates every taint that `want` tolerates."""
-    have_key = have.key or ""
-    have_op = have.operator or "Equal"
+    have_key = have.get("key") or ""
+    have_op = have.get("operator") or "Equal"
     if have_key:
-        if have_key != want.key:
+        if have_key != want.get("key"):
             return False
     elif have_op != "Exists":
         return False
     if have_op != "Exists":
-        if (want.operator or "Equal") != "Equal":
+        if (want.get("operator") or "Equal") != "Equal":
             return False
-        if (have.value or "") != (want.value or ""):
+        if (have.get("value") or "") != (want.get("value") or ""):
             return False
-    have_effect = have.effect or ""
-    if have_effect and have_effect != want.effect:
+    have_effect = have.get("effect") or ""
+    if have_effect and have_effect != want.get("effect"):
         return False
-    if want.effect == "NoExecute" or not want.effect:
-        have_secs = have.seconds
-        want_secs = want.seconds
+    if want.get("effect") == "NoExecute" or not want.get("effect"):
+        have_secs = have.get("tolerationSeconds")
+        want_secs = want.get("tolerationSeconds")
         if have_secs is not None and (
             want_secs is None or not isinstance(have_secs, int) or have_secs < want_secs
         ):

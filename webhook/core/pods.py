@@ -3,8 +3,9 @@
 `templates(obj, kinds)` finds the pod specs an object carries (a Pod's own, a workload's pod
 templates); `read(template, ...)` turns one into a `Pod` view. The view is closed: immutable
 named tuples all the way down, holding every field a rule reads and nothing of the object
-itself; a value that is not a string (the node selector terms, which a patch copies whole; a
-quantity written as a number) is held as a `Json` value, which keeps its JSON type. The
+itself; a part read as it was sent (a container's limits and requests, the tolerations, the
+node selector terms, an annotation that is not a string) is a `Json` value, which keeps its
+JSON types and cannot be changed through the view. The
 rules read the view, never the object, so what a review depends on is written down here, in
 one place. Two pods with equal views get one decision, and a view equals another only when
 every field does (named tuples compare and hash field by field, `Json` by its text): the
@@ -25,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import orjson
 
@@ -193,12 +194,13 @@ def escape(key: str) -> str:
 
 
 class Json:
-    """A JSON value in the view that is not a string: the node selector terms (which a patch
-    copies whole), a quantity or an annotation written as a number, a toleration field of
-    another type. Compared and hashed by its serialised text, so that the view tells apart
-    what Python's equality does not and the rules do: `true` is not `1`, `1.0` is not `1`,
-    and objects whose keys come in another order (which a patch would copy in that order)
-    are not equal. `value` is for reading only (`raw`); it is as true as the value is."""
+    """A part of the object the view holds as it was sent: a container's limits and requests,
+    the tolerations, the node selector terms (which a patch copies whole), an annotation that
+    is not a string. Compared and hashed by its serialised text, made only when asked for
+    (a review never asks), so that the view tells apart what Python's equality does not and
+    the rules do: `true` is not `1`, `1.0` is not `1`, and objects whose keys come in another
+    order (which a patch would copy in that order) are not equal. `value` is for reading only
+    (`raw`); it is as true as the value is."""
 
     __slots__ = ("_text", "_value")
 
@@ -231,6 +233,10 @@ class Json:
         return f"Json({self._value!r})"
 
 
+# A container's limits or requests when it has none.
+EMPTY: Final = Json({})
+
+
 # Named tuples, not frozen dataclasses: a review makes a few of them per container, and a
 # frozen dataclass takes several times as long to build.
 class EnvVar(NamedTuple):
@@ -254,9 +260,10 @@ class Container(NamedTuple):
     group: str  # "initContainers", "containers" or "ephemeralContainers"
     position: int  # in its group's list
     name: str
-    # Resource names and quantities as sent (validated by the rules that use them).
-    limits: tuple[tuple[str, Any], ...]
-    requests: tuple[tuple[str, Any], ...]
+    # Resource names and quantities as sent (validated by the rules that use them): a Json
+    # of the object (`EMPTY` when there is none), read with `.value`.
+    limits: Json
+    requests: Json
     env: tuple[EnvVar, ...]
     # Whether `env` is a list in the object (a patch appends to it, else adds it).
     has_env_list: bool
@@ -278,26 +285,6 @@ class Volume(NamedTuple):
     position: int
     name: str
     host_path: str | None  # the hostPath's path, for hostPath volumes
-
-
-class Toleration(NamedTuple):
-    """A toleration's fields as sent (JSON null or absent: None)."""
-
-    key: Any
-    operator: Any
-    value: Any
-    effect: Any
-    seconds: Any  # tolerationSeconds
-
-    @classmethod
-    def of(cls, raw: Mapping[str, Any]) -> Toleration:
-        get = raw.get
-        seconds = get("tolerationSeconds")
-        if seconds is not None and type(seconds) not in (int, bool):
-            # (A float or anything else compares otherwise than an integer.)
-            seconds = Json(seconds)
-        return cls(_typed(get("key")), _typed(get("operator")), _typed(get("value")),
-                   _typed(get("effect")), seconds)  # fmt: skip
 
 
 class Pod(NamedTuple):
@@ -324,8 +311,8 @@ class Pod(NamedTuple):
     affinity_depth: int
     # The required node selector terms as sent (None: none), shape-checked.
     node_terms: Json | None
-    # None when the pod has no list of tolerations.
-    tolerations: tuple[Toleration, ...] | None
+    # The tolerations (objects) as sent, as a Json list; None when the pod has no list.
+    tolerations: Json | None
     problems: tuple[Problem, ...]
     # An ephemeral-containers update: only new ephemeral containers are judged, and the
     # rules of the pod as a whole (placement, volumes, host namespaces) are not run again.
@@ -481,12 +468,12 @@ def read(template: Template, *, old: Mapping[str, Any] | None = None) -> Pod:
         volumes.append(Volume(i, name, path))
     claims = r.items(spec, "resourceClaims", "spec")
     raw_tolerations = r.items(spec, "tolerations", "spec")
-    tolerations: tuple[Toleration, ...] | None = None
+    tolerations: Json | None = None
     if raw_tolerations is not None:
         for i, t in enumerate(raw_tolerations):
             if not isinstance(t, dict):
                 r.wrong(f"spec.tolerations[{i}]", "an object", t)
-        tolerations = tuple([Toleration.of(t) for t in raw_tolerations if isinstance(t, dict)])
+        tolerations = Json([t for t in raw_tolerations if isinstance(t, dict)])
     host_pid = r.flag(spec, "hostPID", "spec")
     host_ipc = r.flag(spec, "hostIPC", "spec")
     runtime_class = r.text(spec, "runtimeClassName", "spec")
@@ -607,8 +594,8 @@ def _container(r: _Reader, raw: Mapping[str, Any], *, group: str, index: int) ->
         group,
         index,  # position
         name,
-        tuple([(k, _typed(v)) for k, v in limits.items()]),
-        tuple([(k, _typed(v)) for k, v in requests.items()]),
+        Json(limits) if limits else EMPTY,
+        Json(requests) if requests else EMPTY,
         tuple(env),
         isinstance(raw_env, list),  # has_env_list
         bool(env_from),
