@@ -20,6 +20,16 @@ NAME_LABEL = "kubernetes.io/metadata.name"
 SYSTEM_NAMESPACE = "kube-system"
 
 DEFAULT_POLICY = "default"
+
+# Pod Security Admission's namespace label, and the levels whose host-access checks (privileged,
+# host namespaces, hostPath, added capabilities) are what rule `host-access` applies where the
+# namespace enforces neither. An absent label is the cluster's default level, `privileged`
+# unless the API server's admission configuration says otherwise.
+POD_SECURITY_ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
+POD_SECURITY_HOST_ACCESS_LEVELS = ("baseline", "restricted")
+# The last segment of the webhook path of namespaces that enforce one of those levels
+# (`/mutate/<policy>/baseline`): the API server matches the label, the path carries it.
+POD_SECURITY_SEGMENT = "baseline"
 # The path segment of the webhook entry that catches namespaces whose policy label names no
 # policy (and the metric label of requests to a path that names none). Not a DNS label, so
 # no policy can have this name.
@@ -84,11 +94,7 @@ CDI_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io/")
 # mounts under this directory as a device list. It matches the cleaned destination by plain
 # string prefix, so `/var/run/nvidia-container-devicesX` counts too.
 DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
-# Host paths whose mount gives a container GPU device nodes, the driver or the MPS daemon's
-# pipes, as prefixes (`/dev/nvidia` takes /dev/nvidia0, /dev/nvidiactl, /dev/nvidia-caps;
-# /dev/char holds a link to every device node by number); a path that holds one of them
-# (`/dev`, `/run`, `/`) gives it too. Other paths under /dev (/dev/null, /dev/shm) do not.
-DEVICE_HOST_PATHS = ("/dev/nvidia", "/dev/char", "/dev/dri", "/run/nvidia", "/var/run/nvidia")
+# The host paths that hand out GPUs, by class: webhook/hostpaths.py.
 
 # --------------------------------------------------------------------------- rules
 
@@ -121,6 +127,7 @@ RULES = (
     "host-namespaces",
     "host-path",
     "device-list-mount",
+    "host-access",
     "cdi-annotations",
     "resource-claims",
     "node-selection",

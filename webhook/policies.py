@@ -33,7 +33,7 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from webhook import names
+from webhook import hostpaths, names
 from webhook.errors import PolicyError
 
 API_VERSION = "gpu-share.io/v1alpha1"
@@ -187,6 +187,70 @@ class RulesSpec(_Model):
     # Dynamic resource allocation claims: another way to a GPU, outside this policy.
     deny_resource_claims: bool = Field(default=True, alias="denyResourceClaims")
     deny_exclusive_with_shared: bool = Field(default=True, alias="denyExclusiveWithShared")
+    # Pod Security baseline's host-access checks (privileged, host namespaces, hostPath,
+    # added capabilities) in every pod of a namespace that does not enforce baseline or
+    # restricted itself (`hostAccess` says which host paths are allowed).
+    deny_host_access: bool = Field(default=True, alias="denyHostAccess")
+
+
+def _host_path(value: str, what: str) -> str:
+    if not value.startswith("/"):
+        raise ValueError(f"{what} {value!r} is not an absolute path")
+    if hostpaths.clean(value) != value.rstrip("/") and value != "/":
+        raise ValueError(f"{what} {value!r} is not clean (write {hostpaths.clean(value)!r})")
+    return value.rstrip("/") or "/"
+
+
+class AllowedHostPathSpec(_Model):
+    """A host path that pods may mount where Pod Security does not enforce baseline, with what
+    is under it (by whole segments: `/models` allows `/models/llama`, not `/models2`)."""
+
+    path_prefix: str = Field(alias="pathPrefix", min_length=1)
+    # Every mount of such a volume must be read-only. A writable one lets a pod leave a
+    # symbolic link that another pod's hostPath under the prefix then follows anywhere on
+    # the host: under a writable entry only the entry itself may be mounted.
+    read_only: bool = Field(default=True, alias="readOnly")
+
+    @model_validator(mode="after")
+    def _safe(self) -> AllowedHostPathSpec:
+        path = _host_path(self.path_prefix, "pathPrefix")
+        reached = hostpaths.classes_of(path)
+        if reached:
+            raise ValueError(
+                f"pathPrefix {path!r} reaches host paths that hand out GPUs ({', '.join(reached)});"
+                " rule host-path refuses them whatever this list says: allow a narrower path"
+            )
+        return self
+
+
+class HostAccessSpec(_Model):
+    """Host paths, beyond the rules' own: what pods may mount (rule host-access, where the
+    namespace does not enforce Pod Security baseline), and what no pod may (rule host-path)."""
+
+    allowed_host_paths: list[AllowedHostPathSpec] = Field(
+        default_factory=list, alias="allowedHostPaths"
+    )
+    # More host paths that hand out GPUs on this site's nodes (a kubelet or runtime in
+    # another place), refused like the classes of docs/security.md, with their ancestors.
+    denied_host_paths: list[str] = Field(default_factory=list, alias="deniedHostPaths")
+    # Whether a namespace's Pod Security label is taken as enforcing: false where the API
+    # server's PodSecurity configuration exempts users or runtime classes, so that the
+    # webhook applies host-access everywhere.
+    trust_pod_security: bool = Field(default=True, alias="trustPodSecurity")
+
+    @model_validator(mode="after")
+    def _paths(self) -> HostAccessSpec:
+        for i, denied in enumerate(self.denied_host_paths):
+            _host_path(denied, f"deniedHostPaths[{i}]")
+        for i, allowed in enumerate(self.allowed_host_paths):
+            if any(
+                hostpaths.classes_of(allowed.path_prefix, [d]) for d in self.denied_host_paths
+            ):
+                raise ValueError(
+                    f"allowedHostPaths[{i}]: {allowed.path_prefix!r} reaches a path of"
+                    " deniedHostPaths"
+                )
+        return self
 
 
 def _default_tolerations() -> list[TolerationSpec]:
@@ -213,6 +277,7 @@ class PolicySpecModel(_Model):
     tolerate_resource_taint: bool = Field(default=True, alias="tolerateResourceTaint")
     node_classes: list[NodeClassSpec] = Field(alias="nodeClasses", min_length=1)
     profiles: dict[DnsLabel, ProfileSpec] = Field(default_factory=dict)
+    host_access: HostAccessSpec = Field(default_factory=HostAccessSpec, alias="hostAccess")
     default_profile: DnsLabel | None = Field(default=None, alias="defaultProfile")
     rules: RulesSpec = Field(default_factory=RulesSpec)
 
@@ -360,6 +425,15 @@ class Policy:
     # Set on the stand-in for a policy that is not in force (unknown name, file that does not
     # load): (rule, message) refusing every pod that asks for a GPU.
     unavailable: tuple[str, str] | None = None
+    # `hostAccess`: host paths pods may mount, as (path, read-only) (rule host-access), and
+    # more that none may (rule host-path); whether a Pod Security label is trusted.
+    allowed_host_paths: tuple[tuple[str, bool], ...] = ()
+    denied_host_paths: tuple[str, ...] = ()
+    trust_pod_security: bool = True
+    # The policy as it governs namespaces that enforce Pod Security baseline or restricted
+    # (their webhook path ends in `/baseline`): rule host-access leaves its checks to Pod
+    # Security there (`PolicySet.governing`).
+    pod_security: bool = False
 
     def mode_of(self, rule: str) -> str:
         """How this policy applies `rule`."""
@@ -376,19 +450,44 @@ class PolicySet:
     policies: Mapping[str, Policy]
     broken: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
-    def get(self, name: str) -> Policy | None:
-        return self.policies.get(name)
+    # The policies as they govern namespaces that enforce Pod Security, made once each.
+    _under_pod_security: dict[str, Policy] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    def get(self, path: str) -> Policy | None:
+        """The policy in force at the webhook path `path` (`<name>`, or `<name>/baseline` for
+        namespaces that enforce Pod Security baseline or restricted); None when none is."""
+        name, pod_security = split_path(path)
+        found = self.policies.get(name)
+        if found is None or not pod_security:
+            return found
+        return self._enforcing_pod_security(found)
+
+    def _enforcing_pod_security(self, policy: Policy) -> Policy:
+        if not policy.trust_pod_security:
+            return policy
+        if policy.unavailable is not None:
+            return dataclasses.replace(policy, pod_security=True)
+        made = self._under_pod_security.get(policy.name)
+        if made is None or made.source != policy.source:
+            made = dataclasses.replace(policy, pod_security=True)
+            self._under_pod_security[policy.name] = made
+        return made
 
     @property
     def names(self) -> list[str]:
         return sorted(self.policies)
 
-    def governing(self, name: str) -> Policy:
-        """The policy at the webhook path `name`, or the stand-in that says why there is none
-        (`name` is `names.UNKNOWN_POLICY_PATH` for the catch-all entry)."""
-        found = self.policies.get(name)
+    def governing(self, path: str) -> Policy:
+        """The policy at the webhook path `path` (see `get`), or the stand-in that says why
+        there is none (the name is `names.UNKNOWN_POLICY_PATH` for the catch-all entry)."""
+        found = self.get(path)
         if found is not None:
             return found
+        name, pod_security = split_path(path)
+        if pod_security:
+            return self._enforcing_pod_security(self.governing(name))
         known = ", ".join(self.names) or "none"
         if name in self.broken:
             return stand_in(
@@ -411,6 +510,20 @@ class PolicySet:
                 " webhook configurations"
             )
         return stand_in(name, names.UNKNOWN_POLICY_RULE, message)
+
+
+def split_path(path: str) -> tuple[str, bool]:
+    """A webhook path's policy name, and whether it is the path of namespaces that enforce
+    Pod Security baseline or restricted (`default/baseline` -> ("default", True))."""
+    name, sep, level = path.partition("/")
+    if sep and level == names.POD_SECURITY_SEGMENT:
+        return name, True
+    return path, False
+
+
+def policy_path(name: str, *, pod_security: bool) -> str:
+    """The webhook path segment(s) after `/<endpoint>/` for a policy name and level."""
+    return f"{name}/{names.POD_SECURITY_SEGMENT}" if pod_security else name
 
 
 def stand_in(name: str, rule: str, message: str) -> Policy:
@@ -497,6 +610,12 @@ def compile_policy(doc: PolicyDocument, source: str) -> Policy:
         rules=spec.rules,
         mode=spec.mode,
         rule_modes=MappingProxyType(dict(spec.rule_modes)),
+        allowed_host_paths=tuple(
+            (a.path_prefix.rstrip("/") or "/", a.read_only)
+            for a in spec.host_access.allowed_host_paths
+        ),
+        denied_host_paths=tuple(d.rstrip("/") or "/" for d in spec.host_access.denied_host_paths),
+        trust_pod_security=spec.host_access.trust_pod_security,
     )
 
 

@@ -252,6 +252,7 @@ class Mount(NamedTuple):
     position: int
     volume: str
     path: str
+    read_only: bool
 
 
 class Container(NamedTuple):
@@ -300,6 +301,7 @@ class Pod(NamedTuple):
     volumes: tuple[Volume, ...]
     host_pid: bool
     host_ipc: bool
+    host_network: bool
     runtime_class: str | None
     resource_claims: bool
     # The nodeSelector's entries, and whether it is an object in the pod (a patch adds to it,
@@ -476,6 +478,7 @@ def read(template: Template, *, old: Mapping[str, Any] | None = None) -> Pod:
         tolerations = Json([t for t in raw_tolerations if isinstance(t, dict)])
     host_pid = r.flag(spec, "hostPID", "spec")
     host_ipc = r.flag(spec, "hostIPC", "spec")
+    host_network = r.flag(spec, "hostNetwork", "spec")
     runtime_class = r.text(spec, "runtimeClassName", "spec")
     node_selector = r.strings(spec, "nodeSelector", "spec")
     depth, terms = _required_terms(r, spec)
@@ -489,6 +492,7 @@ def read(template: Template, *, old: Mapping[str, Any] | None = None) -> Pod:
         tuple(volumes),
         host_pid,
         host_ipc,
+        host_network,
         runtime_class,
         bool(claims),  # resource_claims
         tuple(node_selector.items()),
@@ -585,10 +589,16 @@ def _container(r: _Reader, raw: Mapping[str, Any], *, group: str, index: int) ->
             continue
         volume = m.get("name")
         path = m.get("mountPath")
-        if not isinstance(volume, str) or not isinstance(path, str):
+        read_only = m.get("readOnly")
+        if (
+            not isinstance(volume, str)
+            or not isinstance(path, str)
+            or (read_only is not None and not isinstance(read_only, bool))
+        ):
             at = f"{where}.volumeMounts[{i}]"
             volume, path = r.text(m, "name", at), r.text(m, "mountPath", at)
-        mounts.append(Mount(i, volume or "", path or ""))
+            read_only = r.flag(m, "readOnly", at)
+        mounts.append(Mount(i, volume or "", path or "", bool(read_only)))
     # Positional: the fields in their order (a review builds one per container).
     return Container(
         group,

@@ -197,6 +197,8 @@ def _applies(
         return False
     if rule.pod_level and ephemeral_update:
         return False
+    if rule.pod_security and policy.pod_security:
+        return False
     if rule.scope is rules.Scope.GPU_POD and not gpu:
         return False
     if rule.scope is rules.Scope.SHARED_POD and not shared:

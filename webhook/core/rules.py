@@ -27,13 +27,11 @@ from __future__ import annotations
 import bisect
 import enum
 import operator
-import posixpath
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, TypeVar
 
-from webhook import names
+from webhook import hostpaths, names
 from webhook.core import facts, placing, pods
 from webhook.core.decisions import (
     FIELD,
@@ -81,6 +79,9 @@ class Rule:
     # Its patch must be in place when a Pod reaches the validating webhook: a pod without
     # it could reach more GPU than the policy grants.
     required: bool = False
+    # Left to Pod Security where the namespace enforces baseline or restricted (its webhook
+    # path says so: `Policy.pod_security`).
+    pod_security: bool = False
 
 
 # The Python attribute of each switch (`denyPrivileged` -> `deny_privileged`).
@@ -470,28 +471,57 @@ def check_privileged(r: Pass) -> None:
             )
 
 
-_WIDE_CAPABILITIES = frozenset({"SYS_ADMIN", "ALL"})
+# The capabilities Pod Security baseline lets a container add (the Pod Security Standards;
+# pod-security-admission, check_capabilities_baseline.go): the runtime's default set. In a pod
+# that uses a GPU any other is refused: SYS_ADMIN makes a container privileged to the NVIDIA
+# toolkit, SYS_PTRACE reaches other processes' GPUs, SYS_RAWIO and SYS_MODULE the hardware and
+# the driver.
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
 
 
 def _capability(name: str) -> str:
-    # Container runtimes take capabilities with or without the CAP_ prefix, in any case.
+    # Container runtimes take capabilities with or without the CAP_ prefix, in any case
+    # (containerd and CRI-O add "CAP_" to the upper-cased name).
     upper = name.strip().upper()
     return upper[4:] if upper.startswith("CAP_") else upper
+
+
+def beyond_baseline(c: pods.Container) -> list[str]:
+    """The capabilities a container adds beyond Pod Security baseline's set, as written."""
+    return [a for a in c.capabilities if _capability(a) not in BASELINE_CAPABILITIES]
 
 
 def check_capabilities(r: Pass) -> None:
     for c, _ in r.facts.judged:
         if not c.capabilities:
             continue
-        wide = sorted({_capability(a) for a in c.capabilities} & _WIDE_CAPABILITIES)
+        wide = beyond_baseline(c)
         if wide:
             r.deny(
                 "capabilities",
                 ErrorType.FORBIDDEN,
                 f"{c.field}.securityContext.capabilities.add",
-                f'container "{c.name}": added capabilities {", ".join(wide)} in a pod that'
-                " uses a GPU: with them a container can reach devices and processes beyond"
-                " its GPU. Remove them from ",
+                f'container "{c.name}": added capabilities {", ".join(map(shown, wide))} in a'
+                " pod that uses a GPU: beyond Pod Security baseline's set they reach devices,"
+                " processes and the driver beyond the container's GPU (SYS_ADMIN makes it"
+                " privileged to the NVIDIA toolkit, SYS_PTRACE reaches other pods' GPU"
+                " processes). Remove them from ",
                 FIELD,
                 container=c.name,
             )
@@ -523,40 +553,35 @@ def check_host_namespaces(r: Pass) -> None:
             )
 
 
-def _clean(path: str) -> str:
-    """A path as the kernel resolves it, without the host's symlinks: `//dev/./` -> `/dev`."""
-    cleaned = posixpath.normpath(re.sub(r"/+", "/", path)) if path else path
-    return "/" + cleaned.lstrip("/") if cleaned.startswith("/") else cleaned
+def host_path_classes(path: str, policy: Policy) -> list[str]:
+    """The classes of host paths that hand out GPUs a hostPath reaches (`hostpaths`), the
+    policy's own denied paths included."""
+    return hostpaths.classes_of(path, policy.denied_host_paths)
 
 
-def exposes_devices(path: str) -> bool:
-    """Whether a hostPath gives GPU device nodes, the driver's or the MPS daemon's files:
-    one of the device paths, a path under one, or a directory that holds one."""
-    p = _clean(path)
-    if p == "/":
-        return True
-    holder = p.rstrip("/") + "/"
-    return any(p.startswith(root) or root.startswith(holder) for root in names.DEVICE_HOST_PATHS)
+def _mounted_by(pod: pods.Pod, volume: str) -> str:
+    mounted = sorted({c.name for c in pod.containers for m in c.mounts if m.volume == volume})
+    return f" (mounted by {', '.join(mounted)})" if mounted else ""
 
 
 def check_host_path(r: Pass) -> None:
     pod = r.pod
     for v in pod.volumes:
-        if v.host_path is not None and exposes_devices(v.host_path):
-            mounted = sorted(
-                {c.name for c in pod.containers for m in c.mounts if m.volume == v.name}
-            )
-            by = f" (mounted by {', '.join(mounted)})" if mounted else ""
-            r.deny(
-                "host-path",
-                ErrorType.FORBIDDEN,
-                f"spec.volumes[{v.position}]",
-                f'volume "{v.name}" (',
-                FIELD,
-                f"): hostPath {shown(v.host_path)}{by} exposes the node's devices, the NVIDIA"
-                " driver's files or the MPS daemon's control pipes (with which any pod can change"
-                " other pods' GPU limits). Remove it",
-            )
+        if v.host_path is None:
+            continue
+        reached = host_path_classes(v.host_path, r.policy)
+        if not reached:
+            continue
+        why = "; ".join(f"{name}: {hostpaths.reason(name)}" for name in reached)
+        r.deny(
+            "host-path",
+            ErrorType.FORBIDDEN,
+            f"spec.volumes[{v.position}]",
+            f'volume "{v.name}" (',
+            FIELD,
+            f"): hostPath {shown(v.host_path)}{_mounted_by(pod, v.name)} reaches host paths that"
+            f" hand out GPUs, as the node resolves it ({why}). Remove it",
+        )
 
 
 def check_device_list_mount(r: Pass) -> None:
@@ -566,18 +591,133 @@ def check_device_list_mount(r: Pass) -> None:
     marker = root.rsplit("/", 1)[1]
     for c, _ in r.facts.judged:
         for m in c.mounts:
-            # The runtime matches the cleaned destination by plain string prefix.
-            if marker in m.path and _clean(m.path).startswith(root):
+            # The runtime matches the destination, made absolute by the kubelet and cleaned,
+            # by plain string prefix (`hostpaths.mount_destination`).
+            if marker in m.path and hostpaths.mount_destination(m.path).startswith(root):
                 r.deny(
                     "device-list-mount",
                     ErrorType.FORBIDDEN,
                     f"{c.field}.volumeMounts[{m.position}]",
                     f'container "{c.name}": volume "{m.volume}" mounted at {shown(m.path)} (',
                     FIELD,
-                    f"): the NVIDIA runtime reads mounts under {root} as a list of GPUs to give"
-                    " the container. Mount it elsewhere",
+                    f"): the NVIDIA runtime reads mounts under {root} (where the kubelet puts"
+                    " a relative path too) as a list of GPUs to give the container. Mount it"
+                    " elsewhere",
                     container=c.name,
                 )
+
+
+def allowed_host_path(path: str, policy: Policy) -> tuple[str, bool] | None:
+    """The entry of the policy's `allowedHostPaths` that lets pods mount `path` (absolute,
+    compared cleaned, by whole segments), or None. Under a writable entry only the entry
+    itself may be mounted: below it a pod may have left a symbolic link to anywhere."""
+    if not path.startswith("/"):
+        return None
+    p = hostpaths.clean(path)
+    for entry, read_only in policy.allowed_host_paths:
+        if not read_only and p.startswith(entry + "/"):
+            return None
+    for entry, read_only in policy.allowed_host_paths:
+        if p == entry or p.startswith(entry + "/") or entry == "/":
+            return entry, read_only
+    return None
+
+
+_NOT_ENFORCED = (
+    " (Pod Security baseline refuses it; this namespace does not enforce baseline, so the"
+    " webhook does)"
+)
+
+
+def check_host_access(r: Pass) -> None:
+    """Pod Security baseline's host-access checks, in a namespace that does not enforce
+    baseline or restricted (`Policy.pod_security` is false there): privileged containers,
+    host namespaces, hostPath volumes beyond the policy's `allowedHostPaths`, capabilities
+    beyond baseline's set. What a GPU rule in force already refuses for this pod is left to
+    it, so that nothing is refused twice."""
+    pod, policy, gpu = r.pod, r.policy, r.facts.gpu
+
+    def covered(rule: str, in_gpu_pods: bool = False) -> bool:
+        return switched_on(_BY_NAME[rule], policy) and (gpu or not in_gpu_pods)
+
+    for c, _ in r.facts.judged:
+        if c.privileged and not covered("privileged"):
+            r.deny(
+                "host-access",
+                ErrorType.FORBIDDEN,
+                f"{c.field}.securityContext.privileged",
+                f'container "{c.name}": privileged container: it sees every device of the'
+                f" node, GPUs included{_NOT_ENFORCED}. Remove ",
+                FIELD,
+                container=c.name,
+            )
+        wide = beyond_baseline(c) if c.capabilities else []
+        if wide and not covered("capabilities", in_gpu_pods=True):
+            r.deny(
+                "host-access",
+                ErrorType.FORBIDDEN,
+                f"{c.field}.securityContext.capabilities.add",
+                f'container "{c.name}": added capabilities {", ".join(map(shown, wide))}:'
+                " beyond Pod Security baseline's set they reach other processes (SYS_PTRACE),"
+                f" devices and the kernel{_NOT_ENFORCED}. Remove them from ",
+                FIELD,
+                container=c.name,
+            )
+    if pod.ephemeral_update:
+        # The pod's namespaces and volumes were judged when it was created.
+        return
+    for flag, on in (
+        ("hostPID", pod.host_pid and not covered("host-namespaces", in_gpu_pods=True)),
+        ("hostIPC", pod.host_ipc and not covered("host-namespaces", in_gpu_pods=True)),
+        ("hostNetwork", pod.host_network),
+    ):
+        if on:
+            r.deny(
+                "host-access",
+                ErrorType.FORBIDDEN,
+                f"spec.{flag}",
+                "host namespace: ",
+                FIELD,
+                " shares the node's processes, memory or network with the pod (with hostPID, a"
+                " container that may trace reaches other pods' GPU processes and the MPS"
+                f" daemon){_NOT_ENFORCED}. Remove {flag}",
+            )
+    for v in pod.volumes:
+        if v.host_path is None:
+            continue
+        if covered("host-path") and host_path_classes(v.host_path, policy):
+            continue
+        allowed = allowed_host_path(v.host_path, policy)
+        if allowed is None:
+            listed = ", ".join(e for e, _ in policy.allowed_host_paths) or "none"
+            r.deny(
+                "host-access",
+                ErrorType.FORBIDDEN,
+                f"spec.volumes[{v.position}]",
+                f'volume "{v.name}" (',
+                FIELD,
+                f"): hostPath {shown(v.host_path)}{_mounted_by(pod, v.name)} is not under a path"
+                f' policy "{policy.name}" allows (allowedHostPaths: {listed}){_NOT_ENFORCED}.'
+                " Use a PersistentVolumeClaim, or ask the cluster admin to allow the path",
+            )
+            continue
+        entry, read_only = allowed
+        if not read_only:
+            continue
+        for c in pod.containers:
+            for m in c.mounts:
+                if m.volume == v.name and not m.read_only:
+                    r.deny(
+                        "host-access",
+                        ErrorType.FORBIDDEN,
+                        f"{c.field}.volumeMounts[{m.position}].readOnly",
+                        f'container "{c.name}": hostPath volume "{v.name}" ({shown(v.host_path)})'
+                        f" is mounted writable; policy \"{policy.name}\" allows {entry} read-only"
+                        f"{_NOT_ENFORCED}. Set ",
+                        FIELD,
+                        ": true",
+                        container=c.name,
+                    )
 
 
 def check_cdi_annotations(r: Pass) -> None:
@@ -719,15 +859,18 @@ RULES: tuple[Rule, ...] = (
          check_mps_directories, switch="denyMpsDirectories", always=True),
     Rule("privileged", E, "a privileged container",
          check_privileged, switch="denyPrivileged", always=True),
-    Rule("capabilities", G, "added capabilities SYS_ADMIN or ALL",
+    Rule("capabilities", G, "added capabilities beyond Pod Security baseline's set",
          check_capabilities, switch="denyAddedCapabilities"),
     Rule("host-namespaces", G, "hostPID or hostIPC",
          check_host_namespaces, switch="denyHostNamespaces", pod_level=True),
-    Rule("host-path", E, "a hostPath of /dev/nvidia*, /run/nvidia*, /var/run/nvidia* or what"
-         " holds them",
+    Rule("host-path", E, "a hostPath that reaches what hands out GPUs (device nodes, driver, MPS"
+         " pipes, kubelet plugins, CDI specs, runtimes, /sys, /proc) or holds it",
          check_host_path, switch="denyDeviceHostPaths", pod_level=True, always=True),
     Rule("device-list-mount", E, f"a volume mounted at or under {names.DEVICE_LIST_ROOT}",
          check_device_list_mount, switch="denyDeviceListMounts", always=True),
+    Rule("host-access", E, "Pod Security baseline's host access (privileged, host namespaces,"
+         " hostPath, capabilities) where the namespace does not enforce it",
+         check_host_access, switch="denyHostAccess", always=True, pod_security=True),
     Rule("cdi-annotations", E, "pod annotations that request CDI devices",
          check_cdi_annotations, switch="denyCdiAnnotations", pod_level=True, always=True),
     Rule("resource-claims", E, "dynamic resource allocation claims",
@@ -742,6 +885,9 @@ RULES: tuple[Rule, ...] = (
          " GPU", None, patch_visible_devices, always=True, required=True),
 )
 # fmt: on
+
+
+_BY_NAME = {rule.name: rule for rule in RULES}
 
 
 def switched_on(rule: Rule, policy: Policy) -> bool:

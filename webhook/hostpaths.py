@@ -1,0 +1,233 @@
+"""Paths as the node resolves them, and the host paths that hand out GPUs, by class.
+
+A pod spec's paths are not what the node uses. The kubelet makes a relative `mountPath`
+absolute before the runtime sees it (`mount_destination`), and the NVIDIA runtime cleans the
+destinations it reads as a device list; a hostPath is bind-mounted by the runtime, and the
+kernel follows every symbolic link on the way, `/proc/self/root` (the host's root) and
+`/var/run` (a link to `/run`) included. So a path is judged here cleaned, with the links every
+Linux node has replaced by what they lead to (`canonical`), and a host path is refused when it
+is in a class below, under one, or holds one (`/`, `/var`, `/var/lib`): a mount of a directory
+gives everything in it.
+
+What a site's own links lead to cannot be known at admission: docs/security.md says so, and a
+policy can name more paths (`hostAccess.deniedHostPaths`).
+
+This module imports nothing of the project but `names`: the policies (which check their
+allowlists against the classes) and the rules both use it.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from webhook import names
+
+
+class HostPathClass(NamedTuple):
+    """Host paths that hand out GPUs for one reason. A path ending in `*` is a string prefix
+    (`/dev/nvidia*` takes /dev/nvidia0 and /dev/nvidiactl); the others take the path and what
+    is under it."""
+
+    name: str
+    # Why a mount of it reaches more GPU than the pod was given, in one line.
+    reason: str
+    paths: tuple[str, ...]
+
+
+# The classes, with their paths as `canonical` spells them (`/run`, not `/var/run`). Sources:
+# the NVIDIA container toolkit and device plugin (device nodes, /run/nvidia/driver,
+# /run/nvidia/mps, /usr/local/nvidia/toolkit, /etc/nvidia-container-runtime/config.toml), the
+# kubelet (/var/lib/kubelet/device-plugins, pod-resources, plugins_registry), CDI (/etc/cdi,
+# /var/run/cdi), the container runtimes' defaults, GKE (/home/kubernetes/bin/nvidia).
+CLASSES: tuple[HostPathClass, ...] = (
+    HostPathClass(
+        "device nodes",
+        "a GPU's device nodes (or, /dev/char, a link to every device node by number; /dev/mem"
+        " and /dev/port, physical memory and GPU registers)",
+        (
+            "/dev/nvidia*",
+            "/dev/char",
+            "/dev/dri",
+            "/dev/vfio",
+            "/dev/gdrdrv",
+            "/dev/mem",
+            "/dev/kmem",
+            "/dev/port",
+        ),
+    ),
+    HostPathClass(
+        "MPS pipes",
+        "the MPS daemon's control pipes: a pod can raise its own limits, change other pods' or"
+        " stop the daemon",
+        ("/run/nvidia/mps",),
+    ),
+    HostPathClass(
+        "NVIDIA driver and toolkit",
+        "the driver, its kernel modules and the container toolkit's binaries and settings: a pod"
+        " that changes them decides what every later GPU container gets",
+        (
+            "/run/nvidia*",
+            "/usr/local/nvidia",
+            "/home/kubernetes/bin/nvidia",
+            "/etc/nvidia-container-runtime",
+            "/etc/nvidia-container-toolkit",
+            "/usr/bin/nvidia*",
+            "/usr/lib/modules",
+        ),
+    ),
+    HostPathClass(
+        "kubelet plugins and state",
+        "the device-plugin and pod-resources sockets (a pod can register a plugin for a GPU"
+        " resource and answer its allocations), DRA plugin sockets, the allocation checkpoint",
+        ("/var/lib/kubelet",),
+    ),
+    HostPathClass(
+        "CDI specs",
+        "the CDI specifications: they decide which device nodes every CDI-mode GPU container"
+        " gets",
+        ("/etc/cdi", "/run/cdi"),
+    ),
+    HostPathClass(
+        "container runtime",
+        "the container runtime's socket, state and settings: a pod can start containers with"
+        " any device",
+        (
+            "/run/containerd",
+            "/var/lib/containerd",
+            "/etc/containerd",
+            "/run/crio",
+            "/var/lib/crio",
+            "/etc/crio",
+            "/run/containers",
+            "/var/lib/containers",
+            "/etc/containers",
+            "/run/docker.sock",
+            "/run/docker",
+            "/var/lib/docker",
+            "/run/cri-dockerd.sock",
+            "/run/dockershim.sock",
+            "/run/k3s",
+            "/var/lib/rancher",
+            "/run/runc",
+            "/run/crun",
+        ),
+    ),
+    HostPathClass(
+        "sysfs",
+        "the kernel's device trees (a GPU's PCI reset and remove), driver parameters and the"
+        " cgroups that decide which devices a container may open",
+        ("/sys",),
+    ),
+    HostPathClass(
+        "procfs",
+        "process links (/proc/<pid>/root, /proc/self/cwd, fd, map_files lead to any process's"
+        " files, the host's root and the MPS daemon's pipes included) and the kernel's settings",
+        ("/proc",),
+    ),
+)
+
+# Links every Linux node has (or that lead to the same files where they are not links), as
+# (link, what it leads to). `/var/run` -> `/run` is the FHS's; the `/usr` merge's are on every
+# current distribution; `/dev/fd` and the standard streams are links into `/proc/self`.
+LINKS: tuple[tuple[str, str], ...] = (
+    ("/var/run", "/run"),
+    ("/var/lock", "/run/lock"),
+    ("/lib", "/usr/lib"),
+    ("/lib32", "/usr/lib32"),
+    ("/lib64", "/usr/lib64"),
+    ("/libx32", "/usr/libx32"),
+    ("/bin", "/usr/bin"),
+    ("/sbin", "/usr/sbin"),
+    ("/dev/fd", "/proc/self/fd"),
+    ("/dev/stdin", "/proc/self/fd/0"),
+    ("/dev/stdout", "/proc/self/fd/1"),
+    ("/dev/stderr", "/proc/self/fd/2"),
+)
+
+_SLASHES = re.compile(r"/+")
+
+
+def clean(path: str) -> str:
+    """A path cleaned as Go's `filepath.Clean` does it, lexically: `//dev/./x/..` -> `/dev`.
+    A relative path stays relative (`./a/../b` -> `b`)."""
+    if not path:
+        return "."
+    cleaned = posixpath.normpath(_SLASHES.sub("/", path))
+    # normpath keeps a leading "//" (POSIX leaves it to the system); Go's Clean does not.
+    return "/" + cleaned.lstrip("/") if cleaned.startswith("/") else cleaned
+
+
+def mount_destination(path: str) -> str:
+    """A volumeMount's path as the container runtime gets it: the kubelet makes a relative
+    one absolute (pkg/kubelet/kubelet_pods.go, `makeMounts`: `MakeAbsolutePath`, which is
+    `filepath.Clean("/" + path)` on Linux), cleaned as the NVIDIA runtime cleans the
+    destinations it reads (`filepath.Clean(m.Destination)`)."""
+    return clean(path if path.startswith("/") else "/" + path)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root + "/") or root == "/"
+
+
+def canonical(path: str) -> str:
+    """An absolute path cleaned, with the links of `LINKS` replaced by what they lead to
+    (`/var/run/nvidia/mps` -> `/run/nvidia/mps`, `/dev/fd/3` -> `/proc/self/fd/3`)."""
+    p = clean(path)
+    for _ in range(len(LINKS) + 1):
+        for link, target in LINKS:
+            if _under(p, link):
+                p = target + p[len(link) :]
+                break
+        else:
+            return p
+    return p
+
+
+def _meets(path: str, entry: str) -> bool:
+    """Whether a mount of `path` reaches `entry` (a class path, `*` for a string prefix): it
+    is `entry`, is under it, or holds it."""
+    if entry.endswith("*"):
+        prefix = entry[:-1]
+        if path.startswith(prefix):
+            return True
+        parent = prefix.rsplit("/", 1)[0] or "/"
+        return _under(parent, path)
+    return _under(path, entry) or _under(entry, path)
+
+
+def classes_of(path: str, extra: Iterable[str] = ()) -> list[str]:
+    """The names of the classes a hostPath reaches (`extra`: a policy's own paths, named
+    "denied by policy"); empty when it reaches none. A relative path is its own class: the
+    runtime resolves it against a working directory Kubernetes does not define."""
+    if not path.startswith("/"):
+        return ["relative path"]
+    p = canonical(path)
+    found = [c.name for c in CLASSES if any(_meets(p, canonical_entry(e)) for e in c.paths)]
+    if any(_meets(p, canonical_entry(e)) for e in extra):
+        found.append("denied by policy")
+    return found
+
+
+def canonical_entry(entry: str) -> str:
+    """A class path (or a policy's) as `canonical` spells it, its `*` kept."""
+    if entry.endswith("*"):
+        return canonical(entry[:-1]) + "*"
+    return canonical(entry)
+
+
+def reason(name: str) -> str:
+    for c in CLASSES:
+        if c.name == name:
+            return c.reason
+    if name == "relative path":
+        return "a relative host path is resolved against the runtime's working directory"
+    return "a path the policy names (hostAccess.deniedHostPaths)"
+
+
+def pod_security_enforced(level: str | None) -> bool:
+    """Whether a namespace whose enforce label has `level` has Pod Security refuse host
+    access (baseline or restricted)."""
+    return level in names.POD_SECURITY_HOST_ACCESS_LEVELS
