@@ -254,8 +254,10 @@ RULE_CASES = [
     pytest.param(
         pod(shared(securityContext={"capabilities": {"add": ["NET_ADMIN", "sys_admin"]}})),
         lab(), [("capabilities", "main")],
-        'container "main": added capabilities SYS_ADMIN in a pod that uses a GPU: with them a'
-        " container can reach devices and processes beyond its GPU. Remove them from"
+        'container "main": added capabilities "NET_ADMIN", "sys_admin" in a pod that uses a'
+        " GPU: outside Pod Security baseline's set, they reach devices, processes and the"
+        " driver beyond the container's GPU (SYS_ADMIN makes it privileged to the NVIDIA"
+        " toolkit, SYS_PTRACE reaches other pods' GPU processes). Remove them from"
         " spec.containers[0].securityContext.capabilities.add (rule capabilities)",
         id="capabilities-any-case",
     ),
@@ -274,21 +276,26 @@ RULE_CASES = [
         pod(shared(volumeMounts=[{"name": "dev", "mountPath": "/host/dev"}]),
             volumes=[{"name": "dev", "hostPath": {"path": "//dev/./"}}]),
         lab(), [("host-path", None)],
-        'volume "dev" (spec.volumes[0]): hostPath "//dev/./" (mounted by main) exposes the'
-        " node's devices, the NVIDIA driver's files or the MPS daemon's control pipes (with"
-        " which any pod can change other pods' GPU limits). Remove it (rule host-path)",
+        'volume "dev" (spec.volumes[0]): hostPath "//dev/./" (mounted by main) is, or holds,'
+        " device nodes as the node resolves it: a GPU's device nodes (or, /dev/char, a link to"
+        " every device node by number; /dev/mem and /dev/port, physical memory and GPU"
+        " registers). Remove it (rule host-path)",
         id="host-path-dev-written-oddly",
     ),
     pytest.param(
         pod(shared(), container("sidecar", volumeMounts=[
             {"name": "null", "mountPath": "/var/run/nvidia-container-devices/all"}]),
             volumes=[{"name": "null", "hostPath": {"path": "/dev/null"}}]),
-        lab(), [("device-list-mount", "sidecar")],
-        'container "sidecar":'
+        lab(), [("device-list-mount", "sidecar"), ("host-access", None)],
+        '2 problems: (1) container "sidecar":'
         ' volume "null" mounted at "/var/run/nvidia-container-devices/all"'
         " (spec.containers[1].volumeMounts[0]): the NVIDIA runtime reads mounts under"
-        " /var/run/nvidia-container-devices as a list of GPUs to give the container. Mount it"
-        " elsewhere (rule device-list-mount)",
+        " /var/run/nvidia-container-devices (where the kubelet puts a relative path too) as a"
+        " list of GPUs to give the container. Mount it elsewhere (rule device-list-mount); (2)"
+        ' volume "null" (spec.volumes[0]): hostPath "/dev/null" (mounted by sidecar) is not'
+        ' under a path policy "lab" allows (allowedHostPaths: none) (Pod Security baseline'
+        " refuses it; this namespace does not enforce baseline, so the webhook does). Use a"
+        " PersistentVolumeClaim, or ask the cluster admin to allow the path (rule host-access)",
         id="device-list-mount-in-a-gpu-pod",
     ),
     pytest.param(

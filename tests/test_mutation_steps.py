@@ -181,8 +181,10 @@ def test_no_mps_limits_when_the_pod_can_only_land_on_time_slicing_nodes() -> Non
     ("sidecar", "rules", "expected_env"),
     [
         pytest.param(container("log"), {}, {"NVIDIA_VISIBLE_DEVICES": "void"}, id="added"),
-        pytest.param(container("log", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "none"}]),
-                     {}, {"NVIDIA_VISIBLE_DEVICES": "none"}, id="none-is-kept"),
+        pytest.param(container("log", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]),
+                     {}, {"NVIDIA_VISIBLE_DEVICES": "void"}, id="void-is-kept"),
+        pytest.param(container("log", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": ""}]),
+                     {}, {"NVIDIA_VISIBLE_DEVICES": ""}, id="empty-is-kept"),
         pytest.param(container("log"), {"voidVisibleDevicesWithoutGpu": False},
                      {"NVIDIA_VISIBLE_DEVICES": "void"},
                      id="switched-to-gpu-pods-only-still-in-a-gpu-pod"),

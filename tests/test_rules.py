@@ -6,6 +6,7 @@ RULE_CASES (tests/corpus.py).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -25,7 +26,7 @@ from tests.kube import (
     shared,
     workload,
 )
-from webhook import policies
+from webhook import hostpaths, policies
 from webhook.core import rules
 
 # The table, RULE_CASES, is tests/corpus.py's (other tests judge its objects too): rows of
@@ -125,15 +126,22 @@ SWITCHES = {
     "cdi-annotations": ("denyCdiAnnotations",
                         pod(shared(), annotations={"cdi.k8s.io/x": "nvidia.com/gpu=0"})),
     "resource-claims": ("denyResourceClaims", pod(shared(), resourceClaims=[{"name": "c"}])),
+    "host-access": ("denyHostAccess", pod(container(), hostNetwork=True)),
 }
+
+
+def _under_pod_security(policy: policies.Policy, rule: str) -> policies.Policy:
+    """The policy as it governs a namespace that enforces Pod Security baseline, where
+    host-access leaves the GPU rules' cases to Pod Security (except its own row's)."""
+    return policy if rule == "host-access" else dataclasses.replace(policy, pod_security=True)
 
 
 @pytest.mark.parametrize("rule", sorted(SWITCHES))
 def test_every_switch_turns_its_rule_off_and_only_its_rule(rule: str) -> None:
     switch, obj = SWITCHES[rule]
     assert next(r.switch for r in rules.RULES if r.name == rule) == switch
-    assert [v.rule for v in admit(obj, lab())[0].violations] == [rule]
-    decision, result = admit(obj, lab(rules={switch: False}))
+    assert [v.rule for v in admit(obj, _under_pod_security(lab(), rule))[0].violations] == [rule]
+    decision, result = admit(obj, _under_pod_security(lab(rules={switch: False}), rule))
     assert decision.allowed, decision.message
     assert result is not None
 
@@ -175,7 +183,8 @@ def test_env_from_on_a_gpu_container_is_a_warning_and_an_audit_annotation_by_def
     ("value", "hides"),
     [
         pytest.param("void", True, id="void"),
-        pytest.param("none", True, id="none"),
+        # Issue 19: `none` still gets the driver and the control device nodes.
+        pytest.param("none", False, id="none"),
         pytest.param("", True, id="empty"),
         pytest.param(None, True, id="no-value"),
         # The runtime compares exactly: these are device lists, and ALL selects every GPU.
@@ -203,9 +212,38 @@ def test_only_the_values_that_hide_gpus_exactly_are_allowed(value: str | None, h
         ("/run/nvidia/driver", True), ("/dev/char/195:0", True), ("/dev/dri", True),
         ("/dev/nvidia-caps", True), ("/dev/null", False), ("/dev/shm", False),
         ("/devices", False), ("/home/nvidia/.cache", False),
-        ("/var/lib/models", False), ("/run/containerd", False), ("/models", False),
-        ("/mnt/dev", False),
+        ("/var/lib/models", False), ("/models", False), ("/mnt/dev", False),
+        # Issue 19: links the node follows, and the classes beyond device nodes.
+        ("/proc/self/root/run/nvidia/mps", True), ("/proc/1/root", True),
+        ("/proc/1/cwd/run/nvidia", True), ("/proc/thread-self/root", True), ("/proc", True),
+        ("/proc/sys/kernel", True), ("/dev/fd/3/run", True), ("/dev/stdin", True),
+        ("/var/lib/kubelet/device-plugins", True), ("/var/lib/kubelet/pod-resources", True),
+        ("/var/lib/kubelet", True), ("/var/lib", True), ("/var/lib/kubelet-models", False),
+        ("/etc/cdi", True), ("/var/run/cdi", True), ("/run/cdi/nvidia.yaml", True),
+        ("/etc", True), ("/etc/localtime", False), ("/etc/ssl/certs", False),
+        ("/run/containerd", True), ("/var/run/containerd/containerd.sock", True),
+        ("/var/run/docker.sock", True), ("/var/lib/containerd", True),
+        ("/run/crio/crio.sock", True), ("/sys", True), ("/sys/bus/pci/devices", True),
+        ("/sys/fs/cgroup", True), ("/lib/modules", True), ("/usr/lib/modules/6.8", True),
+        ("/usr/local/nvidia", True), ("/usr/local", True), ("/usr/local/share", False),
+        ("/usr/bin/nvidia-smi", True), ("/bin/nvidia-smi", True), ("/usr/bin/python3", False),
+        ("/etc/nvidia-container-runtime/config.toml", True),
+        ("/home/kubernetes/bin/nvidia", True), ("/home/kubernetes", True),
+        ("/dev/vfio/12", True), ("/dev/mem", True), ("/models/../proc/1/root", True),
+        ("models", True), ("./data", True),
     ],
 )
-def test_host_paths_that_give_devices_or_hold_them(path: str, exposes: bool) -> None:
-    assert rules.exposes_devices(path) is exposes
+def test_host_paths_that_hand_out_gpus_or_hold_them(path: str, exposes: bool) -> None:
+    assert bool(hostpaths.classes_of(path)) is exposes
+
+
+@pytest.mark.parametrize(
+    ("path", "destination"),
+    [
+        ("/var/run/x", "/var/run/x"), ("var/run/x", "/var/run/x"), ("./var/run/x", "/var/run/x"),
+        ("../var/run/x", "/var/run/x"), ("a/../../var//run/./x/", "/var/run/x"),
+        ("//var/run/x", "/var/run/x"), (".", "/"),
+    ],
+)
+def test_mount_paths_are_made_absolute_as_the_kubelet_does(path: str, destination: str) -> None:
+    assert hostpaths.mount_destination(path) == destination

@@ -148,6 +148,9 @@ LINKS: tuple[tuple[str, str], ...] = (
 )
 
 _SLASHES = re.compile(r"/+")
+# The class of a relative host path, and of a policy's own paths.
+RELATIVE = "relative path"
+DENIED_BY_POLICY = "denied by policy"
 
 
 def clean(path: str) -> str:
@@ -203,11 +206,11 @@ def classes_of(path: str, extra: Iterable[str] = ()) -> list[str]:
     "denied by policy"); empty when it reaches none. A relative path is its own class: the
     runtime resolves it against a working directory Kubernetes does not define."""
     if not path.startswith("/"):
-        return ["relative path"]
+        return [RELATIVE]
     p = canonical(path)
     found = [c.name for c in CLASSES if any(_meets(p, canonical_entry(e)) for e in c.paths)]
     if any(_meets(p, canonical_entry(e)) for e in extra):
-        found.append("denied by policy")
+        found.append(DENIED_BY_POLICY)
     return found
 
 
@@ -222,7 +225,7 @@ def reason(name: str) -> str:
     for c in CLASSES:
         if c.name == name:
             return c.reason
-    if name == "relative path":
+    if name == RELATIVE:
         return "a relative host path is resolved against the runtime's working directory"
     return "a path the policy names (hostAccess.deniedHostPaths)"
 

@@ -58,7 +58,10 @@ SHARED_SUFFIX = ".shared"
 VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
 # The values with which it injects none, compared as the runtime compares them: exactly
 # (no trimming, no case folding; "VOID" is a device list naming a device "VOID").
-HIDING_VALUES = frozenset({"void", "none", ""})
+# `none` is not one of them: the toolkit then treats the container as a GPU container with
+# no GPU, and still mounts the driver and the control device nodes (nvidiactl, nvidia-uvm);
+# empty is unset, as `void` (nvidia-container-toolkit, internal/config/image/cuda_image.go).
+HIDING_VALUES = frozenset({"void", ""})
 HIDE = "void"
 # Other variables the NVIDIA container toolkit reads to inject devices or device
 # capabilities beyond what the device plugin allocated (see docs/security.md).

@@ -39,7 +39,8 @@ def admit(
 
     Pods on CREATE, and updates of a pod's ephemeral containers (`kubectl debug`): the
     mutating endpoint patches and refuses; the validating one refuses, also when the parts
-    of the patch that guard the policy are missing. Workloads (`kinds`): the validating
+    of the patch that guard the policy are missing. Other Pod updates: only a CDI annotation
+    they add or change is refused (`annotations_update`). Workloads (`kinds`): the validating
     endpoint refuses a template its pods would be refused for, except on an update that
     leaves every template as it was (scaling, labels, finalizers, status), which is never
     refused. Anything else passes.
@@ -50,9 +51,12 @@ def admit(
     if kind == "Pod" and group == "":
         if sub_resource == EPHEMERAL_CONTAINERS and operation == "UPDATE":
             return review(obj, policy=policy, mutate=mutate, require=not mutate, old=old or {})
-        if sub_resource or operation != "CREATE":
-            # A pod's containers, resources and scheduling are immutable once created.
+        if sub_resource:
             return Decision()
+        if operation == "UPDATE":
+            # A pod's containers, resources and scheduling are immutable once created; its
+            # annotations are not, and the kubelet sends them with every container start.
+            return annotations_update(obj, old or {}, policy=policy)
         return review(obj, policy=policy, mutate=mutate, require=not mutate)
     if mutate or sub_resource or (group, kind) not in kinds:
         return Decision()
@@ -69,6 +73,49 @@ def admit(
         kept.warn("the pod template breaks gpu-share rules; its new pods will be refused")
         return kept
     return decision
+
+
+def annotations_update(
+    obj: Mapping[str, Any], old: Mapping[str, Any], *, policy: Policy
+) -> Decision:
+    """A Pod update: the CDI annotations it adds or changes are judged by `cdi-annotations`
+    (runtimes that pass pod annotations through read them at the next container start);
+    nothing else of the pod is, and nothing is patched. One it keeps as it was (the pod was
+    admitted with it, before the rule or the namespace's opt-in) is not refused again."""
+    found, _ = pods.templates(obj, pods.BUILTIN)
+    rule = _CDI_RULE
+    if not found or not rules.switched_on(rule, policy):
+        return Decision()
+    before = _annotations_of(old)
+    pod = pods.read(found[0])
+    changed = tuple(
+        (key, value)
+        for key, value in pod.annotations
+        if key.startswith(names.CDI_ANNOTATION_PREFIXES) and before.get(key) != _raw(value)
+    )
+    if not changed:
+        return Decision()
+    r = rules.Pass(facts.gather(pod._replace(annotations=changed), policy), policy, require=False)
+    assert rule.check is not None
+    rule.check(r)
+    r.relax()
+    decision = Decision(violations=r.violations, would_refuse=r.would_refuse)
+    _tell(decision)
+    return decision
+
+
+_CDI_RULE = next(rule for rule in rules.RULES if rule.name == "cdi-annotations")
+
+
+def _annotations_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return annotations if isinstance(annotations, dict) else {}
+
+
+def _raw(value: Any) -> Any:
+    """An annotation's value as sent (the view holds a value that is not a string as Json)."""
+    return value.value if isinstance(value, pods.Json) else value
 
 
 def review(

@@ -381,6 +381,12 @@ def check_device_variables(r: Pass) -> None:
                 after = ") refers to another variable, which cannot be read at admission"
             elif var.value in names.HIDING_VALUES:
                 continue
+            elif var.value == "none":
+                what = f"{var.name}={shown(var.value)} ("
+                after = (
+                    ") does not hide everything: the NVIDIA runtime still gives the container"
+                    " the driver and the GPU control device nodes (only void hides them)"
+                )
             else:
                 what, after = f"{var.name}={shown(var.value)} (", ") is not one that hides GPUs"
             whose = (
@@ -518,7 +524,7 @@ def check_capabilities(r: Pass) -> None:
                 ErrorType.FORBIDDEN,
                 f"{c.field}.securityContext.capabilities.add",
                 f'container "{c.name}": added capabilities {", ".join(map(shown, wide))} in a'
-                " pod that uses a GPU: beyond Pod Security baseline's set they reach devices,"
+                " pod that uses a GPU: outside Pod Security baseline's set, they reach devices,"
                 " processes and the driver beyond the container's GPU (SYS_ADMIN makes it"
                 " privileged to the NVIDIA toolkit, SYS_PTRACE reaches other pods' GPU"
                 " processes). Remove them from ",
@@ -572,15 +578,21 @@ def check_host_path(r: Pass) -> None:
         reached = host_path_classes(v.host_path, r.policy)
         if not reached:
             continue
-        why = "; ".join(f"{name}: {hostpaths.reason(name)}" for name in reached)
+        more = ", and more (docs/security.md lists them)" if len(reached) > 1 else ""
+        what = (
+            "is relative: the runtime resolves it against its working directory, which"
+            " Kubernetes does not define. Write the absolute path"
+            if reached == [hostpaths.RELATIVE]
+            else f"is, or holds, {', '.join(reached)} as the node resolves it:"
+            f" {hostpaths.reason(reached[0])}{more}. Remove it"
+        )
         r.deny(
             "host-path",
             ErrorType.FORBIDDEN,
             f"spec.volumes[{v.position}]",
             f'volume "{v.name}" (',
             FIELD,
-            f"): hostPath {shown(v.host_path)}{_mounted_by(pod, v.name)} reaches host paths that"
-            f" hand out GPUs, as the node resolves it ({why}). Remove it",
+            f"): hostPath {shown(v.host_path)}{_mounted_by(pod, v.name)} {what}",
         )
 
 
