@@ -406,6 +406,10 @@ spec:
        gpusPerNode: 8}
     - {name: mig-10gb, resource: nvidia.com/mig-1g.10gb, product: A100-SXM4-80GB-MIG-1g.10gb,
        strategy: time-slicing, replicas: 2}
+  hostAccess:
+    allowedHostPaths:
+      - {pathPrefix: /srv/models}
+      - {pathPrefix: /srv/scratch, readOnly: false}
 """
 
 
@@ -504,6 +508,35 @@ class RouteCase:
     operation: str = "CREATE"
     sub_resource: str = ""
     old: dict[str, Any] | None = field(default=None)
+    # The namespace's pod-security.kubernetes.io/enforce label (None: absent).
+    pod_security: str | None = None
+
+
+def _host_path(path: str, mount: str = "/host", *, gpu: bool = False,
+               **mount_extra: Any) -> dict[str, Any]:
+    """A pod that mounts the host's `path` at `mount` (a shared GPU or none)."""
+    mounts = [{"name": "h", "mountPath": mount, **mount_extra}]
+    c = shared(volumeMounts=mounts) if gpu else container(
+        "ctl", image="busybox:1.36", volumeMounts=mounts)
+    return pod(c, volumes=[{"name": "h", "hostPath": {"path": path}}])
+
+
+def _device_list(mount: str) -> dict[str, Any]:
+    """A pod without a GPU that mounts /dev/null at `mount` (volume-mounts nodes read the
+    mounts under /var/run/nvidia-container-devices as the GPUs to give)."""
+    return pod(container(volumeMounts=[{"name": "null", "mountPath": mount}]),
+               volumes=[{"name": "null", "hostPath": {"path": "/dev/null"}}])
+
+
+def _annotated(**annotations: str) -> dict[str, Any]:
+    p = _running()
+    p["metadata"]["annotations"] = {**(p["metadata"].get("annotations") or {}), **annotations}
+    return p
+
+
+def _with_scratch(p: dict[str, Any]) -> dict[str, Any]:
+    p["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    return p
 
 
 def _deployment(spec_pod: dict[str, Any], replicas: int = 1) -> dict[str, Any]:
@@ -635,6 +668,99 @@ ROUTE_CASES = {
         5, pod(container(resources={"claims": [{"name": "g"}]}),
                resourceClaims=[{"name": "g", "resourceClaimTemplateName": "full-gpu"}]),
         Refused("resource-claims")),
+    # 5, issue 19: paths as the node resolves them (in namespaces that enforce Pod Security
+    # baseline too: the webhook refuses them before Pod Security runs).
+    "host-path-through-proc-self-root": RouteCase(
+        5, _host_path("/proc/self/root/run/nvidia/mps", "/mps"), Refused("host-path"),
+        pod_security="baseline"),
+    "host-path-through-proc-1-root": RouteCase(
+        5, _host_path("/proc/1/root/run/nvidia/mps", "/mps"), Refused("host-path"),
+        pod_security="baseline"),
+    "host-path-through-proc-1-cwd": RouteCase(
+        5, _host_path("/proc/1/cwd/run/nvidia", gpu=True), Refused("host-path"),
+        pod_security="restricted"),
+    "relative-device-list-mount": RouteCase(
+        5, _device_list("var/run/nvidia-container-devices/all"),
+        Refused("device-list-mount", "main"), pod_security="baseline"),
+    "dot-relative-device-list-mount": RouteCase(
+        5, _device_list("./var/run/nvidia-container-devices/all"),
+        Refused("device-list-mount", "main"), pod_security="baseline"),
+    "dot-dot-relative-device-list-mount": RouteCase(
+        5, _device_list("../var/run/nvidia-container-devices/0"),
+        Refused("device-list-mount", "main")),
+    "kubectl-debug-relative-device-list-mount": RouteCase(
+        5, _with_scratch(_debugged(volumeMounts=[
+            {"name": "scratch", "mountPath": "var/run/nvidia-container-devices/all"}])),
+        Refused("device-list-mount", "debugger-x7k2p"), operation="UPDATE",
+        sub_resource="ephemeralcontainers", old=_with_scratch(_running()),
+        pod_security="baseline"),
+    "device-plugin-sockets": RouteCase(
+        5, _host_path("/var/lib/kubelet/device-plugins"), Refused("host-path"),
+        pod_security="baseline"),
+    "pod-resources-socket": RouteCase(
+        5, _host_path("/var/lib/kubelet/pod-resources/kubelet.sock"), Refused("host-path")),
+    "cdi-spec-directory": RouteCase(
+        5, _host_path("/etc/cdi", gpu=True), Refused("host-path"), pod_security="baseline"),
+    "cdi-spec-run-directory": RouteCase(
+        5, _host_path("/var/run/cdi"), Refused("host-path")),
+    "containerd-socket": RouteCase(
+        5, _host_path("/run/containerd/containerd.sock"), Refused("host-path"),
+        pod_security="baseline"),
+    "docker-socket-through-var-run": RouteCase(
+        5, _host_path("/var/run/docker.sock"), Refused("host-path")),
+    "sysfs-pci-devices": RouteCase(
+        5, _host_path("/sys/bus/pci/devices", gpu=True), Refused("host-path"),
+        pod_security="baseline"),
+    "dev-fd-link": RouteCase(
+        5, _host_path("/dev/fd/3/run/nvidia/mps"), Refused("host-path")),
+    "sys-ptrace-in-a-gpu-pod": RouteCase(
+        5, pod(shared(securityContext={"capabilities": {"add": ["SYS_PTRACE"]}})),
+        Refused("capabilities", "main"), pod_security="baseline"),
+    "sys-module-in-a-gpu-pod": RouteCase(
+        5, pod(shared(securityContext={"capabilities": {"add": ["CAP_SYS_MODULE"]}})),
+        Refused("capabilities", "main")),
+    "sys-rawio-in-a-gpu-init-container": RouteCase(
+        5, pod(shared(), init=[container("init", securityContext={
+            "capabilities": {"add": ["sys_rawio"]}})]), Refused("capabilities", "init")),
+    "visible-devices-none-without-gpu": RouteCase(
+        1, pod(container(env=_env(NVIDIA_VISIBLE_DEVICES="none"))),
+        Refused("device-variables", "main")),
+    # 8. Later changes the runtime reads: a Pod update that adds or changes a CDI annotation.
+    "cdi-annotation-added-by-an-update": RouteCase(
+        8, _annotated(**{"cdi.k8s.io/extra": "nvidia.com/gpu=all"}), Refused("cdi-annotations"),
+        operation="UPDATE", old=_running()),
+    "nvidia-cdi-annotation-added-by-an-update": RouteCase(
+        8, _annotated(**{"nvidia.cdi.k8s.io/x": "nvidia.com/gpu=0"}), Refused("cdi-annotations"),
+        operation="UPDATE", old=_running(), pod_security="baseline"),
+    "cdi-annotation-changed-by-an-update": RouteCase(
+        8, _annotated(**{"cdi.k8s.io/extra": "nvidia.com/gpu=all"}), Refused("cdi-annotations"),
+        operation="UPDATE", old=_annotated(**{"cdi.k8s.io/extra": "vendor.com/net=eth1"})),
+    # 9. No dependence on Pod Security: baseline's host-access checks where the namespace
+    # does not enforce it (no label, or `privileged`).
+    "host-pid-in-a-pod-without-gpu": RouteCase(
+        9, pod(container(securityContext={"capabilities": {"add": ["SYS_PTRACE"]}}),
+               hostPID=True), Refused("host-access")),
+    "host-network-in-a-gpu-pod": RouteCase(
+        9, pod(shared(), hostNetwork=True), Refused("host-access"), pod_security="privileged"),
+    "sys-ptrace-in-a-pod-without-gpu": RouteCase(
+        9, pod(container(securityContext={"capabilities": {"add": ["SYS_PTRACE"]}})),
+        Refused("host-access", "main")),
+    "model-cache-not-allowed": RouteCase(
+        9, _host_path("/home/nvidia/.cache/huggingface", "/root/.cache/huggingface", gpu=True),
+        Refused("host-access")),
+    "allowed-read-only-path-mounted-writable": RouteCase(
+        9, _host_path("/srv/models/llama", "/models", gpu=True), Refused("host-access", "main"),
+        policy="lab"),
+    "below-a-writable-allowed-path": RouteCase(
+        9, _host_path("/srv/scratch/link", "/data"), Refused("host-access"), policy="lab"),
+    "allowed-read-only-path": RouteCase(
+        9, _host_path("/srv/models/llama", "/models", gpu=True, readOnly=True),
+        Fixed(lambda o: o["spec"]["volumes"][0]["hostPath"]["path"] == "/srv/models/llama",
+              "the model cache mounted read-only"), policy="lab"),
+    "allowed-writable-path-itself": RouteCase(
+        9, _host_path("/srv/scratch", "/scratch"),
+        Fixed(lambda o: o["spec"]["volumes"][0]["hostPath"]["path"] == "/srv/scratch",
+              "the scratch directory itself"), policy="lab"),
     # 6. Updates: never refused when the templates stay as they were.
     "scale-a-deployment-of-an-unknown-policy": RouteCase(
         6, _deployment(_BROKEN_TEMPLATE, replicas=0), Warned("its new pods will be refused"),

@@ -28,7 +28,7 @@ from tests import apiserver, kube
 from tests import deploy_helpers as dh
 from tests import server_helpers as h
 from tests.corpus import LAB_POLICY, ROUTE_CASES, Fixed, Refused, RouteCase
-from webhook import names, policies, rendering
+from webhook import hostpaths, names, policies, rendering
 from webhook.core import reviewing
 from webhook.transport import app as server
 
@@ -38,14 +38,21 @@ from webhook.transport import app as server
 
 
 def _path(case: RouteCase, loaded: policies.PolicySet) -> str:
+    """The webhook path the case's namespace reaches: its policy, and whether it enforces Pod
+    Security baseline or restricted (`<name>/baseline`)."""
     name = case.policy or names.DEFAULT_POLICY
-    return name if loaded.get(name) is not None else names.UNKNOWN_POLICY_PATH
+    if loaded.get(name) is None:
+        name = names.UNKNOWN_POLICY_PATH
+    return policies.policy_path(
+        name, pod_security=hostpaths.pod_security_enforced(case.pod_security))
 
 
 def _labels(case: RouteCase) -> dict[str, str]:
     labels = dh.namespace_labels("team-a", **{names.ENABLED_LABEL: "true"})
     if case.policy is not None:
         labels[names.POLICY_LABEL] = case.policy
+    if case.pod_security is not None:
+        labels[names.POD_SECURITY_ENFORCE_LABEL] = case.pod_security
     return labels
 
 
@@ -163,4 +170,4 @@ async def test_the_rendered_configuration_routes_the_request_to_the_webhook(
 
 
 def test_every_route_of_the_spec_has_cases() -> None:
-    assert {c.route for c in ROUTE_CASES.values()} == {0, 1, 2, 3, 4, 5, 6, 7}
+    assert {c.route for c in ROUTE_CASES.values()} == {0, 1, 2, 3, 4, 5, 6, 7, 8, 9}
