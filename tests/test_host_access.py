@@ -182,7 +182,8 @@ def test_policy_paths() -> None:
     p = loaded.policies["team"]
     assert loaded.governing("team") is p
     variant = loaded.governing("team/baseline")
-    assert variant.pod_security and not p.pod_security
+    assert variant.pod_security
+    assert not p.pod_security
     assert loaded.governing("team/baseline") is variant  # made once: caches key on it
     assert dataclasses.replace(variant, pod_security=False).name == "team"
     assert loaded.governing("nope/baseline").unavailable is not None
