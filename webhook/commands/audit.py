@@ -320,7 +320,7 @@ def _without_pod_security_text(report: auditing.Report) -> list[str]:
             line += ", not trusted (hostAccess.trustPodSecurity: false)"
         entries = ns.host_access_entries()
         if not entries:
-            out.append(f"{line}: host-access refuses nothing there")
+            out.append(f"{line}: host-access would refuse nothing there")
             continue
         out.append(f"{line}: host-access would refuse {_objects(ns.host_access_refused)}")
         for entry in entries:
