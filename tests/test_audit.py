@@ -9,6 +9,7 @@ import copy
 import json
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -615,14 +616,20 @@ def test_the_json_report_schema(
     capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
 ) -> None:
     doc = as_json(capsys, dump)
-    assert set(doc) == {"apiVersion", "kind", "files", "webhookNamespace", "totals", "namespaces"}
+    assert set(doc) == {"apiVersion", "kind", "files", "webhookNamespace", "totals", "namespaces",
+                        "withoutPodSecurityBaseline"}
     assert (doc["apiVersion"], doc["kind"]) == ("gpu-share.io/v1alpha1", "AuditReport")
     assert doc["files"] == [str(dump["namespaces"]), str(dump["cluster"])]
     assert doc["webhookNamespace"] == names.DEFAULT_NAMESPACE
     for ns in doc["namespaces"]:
         assert set(ns) == {"name", "status", "reason", "policy", "policyInForce", "mode",
-                           "ruleModes", "counts", "objects"}
+                           "ruleModes", "podSecurity", "hostAccess", "counts", "objects"}
         assert ns["status"] in auditing.STATUSES
+        assert set(ns["podSecurity"]) == {"enforce", "baselineEnforced"}
+        if ns["status"] == "judged":
+            assert ns["hostAccess"] in auditing.HOST_ACCESS_STATES
+        else:
+            assert ns["hostAccess"] is None
         for e in ns["objects"]:
             assert set(e) == {"verdict", "kind", "apiVersion", "name", "owner", "note", "count",
                               "members", "violations", "mutations", "adds", "warnings"}
@@ -642,6 +649,13 @@ def test_the_json_report_schema(
         if ns["status"] == "judged":
             assert listed == counts["objects"] == (
                 counts["refused"] + counts["changed"] + counts["untouched"])
+    for ns in doc["withoutPodSecurityBaseline"]:
+        assert set(ns) == {"namespace", "podSecurity", "policy", "hostAccess", "reason",
+                           "refused", "objects"}
+        assert ns["refused"] == sum(e["count"] for e in ns["objects"])
+        for e in ns["objects"]:
+            assert e["verdict"] == "refused"
+            assert {v["rule"] for v in e["violations"]} == {"host-access"}
     # The same file twice: each object once, and a warning.
     code, out, err = audit(capsys, dump, "-o", "json", files=("namespaces", "cluster", "cluster"))
     assert code == 1
@@ -715,3 +729,212 @@ def test_the_command_as_a_user_runs_it(tmp_path: Path, dump: dict[str, Path]) ->
     assert ok.returncode == 1, ok.stderr
     assert "Traceback" not in ok.stderr
     assert "Would be refused: 12 objects" in ok.stdout
+
+
+# --------------------------------------------------------------------------- Pod Security
+
+PSA = names.POD_SECURITY_ENFORCE_LABEL
+# Each namespace's Pod Security enforce level (None: no label, the cluster's default).
+LEVELS = {"open": None, "priv": "privileged", "base": "baseline", "strict": "restricted"}
+# A pod with a hostPath no policy allows, and one in the node's network namespace: Pod
+# Security baseline refuses both, and so does rule host-access where baseline is not enforced.
+HOST_PATH = spec(container("app", volumeMounts=[{"name": "cache", "mountPath": "/cache"}]),
+                 volumes=[{"name": "cache", "hostPath": {"path": "/data/cache"}}])
+HOST_NETWORK = spec(container("app"), hostNetwork=True)
+
+
+def host_access_dump(tmp_path: Path, policy: str | None = None) -> list[str]:
+    """The four namespaces of LEVELS, opted in, each with the two pods; `policy`: the text of
+    a policy file the namespaces pick instead of the shipped default."""
+    c = Cluster()
+    labels = dict(OPTED_IN)
+    if policy is not None:
+        labels[names.POLICY_LABEL] = yaml.safe_load(policy)["metadata"]["name"]
+    for ns, level in LEVELS.items():
+        c.namespace(ns, {**labels, **({PSA: level} if level else {})})
+        c.pod("cache", ns, HOST_PATH)
+        c.pod("net", ns, HOST_NETWORK)
+    path = tmp_path / "dump.json"
+    path.write_text(json.dumps({"kind": "List", "items": [*c.namespaces, *c.objects]}))
+    policy_dir = tmp_path / "policies"
+    policy_dir.mkdir()
+    (policy_dir / "default.yaml").write_text((REPO / "policies" / "default.yaml").read_text())
+    if policy is not None:
+        (policy_dir / "site.yaml").write_text(policy)
+    return ["audit", "-f", str(path), "--policies", str(policy_dir)]
+
+
+def run_audit(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str]:
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    assert err == ""
+    return code, out
+
+
+def test_namespaces_without_pod_security_baseline_are_listed_with_what_host_access_refuses(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Issue 19: the opted-in namespaces that do not enforce baseline (no label, privileged)
+    are listed with the pods host-access would refuse there; those that enforce baseline or
+    restricted are judged under `<policy>/baseline`, where host-access leaves its checks to
+    Pod Security: not listed, and no host-access finding in them."""
+    code, out = run_audit(capsys, [*host_access_dump(tmp_path), "-o", "json"])
+    assert code == 1
+    doc = json.loads(out)
+    seen = {ns["name"]: (ns["podSecurity"], ns["hostAccess"]) for ns in doc["namespaces"]}
+    assert seen == {
+        "open": ({"enforce": None, "baselineEnforced": False}, "applies"),
+        "priv": ({"enforce": "privileged", "baselineEnforced": False}, "applies"),
+        "base": ({"enforce": "baseline", "baselineEnforced": True}, "left-to-pod-security"),
+        "strict": ({"enforce": "restricted", "baselineEnforced": True},
+                   "left-to-pod-security"),
+    }
+    listed = doc["withoutPodSecurityBaseline"]
+    assert [ns["namespace"] for ns in listed] == ["open", "priv"]
+    for ns in listed:
+        assert (ns["podSecurity"], ns["policy"], ns["hostAccess"], ns["refused"]) == (
+            LEVELS[ns["namespace"]], "default", "applies", 2)
+        assert "Pod Security baseline not enforced" in ns["reason"]
+        found = {(e["kind"], e["name"]): [(v["rule"], v["field"]) for v in e["violations"]]
+                 for e in ns["objects"]}
+        assert found == {("Pod", "cache"): [("host-access", "spec.volumes[0]")],
+                         ("Pod", "net"): [("host-access", "spec.hostNetwork")]}
+        cache = entry(ns, "Pod", "cache")["violations"][0]["message"]
+        assert 'hostPath "/data/cache"' in cache
+        assert "allowedHostPaths: none" in cache
+        # The same refusals in the namespace's own report.
+        judged = namespace(doc, ns["namespace"])
+        assert judged["counts"]["refused"] == 2
+        assert entry(judged, "Pod", "net")["violations"] == entry(ns, "Pod", "net")["violations"]
+    for name in ("base", "strict"):
+        judged = namespace(doc, name)
+        assert judged["counts"] == {"objects": 2, "refused": 0, "changed": 2, "untouched": 0,
+                                    "notJudged": 0}
+        assert all(v["rule"] != "host-access"
+                   for e in judged["objects"] for v in e["violations"])
+
+
+def test_the_text_report_says_where_pod_security_baseline_is_enforced(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out = run_audit(capsys, host_access_dump(tmp_path))
+    assert code == 1
+    assert section(out, "open").splitlines()[1] == (
+        f"  Pod Security baseline not enforced (no {PSA} label): host-access applies")
+    assert section(out, "priv").splitlines()[1] == (
+        f"  Pod Security baseline not enforced ({PSA}=privileged): host-access applies")
+    assert section(out, "base").splitlines()[1] == (
+        f"  Pod Security baseline enforced ({PSA}=baseline): host-access leaves its checks"
+        " to it")
+    assert section(out, "strict").splitlines()[1] == (
+        f"  Pod Security restricted enforced ({PSA}=restricted): host-access leaves its checks"
+        " to it")
+    start = out.index("Opted-in namespaces without Pod Security baseline: host-access applies\n")
+    listed = out[start:out.index("\n\n", start)].splitlines()
+    assert listed[1] == f"  open (no {PSA} label): host-access would refuse 2 objects"
+    assert f"  priv ({PSA}=privileged): host-access would refuse 2 objects" in listed
+    assert "    Pod/cache" in listed
+    assert any(line.startswith('      - host-access: volume "cache" (spec.volumes[0]):'
+                               ' hostPath "/data/cache"') for line in listed)
+    assert any(line.startswith("      - host-access: host namespace: spec.hostNetwork")
+               for line in listed)
+    assert not any(line.startswith(("  base", "  strict")) for line in listed)
+
+
+def test_every_namespace_enforcing_baseline_is_said_in_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    argv = host_access_dump(tmp_path)
+    dump_file = Path(argv[2])
+    doc = json.loads(dump_file.read_text())
+    doc["items"] = [o for o in doc["items"] if o["metadata"].get("namespace", o["metadata"]["name"])
+                    in ("base", "strict")]
+    dump_file.write_text(json.dumps(doc))
+    code, out = run_audit(capsys, argv)
+    assert code == 0, out
+    assert ("Every opted-in namespace enforces Pod Security baseline or restricted:"
+            " host-access leaves its checks to it.") in out
+    assert "Opted-in namespaces without" not in out
+
+
+SITE_POLICY = """\
+apiVersion: gpu-share.io/v1alpha1
+kind: SharingPolicy
+metadata:
+  name: site
+spec:
+  nodeClasses:
+    - {name: t4-mps, product: Tesla-T4, strategy: mps, replicas: 4, memoryMiB: 15360}
+"""
+
+
+def test_a_policy_that_does_not_trust_the_label_applies_host_access_everywhere(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy = SITE_POLICY + "  hostAccess: {trustPodSecurity: false}\n"
+    code, out = run_audit(capsys, [*host_access_dump(tmp_path, policy), "-o", "json"])
+    assert code == 1
+    doc = json.loads(out)
+    listed = {ns["namespace"]: ns for ns in doc["withoutPodSecurityBaseline"]}
+    assert set(listed) == set(LEVELS)
+    assert {ns["refused"] for ns in listed.values()} == {2}
+    assert "does not trust the label (hostAccess.trustPodSecurity: false)" in (
+        listed["base"]["reason"])
+    assert namespace(doc, "base")["hostAccess"] == "applies"
+    assert namespace(doc, "base")["podSecurity"]["baselineEnforced"] is True
+
+
+def test_host_access_switched_off_is_said_and_refuses_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy = SITE_POLICY + "  rules: {denyHostAccess: false}\n"
+    code, out = run_audit(capsys, [*host_access_dump(tmp_path, policy), "-o", "json"])
+    assert code == 0
+    doc = json.loads(out)
+    listed = {ns["namespace"]: ns for ns in doc["withoutPodSecurityBaseline"]}
+    # Those that enforce baseline leave it to Pod Security whatever the switch says.
+    assert set(listed) == {"open", "priv"}
+    assert {(ns["hostAccess"], ns["refused"]) for ns in listed.values()} == {("off", 0)}
+    assert 'host-access is off in policy "site" (rules.denyHostAccess: false)' in (
+        listed["open"]["reason"])
+
+
+class _Routes(rendering.Routes):
+    """Routes that carry the Pod Security level themselves, as the rendered configurations
+    are to: `<policy>/baseline` for the namespaces that enforce baseline or restricted."""
+
+    def policy_path(self, labels: Mapping[str, str]) -> str | None:
+        path = super().policy_path(labels)
+        if path is not None and labels.get(PSA) in names.POD_SECURITY_HOST_ACCESS_LEVELS:
+            return policies.policy_path(path, pod_security=True)
+        return path
+
+
+@pytest.mark.parametrize("carried", [False, True], ids=["routes-without-level", "with-level"])
+def test_the_path_carries_the_pod_security_level_once(carried: bool) -> None:
+    loaded = policies.load_directory(REPO / "policies")
+    where = rendering.routes(loaded, pods.BUILTIN_KINDS, webhook_namespace="gpu")
+    if carried:
+        where = _Routes(where.entries, where.webhook_namespace)
+    cases = [
+        ({}, "default"),
+        ({PSA: "privileged"}, "default"),
+        ({PSA: "baseline"}, "default/baseline"),
+        ({PSA: "restricted"}, "default/baseline"),
+        ({names.POLICY_LABEL: "nope", PSA: "baseline"}, f"{names.UNKNOWN_POLICY_PATH}/baseline"),
+    ]
+    for labels, expected in cases:
+        assert auditing.policy_path(where, "a", {**OPTED_IN, **labels}) == expected, labels
+    assert auditing.policy_path(where, "a", {PSA: "baseline"}) is None
+    # The policy at that path leaves host-access to Pod Security.
+    assert loaded.governing("default/baseline").pod_security
+    # And the audit judges under it: nothing for host-access in a baseline namespace.
+    ns = {"apiVersion": "v1", "kind": "Namespace",
+          "metadata": {"name": "a", "labels": {**OPTED_IN, PSA: "baseline"}}}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "net", "namespace": "a"},
+           "spec": HOST_NETWORK}
+    report = auditing.audit([ns, pod], policies=loaded, where=where)
+    [judged] = report.namespaces
+    assert (judged.policy, judged.host_access) == ("default", auditing.POD_SECURITY)
+    assert judged.counts[auditing.REFUSED] == 0
+    assert report.without_pod_security == []

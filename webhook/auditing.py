@@ -22,6 +22,12 @@ json` and `kubectl get namespaces -o json` print and judges every Pod and every 
   are one `Entry`, so a 300-replica Deployment is one line; so are bare Pods with the same
   verdict. Every object is still reviewed: an old ReplicaSet or a Pod that differs from its
   template gets an entry of its own.
+- A namespace's Pod Security level (label `pod-security.kubernetes.io/enforce`) travels in its
+  webhook path as in the cluster: one that enforces baseline or restricted is judged under
+  `<policy>/baseline`, where rule host-access leaves its checks to Pod Security. Each judged
+  namespace says whether host-access applies there (`NamespaceReport.host_access`), and
+  `Report.without_pod_security` lists the opted-in namespaces that do not leave it to Pod
+  Security, with what it would refuse.
 
 Pure: no I/O. The command (`commands/audit.py`) reads the files and prints the report.
 """
@@ -36,8 +42,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from webhook import names, namespaces, rendering
-from webhook.core import pods, reviewing
+from webhook import hostpaths, names, namespaces, policies, rendering
+from webhook.core import pods, reviewing, rules
 from webhook.core.decisions import MALFORMED, OBJECT, Violation
 from webhook.policies import Policy, PolicySet
 
@@ -69,6 +75,15 @@ _KIND_ORDER = {
         )
     )
 }
+# The rule that applies Pod Security baseline's host-access checks where the namespace does not
+# enforce baseline or restricted.
+HOST_ACCESS = "host-access"
+# Whether it judges the pods of a judged namespace (`NamespaceReport.host_access`): it does; it
+# is switched off in the namespace's policy; the namespace's webhook path leaves it to Pod
+# Security (the namespace enforces baseline or restricted, and the policy trusts the label).
+APPLIES, OFF, POD_SECURITY = "applies", "off", "left-to-pod-security"
+HOST_ACCESS_STATES = (APPLIES, OFF, POD_SECURITY)
+_HOST_ACCESS_RULE = next(r for r in rules.RULES if r.name == HOST_ACCESS)
 # A patch value shown in a report is cut to this length.
 _SHOWN = 80
 
@@ -166,6 +181,49 @@ class NamespaceReport:
     entries: list[Entry] = field(default_factory=list)
     # Whether a Namespace object says so (False: only objects in it were found).
     in_files: bool = True
+    # The value of its label pod-security.kubernetes.io/enforce (None: no such label, the
+    # cluster's default level, `privileged` unless the API server is configured otherwise).
+    pod_security: str | None = None
+    # For a judged namespace: whether rule host-access judges its pods (one of
+    # HOST_ACCESS_STATES; None for the others), and why, in words.
+    host_access: str | None = None
+    host_access_reason: str = ""
+
+    @property
+    def pod_security_label(self) -> str:
+        """Its Pod Security enforce label, in words."""
+        label = names.POD_SECURITY_ENFORCE_LABEL
+        return f"no {label} label" if self.pod_security is None else f"{label}={self.pod_security}"
+
+    @property
+    def pod_security_enforced(self) -> bool:
+        """Whether its label says Pod Security enforces baseline or restricted."""
+        return hostpaths.pod_security_enforced(self.pod_security)
+
+    @property
+    def without_pod_security(self) -> bool:
+        """A judged namespace where the webhook does not leave host access to Pod Security:
+        it does not enforce baseline or restricted, or its policy does not trust the label."""
+        if self.status != JUDGED:
+            return False
+        return self.host_access == APPLIES or (
+            self.host_access == OFF and not self.pod_security_enforced
+        )
+
+    def host_access_entries(self) -> list[Entry]:
+        """Its entries that rule host-access refuses, each with only that rule's refusals."""
+        out = []
+        for e in self.entries:
+            found = tuple(f for f in e.verdict.refusals if f.rule == HOST_ACCESS)
+            if found:
+                verdict = Verdict(REFUSED, found, key=(REFUSED, tuple(f.key for f in found)))
+                out.append(dataclasses.replace(e, verdict=verdict))
+        return out
+
+    @property
+    def host_access_refused(self) -> int:
+        """How many of its objects rule host-access refuses."""
+        return sum(e.count for e in self.host_access_entries())
 
 
 @dataclass(slots=True)
@@ -194,6 +252,12 @@ class Report:
     def refused(self) -> int:
         return self.total(REFUSED)
 
+    @property
+    def without_pod_security(self) -> list[NamespaceReport]:
+        """The opted-in namespaces that do not leave Pod Security baseline's host-access checks
+        to Pod Security (see `NamespaceReport.without_pod_security`)."""
+        return [ns for ns in self.namespaces if ns.without_pod_security]
+
 
 # --------------------------------------------------------------------------- routing
 
@@ -203,6 +267,21 @@ def _with_name(name: str, labels: Mapping[str, str]) -> Mapping[str, str]:
     if names.NAME_LABEL in labels:
         return labels
     return {**labels, names.NAME_LABEL: name}
+
+
+def policy_path(where: rendering.Routes, name: str, labels: Mapping[str, str]) -> str | None:
+    """The webhook path the API server would send the namespace's objects to: its policy's,
+    with `/baseline` when the namespace enforces Pod Security baseline or restricted (whether
+    or not the routes carry the level themselves); None when no entry selects it."""
+    path = where.policy_path(_with_name(name, labels))
+    if path is None:
+        return None
+    policy, pod_security = policies.split_path(path)
+    if not pod_security and hostpaths.pod_security_enforced(
+        labels.get(names.POD_SECURITY_ENFORCE_LABEL)
+    ):
+        return policies.policy_path(policy, pod_security=True)
+    return path
 
 
 # --------------------------------------------------------------------------- the audit
@@ -276,7 +355,7 @@ def audit(
     for name in sorted(set(labels_of) | set(in_namespace)):
         items = in_namespace.get(name, [])
         labels = labels_of.get(name)
-        path = where.policy_path(_with_name(name, labels)) if labels is not None else None
+        path = policy_path(where, name, labels) if labels is not None else None
         ns = _meet(name, labels, path, where, policies)
         ns.objects = len(items)
         report.namespaces.append(ns)
@@ -290,6 +369,7 @@ def audit(
             real = policies.governing(path)
             governing[path] = (real, _enforcing(real))
         real, enforcing = governing[path]
+        _host_access(ns, real)
         for item in items:
             problem = _judge(item, real=real, enforcing=enforcing, kinds=by_kind)
             if problem is not None:
@@ -347,9 +427,12 @@ def _meet(
             " are unknown",
             in_files=False,
         )
+    level = labels.get(names.POD_SECURITY_ENFORCE_LABEL)
     if path is None:
         unsent = where.why_not_sent(_with_name(name, labels))
-        return NamespaceReport(name, EXCLUDED if unsent.left_out else NOT_OPTED_IN, str(unsent))
+        return NamespaceReport(
+            name, EXCLUDED if unsent.left_out else NOT_OPTED_IN, str(unsent), pod_security=level
+        )
     wanted = namespaces.policy_name(labels) or names.DEFAULT_POLICY
     label = labels.get(names.POLICY_LABEL)
     how = f"label {names.POLICY_LABEL}={label}" if label else f"no {names.POLICY_LABEL} label"
@@ -363,16 +446,47 @@ def _meet(
             " a GPU are refused",
             policy=wanted,
             mode=names.ENFORCE,
+            pod_security=level,
         )
     return NamespaceReport(
         name,
         JUDGED,
         how,
-        policy=path,
+        policy=policy.name,
         in_force=True,
         mode=policy.mode,
         rule_modes=policy.rule_modes,
+        pod_security=level,
     )
+
+
+def _host_access(ns: NamespaceReport, policy: Policy) -> None:
+    """Whether rule host-access judges the pods of a judged namespace under `policy` (the
+    policy at its webhook path), and why."""
+    level = ns.pod_security_label
+    if policy.pod_security:
+        ns.host_access = POD_SECURITY
+        ns.host_access_reason = (
+            f"Pod Security {ns.pod_security} enforced ({level}): host-access leaves its checks"
+            " to it"
+        )
+        return
+    named = f'policy "{policy.name}"' if ns.in_force else "the catch-all entry"
+    if not rules.switched_on(_HOST_ACCESS_RULE, policy):
+        ns.host_access = OFF
+        ns.host_access_reason = (
+            f"Pod Security baseline not enforced ({level}), and host-access is off in {named}"
+            f" (rules.{_HOST_ACCESS_RULE.switch}: false)"
+        )
+        return
+    ns.host_access = APPLIES
+    if ns.pod_security_enforced:
+        ns.host_access_reason = (
+            f"Pod Security {ns.pod_security} enforced ({level}), but {named} does not trust"
+            " the label (hostAccess.trustPodSecurity: false): host-access applies"
+        )
+    else:
+        ns.host_access_reason = f"Pod Security baseline not enforced ({level}): host-access applies"
 
 
 def _enforcing(policy: Policy) -> Policy:

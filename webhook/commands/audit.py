@@ -217,6 +217,7 @@ def as_text(report: auditing.Report, *, listed: Sequence[str]) -> str:
                     f"  not judged: {_objects(ns.objects)}", ""]
         elif ns.objects:  # an empty namespace the webhook never sees: nothing to say
             out += [f"namespace {ns.name}: {ns.reason}; {_objects(ns.objects)} untouched", ""]
+    out += _without_pod_security_text(report)
     out += _table(report)
     out.append("")
     ignored = sum(report.ignored.values())
@@ -252,7 +253,7 @@ def _namespace_text(ns: auditing.NamespaceReport, listed: Sequence[str]) -> list
         head = f'namespace {ns.name}: policy "{ns.policy}" ({ns.reason}), {mode}'
     else:
         head = f"namespace {ns.name}: {ns.reason}"
-    out = [head]
+    out = [head, f"  {ns.host_access_reason}"]
     if not ns.objects:
         out.append("  no pods or workloads")
     for verdict in auditing.VERDICTS:
@@ -290,6 +291,41 @@ def _entry_text(entry: auditing.Entry) -> list[str]:
     adds = [add for add in v.adds if not add.startswith("annotations: ")] or list(v.adds)
     out += [f"      + {add}" for add in adds]
     out += [f"      ! {w}" for w in v.warnings]
+    return out
+
+
+# The heading of the section that lists them.
+WITHOUT_POD_SECURITY = "Opted-in namespaces without Pod Security baseline: host-access applies"
+
+
+def _without_pod_security_text(report: auditing.Report) -> list[str]:
+    """The opted-in namespaces that do not enforce Pod Security baseline or restricted (or
+    whose policy does not trust the label), each with what rule host-access would refuse."""
+    if not any(ns.status == auditing.JUDGED for ns in report.namespaces):
+        return []
+    listed = report.without_pod_security
+    if not listed:
+        return [
+            "Every opted-in namespace enforces Pod Security baseline or restricted:"
+            " host-access leaves its checks to it.",
+            "",
+        ]
+    out = [WITHOUT_POD_SECURITY]
+    for ns in listed:
+        line = f"  {ns.name} ({ns.pod_security_label})"
+        if ns.host_access == auditing.OFF:
+            out.append(f"{line}: {ns.host_access_reason}")
+            continue
+        if ns.pod_security_enforced:  # a label the policy does not trust
+            line += ", not trusted (hostAccess.trustPodSecurity: false)"
+        entries = ns.host_access_entries()
+        if not entries:
+            out.append(f"{line}: host-access would refuse nothing there")
+            continue
+        out.append(f"{line}: host-access would refuse {_objects(ns.host_access_refused)}")
+        for entry in entries:
+            out += _entry_text(entry)
+    out.append("")
     return out
 
 
@@ -396,6 +432,18 @@ def as_json(
             "duplicates": report.duplicates,
         },
         "namespaces": [_namespace_json(ns, listed) for ns in report.namespaces],
+        "withoutPodSecurityBaseline": [
+            {
+                "namespace": ns.name,
+                "podSecurity": ns.pod_security,
+                "policy": ns.policy,
+                "hostAccess": ns.host_access,
+                "reason": ns.host_access_reason,
+                "refused": ns.host_access_refused,
+                "objects": [_entry_json(e) for e in ns.host_access_entries()],
+            }
+            for ns in report.without_pod_security
+        ],
     }
 
 
@@ -408,6 +456,11 @@ def _namespace_json(ns: auditing.NamespaceReport, listed: Sequence[str]) -> dict
         "policyInForce": ns.in_force,
         "mode": ns.mode,
         "ruleModes": dict(ns.rule_modes),
+        "podSecurity": {
+            "enforce": ns.pod_security,
+            "baselineEnforced": ns.pod_security_enforced,
+        },
+        "hostAccess": ns.host_access,
         "counts": {
             "objects": ns.objects,
             "refused": ns.counts[auditing.REFUSED],
