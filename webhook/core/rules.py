@@ -678,10 +678,25 @@ def check_host_access(r: Pass) -> None:
     if pod.ephemeral_update:
         # The pod's namespaces and volumes were judged when it was created.
         return
-    for flag, on in (
-        ("hostPID", pod.host_pid and not covered("host-namespaces", in_gpu_pods=True)),
-        ("hostIPC", pod.host_ipc and not covered("host-namespaces", in_gpu_pods=True)),
-        ("hostNetwork", pod.host_network),
+    for flag, on, what in (
+        (
+            "hostPID",
+            pod.host_pid and not covered("host-namespaces", in_gpu_pods=True),
+            "shares the node's processes with the pod: a container that may trace (SYS_PTRACE,"
+            " or on nodes whose ptrace_scope is 0) reaches other pods' GPU processes and, through"
+            " /proc/<pid>/root, the MPS daemon's pipes",
+        ),
+        (
+            "hostIPC",
+            pod.host_ipc and not covered("host-namespaces", in_gpu_pods=True),
+            "shares the node's shared memory with the pod, the MPS daemon's included",
+        ),
+        (
+            "hostNetwork",
+            pod.host_network,
+            "shares the node's network with the pod: the node's local services (the kubelet,"
+            " the GPU Operator's) answer it as the node",
+        ),
     ):
         if on:
             r.deny(
@@ -690,9 +705,7 @@ def check_host_access(r: Pass) -> None:
                 f"spec.{flag}",
                 "host namespace: ",
                 FIELD,
-                " shares the node's processes, memory or network with the pod (with hostPID, a"
-                " container that may trace reaches other pods' GPU processes and the MPS"
-                f" daemon){_NOT_ENFORCED}. Remove {flag}",
+                f" {what}{_NOT_ENFORCED}. Remove {flag}",
             )
     for v in pod.volumes:
         if v.host_path is None:
