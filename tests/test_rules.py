@@ -231,6 +231,9 @@ def test_only_the_values_that_hide_gpus_exactly_are_allowed(value: str | None, h
         ("/home/kubernetes/bin/nvidia", True), ("/home/kubernetes", True),
         ("/dev/vfio/12", True), ("/dev/mem", True), ("/models/../proc/1/root", True),
         ("models", True), ("./data", True),
+        ("/etc/kubernetes/manifests", True), ("/usr/lib/x86_64-linux-gnu", True),
+        ("/lib/x86_64-linux-gnu/libcuda.so.1", True), ("/usr/lib64/libnvidia-ml.so", True),
+        ("/usr/lib/x86_64-linux-gnu/libssl.so.3", False), ("/usr/share/zoneinfo", False),
     ],
 )
 def test_host_paths_that_hand_out_gpus_or_hold_them(path: str, exposes: bool) -> None:

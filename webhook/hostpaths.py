@@ -76,13 +76,22 @@ CLASSES: tuple[HostPathClass, ...] = (
             "/etc/nvidia-container-toolkit",
             "/usr/bin/nvidia*",
             "/usr/lib/modules",
+            # The driver's user-space libraries, which the toolkit mounts into every GPU
+            # container (Debian/Ubuntu, RHEL, and Arm layouts).
+            "/usr/lib/x86_64-linux-gnu/libnvidia*",
+            "/usr/lib/x86_64-linux-gnu/libcuda*",
+            "/usr/lib/aarch64-linux-gnu/libnvidia*",
+            "/usr/lib/aarch64-linux-gnu/libcuda*",
+            "/usr/lib64/libnvidia*",
+            "/usr/lib64/libcuda*",
         ),
     ),
     HostPathClass(
         "kubelet plugins and state",
         "the device-plugin and pod-resources sockets (a pod can register a plugin for a GPU"
-        " resource and answer its allocations), DRA plugin sockets, the allocation checkpoint",
-        ("/var/lib/kubelet",),
+        " resource and answer its allocations), DRA plugin sockets, the allocation checkpoint,"
+        " the static pod manifests (the kubelet runs whatever is written there)",
+        ("/var/lib/kubelet", "/etc/kubernetes", "/var/snap/microk8s"),
     ),
     HostPathClass(
         "CDI specs",
