@@ -283,9 +283,11 @@ def env_var(draw: st.DrawFn, *, hostile: bool) -> dict[str, Any]:
 MOUNT_PATHS = (
     "/data", "/var/run/nvidia-container-devices", "/var/run/nvidia-container-devices/0",
     "/var/run/nvidia-container-devices/../x", "/var/run//nvidia-container-devices", "/dev/nvidia0",
-    "/run/nvidia", "", "relative",
+    "/run/nvidia", "", "relative", "var/run/nvidia-container-devices/all",
+    "../var/run/nvidia-container-devices/0", "./var/run/nvidia-container-devices",
 )  # fmt: skip
-CAPABILITIES = ("SYS_ADMIN", "ALL", "NET_ADMIN", "sys_admin", "CAP_SYS_ADMIN", "all", "")
+CAPABILITIES = ("SYS_ADMIN", "ALL", "NET_ADMIN", "sys_admin", "CAP_SYS_ADMIN", "all", "",
+                "SYS_PTRACE", "CHOWN", "cap_kill", "SYS_MODULE")
 TAME_NAMES = ("main", "cuda", "sidecar", "init", "c-1", "debugger", "trainer", "loader")
 
 tame_names = st.sampled_from(TAME_NAMES)
@@ -309,7 +311,8 @@ def containers(draw: st.DrawFn, *, hostile: bool) -> dict[str, Any]:
     if draw(st.integers(0, 4)) == 0:
         paths = st.sampled_from(MOUNT_PATHS if hostile else ["/data", "/cache"])
         c["volumeMounts"] = [
-            {"name": draw(st.sampled_from(("dev", "data", "devices"))), "mountPath": path}
+            {"name": draw(st.sampled_from(("dev", "data", "devices"))), "mountPath": path,
+             **({"readOnly": True} if draw(st.booleans()) else {})}
             for path in draw(st.lists(paths, min_size=1, max_size=2))
         ]
     if draw(st.integers(0, 4)) == 0:
@@ -342,6 +345,9 @@ VOLUMES = [
     {"name": "dev", "hostPath": {"path": "/"}},
     {"name": "dev", "hostPath": {"path": "/dev/../dev/nvidiactl"}},
     {"name": "data", "hostPath": {"path": "/srv/data"}},
+    {"name": "dev", "hostPath": {"path": "/proc/self/root/run/nvidia/mps"}},
+    {"name": "dev", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}},
+    {"name": "data", "hostPath": {"path": "models"}},
     {"name": "data", "emptyDir": {}},
     {"name": "devices", "configMap": {"name": "devices"}},
 ]
