@@ -3,10 +3,13 @@
 For one request (an object, the labels of its namespace, an operation, a subresource), as
 the API server does it: every entry whose namespaceSelector matches the namespace, one of
 whose rules matches the resource, subresource and operation, and all of whose matchConditions
-(CEL, evaluated with cel-python) hold, is called; mutating entries first, in order, each
-patch applied to the object as sent to that entry; then the patched object is validated as
-Kubernetes validates it (schema of two versions, the client's model, Pod rules); then the
-validating entries see the final object. Any denial stops the chain.
+(CEL, evaluated with cel-python, with `object`, `oldObject` and `request` bound as the API
+server binds them: see `deploy_helpers.Conditions`) hold, is called; mutating entries first,
+in order, each patch applied to the object as sent to that entry; then the patched object is
+validated as Kubernetes validates it (schema of two versions, the client's model, Pod rules);
+then the built-in PodSecurity admission plugin judges pods where the namespace enforces a
+level (`pod_security_refusal`: baseline's host-access checks); then the validating entries
+see the final object. Any denial stops the chain.
 
 How an entry is called is the test's choice (`Send`): straight into the codec
 (`reviews.review`), or over HTTPS into the real application.
@@ -23,7 +26,7 @@ from typing import Any
 
 from tests import deploy_helpers as dh
 from tests import kube
-from webhook import policies, rendering, reviews
+from webhook import names, policies, rendering, reviews
 from webhook.core import pods
 
 # (path with query, request body) -> the AdmissionReview the webhook answered.
@@ -99,6 +102,7 @@ class ApiServer:
         *,
         operation: str,
         sub_resource: str,
+        old: Mapping[str, Any] | None,
     ) -> bool:
         if not dh.selector_matches(entry["namespaceSelector"], labels):
             return False
@@ -109,7 +113,9 @@ class ApiServer:
         key = (kind, entry["name"])
         if key not in self._conditions:
             self._conditions[key] = dh.Conditions(entry)
-        return self._conditions[key].match(obj, operation=operation, sub_resource=sub_resource)
+        return self._conditions[key].match(
+            obj, operation=operation, sub_resource=sub_resource, old=old
+        )
 
     async def admit(
         self,
@@ -126,12 +132,28 @@ class ApiServer:
             (rendering.MUTATING_KIND, self.mutating),
             (rendering.VALIDATING_KIND, self.validating),
         ):
-            if kind == rendering.VALIDATING_KIND and kube.templates_of(current):
-                # Between the two: the object as patched must be valid, or nothing is stored.
-                kube.check_valid(current)
+            if kind == rendering.VALIDATING_KIND:
+                if kube.templates_of(current):
+                    # Between the two: the object as patched must be valid, or nothing is
+                    # stored.
+                    kube.check_valid(current)
+                # The built-in validating plugins run before the validating webhooks.
+                refusal = pod_security_refusal(
+                    current, labels, operation=operation, sub_resource=sub_resource, old=old
+                )
+                if refusal is not None:
+                    outcome.allowed = False
+                    outcome.message = refusal
+                    return outcome
             for entry in entries:
                 if not self._called(
-                    kind, entry, current, labels, operation=operation, sub_resource=sub_resource
+                    kind,
+                    entry,
+                    current,
+                    labels,
+                    operation=operation,
+                    sub_resource=sub_resource,
+                    old=old,
                 ):
                     continue
                 uid = str(uuid.uuid4())
@@ -154,6 +176,103 @@ class ApiServer:
                     current = kube.apply(current, json.loads(base64.b64decode(response["patch"])))
         outcome.stored = current
         return outcome
+
+
+# --------------------------------------------------------------------------- PodSecurity
+
+# Pod Security baseline's allowed added capabilities (k8s.io/pod-security-admission,
+# policy/check_capabilities_baseline.go), compared exactly as written: "CAP_CHOWN" or "chown"
+# is not in the set.
+BASELINE_CAPABILITIES = frozenset({
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+    "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
+})
+_CONTAINER_GROUPS = ("initContainers", "containers", "ephemeralContainers")
+
+
+def pod_security_refusal(
+    obj: Mapping[str, Any],
+    labels: Mapping[str, str],
+    *,
+    operation: str = "CREATE",
+    sub_resource: str = "",
+    old: Mapping[str, Any] | None = None,
+) -> str | None:
+    """The built-in PodSecurity admission plugin's refusal of a Pod in a namespace with
+    `labels`, or None. Played: its enforce label at baseline or restricted (the label's
+    absence is the cluster default, `privileged` here), and baseline's host-access checks
+    (privileged containers, hostPID/hostIPC/hostNetwork, hostPath volumes, capabilities added
+    beyond baseline's set), on every kind of container. Not played: the other baseline checks
+    (host ports, sysctls, SELinux, /proc mount, seccomp, AppArmor, Windows host process) and
+    restricted's own, which these tests do not need, nor exemptions.
+
+    Judged as the plugin judges: a Pod on CREATE, an update of its ephemeral containers, and a
+    Pod UPDATE that changes the spec (other than images); no other subresource."""
+    if labels.get(names.POD_SECURITY_ENFORCE_LABEL) not in names.POD_SECURITY_HOST_ACCESS_LEVELS:
+        return None
+    if obj.get("kind") != "Pod" or str(obj.get("apiVersion")) != "v1":
+        return None
+    if sub_resource not in ("", reviews.EPHEMERAL_CONTAINERS):
+        return None
+    if operation == "UPDATE" and not sub_resource:
+        if old is not None and _without_images(old) == _without_images(obj):
+            return None
+    elif operation not in ("CREATE", "UPDATE"):
+        return None
+    spec = obj.get("spec") or {}
+    problems: list[str] = []
+    hosts = [f"{flag}=true" for flag in ("hostNetwork", "hostPID", "hostIPC") if spec.get(flag)]
+    if hosts:
+        problems.append(f"host namespaces ({', '.join(hosts)})")
+    containers = [c for group in _CONTAINER_GROUPS for c in spec.get(group) or []]
+    privileged = [
+        str(c.get("name")) for c in containers if (c.get("securityContext") or {}).get("privileged")
+    ]
+    if privileged:
+        problems.append(
+            f"privileged ({_quoted('container', privileged)} must not set"
+            " securityContext.privileged=true)"
+        )
+    host_paths = [str(v.get("name")) for v in spec.get("volumes") or [] if "hostPath" in v]
+    if host_paths:
+        problems.append(f"hostPath volumes ({_quoted('volume', host_paths)})")
+    wide: dict[str, list[str]] = {}
+    for c in containers:
+        added = ((c.get("securityContext") or {}).get("capabilities") or {}).get("add") or []
+        for capability in added:
+            if capability not in BASELINE_CAPABILITIES:
+                wide.setdefault(str(c.get("name")), []).append(str(capability))
+    if wide:
+        problems.append(
+            "non-default capabilities ("
+            + ", ".join(
+                f'container "{name}" must not include '
+                + ", ".join(f'"{cap}"' for cap in caps)
+                + " in securityContext.capabilities.add"
+                for name, caps in wide.items()
+            )
+            + ")"
+        )
+    if not problems:
+        return None
+    name = (obj.get("metadata") or {}).get("name", "")
+    level = labels[names.POD_SECURITY_ENFORCE_LABEL]
+    return f'pods "{name}" is forbidden: violates PodSecurity "{level}:latest": ' + ", ".join(
+        problems
+    )
+
+
+def _quoted(what: str, items: Sequence[str]) -> str:
+    plural = "s" if len(items) > 1 else ""
+    return f"{what}{plural} " + ", ".join(f'"{i}"' for i in items)
+
+
+def _without_images(pod: Mapping[str, Any]) -> Any:
+    spec = json.loads(json.dumps(pod.get("spec") or {}))
+    for group in _CONTAINER_GROUPS:
+        for c in spec.get(group) or []:
+            c.pop("image", None)
+    return spec
 
 
 def answer(review: Mapping[str, Any], uid: str) -> dict[str, Any]:

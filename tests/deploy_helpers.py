@@ -191,11 +191,22 @@ class Conditions:
         ]
 
     def results(
-        self, obj: Mapping[str, Any], *, operation: str = "CREATE", sub_resource: str = ""
+        self,
+        obj: Mapping[str, Any],
+        *,
+        operation: str = "CREATE",
+        sub_resource: str = "",
+        old: Mapping[str, Any] | None = None,
     ) -> dict[str, bool]:
-        """Each condition's value. A CEL error raises: with Fail it would refuse the object."""
+        """Each condition's value. A CEL error raises: with Fail it would refuse the object.
+        `old` is the object before an UPDATE (the same object when not given), null on
+        CREATE, as the API server binds `oldObject`."""
+        if operation == "UPDATE" and old is None:
+            old = obj
+        before = json.loads(json.dumps(old)) if operation == "UPDATE" else None
         activation = {
             "object": json_to_cel(json.loads(json.dumps(obj))),
+            "oldObject": json_to_cel(before),
             "request": json_to_cel(request_of(obj, operation=operation, sub_resource=sub_resource)),
         }
         out: dict[str, bool] = {}
@@ -208,34 +219,49 @@ class Conditions:
         return out
 
     def match(
-        self, obj: Mapping[str, Any], *, operation: str = "CREATE", sub_resource: str = ""
+        self,
+        obj: Mapping[str, Any],
+        *,
+        operation: str = "CREATE",
+        sub_resource: str = "",
+        old: Mapping[str, Any] | None = None,
     ) -> bool:
         """Whether the API server would call the webhook: every condition true."""
-        return all(self.results(obj, operation=operation, sub_resource=sub_resource).values())
+        results = self.results(obj, operation=operation, sub_resource=sub_resource, old=old)
+        return all(results.values())
 
 
 def request_of(obj: Mapping[str, Any], *, operation: str, sub_resource: str) -> dict[str, Any]:
     """The `request` a matchCondition sees (an AdmissionRequest): for a subresource, the kind
-    and resource are the parent's (a Pod for pods/ephemeralcontainers)."""
+    and resource are the parent's (a Pod for pods/ephemeralcontainers).
+
+    As the API server binds it (k8s.io/apiserver admission/plugin/cel): the AdmissionRequest
+    turned into JSON-like data by the unstructured converter, which leaves out the
+    `omitempty` fields that are empty: `subResource` and `requestSubResource` are absent when
+    there is no subresource, and reading them is then an error (which with Fail refuses)."""
     group, _, version = str(obj.get("apiVersion", "v1")).rpartition("/")
     kind = str(obj.get("kind", ""))
     meta = obj.get("metadata") or {}
     gvk = {"group": group, "version": version, "kind": kind}
     gvr = {"group": group, "version": version, "resource": kind.lower() + "s"}
-    return {
+    request: dict[str, Any] = {
         "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
         "kind": gvk,
         "resource": gvr,
-        "subResource": sub_resource,
         "requestKind": gvk,
         "requestResource": gvr,
-        "requestSubResource": sub_resource,
-        "name": meta.get("name", ""),
-        "namespace": meta.get("namespace", ""),
         "operation": operation,
         "userInfo": {"username": "alice", "groups": ["system:authenticated"]},
         "dryRun": False,
     }
+    if sub_resource:
+        request["subResource"] = sub_resource
+        request["requestSubResource"] = sub_resource
+    # name (omitempty: absent for a generateName create) and namespace (omitempty).
+    for field in ("name", "namespace"):
+        if meta.get(field):
+            request[field] = meta[field]
+    return request
 
 
 # --------------------------------------------------------------------------- objects

@@ -111,10 +111,18 @@ def test_render_gives_one_mutating_and_one_validating_configuration(
 def test_each_policy_has_an_entry_plus_the_unlabelled_and_the_unknown_entry(
     shipped_policies: policies.PolicySet, configurations: dict[str, dict[str, Any]]
 ) -> None:
+    # Each twice: for namespaces that enforce Pod Security baseline or restricted (the path
+    # ends in /baseline), and for the others.
     expected = {
         rendering.DEFAULT_ENTRY: "default",
+        rendering.DEFAULT_BASELINE_ENTRY: "default/baseline",
         **{rendering.policy_entry(n): n for n in shipped_policies.names},
+        **{
+            rendering.policy_entry(n, pod_security=True): f"{n}/baseline"
+            for n in shipped_policies.names
+        },
         rendering.UNKNOWN_ENTRY: names.UNKNOWN_POLICY_PATH,
+        rendering.UNKNOWN_BASELINE_ENTRY: f"{names.UNKNOWN_POLICY_PATH}/baseline",
     }
     assert set(shipped_policies.names) == {"default", "not-renamed"}
     for kind, endpoint in (
@@ -137,12 +145,24 @@ def test_entry_names_are_fully_qualified_and_unique(
 
 
 def test_no_policy_name_can_collide_with_the_special_entries() -> None:
-    # Policy entries have four labels, the special ones three.
-    for name in ("default", "unknown-policy", "gpu-share", "policies", "io"):
-        assert rendering.policy_entry(name) not in (
-            rendering.DEFAULT_ENTRY,
-            rendering.UNKNOWN_ENTRY,
-        )
+    # Special entries have three labels, or four with "baseline" second; policy entries four
+    # with "policies" third, or five with "baseline.policies".
+    special = (
+        rendering.DEFAULT_ENTRY,
+        rendering.UNKNOWN_ENTRY,
+        rendering.DEFAULT_BASELINE_ENTRY,
+        rendering.UNKNOWN_BASELINE_ENTRY,
+    )
+    assert len(set(special)) == 4
+    tricky = ("default", "unknown-policy", "gpu-share", "policies", "io", "baseline", "x")
+    made = [rendering.policy_entry(n, pod_security=ps) for n in tricky for ps in (False, True)]
+    assert len(set(made)) == len(made)
+    assert not set(made) & set(special)
+    # A policy name is one DNS label: the labels of an entry name tell which entry it is.
+    for name in made:
+        labels = name.split(".")
+        assert labels[-3:] == ["policies", "gpu-share", "io"]
+        assert len(labels) == (5 if labels[1] == "baseline" else 4), name
 
 
 def test_every_entry_has_the_settings_the_spec_asks_for(
@@ -169,14 +189,15 @@ def test_every_entry_has_the_settings_the_spec_asks_for(
 
 
 POD_RULES = [
-    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"],
-     "scope": "Namespaced"},
+    # UPDATE for route 8 only: the matchConditions let through no other Pod update.
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+     "resources": ["pods"], "scope": "Namespaced"},
     {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
      "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"},
 ]
 
 
-def test_mutation_sees_pods_on_create_and_their_ephemeral_containers_on_update(
+def test_mutation_sees_pods_on_create_and_update_and_their_ephemeral_containers_on_update(
     mutating_config: dict[str, Any],
 ) -> None:
     for e in mutating_config["webhooks"]:
@@ -220,6 +241,7 @@ NS = dh.namespace_labels
 ENABLED = {"gpu-share.io/enabled": "true"}
 
 POLICY = "gpu-share.io/policy"
+PSA = "pod-security.kubernetes.io/enforce"
 # (name, labels, the policy path the namespace's objects reach; None: no entry).
 _NAMESPACES: list[tuple[str, dict[str, str], str | None]] = [
     ("not-opted-in", NS("team"), None),
@@ -234,8 +256,26 @@ _NAMESPACES: list[tuple[str, dict[str, str], str | None]] = [
     ("unknown-case", NS("team", **ENABLED, **{POLICY: "Default"}), names.UNKNOWN_POLICY_PATH),
     ("kube-system", NS("kube-system", **ENABLED), None),
     ("own-namespace", NS("gpu-share-system", **ENABLED), None),
+    # Pod Security's enforce label: baseline and restricted get the .../baseline path.
+    ("baseline", NS("team", **ENABLED, **{PSA: "baseline"}), "default/baseline"),
+    ("restricted", NS("team", **ENABLED, **{PSA: "restricted"}), "default/baseline"),
+    ("privileged", NS("team", **ENABLED, **{PSA: "privileged"}), "default"),
+    ("level-case", NS("team", **ENABLED, **{PSA: "Baseline"}), "default"),
+    ("level-empty", NS("team", **ENABLED, **{PSA: ""}), "default"),
+    ("baseline-default", NS("team", **ENABLED, **{POLICY: "default", PSA: "baseline"}),
+     "default/baseline"),
+    ("baseline-empty-label", NS("team", **ENABLED, **{POLICY: "", PSA: "restricted"}),
+     "default/baseline"),
+    ("baseline-not-renamed", NS("team", **ENABLED, **{POLICY: "not-renamed", PSA: "baseline"}),
+     "not-renamed/baseline"),
+    ("privileged-not-renamed",
+     NS("team", **ENABLED, **{POLICY: "not-renamed", PSA: "privileged"}), "not-renamed"),
+    ("baseline-unknown", NS("team", **ENABLED, **{POLICY: "nope", PSA: "baseline"}),
+     f"{names.UNKNOWN_POLICY_PATH}/baseline"),
+    ("baseline-not-opted-in", NS("team", **{PSA: "baseline"}), None),
+    ("baseline-kube-system", NS("kube-system", **ENABLED, **{PSA: "baseline"}), None),
 ]
-_EXCLUDED = ("kube-system", "own-namespace")
+_EXCLUDED = ("kube-system", "own-namespace", "baseline-kube-system")
 
 
 @pytest.mark.parametrize(
@@ -265,10 +305,64 @@ def test_a_namespace_reaches_exactly_the_entry_of_its_policy(
 def test_the_cluster_picks_the_policy_the_offline_mutate_picks(
     shipped_policies: policies.PolicySet, labels: dict[str, str], expected: str | None
 ) -> None:
-    name = namespaces.policy_name(labels)
-    if name is not None and shipped_policies.get(name) is None:
-        name = names.UNKNOWN_POLICY_PATH
-    assert name == expected
+    path = namespaces.policy_path(labels)
+    if path is not None and shipped_policies.get(path) is None:
+        _, pod_security = policies.split_path(path)
+        path = policies.policy_path(names.UNKNOWN_POLICY_PATH, pod_security=pod_security)
+    assert path == expected
+    # ...and the routes `mutate --namespace-label` and `audit` read give the same path.
+    where = rendering.routes(
+        shipped_policies, kinds.all_kinds(), webhook_namespace=DEFAULT_NAMESPACE
+    )
+    assert where.policy_path(labels) == expected
+
+
+def test_offline_mutate_takes_the_pod_security_level_from_the_namespace_labels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mutate --namespace-label` reviews at the path the cluster would call: under Pod
+    Security baseline, rule host-access is left to Pod Security."""
+    pod = _as("Pod", {**dh.pod_spec(dh.container()), "hostNetwork": True})
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(pod))
+    base = ["mutate", "-f", str(manifest), "-l", "gpu-share.io/enabled=true", "-o", "json"]
+    assert cli.main(base) == 1
+    assert "(rule host-access)" in capsys.readouterr().err
+    assert cli.main([*base, "-l", f"{PSA}=restricted"]) == 0
+    stored = json.loads(capsys.readouterr().out)
+    assert stored["spec"]["containers"][0]["env"] == [
+        {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}]
+
+
+_LABEL_VALUES = {
+    names.ENABLED_LABEL: ["true", "false", "True", ""],
+    POLICY: ["default", "not-renamed", "", "Default", "nope", "baseline"],
+    PSA: ["baseline", "restricted", "privileged", "Baseline", ""],
+    names.NAME_LABEL: ["team", "kube-system", DEFAULT_NAMESPACE],
+}
+
+
+@given(
+    labels=st.fixed_dictionaries(
+        {},
+        optional={key: st.sampled_from(values) for key, values in _LABEL_VALUES.items()},
+    )
+)
+def test_the_selectors_are_disjoint_and_cover_every_opted_in_namespace(
+    configurations: dict[str, dict[str, Any]], labels: dict[str, str]
+) -> None:
+    """Whatever a namespace's labels, at most one entry of each configuration selects it,
+    and exactly one when it opted in and is not excluded; its path carries the level."""
+    excluded = labels.get(names.NAME_LABEL) in ("kube-system", DEFAULT_NAMESPACE)
+    wanted = namespaces.opted_in(labels) and not excluded
+    for config in configurations.values():
+        matched = [
+            e for e in config["webhooks"] if dh.selector_matches(e["namespaceSelector"], labels)
+        ]
+        assert len(matched) == (1 if wanted else 0), [e["name"] for e in matched]
+        if matched:
+            path = entry_path(matched[0]).split("/", 2)[2]
+            assert path.endswith("/baseline") is namespaces.enforces_pod_security(labels)
 
 
 def test_without_a_default_policy_unlabelled_namespaces_are_sent_to_be_refused(
@@ -435,25 +529,53 @@ def _as(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
     return dh.workload(kind, spec)
 
 
+_UNKNOWN_ENTRIES = (rendering.UNKNOWN_ENTRY, rendering.UNKNOWN_BASELINE_ENTRY)
+
+
 def _entries_of(conditions: dict[tuple[str, str], dh.Conditions], kind: str) -> list[Any]:
     """The entries that serve the default policy (unlabelled and labelled) and the catch-all,
-    of the configurations that review `kind`."""
-    names = (rendering.DEFAULT_ENTRY, rendering.policy_entry("default"), rendering.UNKNOWN_ENTRY)
+    whatever the namespace's Pod Security level, of the configurations that review `kind`."""
+    names = (
+        rendering.DEFAULT_ENTRY,
+        rendering.DEFAULT_BASELINE_ENTRY,
+        rendering.policy_entry("default"),
+        rendering.policy_entry("default", pod_security=True),
+        *_UNKNOWN_ENTRIES,
+    )
     return [
         c for (config, name), c in conditions.items()
         if name in names and (kind == "Pod" or config == rendering.VALIDATING_KIND)
     ]
 
 
-@pytest.fixture(scope="module")
-def filtered(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], dh.Conditions]:
-    """The entries of a default policy with route 2 switched off (GPU pods only get void)."""
-    directory = tmp_path_factory.mktemp("policies")
-    text = (dh.POLICIES / "default.yaml").read_text().replace(
-        "voidVisibleDevicesWithoutGpu: true", "voidVisibleDevicesWithoutGpu: false")
-    (directory / "default.yaml").write_text(text)
-    configs = render(policies.load_directory(directory))
+def _switched(
+    factory: pytest.TempPathFactory, rules: dict[str, bool], host_access: str = ""
+) -> policies.PolicySet:
+    """The shipped default policy alone, with these `spec.rules` switches (and this
+    `spec.hostAccess`, YAML)."""
+    directory = factory.mktemp("policies")
+    doc = yaml.safe_load((dh.POLICIES / "default.yaml").read_text())
+    doc["spec"].setdefault("rules", {}).update(rules)
+    if host_access:
+        doc["spec"]["hostAccess"] = yaml.safe_load(host_access)
+    (directory / "default.yaml").write_text(yaml.safe_dump(doc))
+    return policies.load_directory(directory)
+
+
+def _conditions_of(configs: list[dict[str, Any]]) -> dict[tuple[str, str], dh.Conditions]:
     return {(c["kind"], e["name"]): dh.Conditions(e) for c in configs for e in c["webhooks"]}
+
+
+@pytest.fixture(scope="module")
+def filtered_policies(tmp_path_factory: pytest.TempPathFactory) -> policies.PolicySet:
+    """A default policy with route 2 switched off (GPU pods only get void)."""
+    return _switched(tmp_path_factory, {"voidVisibleDevicesWithoutGpu": False})
+
+
+@pytest.fixture(scope="module")
+def filtered(filtered_policies: policies.PolicySet) -> dict[tuple[str, str], dh.Conditions]:
+    """The entries of `filtered_policies`."""
+    return _conditions_of(render(filtered_policies))
 
 
 @pytest.mark.slow  # every refusable spec in every kind, through CEL
@@ -480,7 +602,7 @@ def test_every_pod_reaches_the_webhook_where_route_2_is_on_and_only_there(
         assert c.match(_as("Pod", spec)), c.entry
     for (_, name), c in filtered.items():
         # The catch-all guards a namespace whose policy is unknown as if route 2 were on.
-        assert c.match(_as("Pod", spec)) is (name == rendering.UNKNOWN_ENTRY), name
+        assert c.match(_as("Pod", spec)) is (name in _UNKNOWN_ENTRIES), name
 
 
 @pytest.mark.parametrize("kind", dh.WORKLOAD_KINDS)
@@ -567,7 +689,7 @@ def test_conditions_evaluate_without_error_on_sparse_objects(
     # With failurePolicy Fail a CEL error refuses the request: every field is guarded.
     for route_2_on, entries_of in ((True, conditions), (False, filtered)):
         for (_, name), c in entries_of.items():
-            every_pod = route_2_on or name == rendering.UNKNOWN_ENTRY
+            every_pod = route_2_on or name in _UNKNOWN_ENTRIES
             assert c.match(obj) is (obj["kind"] == "Pod" and every_pod), c.entry
 
 
@@ -614,7 +736,8 @@ def _containers(draw: st.DrawFn, name: str) -> dict[str, Any]:
     if draw(st.booleans()):
         c["securityContext"] = {"privileged": draw(st.booleans()),
                                 "capabilities": {"add": draw(st.sampled_from(
-                                    [[], ["SYS_ADMIN"], ["NET_ADMIN"]]))}}
+                                    [[], ["SYS_ADMIN"], ["NET_ADMIN"], ["CHOWN"],
+                                     ["NET_RAW"]]))}}
     mounts = draw(st.lists(st.sampled_from(_MOUNT_PATHS), max_size=2, unique=True))
     if mounts:
         c["volumeMounts"] = [{"name": f"v{i}", "mountPath": m} for i, m in enumerate(mounts)]
@@ -633,7 +756,7 @@ def _objects(draw: st.DrawFn) -> dict[str, Any]:
         spec["volumes"] = [{"name": "v0", "hostPath": {"path": draw(st.sampled_from(
             ["/dev", "/data", "/run/nvidia/mps"]))}}]
     if draw(st.booleans()):
-        spec[draw(st.sampled_from(["hostPID", "hostIPC"]))] = True
+        spec[draw(st.sampled_from(["hostPID", "hostIPC", "hostNetwork"]))] = draw(st.booleans())
     kind = draw(st.sampled_from(["Pod", *dh.WORKLOAD_KINDS]))
     obj = _as(kind, spec)
     annotations = draw(st.sampled_from([None, {"gpu-share.io/profile": "no-such-profile"},
@@ -646,6 +769,53 @@ def _objects(draw: st.DrawFn) -> dict[str, Any]:
     return obj
 
 
+@pytest.fixture(scope="module")
+def distrusting_policies(tmp_path_factory: pytest.TempPathFactory) -> policies.PolicySet:
+    """A default policy with route 2 off that does not trust Pod Security labels."""
+    return _switched(
+        tmp_path_factory, {"voidVisibleDevicesWithoutGpu": False}, "trustPodSecurity: false"
+    )
+
+
+@pytest.fixture(scope="module")
+def cdi_off_policies(tmp_path_factory: pytest.TempPathFactory) -> policies.PolicySet:
+    """A default policy with rule cdi-annotations switched off."""
+    return _switched(tmp_path_factory, {"denyCdiAnnotations": False})
+
+
+@dataclasses.dataclass(frozen=True)
+class Judged:
+    """An entry, and the policy the server applies at its path."""
+
+    kind: str  # of its configuration
+    entry: dict[str, Any]
+    policy: policies.Policy
+    conditions: dh.Conditions
+
+
+Judgeds = list[Judged]
+
+
+@pytest.fixture(scope="module")
+def judged(
+    shipped_policies: policies.PolicySet,
+    filtered_policies: policies.PolicySet,
+    distrusting_policies: policies.PolicySet,
+    cdi_off_policies: policies.PolicySet,
+) -> Judgeds:
+    """Every entry of the shipped policies and of the policies with other switches, each
+    with the policy its path names (`<name>/baseline`: without rule host-access, unless the
+    policy does not trust Pod Security)."""
+    return [
+        Judged(config["kind"], e, loaded.governing(entry_path(e).split("/", 2)[2]),
+               dh.Conditions(e))
+        for loaded in (shipped_policies, filtered_policies, distrusting_policies,
+                       cdi_off_policies)
+        for config in render(loaded)
+        for e in config["webhooks"]
+    ]
+
+
 @pytest.mark.slow  # 150 hypothesis objects through every entry's CEL conditions
 @settings(
     max_examples=150,
@@ -654,34 +824,271 @@ def _objects(draw: st.DrawFn) -> dict[str, Any]:
 )
 @given(obj=_objects())
 def test_what_the_conditions_leave_out_the_webhook_would_not_touch(
-    shipped_policies: policies.PolicySet,
-    conditions: dict[tuple[str, str], dh.Conditions],
-    filtered: dict[tuple[str, str], dh.Conditions],
-    obj: dict[str, Any],
+    judged: Judgeds, obj: dict[str, Any]
 ) -> None:
-    for entries_of, switched_off in ((conditions, False), (filtered, True)):
-        for (kind, entry_name), c in entries_of.items():
-            if c.match(obj):
-                continue
-            if entry_name == rendering.UNKNOWN_ENTRY:
-                policy = shipped_policies.governing("_unknown")
-            else:
-                default = entry_name == rendering.DEFAULT_ENTRY
-                name = "default" if default else entry_name.split(".")[0]
-                policy = shipped_policies.policies[name]
-                if switched_off:
-                    if name != "default":
-                        continue
-                    policy = dataclasses.replace(policy, rules=policy.rules.model_copy(
-                        update={"void_visible_devices_without_gpu": False}))
-            endpoint = "mutate" if kind == rendering.MUTATING_KIND else "validate"
-            group = str(obj["apiVersion"]).rpartition("/")[0]
-            decision = reviewing.admit(obj, policy=policy, endpoint=endpoint, group=group,
-                                       kind=obj["kind"], operation="CREATE")
-            why = f"{entry_name} leaves out an object that policy {policy.name} acts on: {decision}"
-            assert decision.allowed, why
-            assert not decision.patch, why
-            assert not decision.warnings, why
+    for j in judged:
+        if j.conditions.match(obj):
+            continue
+        endpoint = "mutate" if j.kind == rendering.MUTATING_KIND else "validate"
+        group = str(obj["apiVersion"]).rpartition("/")[0]
+        decision = reviewing.admit(obj, policy=j.policy, endpoint=endpoint, group=group,
+                                   kind=obj["kind"], operation="CREATE")
+        why = f"{j.entry['name']} leaves out an object its policy acts on: {decision}"
+        assert decision.allowed, why
+        assert not decision.patch, why
+        assert not decision.warnings, why
+
+
+# What Pod Security baseline refuses: where the webhook applies rule host-access in its
+# stead, these reach it in any pod spec (route 9).
+HOST_ACCESS = [
+    pytest.param({**dh.pod_spec(dh.container()), "hostNetwork": True}, id="hostNetwork"),
+    pytest.param({**dh.pod_spec(dh.container()), "hostPID": True}, id="hostPID"),
+    pytest.param({**dh.pod_spec(dh.container()), "hostIPC": True}, id="hostIPC"),
+    pytest.param(dh.pod_spec(_with(dh.container(), securityContext={
+        "capabilities": {"add": ["NET_RAW"]}})), id="capabilities"),
+    pytest.param(dh.pod_spec(dh.container(), init=[_with(dh.container("i"), securityContext={
+        "capabilities": {"add": ["CHOWN"]}})]), id="capabilities-init"),
+    pytest.param({**dh.pod_spec(dh.container()), "volumes": [
+        {"name": "m", "hostPath": {"path": "/models"}}]}, id="hostPath"),
+    pytest.param(dh.pod_spec(_with(dh.container(), securityContext={"privileged": True})),
+                 id="privileged"),
+]
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Deployment", "CronJob"])
+@pytest.mark.parametrize("spec", HOST_ACCESS)
+def test_what_pod_security_baseline_refuses_reaches_the_entries_that_stand_in_for_it(
+    judged: Judgeds,
+    kind: str,
+    spec: dict[str, Any],
+) -> None:
+    """Where the namespace does not enforce baseline (or the policy does not trust it), rule
+    host-access applies and its pods are sent, route 2 on or off."""
+    obj = _as(kind, spec)
+    applies = 0
+    for j in judged:
+        if kind != "Pod" and j.kind == rendering.MUTATING_KIND:
+            continue
+        if j.policy.rules.deny_host_access and not j.policy.pod_security:
+            applies += 1
+            assert j.conditions.match(obj), j.entry["name"]
+    # Not only the entries that take every pod: the distrusting policy's baseline ones too.
+    assert any(
+        ".baseline." in j.entry["name"] and j.policy.rules.void_visible_devices_without_gpu
+        is False and not j.policy.pod_security for j in judged)
+    assert applies
+
+
+def test_entries_under_pod_security_are_not_sent_what_only_host_access_would_refuse(
+    filtered: dict[tuple[str, str], dh.Conditions],
+) -> None:
+    """With route 2 off, a pod whose only problem is host access reaches the entry of a
+    namespace without Pod Security, not that of one whose baseline refuses it anyway."""
+    pod = _as("Pod", {**dh.pod_spec(dh.container()), "hostNetwork": True})
+    for (_, name), c in filtered.items():
+        if name in _UNKNOWN_ENTRIES:
+            continue
+        assert c.match(pod) is (".baseline." not in name), name
+
+
+# --------------------------------------------------------------------------- Pod updates
+
+
+def _cdi_pod(annotations: dict[str, str] | None) -> dict[str, Any]:
+    pod = dh.pod(dh.container(limits={SHARED: 1}))
+    if annotations is not None:
+        pod["metadata"]["annotations"] = annotations
+    return pod
+
+
+CDI = "cdi.k8s.io/devices"
+NVIDIA_CDI = "nvidia.cdi.k8s.io/gpu"
+# (old annotations, new annotations, whether the update reaches the webhook).
+POD_UPDATES = [
+    pytest.param(None, {CDI: "nvidia.com/gpu=all"}, True, id="adds-cdi"),
+    pytest.param({}, {NVIDIA_CDI: "nvidia.com/gpu=all"}, True, id="adds-nvidia-cdi"),
+    pytest.param({CDI: "nvidia.com/gpu=0"}, {CDI: "nvidia.com/gpu=all"}, True, id="changes-cdi"),
+    pytest.param({"a": "1"}, {"a": "1", CDI: "x", "b": "2"}, True, id="adds-among-others"),
+    pytest.param({CDI: "x", NVIDIA_CDI: "y"}, {CDI: "x", NVIDIA_CDI: "z"}, True,
+                 id="changes-the-second"),
+    pytest.param({CDI: "x"}, {CDI: "x"}, False, id="keeps-cdi"),
+    pytest.param({CDI: "x"}, {CDI: "x", "team": "a"}, False, id="keeps-cdi-adds-other"),
+    pytest.param({CDI: "x"}, None, False, id="removes-cdi"),
+    pytest.param(None, {"team": "a"}, False, id="adds-other"),
+    pytest.param(None, None, False, id="labels-or-status"),
+    pytest.param(None, {"cdi.k8s.io": "x", "example.com/cdi.k8s.io": "y"}, False,
+                 id="not-a-cdi-prefix"),
+]
+
+
+@pytest.mark.parametrize(("before", "after", "sent"), POD_UPDATES)
+def test_a_pod_update_reaches_the_webhook_only_when_it_adds_or_changes_a_cdi_annotation(
+    judged: Judgeds,
+    before: dict[str, str] | None,
+    after: dict[str, str] | None,
+    sent: bool,
+) -> None:
+    # A pod that uses a GPU, is privileged and mounts a host path: every other Pod update
+    # stays away all the same (route 8; the pod was judged when it was created).
+    old, new = _cdi_pod(before), _cdi_pod(after)
+    for pod in (old, new):
+        pod["spec"]["hostNetwork"] = True
+        pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+        pod["spec"]["volumes"] = [{"name": "h", "hostPath": {"path": "/dev"}}]
+    for j in judged:
+        # Never where the policy lets CDI annotations be (the catch-all applies the rule
+        # whatever the switch of a policy it does not know).
+        expected = sent and j.policy.rules.deny_cdi_annotations
+        assert j.conditions.match(new, operation="UPDATE", old=old) is expected, j.entry["name"]
+
+
+def test_no_pod_update_reaches_a_policy_that_lets_cdi_annotations_be(
+    cdi_off_policies: policies.PolicySet,
+) -> None:
+    old, new = _cdi_pod(None), _cdi_pod({CDI: "nvidia.com/gpu=all"})
+    for (_, name), c in _conditions_of(render(cdi_off_policies)).items():
+        assert c.match(new, operation="UPDATE", old=old) is (name in _UNKNOWN_ENTRIES), name
+        # Pods are still sent when created.
+        assert c.match(new), name
+
+
+def test_pod_updates_are_routed_by_the_rules_and_the_conditions_together(
+    configurations: dict[str, dict[str, Any]], shipped_policies: policies.PolicySet
+) -> None:
+    """Through the chain: a Pod update that adds a CDI annotation reaches both entries of its
+    namespace, with `oldObject`; a label change reaches none."""
+    old = _cdi_pod(None)
+    labels = NS("team", **ENABLED, **{PSA: "baseline"})
+    adds = _admit(configurations, shipped_policies, labels, _cdi_pod({CDI: "x"}),
+                  operation="UPDATE", old=old)
+    assert [(c.entry, c.path) for c in adds.calls][:1] == [
+        (rendering.DEFAULT_BASELINE_ENTRY, "/mutate/default/baseline")]
+    relabelled = _cdi_pod(None)
+    relabelled["metadata"]["labels"] = {"app": "new"}
+    outcome = _admit(configurations, shipped_policies, labels, relabelled, operation="UPDATE",
+                     old=old)
+    assert outcome.calls == []
+    assert outcome.allowed
+
+
+# --------------------------------------------------------------------------- request
+
+
+def test_request_is_bound_as_the_api_server_binds_it() -> None:
+    """No subresource: `subResource` is left out (omitempty), not an empty string; `oldObject`
+    is null on CREATE and the object before an UPDATE."""
+    pod = dh.pod()
+    assert "subResource" not in dh.request_of(pod, operation="CREATE", sub_resource="")
+    assert "requestSubResource" not in dh.request_of(pod, operation="CREATE", sub_resource="")
+    debug = dh.request_of(pod, operation="UPDATE", sub_resource="ephemeralcontainers")
+    assert debug["subResource"] == debug["requestSubResource"] == "ephemeralcontainers"
+    assert dh.cel("oldObject == null", oldObject=None)
+
+
+@pytest.mark.parametrize(
+    ("expression", "errs"),
+    [
+        ("request.subResource == 'ephemeralcontainers'", True),
+        ("has(request.subResource) && request.subResource == 'ephemeralcontainers'", False),
+        ("has(oldObject.metadata)", False),
+    ],
+)
+def test_reading_an_absent_sub_resource_is_an_error_as_in_the_api_server(
+    expression: str, errs: bool
+) -> None:
+    """The unguarded form would fail every Pod create: with Fail, refuse it."""
+    conditions = dh.Conditions({"name": "e", "matchConditions": [
+        {"name": "c", "expression": expression}]})
+    if errs:
+        with pytest.raises(Exception, match="subResource"):
+            conditions.match(dh.pod())
+    else:
+        assert conditions.match(dh.pod()) is False
+
+
+def test_the_rendered_conditions_never_read_request_fields_that_may_be_absent(
+    judged: Judgeds,
+) -> None:
+    """Every read of request.subResource (omitempty) is behind its has(); the other fields
+    read (kind, operation) are always there. Every variant of the conditions is looked at."""
+    texts = [m["expression"] for j in judged for m in j.entry["matchConditions"]]
+    assert len({t for t in texts if "request" in t}) >= 6
+    guarded = (
+        "(!has(request.subResource) || request.subResource == '')",
+        "(has(request.subResource) && request.subResource ==",
+    )
+    for text in texts:
+        reads = re.findall(r"request\.(\w+)", text)
+        assert set(reads) <= {"kind", "operation", "subResource"}, reads
+        rest = text
+        for form in guarded:
+            rest = rest.replace(form, "")
+        assert "request.subResource" not in rest, text
+
+
+# --------------------------------------------------------------------------- PodSecurity
+
+
+def test_in_a_cluster_pod_security_refuses_host_access_before_the_validating_webhook(
+    configurations: dict[str, dict[str, Any]], shipped_policies: policies.PolicySet
+) -> None:
+    pod = _as("Pod", {**dh.pod_spec(dh.container()), "hostNetwork": True})
+    enforced = _admit(configurations, shipped_policies,
+                      NS("team", **ENABLED, **{PSA: "baseline"}), pod)
+    assert not enforced.allowed
+    assert 'violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)' in (
+        enforced.message)
+    # The mutating entry was called, the validating one never was.
+    assert enforced.entries == [(rendering.MUTATING_KIND, rendering.DEFAULT_BASELINE_ENTRY)]
+    assert [c.path for c in enforced.calls] == ["/mutate/default/baseline"]
+    # Without the label, the webhook's own rule host-access refuses it at the mutating entry.
+    unenforced = _admit(configurations, shipped_policies, NS("team", **ENABLED), pod)
+    assert not unenforced.allowed
+    assert "violates PodSecurity" not in unenforced.message
+    assert unenforced.entries == [(rendering.MUTATING_KIND, rendering.DEFAULT_ENTRY)]
+
+
+@pytest.mark.parametrize(
+    ("spec", "refused"),
+    [
+        ({"hostPID": True}, "host namespaces (hostPID=true)"),
+        ({"volumes": [{"name": "v", "hostPath": {"path": "/models"}}]},
+         'hostPath volumes (volume "v")'),
+        ({"containers": [_with(dh.container(), securityContext={"privileged": True})]},
+         'privileged (container "main" must not set securityContext.privileged=true)'),
+        ({"containers": [_with(dh.container(), securityContext={
+            "capabilities": {"add": ["CHOWN", "NET_RAW"]}})]},
+         'non-default capabilities (container "main" must not include "NET_RAW"'),
+        ({"containers": [_with(dh.container(), securityContext={
+            "capabilities": {"add": ["CAP_CHOWN"]}})]}, '"CAP_CHOWN"'),
+        ({"containers": [_with(dh.container(), securityContext={
+            "capabilities": {"add": ["CHOWN", "NET_BIND_SERVICE", "SYS_CHROOT"]}})]}, None),
+        ({"ephemeralContainers": [_with(dh.container("debug"), securityContext={
+            "privileged": True})]}, 'container "debug"'),
+        ({}, None),
+    ],
+)
+def test_the_pod_security_stand_in_applies_baselines_host_access_checks(
+    spec: dict[str, Any], refused: str | None
+) -> None:
+    pod = _as("Pod", {**dh.pod_spec(dh.container()), **spec})
+    for level in ("baseline", "restricted"):
+        message = apiserver.pod_security_refusal(pod, NS("team", **{PSA: level}))
+        if refused is None:
+            assert message is None
+        else:
+            assert message is not None
+            assert refused in message, message
+            assert f'violates PodSecurity "{level}:latest"' in message
+    for labels in (NS("team"), NS("team", **{PSA: "privileged"})):
+        assert apiserver.pod_security_refusal(pod, labels) is None
+    # Judged again on an update of its ephemeral containers, not on a metadata update.
+    labels = NS("team", **{PSA: "baseline"})
+    debug = apiserver.pod_security_refusal(
+        pod, labels, operation="UPDATE", sub_resource="ephemeralcontainers", old=pod)
+    assert (debug is None) is (refused is None)
+    assert apiserver.pod_security_refusal(pod, labels, operation="UPDATE", old=pod) is None
 
 
 # --------------------------------------------------------------------------- options

@@ -3,38 +3,60 @@
 The server makes no API call to learn a namespace's policy: the API server does the
 matching, through one webhook entry per way a namespace can be labelled. Every entry
 requires `gpu-share.io/enabled: "true"` and leaves out kube-system and the webhook's own
-namespace (`kubernetes.io/metadata.name NotIn`); on top of that:
+namespace (`kubernetes.io/metadata.name NotIn`); on top of that, by two more labels of the
+namespace:
 
-    entry                           gpu-share.io/policy of the namespace        path
-    default.gpu-share.io            absent                                      default
-    <name>.policies.gpu-share.io    <name>  (the default policy also: "")       <name>
-    unknown-policy.gpu-share.io     present, and no policy has that name        _unknown
+    entry                                  gpu-share.io/policy   PS     path
+    default.gpu-share.io                   absent                other  default
+    default.baseline.gpu-share.io          absent                b/r    default/baseline
+    <name>.policies.gpu-share.io           <name> (default: "")  other  <name>
+    <name>.baseline.policies.gpu-share.io  <name> (default: "")  b/r    <name>/baseline
+    unknown-policy.gpu-share.io            names no policy       other  _unknown
+    unknown-policy.baseline.gpu-share.io   names no policy       b/r    _unknown/baseline
+
+PS is the namespace's `pod-security.kubernetes.io/enforce`: "b/r" is `In [baseline,
+restricted]`, "other" `NotIn [baseline, restricted]`, which namespaces without the label
+match too (their level is the cluster's default, `privileged` unless the API server's
+PodSecurity configuration says otherwise: the webhook checks host access itself there).
+The path is what follows `/mutate/` or `/validate/`; `<name>/baseline` tells the server that
+Pod Security enforces baseline's host-access checks in the namespace, so that rule
+`host-access` is left to it (unless the policy's `hostAccess.trustPodSecurity` is false).
 
 `namespaces.policy_name` reads an empty label as the default policy; the `default` entry
 takes it too so that the cluster and the offline `mutate` agree. The selectors are disjoint
 and cover every opted-in namespace: a request reaches exactly one entry of each
-configuration. The special entries have three-part names and policy entries four, so no
-policy name can collide with them.
+configuration. Entry names cannot collide: the special entries have three labels, or four
+with `baseline` second; policy entries have four with `policies` third, or five with
+`baseline.policies` second and third (a policy name is one DNS label).
 
 `matchConditions` (CEL, evaluated by the API server before it calls anyone) keep everything
 else away from the webhook, which is what makes `failurePolicy: Fail` safe for the rest of
 the cluster. Never a mirror pod (the kubelet's static pods cannot be changed, and refusing one
 only hides it from the API). Then an entry is called for:
 
-- every Pod, when its policy's `voidVisibleDevicesWithoutGpu` is on (escape route 2: each
-  container that asks for no GPU gets NVIDIA_VISIBLE_DEVICES=void), and every update of a
-  pod's ephemeral containers (`kubectl debug`, route 3);
+- a Pod UPDATE (no subresource: labels, annotations, the few mutable spec fields) only when
+  it adds or changes a `cdi.k8s.io/` or `nvidia.cdi.k8s.io/` annotation, and only where
+  the policy's `denyCdiAnnotations` is on (route 8): no other Pod update ever waits on the
+  webhook;
+- every Pod CREATE, when its policy's `voidVisibleDevicesWithoutGpu` is on (escape route 2:
+  each container that asks for no GPU gets NVIDIA_VISIBLE_DEVICES=void), and every update
+  of a pod's ephemeral containers (`kubectl debug`, route 3);
 - otherwise, and for workloads, only a pod spec (a Pod's, or a template of a workload) that
   one of the rules can refuse: a container that asks for a GPU, sets an NVIDIA_* or
   CUDA_MPS_* variable, is privileged or mounts something at a path with
   `nvidia-container-devices` in it; a hostPath volume; resource claims; a `cdi.k8s.io/`
-  annotation.
+  annotation; and where rule `host-access` applies (its switch `denyHostAccess` on, and the
+  namespace not enforcing Pod Security baseline, or the policy not trusting it): hostPID,
+  hostIPC, hostNetwork, added capabilities (route 9).
 
 The catch-all entry applies the rules that need no policy (`rules.Rule.always`), so it is
-called as a policy with the route 2 switch on.
+called as a policy with the default switches (route 2 on) would be.
 
 The conditions must hold on any object the rules send: every field is guarded with has(),
-since a CEL error counts as a failure and, with Fail, would refuse the request.
+since a CEL error counts as a failure and, with Fail, would refuse the request. That includes
+`request`: the API server builds it from the AdmissionRequest as JSON with its `omitempty`
+fields left out, so `request.subResource` is absent when there is none; `oldObject` is null
+on CREATE.
 """
 
 from __future__ import annotations
@@ -50,7 +72,7 @@ from typing import Any, Literal
 from webhook import kinds as workload_kinds
 from webhook import names, namespaces, reviews
 from webhook.core import pods
-from webhook.policies import DEFAULT_POLICY, Policy, PolicySet
+from webhook.policies import DEFAULT_POLICY, PolicySet, policy_path
 
 ADMISSION_API_VERSION = "admissionregistration.k8s.io/v1"
 MUTATING_KIND = "MutatingWebhookConfiguration"
@@ -60,6 +82,11 @@ DOMAIN = names.DOMAIN
 # Entry names (fully qualified, unique within a configuration; see the module docstring).
 DEFAULT_ENTRY = f"{DEFAULT_POLICY}.{DOMAIN}"
 UNKNOWN_ENTRY = f"unknown-policy.{DOMAIN}"
+# The label that sets the entries of namespaces enforcing Pod Security baseline or
+# restricted apart (their paths end in it too).
+BASELINE = names.POD_SECURITY_SEGMENT
+DEFAULT_BASELINE_ENTRY = f"{DEFAULT_POLICY}.{BASELINE}.{DOMAIN}"
+UNKNOWN_BASELINE_ENTRY = f"unknown-policy.{BASELINE}.{DOMAIN}"
 
 SERVICE_PORT = 443
 
@@ -82,9 +109,20 @@ _PLAIN_CEL_STRING = re.compile(r"[A-Za-z0-9./_+-]*")
 LABELS = names.COMMON_LABELS
 
 
-def policy_entry(name: str) -> str:
-    """The name of the entry for namespaces labelled `gpu-share.io/policy: <name>`."""
-    return f"{name}.policies.{DOMAIN}"
+def policy_entry(name: str, *, pod_security: bool = False) -> str:
+    """The name of the entry for namespaces labelled `gpu-share.io/policy: <name>` (and
+    enforcing Pod Security baseline or restricted, with `pod_security`)."""
+    return f"{name}.{BASELINE}.policies.{DOMAIN}" if pod_security else f"{name}.policies.{DOMAIN}"
+
+
+def pod_security_requirement(*, enforced: bool) -> dict[str, Any]:
+    """The namespace selector requirement of the entries for namespaces that enforce Pod
+    Security baseline or restricted (`enforced`), or of the others (absent label included)."""
+    return {
+        "key": names.POD_SECURITY_ENFORCE_LABEL,
+        "operator": "In" if enforced else "NotIn",
+        "values": list(names.POD_SECURITY_HOST_ACCESS_LEVELS),
+    }
 
 
 def render(
@@ -222,49 +260,75 @@ def _entries(policies: PolicySet, settings: _Settings) -> list[dict[str, Any]]:
     # default policy. Any other value is the catch-all's.
     known_values = [*known, ""] if has_default else list(known)
 
-    def condition(policy: Policy | None) -> dict[str, str]:
-        # A namespace whose policy is not in force is guarded as if by a policy with the
-        # default switches (see `rules.Rule.always`).
-        every_pod = policy is None or policy.rules.void_visible_devices_without_gpu
-        shared = policy.shared_resources if policy is not None else frozenset()
-        return match_condition(settings.kinds, shared, every_pod=every_pod)
-
-    out = [
-        _entry(
+    # (entry name, its name under Pod Security, the policy name in the path, the
+    # gpu-share.io/policy requirements)
+    bases: list[tuple[str, str, str, list[dict[str, Any]]]] = [
+        (
             DEFAULT_ENTRY,
+            DEFAULT_BASELINE_ENTRY,
             DEFAULT_POLICY,
-            {"key": names.POLICY_LABEL, "operator": "DoesNotExist"},
-            condition(policies.get(DEFAULT_POLICY)),
-            settings,
+            [{"key": names.POLICY_LABEL, "operator": "DoesNotExist"}],
         )
     ]
     for policy_name in known:
         values = [policy_name, ""] if policy_name == DEFAULT_POLICY else [policy_name]
-        out.append(
-            _entry(
+        bases.append(
+            (
                 policy_entry(policy_name),
+                policy_entry(policy_name, pod_security=True),
                 policy_name,
-                {"key": names.POLICY_LABEL, "operator": "In", "values": values},
-                condition(policies.policies[policy_name]),
-                settings,
+                [{"key": names.POLICY_LABEL, "operator": "In", "values": values}],
             )
         )
-    out.append(
-        _entry(
+    bases.append(
+        (
             UNKNOWN_ENTRY,
+            UNKNOWN_BASELINE_ENTRY,
             names.UNKNOWN_POLICY_PATH,
-            {"key": names.POLICY_LABEL, "operator": "NotIn", "values": known_values},
-            condition(None),
-            settings,
+            # NotIn alone also matches namespaces without the label: those are the default's.
+            [
+                {"key": names.POLICY_LABEL, "operator": "Exists"},
+                {"key": names.POLICY_LABEL, "operator": "NotIn", "values": known_values},
+            ],
         )
     )
+    out = []
+    for entry_name, baseline_name, policy_name, policy_label in bases:
+        for enforced in (False, True):
+            path = policy_path(policy_name, pod_security=enforced)
+            out.append(
+                _entry(
+                    baseline_name if enforced else entry_name,
+                    path,
+                    [*policy_label, pod_security_requirement(enforced=enforced)],
+                    entry_condition(policies, path, settings.kinds),
+                    settings,
+                )
+            )
     return out
+
+
+def entry_condition(
+    policies: PolicySet, path: str, kinds: Sequence[pods.Kind]
+) -> dict[str, str]:
+    """The condition of the entry at `path` (`<name>` or `<name>/baseline`): what the
+    policy the server applies there can refuse or change. A namespace whose policy is not in
+    force is guarded as if by a policy with the default switches (see `rules.Rule.always`)."""
+    policy = policies.governing(path)
+    switches = policy.rules
+    return match_condition(
+        kinds,
+        policy.shared_resources,
+        every_pod=policy.unavailable is not None or switches.void_visible_devices_without_gpu,
+        host_access=switches.deny_host_access and not policy.pod_security,
+        cdi_updates=switches.deny_cdi_annotations,
+    )
 
 
 def _entry(
     entry_name: str,
     path: str,
-    policy_label: dict[str, Any],
+    labels: list[dict[str, Any]],
     condition: dict[str, str],
     settings: _Settings,
 ) -> dict[str, Any]:
@@ -286,10 +350,7 @@ def _entry(
             "values": sorted({names.SYSTEM_NAMESPACE, settings.namespace}),
         },
     ]
-    if policy_label["operator"] == "NotIn":
-        # NotIn alone also matches namespaces without the label: those are the default's.
-        expressions.append({"key": names.POLICY_LABEL, "operator": "Exists"})
-    expressions.append(policy_label)
+    expressions += labels
     entry: dict[str, Any] = {
         "name": entry_name,
         "admissionReviewVersions": ["v1"],
@@ -311,11 +372,13 @@ def _entry(
 
 def _pod_rules() -> list[dict[str, Any]]:
     return [
-        # Pods only on CREATE: their containers, resources and scheduling are immutable after.
+        # Pods on CREATE: their containers, resources and scheduling are immutable after.
+        # UPDATE only for the CDI annotations a runtime may read when it starts the pod
+        # (route 8); the matchConditions leave every other Pod update out.
         {
             "apiGroups": [""],
             "apiVersions": ["v1"],
-            "operations": ["CREATE"],
+            "operations": ["CREATE", "UPDATE"],
             "resources": ["pods"],
             "scope": "Namespaced",
         },
@@ -365,22 +428,57 @@ def not_mirror_condition() -> dict[str, str]:
 
 
 def match_condition(
-    kinds: Sequence[pods.Kind], resources: Iterable[str], *, every_pod: bool
+    kinds: Sequence[pods.Kind],
+    resources: Iterable[str],
+    *,
+    every_pod: bool,
+    host_access: bool,
+    cdi_updates: bool,
 ) -> dict[str, str]:
     """What an entry is called for (see the module docstring): `every_pod` for a policy with
-    the route 2 switch on; `resources` are the policy's shared resources (any NVIDIA GPU
-    resource counts anyway); `kinds` the workload kinds whose templates are reviewed."""
+    the route 2 switch on; `host_access` where rule host-access applies (route 9);
+    `cdi_updates` where rule cdi-annotations does (Pod updates, route 8); `resources` are
+    the policy's shared resources (any NVIDIA GPU resource counts anyway); `kinds` the
+    workload kinds whose templates are reviewed."""
     if every_pod:
-        pods_clause = "(request.kind.group == '' && request.kind.kind == 'Pod')"
+        pods_clause = f"({_IS_POD})"
         name = CONDITION_EVERY_POD
     else:
-        pods_clause = f"request.subResource == {cel_string(reviews.EPHEMERAL_CONTAINERS)}"
+        pods_clause = _sub_resource_is(reviews.EPHEMERAL_CONTAINERS)
         name = CONDITION_RULES
+    # A Pod update (not of a subresource) goes its own way: only route 8 wants it.
+    pod_update = f"{_IS_POD} && request.operation == 'UPDATE' &&\n  {_NO_SUB_RESOURCE}"
+    updates = _cdi_annotation_changed() if cdi_updates else "  false"
     return {
         "name": name,
-        "expression": f"{pods_clause} ||\n{_templates(kinds)}.exists(t,\n"
-        f"{_refusable(sorted(set(resources)))})",
+        "expression": f"({pod_update}) ? (\n{updates}\n) : (\n{pods_clause} ||\n"
+        f"{_templates(kinds)}.exists(t,\n"
+        f"{_refusable(sorted(set(resources)), host_access=host_access)})\n)",
     }
+
+
+# `request` is the AdmissionRequest as JSON: kind.group, kind.kind and operation are always
+# there; subResource (omitempty) only when there is one.
+_IS_POD = "request.kind.group == '' && request.kind.kind == 'Pod'"
+_NO_SUB_RESOURCE = "(!has(request.subResource) || request.subResource == '')"
+
+
+def _sub_resource_is(name: str) -> str:
+    return f"(has(request.subResource) && request.subResource == {cel_string(name)})"
+
+
+def _cdi_annotation_changed() -> str:
+    """CEL: the update (`object` new, `oldObject` as it was) adds a CDI annotation or changes
+    one's value. `exists` over the keys, each compared by itself: no list built from a map
+    (whose order is random) is compared."""
+    cdi = " || ".join(f"k.startsWith({cel_string(p)})" for p in names.CDI_ANNOTATION_PREFIXES)
+    old = "oldObject.metadata.annotations"
+    return (
+        "  has(object.metadata) && has(object.metadata.annotations) &&\n"
+        f"  object.metadata.annotations.exists(k, ({cdi}) &&\n"
+        f"    !(has(oldObject.metadata) && has({old}) && k in {old} &&\n"
+        f"      {old}[k] == object.metadata.annotations[k]))"
+    )
 
 
 def _templates(kinds: Sequence[pods.Kind]) -> str:
@@ -425,14 +523,32 @@ def _path_list(node: str, path: pods.Path) -> str:
     return f"({_present(node, path)} ? [{'.'.join((node, *path))}] : [])"
 
 
-def _refusable(resources: Sequence[str]) -> str:
-    """The CEL test of a pod template `t` that one of the rules could refuse or change."""
+def _refusable(resources: Sequence[str], *, host_access: bool) -> str:
+    """The CEL test of a pod template `t` that one of the rules could refuse or change
+    (`host_access`: rule host-access too)."""
     tests = [f"k.startsWith({cel_string(p)})" for p in names.GPU_RESOURCE_PREFIXES]
     extra = [r for r in resources if not r.startswith(names.GPU_RESOURCE_PREFIXES)]
     if extra:
         tests.insert(0, f"k in [{', '.join(cel_string(n) for n in extra)}]")
     gpu_key = " || ".join(tests)
     cdi = " || ".join(f"k.startsWith({cel_string(p)})" for p in names.CDI_ANNOTATION_PREFIXES)
+    # What Pod Security baseline's host-access checks refuse, beyond what every entry sends
+    # (privileged containers, hostPath volumes).
+    added_capabilities = (
+        "      (has(c.securityContext) && has(c.securityContext.capabilities) &&\n"
+        "        has(c.securityContext.capabilities.add) &&"
+        " size(c.securityContext.capabilities.add) > 0) ||\n"
+        if host_access
+        else ""
+    )
+    host_namespaces = (
+        "".join(
+            f"    (has(t.spec.{flag}) && t.spec.{flag} == true) ||\n"
+            for flag in ("hostPID", "hostIPC", "hostNetwork")
+        )
+        if host_access
+        else ""
+    )
     return (
         "  (has(t.spec) && (\n"
         "    ((has(t.spec.containers) ? t.spec.containers : []) +\n"
@@ -447,9 +563,11 @@ def _refusable(resources: Sequence[str]) -> str:
         f" e.name.startsWith({cel_string(names.MPS_PREFIX)})))) ||\n"
         "      (has(c.securityContext) && has(c.securityContext.privileged) &&\n"
         "        c.securityContext.privileged == true) ||\n"
+        f"{added_capabilities}"
         "      (has(c.volumeMounts) && c.volumeMounts.exists(m, has(m.mountPath) &&\n"
         f"        m.mountPath.contains({cel_string(names.DEVICE_LIST_ROOT.rsplit('/', 1)[1])}))))"
         " ||\n"
+        f"{host_namespaces}"
         "    (has(t.spec.resourceClaims) && size(t.spec.resourceClaims) > 0) ||\n"
         "    (has(t.spec.volumes) && t.spec.volumes.exists(v, has(v.hostPath))))) ||\n"
         "  (has(t.metadata) && has(t.metadata.annotations) &&\n"
@@ -479,7 +597,8 @@ class Routes:
 
     def policy_path(self, labels: Mapping[str, str]) -> str | None:
         """The policy path of the first entry that selects a namespace with `labels` (its
-        `kubernetes.io/metadata.name` label included); None when none does."""
+        `kubernetes.io/metadata.name` label included): what follows `/<endpoint>/`, `<name>`
+        or `<name>/baseline` (see `policies.split_path`); None when none does."""
         for path, expressions in self.entries:
             if all(selector_holds(e, labels) for e in expressions):
                 return path
@@ -531,7 +650,8 @@ def routes(
     validating = next(c for c in configuration if c["kind"] == VALIDATING_KIND)
     entries = tuple(
         (
-            str(w["clientConfig"]["service"]["path"]).rsplit("/", 1)[1],
+            # "/validate/<name>" or "/validate/<name>/baseline": the path after the endpoint.
+            str(w["clientConfig"]["service"]["path"]).split("/", 2)[2],
             tuple(w["namespaceSelector"]["matchExpressions"]),
         )
         for w in validating["webhooks"]

@@ -153,10 +153,10 @@ def decide(
 ) -> Decision:
     """What the webhook decides for `obj` in a namespace with `labels`, once the API server
     sends it (`rendering.Routes.not_sent` says whether it does)."""
-    name = namespaces.policy_name(labels)
-    if name is None:
+    path = namespaces.policy_path(labels)
+    if path is None:
         return Decision()
-    return reviewing.review(obj, policy=loaded.governing(name), mutate=True, kinds=workload_kinds)
+    return reviewing.review(obj, policy=loaded.governing(path), mutate=True, kinds=workload_kinds)
 
 
 def run(args: argparse.Namespace) -> int:
