@@ -23,6 +23,7 @@ import functools
 import logging
 import secrets
 import time
+from typing import Any
 
 from aiohttp import StreamReader, web
 
@@ -59,17 +60,25 @@ class _Refused(Exception):
 
 
 class Route:
-    """One admission route: `/<endpoint>` (a fixed policy) or `/<endpoint>/{policy}`.
-    `handle` is its aiohttp handler."""
+    """One admission route: `/<endpoint>` (a fixed policy), `/<endpoint>/{policy}`, or
+    `/<endpoint>/{policy}/baseline` (`pod_security`: the namespace enforces Pod Security
+    baseline or restricted). `handle` is its aiohttp handler. The policy path handed to the
+    review is `<policy>` or `<policy>/baseline` (`policies.split_path`)."""
 
-    __slots__ = ("endpoint", "fixed_policy", "limits", "metrics", "state")
+    __slots__ = ("endpoint", "fixed_policy", "limits", "metrics", "pod_security", "state")
 
     def __init__(
-        self, state: states.State, endpoint: reviews.Endpoint, fixed_policy: str | None
+        self,
+        state: states.State,
+        endpoint: reviews.Endpoint,
+        fixed_policy: str | None,
+        *,
+        pod_security: bool = False,
     ) -> None:
         self.state = state
         self.endpoint = endpoint
         self.fixed_policy = fixed_policy
+        self.pod_security = pod_security
         self.limits = state.settings.limits
         self.metrics = state.metrics
 
@@ -77,6 +86,8 @@ class Route:
         started = time.perf_counter()
         state, limits = self.state, self.limits
         policy_name = self.fixed_policy or request.match_info["policy"]
+        if self.pod_security:
+            policy_name = policies.policy_path(policy_name, pod_security=True)
         headers = request.headers
         media_type = headers.get("Content-Type", "")
         if media_type != _JSON and _media_type(media_type) != _JSON:
@@ -210,7 +221,11 @@ class Route:
             counts.count_violation(endpoint, policy, rule, mode)
         lines = self.state.review_lines
         if lines.wanted:
-            lines.write(logs.review_line(outcome, endpoint, policy_name, seconds))
+            name, pod_security = policies.split_path(policy_name)
+            line = logs.review_line(outcome, endpoint, name, seconds)
+            if pod_security:
+                line[_POD_SECURITY_FIELD] = True
+            lines.write(line)
 
     def invalid(self, policy_name: str, started: float, status: int, reason: str) -> web.Response:
         """A 4xx for a request that is not a usable AdmissionReview, or cannot be taken now."""
@@ -225,7 +240,7 @@ class Route:
                 {
                     "message": "refused request",
                     "endpoint": self.endpoint,
-                    "policy": policy_name,
+                    **_policy_fields(policy_name),
                     "status": status,
                     "reason": reason,
                     "ms": round(seconds * 1000, 3),
@@ -258,7 +273,7 @@ class Route:
                     "message": "review",
                     "uid": uid,
                     "endpoint": self.endpoint,
-                    "policy": policy_name,
+                    **_policy_fields(policy_name),
                     "decision": metrics.ERROR,
                     "error": reference,
                     "ms": round(seconds * 1000, 3),
@@ -274,9 +289,22 @@ class Route:
         return web.Response(body=reviews.internal_error(uid, reference), content_type=_JSON)
 
 
-def _policy_label(name: str, policy_set: policies.PolicySet) -> str:
+# A log line's field for reviews on a `<policy>/baseline` path: the namespace enforces Pod
+# Security baseline or restricted (`policies.split_path`).
+_POD_SECURITY_FIELD = "pod_security"
+
+
+def _policy_fields(path: str) -> dict[str, Any]:
+    """A log line's fields for the policy path `path`: the policy name, and the level."""
+    name, pod_security = policies.split_path(path)
+    return {"policy": name, _POD_SECURITY_FIELD: True} if pod_security else {"policy": name}
+
+
+def _policy_label(path: str, policy_set: policies.PolicySet) -> str:
     # The path segment comes from whoever can reach the port: only names of policies in
-    # force become label values, so a scanner cannot grow the metric without bound.
+    # force become label values, so a scanner cannot grow the metric without bound. The
+    # Pod Security level is not part of it (one series per policy, as before).
+    name, _ = policies.split_path(path)
     return name if policy_set.get(name) is not None else names.UNKNOWN_POLICY_PATH
 
 

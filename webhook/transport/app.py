@@ -2,8 +2,10 @@
 
 - `create_app(settings)` -- HTTPS, the port the API server calls (8443):
   `POST /mutate`, `POST /validate` (policy `default`), `POST /mutate/{policy}`,
-  `POST /validate/{policy}` (`admission`). No Kubernetes API call on this path: the policy
-  comes from the URL, which the webhook configurations set per namespace selector.
+  `POST /validate/{policy}`, and `POST /mutate/{policy}/baseline`,
+  `POST /validate/{policy}/baseline` for namespaces that enforce Pod Security baseline or
+  restricted (`admission`). No Kubernetes API call on this path: the policy and the level
+  come from the URL, which the webhook configurations set per namespace selector.
 - `create_probe_app(app)` -- plain HTTP on its own port (8080): `GET /healthz`,
   `GET /readyz`, `GET /metrics` (`probes`). Separate so that the kubelet and Prometheus need
   neither the CA nor a client certificate, and so that nothing but admission is reachable
@@ -69,8 +71,13 @@ def create_app(
     for endpoint in reviews.ENDPOINTS:
         policy_fixed = admission.Route(state, endpoint, names.DEFAULT_POLICY)
         policy_in_path = admission.Route(state, endpoint, None)
+        under_pod_security = admission.Route(state, endpoint, None, pod_security=True)
         app.router.add_post(f"/{endpoint}", policy_fixed.handle)
         app.router.add_post(f"/{endpoint}/{{policy}}", policy_in_path.handle)
+        # Any other second segment matches no route: 404.
+        app.router.add_post(
+            f"/{endpoint}/{{policy}}/{names.POD_SECURITY_SEGMENT}", under_pod_security.handle
+        )
     app.cleanup_ctx.append(_running)
     return app
 
