@@ -109,6 +109,66 @@ async def test_an_unknown_policy_path_is_denied_with_a_message_that_says_so(
     assert "default" in result["status"]["message"]  # it lists the policies there are
 
 
+def _host_network_pod() -> dict[str, Any]:
+    pod = h.real_pods()[0]
+    pod["spec"]["hostNetwork"] = True
+    return pod
+
+
+async def test_the_baseline_path_leaves_host_access_to_pod_security(client: Client) -> None:
+    """`/<endpoint>/<policy>/baseline` is the policy's path for namespaces that enforce Pod
+    Security baseline or restricted: rule host-access is left to Pod Security there."""
+    pod = _host_network_pod()
+    plain = await answer(client, "/mutate/default", pod, "uid-plain")
+    assert plain["allowed"] is False
+    assert "(rule host-access)" in plain["status"]["message"]
+    under = await answer(client, "/mutate/default/baseline", pod, "uid-baseline")
+    assert under["allowed"] is True
+    stored = h.patched(pod, under)
+    assert (await answer(client, "/validate/default/baseline", stored, "uid-v"))["allowed"]
+    judged = await answer(client, "/validate/default", stored, "uid-v-plain")
+    assert judged["allowed"] is False
+    assert "(rule host-access)" in judged["status"]["message"]
+    # The other rules still apply there.
+    refused = await answer(client, "/mutate/default/baseline", h.shared_pod(2), "uid-two")
+    assert refused["allowed"] is False
+    assert "invalid multi-replica request" in refused["status"]["message"]
+    unknown = await answer(client, "/mutate/gold/baseline", pod, "uid-gold")
+    assert unknown["allowed"] is False
+    assert 'policy "gold" does not exist' in unknown["status"]["message"]
+
+
+@pytest.mark.parametrize(
+    "path", ["/mutate/default/restricted", "/mutate/default/baseline/x", "/validate/a/b"]
+)
+async def test_any_other_second_segment_is_not_found(client: Client, path: str) -> None:
+    response = await h.post_review(client, path, h.review_body(h.real_pods()[0], "uid-404"))
+    assert response.status == 404
+
+
+async def test_a_baseline_review_is_counted_and_logged_under_its_policy_name(
+    aiohttp_client: Any, client: Client, app: web.Application, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="webhook.review"):
+        await answer(client, "/mutate/default/baseline", h.real_pods()[1], "uid-level")
+        await answer(client, "/mutate/default", h.real_pods()[1], "uid-no-level")
+    lines = [
+        json.loads(logs.JsonFormatter().format(r))
+        for r in caplog.records
+        if r.name == "webhook.review"
+    ]
+    assert [(line["uid"], line["policy"], line.get("pod_security")) for line in lines] == [
+        ("uid-level", "default", True),
+        ("uid-no-level", "default", None),
+    ]
+    probes = await aiohttp_client(server.create_probe_app(app))
+    text = await (await probes.get("/metrics")).text()
+    reviews_total = "gpu_share_webhook_reviews_total"
+    # One series per policy: the level is no label value.
+    assert h.metric(text, reviews_total, policy="default", decision="allowed") == 2
+    assert "default/baseline" not in text
+
+
 async def test_a_charset_parameter_on_the_content_type_is_accepted(client: Client) -> None:
     headers = {"Content-Type": "application/json; charset=utf-8"}
     body = h.review_body(h.real_pods()[0], "uid-charset")
