@@ -67,6 +67,8 @@ spec:
   defaultProfile: half
   rules:
     voidVisibleDevicesWithoutGpu: false
+  hostAccess:
+    trustPodSecurity: false
 --- # MIG slices, shared by time
 apiVersion: gpu-share.io/v1alpha1
 kind: SharingPolicy
@@ -80,6 +82,8 @@ spec:
       product: NVIDIA-A100-SXM4-80GB
       strategy: time-slicing
       replicas: 2
+  rules:
+    denyHostAccess: false
 """
 # One policy given as a mapping rather than a file's text.
 SOLO_POLICY = {
@@ -93,7 +97,8 @@ SOLO_POLICY = {
     },
 }
 # Non-default switches for the shipped policies.
-SWITCHES = {"voidVisibleDevicesWithoutGpu": False, "denyEnvFromOnGpuContainers": True}
+SWITCHES = {"voidVisibleDevicesWithoutGpu": False, "denyEnvFromOnGpuContainers": True,
+            "denyCdiAnnotations": False}
 EXCLUDED = ["monitoring", "gpu-operator"]
 DIGEST = "sha256:" + "ab" * 32
 CA_PEM = certificates.make_ca().cert_pem.decode("ascii")
@@ -477,18 +482,41 @@ def test_switches_and_own_policies_change_the_entries_as_render_does(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     mutating, validating = _configurations(rendered["custom"])
+    every, rules = rendering.CONDITION_EVERY_POD, rendering.CONDITION_RULES
     for config in (mutating, validating):
         conditions = {e["name"]: e["matchConditions"][1]["name"] for e in config["webhooks"]}
         assert conditions == {
             # No default policy: its entry takes every pod, as for a policy not in force.
-            "default.gpu-share.io": rendering.CONDITION_EVERY_POD,
+            "default.gpu-share.io": every,
+            "default.baseline.gpu-share.io": every,
             # The switch turned off in the shipped file, and in an own file.
-            "not-renamed.policies.gpu-share.io": rendering.CONDITION_RULES,
-            "team-a.policies.gpu-share.io": rendering.CONDITION_RULES,
-            "team-b.policies.gpu-share.io": rendering.CONDITION_EVERY_POD,
-            "solo.policies.gpu-share.io": rendering.CONDITION_EVERY_POD,
-            "unknown-policy.gpu-share.io": rendering.CONDITION_EVERY_POD,
+            "not-renamed.policies.gpu-share.io": rules,
+            "not-renamed.baseline.policies.gpu-share.io": rules,
+            "team-a.policies.gpu-share.io": rules,
+            "team-a.baseline.policies.gpu-share.io": rules,
+            "team-b.policies.gpu-share.io": every,
+            "team-b.baseline.policies.gpu-share.io": every,
+            "solo.policies.gpu-share.io": every,
+            "solo.baseline.policies.gpu-share.io": every,
+            "unknown-policy.gpu-share.io": every,
+            "unknown-policy.baseline.gpu-share.io": every,
         }
+        by_name = {e["name"]: e["matchConditions"][1]["expression"] for e in config["webhooks"]}
+        # Host access (route 9): sent where the webhook stands in for Pod Security baseline;
+        # team-a trusts no Pod Security label, team-b leaves host access alone.
+        for name, host_access in (
+            ("solo.policies.gpu-share.io", True),
+            ("solo.baseline.policies.gpu-share.io", False),
+            ("team-a.baseline.policies.gpu-share.io", True),
+            ("team-b.policies.gpu-share.io", False),
+            ("unknown-policy.gpu-share.io", True),
+            ("unknown-policy.baseline.gpu-share.io", False),
+        ):
+            assert ("t.spec.hostNetwork" in by_name[name]) is host_access, name
+        # CDI annotation updates (route 8): never for not-renamed, which lets them be.
+        for name, expression in by_name.items():
+            reads_updates = "oldObject" in expression
+            assert reads_updates is (not name.startswith("not-renamed.")), name
         for entry in config["webhooks"]:
             assert entry["failurePolicy"] == "Ignore"
             assert entry["timeoutSeconds"] == 10

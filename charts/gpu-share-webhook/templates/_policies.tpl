@@ -1,9 +1,13 @@
 {{/*
-The policies: the files the ConfigMap holds, and for each policy they define whether its
-webhook entries are called for every pod (its spec.rules.voidVisibleDevicesWithoutGpu, escape
-route 2), as JSON:
+The policies: the files the ConfigMap holds, and for each policy they define the switches
+its webhook entries' conditions follow (spec.rules.voidVisibleDevicesWithoutGpu: every pod,
+escape route 2; spec.rules.denyHostAccess and spec.hostAccess.trustPodSecurity: what Pod
+Security baseline refuses, route 9; spec.rules.denyCdiAnnotations: Pod updates, route 8), as
+JSON:
 
-  {"files": {"default.yaml": "<text>", ...}, "everyPod": {"default": true, ...}}
+  {"files": {"default.yaml": "<text>", ...},
+   "switches": {"default": {"everyPod": true, "hostAccess": true, "trustPodSecurity": true,
+                            "cdiUpdates": true}, ...}}
 
 The shipped files (the chart's policies/, a copy of the repository's) get the switches of
 .Values.policies.rules: a file whose switches already are those is kept as written, one that
@@ -14,7 +18,7 @@ of .Values.policies.files are kept as given; only their names and switches are r
 {{- $gen := .Files.Get "files/generated.yaml" | fromYaml }}
 {{- $values := .Values.policies }}
 {{- $files := dict }}
-{{- $everyPod := dict }}
+{{- $switches := dict }}
 {{- $where := dict }}
 {{- if $values.shipped }}
 {{- $shipped := list }}
@@ -43,7 +47,7 @@ of .Values.policies.files are kept as given; only their names and switches are r
 {{- $_ := set $files $file $text }}
 {{- $name := dig "metadata" "name" "" $doc }}
 {{- $_ := set $where $name $file }}
-{{- $_ := set $everyPod $name (get $want "voidVisibleDevicesWithoutGpu") }}
+{{- $_ := set $switches $name (dict "everyPod" (get $want "voidVisibleDevicesWithoutGpu") "hostAccess" (get $want "denyHostAccess") "trustPodSecurity" (dig "spec" "hostAccess" "trustPodSecurity" $gen.trustPodSecurityDefault $doc) "cdiUpdates" (get $want "denyCdiAnnotations")) }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -79,7 +83,10 @@ of .Values.policies.files are kept as given; only their names and switches are r
 {{- fail (printf "policies.files.%s: policy %q is already defined in %s (leave out a shipped file with policies.exclude, or replace it by giving a file of the same name)" $file $name (get $where $name)) }}
 {{- end }}
 {{- $_ := set $where $name $file }}
-{{- $_ := set $everyPod $name (dig "spec" "rules" "voidVisibleDevicesWithoutGpu" $gen.ruleDefaults.voidVisibleDevicesWithoutGpu $doc) }}
+{{- $rules := dict }}
+{{- range $k, $v := $gen.ruleDefaults }}{{ $_ := set $rules $k $v }}{{ end }}
+{{- range $k, $v := (dig "spec" "rules" (dict) $doc) }}{{ $_ := set $rules $k $v }}{{ end }}
+{{- $_ := set $switches $name (dict "everyPod" (get $rules "voidVisibleDevicesWithoutGpu") "hostAccess" (get $rules "denyHostAccess") "trustPodSecurity" (dig "spec" "hostAccess" "trustPodSecurity" $gen.trustPodSecurityDefault $doc) "cdiUpdates" (get $rules "denyCdiAnnotations")) }}
 {{- $found = add1 $found }}
 {{- end }}
 {{- end }}
@@ -91,7 +98,7 @@ of .Values.policies.files are kept as given; only their names and switches are r
 {{- if not $files }}
 {{- fail "no policy files: policies.shipped is false (or every shipped file is excluded) and policies.files is empty" }}
 {{- end }}
-{{- toJson (dict "files" $files "everyPod" $everyPod) }}
+{{- toJson (dict "files" $files "switches" $switches) }}
 {{- end }}
 
 {{/* The policies ConfigMap's name: it changes with the contents, so that a policy change
