@@ -9,7 +9,6 @@ import copy
 import json
 import subprocess
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -899,23 +898,9 @@ def test_host_access_switched_off_is_said_and_refuses_nothing(
         listed["open"]["reason"])
 
 
-class _Routes(rendering.Routes):
-    """Routes that carry the Pod Security level themselves, as the rendered configurations
-    are to: `<policy>/baseline` for the namespaces that enforce baseline or restricted."""
-
-    def policy_path(self, labels: Mapping[str, str]) -> str | None:
-        path = super().policy_path(labels)
-        if path is not None and labels.get(PSA) in names.POD_SECURITY_HOST_ACCESS_LEVELS:
-            return policies.policy_path(path, pod_security=True)
-        return path
-
-
-@pytest.mark.parametrize("carried", [False, True], ids=["routes-without-level", "with-level"])
-def test_the_path_carries_the_pod_security_level_once(carried: bool) -> None:
+def test_the_path_carries_the_pod_security_level() -> None:
     loaded = policies.load_directory(REPO / "policies")
     where = rendering.routes(loaded, pods.BUILTIN_KINDS, webhook_namespace="gpu")
-    if carried:
-        where = _Routes(where.entries, where.webhook_namespace)
     cases = [
         ({}, "default"),
         ({PSA: "privileged"}, "default"),

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from webhook import hostpaths, names, namespaces, policies, rendering
+from webhook import hostpaths, names, namespaces, rendering
 from webhook.core import pods, reviewing, rules
 from webhook.core.decisions import MALFORMED, OBJECT, Violation
 from webhook.policies import Policy, PolicySet
@@ -270,18 +270,10 @@ def _with_name(name: str, labels: Mapping[str, str]) -> Mapping[str, str]:
 
 
 def policy_path(where: rendering.Routes, name: str, labels: Mapping[str, str]) -> str | None:
-    """The webhook path the API server would send the namespace's objects to: its policy's,
-    with `/baseline` when the namespace enforces Pod Security baseline or restricted (whether
-    or not the routes carry the level themselves); None when no entry selects it."""
-    path = where.policy_path(_with_name(name, labels))
-    if path is None:
-        return None
-    policy, pod_security = policies.split_path(path)
-    if not pod_security and hostpaths.pod_security_enforced(
-        labels.get(names.POD_SECURITY_ENFORCE_LABEL)
-    ):
-        return policies.policy_path(policy, pod_security=True)
-    return path
+    """The webhook path the API server would send the namespace's objects to, as the rendered
+    configurations route them: its policy's, with `/baseline` when the namespace enforces Pod
+    Security baseline or restricted; None when no entry selects it."""
+    return where.policy_path(_with_name(name, labels))
 
 
 # --------------------------------------------------------------------------- the audit
