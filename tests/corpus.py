@@ -534,6 +534,18 @@ def _annotated(**annotations: str) -> dict[str, Any]:
     return p
 
 
+def _model_pod(*debug: dict[str, Any]) -> dict[str, Any]:
+    """A running pod of policy lab that mounts the allowed /srv/models read-only, and the
+    ephemeral containers `debug` adds."""
+    p = _host_path("/srv/models/llama", "/models", gpu=True, readOnly=True)
+    p["spec"]["volumes"][0]["name"] = "models"
+    p["spec"]["containers"][0]["volumeMounts"][0]["name"] = "models"
+    p["spec"]["runtimeClassName"] = "nvidia"
+    if debug:
+        p["spec"]["ephemeralContainers"] = list(debug)
+    return p
+
+
 def _with_scratch(p: dict[str, Any]) -> dict[str, Any]:
     p["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
     return p
@@ -735,6 +747,16 @@ ROUTE_CASES = {
     "cdi-annotation-changed-by-an-update": RouteCase(
         8, _annotated(**{"cdi.k8s.io/extra": "nvidia.com/gpu=all"}), Refused("cdi-annotations"),
         operation="UPDATE", old=_annotated(**{"cdi.k8s.io/extra": "vendor.com/net=eth1"})),
+    "cdi-annotation-added-by-a-status-update": RouteCase(
+        8, _annotated(**{"cdi.k8s.io/extra": "nvidia.com/gpu=all"}), Refused("cdi-annotations"),
+        operation="UPDATE", sub_resource="status", old=_running()),
+    "dra-class-by-extended-resource-name": RouteCase(
+        5, pod(container(limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1})),
+        Refused("resource-claims", "main"), pod_security="baseline"),
+    "kubectl-debug-writable-mount-of-a-read-only-host-path": RouteCase(
+        9, _model_pod(_debug(volumeMounts=[{"name": "models", "mountPath": "/w"}])),
+        Refused("host-access", "debugger-x7k2p"), policy="lab", operation="UPDATE",
+        sub_resource="ephemeralcontainers", old=_model_pod()),
     # 9. No dependence on Pod Security: baseline's host-access checks where the namespace
     # does not enforce it (no label, or `privileged`).
     "host-pid-in-a-pod-without-gpu": RouteCase(

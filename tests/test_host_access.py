@@ -188,3 +188,48 @@ def test_policy_paths() -> None:
     assert dataclasses.replace(variant, pod_security=False).name == "team"
     assert loaded.governing("nope/baseline").unavailable is not None
     assert loaded.get("team/other") is None
+
+
+def test_a_status_update_or_a_binding_that_adds_a_cdi_annotation_is_refused() -> None:
+    """Two more ways to a Pod's annotations: `pods/status` keeps the metadata it is sent
+    with, and a Binding's annotations are copied onto the pod."""
+    p = policy()
+    cdi = {"cdi.k8s.io/x": "nvidia.com/gpu=all"}
+    status = reviewing.admit(_annotated(**cdi), policy=p, endpoint="validate", group="",
+                             kind="Pod", operation="UPDATE", sub_resource="status",
+                             old=_annotated())
+    assert [v.rule for v in status.violations] == ["cdi-annotations"]
+    kept = reviewing.admit(_annotated(**cdi), policy=p, endpoint="validate", group="",
+                           kind="Pod", operation="UPDATE", sub_resource="status",
+                           old=_annotated(**cdi))
+    assert kept.allowed
+    for added, rules in ((cdi, ["cdi-annotations"]), ({"note": "x"}, []), (None, [])):
+        binding = {"apiVersion": "v1", "kind": "Binding",
+                   "metadata": {"name": "p", **({"annotations": added} if added
+                                                else {})},
+                   "target": {"kind": "Node", "name": "n"}}
+        decision = reviewing.admit(binding, policy=p, endpoint="mutate", group="",
+                                   kind="Binding", operation="CREATE", sub_resource="binding")
+        assert [v.rule for v in decision.violations] == rules
+        assert decision.patch == []
+
+
+def test_an_ephemeral_container_may_not_mount_an_allowed_read_only_path_writable() -> None:
+    p = policy(**ALLOWING)
+    running = pod(container(volumeMounts=[{"name": "m", "mountPath": "/m", "readOnly": True}]),
+                  volumes=[{"name": "m", "hostPath": {"path": "/srv/models"}}])
+    for mount, rules in (({"name": "m", "mountPath": "/w"}, [("host-access", "dbg")]),
+                         ({"name": "m", "mountPath": "/w", "readOnly": True}, [])):
+        debug = {"name": "dbg", "image": "busybox", "volumeMounts": [mount]}
+        updated = {**running, "spec": {**running["spec"], "ephemeralContainers": [debug]}}
+        decision = reviewing.admit(updated, policy=p, endpoint="mutate", group="",
+                                   kind="Pod", operation="UPDATE",
+                                   sub_resource="ephemeralcontainers", old=running)
+        assert [(v.rule, v.container) for v in decision.violations] == rules
+
+
+def test_a_dra_device_class_asked_for_by_extended_resource_name_is_refused() -> None:
+    obj = pod(container(limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1},
+                        requests={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1}))
+    assert rules_of(obj, policy()) == [("resource-claims", "main"), ("resource-claims", "main")]
+    assert rules_of(obj, policy(rules={"denyResourceClaims": False})) == []

@@ -194,6 +194,12 @@ POD_RULES = [
      "resources": ["pods"], "scope": "Namespaced"},
     {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
      "resources": ["pods/ephemeralcontainers"], "scope": "Namespaced"},
+    # Route 8 too: a status update keeps the annotations it is sent with; a Binding's are
+    # copied onto the pod.
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+     "resources": ["pods/status"], "scope": "Namespaced"},
+    {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+     "resources": ["pods/binding"], "scope": "Namespaced"},
 ]
 
 
@@ -209,9 +215,9 @@ def test_validation_also_sees_the_workloads_on_create_and_update(
 ) -> None:
     expected = {(k.group, k.resource): list(k.versions) for k in kinds.all_kinds()}
     for e in validating_config["webhooks"]:
-        assert e["rules"][:2] == POD_RULES
+        assert e["rules"][:len(POD_RULES)] == POD_RULES
         seen: dict[tuple[str, str], list[str]] = {}
-        for rule in e["rules"][2:]:
+        for rule in e["rules"][len(POD_RULES):]:
             assert rule["scope"] == "Namespaced"
             assert rule["operations"] == ["CREATE", "UPDATE"]
             for group in rule["apiGroups"]:
@@ -1284,3 +1290,47 @@ def test_render_refuses_an_unknown_failure_policy_as_usage(
         cli.main(["render", "--failure-policy", "Retry"])
     assert exc.value.code == 2
     assert "Retry" in capsys.readouterr().err
+
+
+def _binding(annotations: dict[str, str] | None) -> dict[str, Any]:
+    """A Binding as `pods/binding` takes it (the scheduler's, or anyone's with that right):
+    the API server copies its annotations onto the pod it binds."""
+    meta: dict[str, Any] = {"name": "p", "namespace": "team"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-1"}}
+
+
+@pytest.mark.parametrize(("before", "after", "sent"), POD_UPDATES)
+def test_a_status_update_reaches_the_webhook_only_when_it_adds_or_changes_a_cdi_annotation(
+    judged: Judgeds,
+    before: dict[str, str] | None,
+    after: dict[str, str] | None,
+    sent: bool,
+) -> None:
+    """`pods/status` keeps the metadata it is sent with: the kubelet's status updates never
+    reach the webhook, one that adds a CDI annotation does."""
+    old, new = _cdi_pod(before), _cdi_pod(after)
+    for j in judged:
+        expected = sent and j.policy.rules.deny_cdi_annotations
+        assert j.conditions.match(new, operation="UPDATE", sub_resource="status", old=old) is (
+            expected), j.entry["name"]
+
+
+@pytest.mark.parametrize(
+    ("annotations", "sent"),
+    [
+        pytest.param(None, False, id="the-scheduler's"),
+        pytest.param({"note": "x"}, False, id="other-annotations"),
+        pytest.param({CDI: "nvidia.com/gpu=all"}, True, id="cdi"),
+        pytest.param({"nvidia.cdi.k8s.io/x": "nvidia.com/gpu=0"}, True, id="nvidia-cdi"),
+    ],
+)
+def test_a_binding_reaches_the_webhook_only_with_a_cdi_annotation(
+    judged: Judgeds, annotations: dict[str, str] | None, sent: bool
+) -> None:
+    for j in judged:
+        expected = sent and j.policy.rules.deny_cdi_annotations
+        assert j.conditions.match(_binding(annotations), sub_resource="binding") is expected, (
+            j.entry["name"])

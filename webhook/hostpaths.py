@@ -18,6 +18,7 @@ allowlists against the classes) and the rules both use it.
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Iterable
@@ -62,7 +63,8 @@ CLASSES: tuple[HostPathClass, ...] = (
         "MPS pipes",
         "the MPS daemon's control pipes: a pod can raise its own limits, change other pods' or"
         " stop the daemon",
-        ("/run/nvidia/mps",),
+        # The device plugin's MPS root, and the MPS daemon's own default pipe directory.
+        ("/run/nvidia/mps", "/tmp/nvidia-mps"),
     ),
     HostPathClass(
         "NVIDIA driver and toolkit",
@@ -76,6 +78,7 @@ CLASSES: tuple[HostPathClass, ...] = (
             "/etc/nvidia-container-toolkit",
             "/usr/bin/nvidia*",
             "/usr/lib/modules",
+            "/usr/lib/firmware/nvidia",
             # The driver's user-space libraries, which the toolkit mounts into every GPU
             # container (Debian/Ubuntu, RHEL, and Arm layouts).
             "/usr/lib/x86_64-linux-gnu/libnvidia*",
@@ -125,6 +128,11 @@ CLASSES: tuple[HostPathClass, ...] = (
         ),
     ),
     HostPathClass(
+        "service managers",
+        "systemd's and D-Bus's sockets: a pod can start any process on the node as root",
+        ("/run/systemd", "/run/dbus"),
+    ),
+    HostPathClass(
         "sysfs",
         "the kernel's device trees (a GPU's PCI reset and remove), driver parameters and the"
         " cgroups that decide which devices a container may open",
@@ -154,6 +162,8 @@ LINKS: tuple[tuple[str, str], ...] = (
     ("/dev/stdin", "/proc/self/fd/0"),
     ("/dev/stdout", "/proc/self/fd/1"),
     ("/dev/stderr", "/proc/self/fd/2"),
+    ("/dev/core", "/proc/kcore"),
+    ("/etc/mtab", "/proc/self/mounts"),
 )
 
 _SLASHES = re.compile(r"/+")
@@ -214,13 +224,30 @@ def classes_of(path: str, extra: Iterable[str] = ()) -> list[str]:
     """The names of the classes a hostPath reaches (`extra`: a policy's own paths, named
     "denied by policy"); empty when it reaches none. A relative path is its own class: the
     runtime resolves it against a working directory Kubernetes does not define."""
+    return list(_classes_of(path, tuple(extra)))
+
+
+# Bounded: a review's paths are the user's; a pod repeats a few, and so do replicas.
+@functools.lru_cache(maxsize=4096)
+def _classes_of(path: str, extra: tuple[str, ...]) -> tuple[str, ...]:
     if not path.startswith("/"):
-        return [RELATIVE]
+        return (RELATIVE,)
     p = canonical(path)
-    found = [c.name for c in CLASSES if any(_meets(p, canonical_entry(e)) for e in c.paths)]
+    found = set(_HOLDERS.get(p, ()))
+    # The path and each directory above it, against the classes' paths.
+    at = p
+    while True:
+        found.update(_AT.get(at, ()))
+        if at == "/":
+            break
+        at = at.rsplit("/", 1)[0] or "/"
+    for prefix, name in _STARS:
+        if p.startswith(prefix):
+            found.add(name)
+    names_found = [c.name for c in CLASSES if c.name in found]
     if any(_meets(p, canonical_entry(e)) for e in extra):
-        found.append(DENIED_BY_POLICY)
-    return found
+        names_found.append(DENIED_BY_POLICY)
+    return tuple(names_found)
 
 
 def canonical_entry(entry: str) -> str:
@@ -228,6 +255,40 @@ def canonical_entry(entry: str) -> str:
     if entry.endswith("*"):
         return canonical(entry[:-1]) + "*"
     return canonical(entry)
+
+
+def _ancestors(path: str) -> list[str]:
+    """The directories that hold `path` (clean, absolute), "/" included."""
+    out = []
+    while path != "/":
+        path = path.rsplit("/", 1)[0] or "/"
+        out.append(path)
+    return out
+
+
+def _index() -> tuple[dict[str, set[str]], dict[str, set[str]], tuple[tuple[str, str], ...]]:
+    """The classes' paths as `canonical` spells them, worked out once, for lookups by a
+    path's directories (`_classes_of` is `_meets` over every path, in a few dict lookups):
+    the class names at each path, at each directory that holds one, and the `*` prefixes."""
+    at: dict[str, set[str]] = {}
+    holders: dict[str, set[str]] = {}
+    stars: list[tuple[str, str]] = []
+    for c in CLASSES:
+        for entry in c.paths:
+            e = canonical_entry(entry)
+            if e.endswith("*"):
+                stars.append((e[:-1], c.name))
+                parent = e[:-1].rsplit("/", 1)[0] or "/"
+                held = [parent, *_ancestors(parent)]
+            else:
+                at.setdefault(e, set()).add(c.name)
+                held = _ancestors(e)
+            for h in held:
+                holders.setdefault(h, set()).add(c.name)
+    return at, holders, tuple(stars)
+
+
+_AT, _HOLDERS, _STARS = _index()
 
 
 def reason(name: str) -> str:

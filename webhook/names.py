@@ -51,6 +51,10 @@ CERT_MANAGER_ANNOTATION = "cert-manager.io/inject-ca-from"
 # (`nvidia.com/gpu`, `nvidia.com/gpu.shared`, `nvidia.com/mig-1g.10gb[.shared]`).
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 SHARED_SUFFIX = ".shared"
+# Extended resources the scheduler satisfies through dynamic resource allocation (KEP-5004,
+# the DRAExtendedResource feature gate): a request of `<prefix><device class>` makes a
+# ResourceClaim of that class for the pod, outside any policy, as spec.resourceClaims would.
+DRA_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 
 # --------------------------------------------------------------------------- environment
 
@@ -86,10 +90,11 @@ MPS_DIRECTORIES = (MPS_PIPE_DIRECTORY, MPS_LOG_DIRECTORY)
 MPS_PREFIX = "CUDA_MPS_"
 NVIDIA_PREFIX = "NVIDIA_"
 
-# Container annotations that name CDI devices for the runtime to inject. The device plugin's
-# cdi-annotations strategy sets them on containers; a runtime configured with
+# Pod annotations a container runtime reads to add devices. CDI's name devices: the device
+# plugin's cdi-annotations strategy sets them on containers, and a runtime configured with
 # `pod_annotations = ["cdi.k8s.io/*"]` also takes them from the pod's own annotations.
-CDI_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io/")
+# CRI-O's names host device paths, on runtime handlers whose `allowed_annotations` list it.
+CDI_ANNOTATION_PREFIXES = ("cdi.k8s.io/", "nvidia.cdi.k8s.io/", "io.kubernetes.cri-o.Devices")
 
 # --------------------------------------------------------------------------- host paths
 

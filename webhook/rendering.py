@@ -391,6 +391,23 @@ def _pod_rules() -> list[dict[str, Any]]:
             "resources": [f"pods/{reviews.EPHEMERAL_CONTAINERS}"],
             "scope": "Namespaced",
         },
+        # Two more ways to a Pod's annotations (route 8): a status update keeps the metadata
+        # it is sent with, and a Binding's annotations are copied onto the pod it binds.
+        # The matchConditions send only those that add or change a CDI annotation.
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["UPDATE"],
+            "resources": [f"pods/{reviews.STATUS}"],
+            "scope": "Namespaced",
+        },
+        {
+            "apiGroups": [""],
+            "apiVersions": ["v1"],
+            "operations": ["CREATE"],
+            "resources": [f"pods/{reviews.BINDING}"],
+            "scope": "Namespaced",
+        },
     ]
 
 
@@ -446,12 +463,18 @@ def match_condition(
     else:
         pods_clause = _sub_resource_is(reviews.EPHEMERAL_CONTAINERS)
         name = CONDITION_RULES
-    # A Pod update (not of a subresource) goes its own way: only route 8 wants it.
-    pod_update = f"{_IS_POD} && request.operation == 'UPDATE' &&\n  {_NO_SUB_RESOURCE}"
+    # A Pod update (of the pod or its status) and a Binding go their own way: only route 8
+    # wants them.
+    pod_update = (
+        f"{_IS_POD} && request.operation == 'UPDATE' &&\n"
+        f"  ({_NO_SUB_RESOURCE} || {_sub_resource_is(reviews.STATUS)})"
+    )
     updates = _cdi_annotation_changed() if cdi_updates else "  false"
+    bound = _cdi_annotation_present() if cdi_updates else "  false"
     return {
         "name": name,
-        "expression": f"({pod_update}) ? (\n{updates}\n) : (\n{pods_clause} ||\n"
+        "expression": f"({pod_update}) ? (\n{updates}\n) : ({_IS_BINDING}) ? (\n{bound}\n) : (\n"
+        f"{pods_clause} ||\n"
         f"{_templates(kinds)}.exists(t,\n"
         f"{_refusable(sorted(set(resources)), host_access=host_access)})\n)",
     }
@@ -460,6 +483,7 @@ def match_condition(
 # `request` is the AdmissionRequest as JSON: kind.group, kind.kind and operation are always
 # there; subResource (omitempty) only when there is one.
 _IS_POD = "request.kind.group == '' && request.kind.kind == 'Pod'"
+_IS_BINDING = "request.kind.group == '' && request.kind.kind == 'Binding'"
 _NO_SUB_RESOURCE = "(!has(request.subResource) || request.subResource == '')"
 
 
@@ -478,6 +502,16 @@ def _cdi_annotation_changed() -> str:
         f"  object.metadata.annotations.exists(k, ({cdi}) &&\n"
         f"    !(has(oldObject.metadata) && has({old}) && k in {old} &&\n"
         f"      {old}[k] == object.metadata.annotations[k]))"
+    )
+
+
+def _cdi_annotation_present() -> str:
+    """CEL: the object (a Binding) carries a CDI annotation, which the API server copies onto
+    the pod it binds."""
+    cdi = " || ".join(f"k.startsWith({cel_string(p)})" for p in names.CDI_ANNOTATION_PREFIXES)
+    return (
+        "  has(object.metadata) && has(object.metadata.annotations) &&\n"
+        f"  object.metadata.annotations.exists(k, {cdi})"
     )
 
 
@@ -526,7 +560,10 @@ def _path_list(node: str, path: pods.Path) -> str:
 def _refusable(resources: Sequence[str], *, host_access: bool) -> str:
     """The CEL test of a pod template `t` that one of the rules could refuse or change
     (`host_access`: rule host-access too)."""
-    tests = [f"k.startsWith({cel_string(p)})" for p in names.GPU_RESOURCE_PREFIXES]
+    tests = [
+        f"k.startsWith({cel_string(p)})"
+        for p in (*names.GPU_RESOURCE_PREFIXES, names.DRA_EXTENDED_RESOURCE_PREFIX)
+    ]
     extra = [r for r in resources if not r.startswith(names.GPU_RESOURCE_PREFIXES)]
     if extra:
         tests.insert(0, f"k in [{', '.join(cel_string(n) for n in extra)}]")

@@ -27,6 +27,8 @@ from webhook.policies import PolicySet
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
 EPHEMERAL_CONTAINERS = reviewing.EPHEMERAL_CONTAINERS
+STATUS = reviewing.STATUS
+BINDING = reviewing.BINDING
 
 Endpoint = reviewing.Endpoint
 ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate")

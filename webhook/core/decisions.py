@@ -8,6 +8,7 @@ the container it concerns, and the words. The message a user reads is built from
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
@@ -102,6 +103,10 @@ class Violation:
         return f"{self.message} (rule {self.rule})"
 
 
+# How many violations a denial's message shows in full.
+SHOWN_PROBLEMS = 20
+
+
 @dataclass(slots=True)
 class Decision:
     """The outcome of a review. `patch` is an RFC 6902 JSON Patch against the object as sent.
@@ -136,12 +141,19 @@ class Decision:
 
     @property
     def message(self) -> str:
-        """Every violation, each with its rule, in one line (the API server shows one)."""
-        if len(self.violations) == 1:
-            return self.violations[0].text
-        return f"{len(self.violations)} problems: " + "; ".join(
-            f"({i}) {v.text}" for i, v in enumerate(self.violations, 1)
+        """Every violation, each with its rule, in one line (the API server shows one); past
+        `SHOWN_PROBLEMS`, how many more of each rule (a pod with thousands of volumes gets an
+        answer of kilobytes, not megabytes)."""
+        violations = self.violations
+        if len(violations) == 1:
+            return violations[0].text
+        text = f"{len(violations)} problems: " + "; ".join(
+            f"({i}) {v.text}" for i, v in enumerate(violations[:SHOWN_PROBLEMS], 1)
         )
+        if len(violations) > SHOWN_PROBLEMS:
+            more = Counter(v.rule for v in violations[SHOWN_PROBLEMS:])
+            text += "; and " + ", ".join(f"{n} more of rule {rule}" for rule, n in more.items())
+        return text
 
     @property
     def rules(self) -> list[str]:

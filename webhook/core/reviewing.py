@@ -21,6 +21,10 @@ from webhook.policies import Policy
 Endpoint = Literal["mutate", "validate"]
 # The subresource `kubectl debug` updates to add an ephemeral container.
 EPHEMERAL_CONTAINERS = "ephemeralcontainers"
+# Subresources through which a Pod's annotations change: a status update keeps the metadata
+# it is sent with; a Binding's annotations are copied onto the pod.
+STATUS = "status"
+BINDING = "binding"
 
 
 def admit(
@@ -39,8 +43,9 @@ def admit(
 
     Pods on CREATE, and updates of a pod's ephemeral containers (`kubectl debug`): the
     mutating endpoint patches and refuses; the validating one refuses, also when the parts
-    of the patch that guard the policy are missing. Other Pod updates: only a CDI annotation
-    they add or change is refused (`annotations_update`). Workloads (`kinds`): the validating
+    of the patch that guard the policy are missing. Other Pod updates (of the pod or its
+    status) and Bindings: only a CDI annotation they add or change is refused
+    (`annotations_update`). Workloads (`kinds`): the validating
     endpoint refuses a template its pods would be refused for, except on an update that
     leaves every template as it was (scaling, labels, finalizers, status), which is never
     refused. Anything else passes.
@@ -48,9 +53,22 @@ def admit(
     if obj is None or operation not in ("CREATE", "UPDATE"):
         return Decision()
     mutate = endpoint == "mutate"
+    if kind == "Binding" and group == "" and sub_resource == BINDING:
+        # Its annotations become the pod's: judged as a Pod update that adds them.
+        return annotations_update(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": obj.get("metadata")},
+            {},
+            policy=policy,
+        )
     if kind == "Pod" and group == "":
         if sub_resource == EPHEMERAL_CONTAINERS and operation == "UPDATE":
             return review(obj, policy=policy, mutate=mutate, require=not mutate, old=old or {})
+        if sub_resource == STATUS:
+            return (
+                annotations_update(obj, old or {}, policy=policy)
+                if operation == "UPDATE"
+                else Decision()
+            )
         if sub_resource:
             return Decision()
         if operation == "UPDATE":

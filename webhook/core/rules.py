@@ -675,6 +675,27 @@ def check_host_access(r: Pass) -> None:
                 FIELD,
                 container=c.name,
             )
+    # A mount of an allowed read-only host path must be read-only, in every container the
+    # update adds too: `kubectl debug` may mount the pod's volumes, and a writable mount lets
+    # it leave a link there for the next pod's hostPath to follow.
+    read_only = _read_only_host_volumes(pod, policy, covered("host-path"))
+    if read_only:
+        for c, _ in r.facts.judged:
+            for m in c.mounts:
+                if m.read_only or m.volume not in read_only:
+                    continue
+                v, entry = read_only[m.volume]
+                r.deny(
+                    "host-access",
+                    ErrorType.FORBIDDEN,
+                    f"{c.field}.volumeMounts[{m.position}].readOnly",
+                    f'container "{c.name}": hostPath volume "{v.name}" ({shown(v.host_path or "")})'
+                    f' is mounted writable; policy "{policy.name}" allows {entry} read-only'
+                    f"{_NOT_ENFORCED}. Set ",
+                    FIELD,
+                    ": true",
+                    container=c.name,
+                )
     if pod.ephemeral_update:
         # The pod's namespaces and volumes were judged when it was created.
         return
@@ -725,24 +746,23 @@ def check_host_access(r: Pass) -> None:
                 f' policy "{policy.name}" allows (allowedHostPaths: {listed}){_NOT_ENFORCED}.'
                 " Use a PersistentVolumeClaim, or ask the cluster admin to allow the path",
             )
+
+
+def _read_only_host_volumes(
+    pod: pods.Pod, policy: Policy, host_path_on: bool
+) -> dict[str, tuple[pods.Volume, str]]:
+    """The pod's hostPath volumes that a read-only entry of the policy's allowedHostPaths
+    allows, by name, each with the entry."""
+    out: dict[str, tuple[pods.Volume, str]] = {}
+    for v in pod.volumes:
+        if v.host_path is None or not policy.allowed_host_paths:
             continue
-        entry, read_only = allowed
-        if not read_only:
+        if host_path_on and host_path_classes(v.host_path, policy):
             continue
-        for c in pod.containers:
-            for m in c.mounts:
-                if m.volume == v.name and not m.read_only:
-                    r.deny(
-                        "host-access",
-                        ErrorType.FORBIDDEN,
-                        f"{c.field}.volumeMounts[{m.position}].readOnly",
-                        f'container "{c.name}": hostPath volume "{v.name}" ({shown(v.host_path)})'
-                        f" is mounted writable; policy \"{policy.name}\" allows {entry} read-only"
-                        f"{_NOT_ENFORCED}. Set ",
-                        FIELD,
-                        ": true",
-                        container=c.name,
-                    )
+        allowed = allowed_host_path(v.host_path, policy)
+        if allowed is not None and allowed[1]:
+            out[v.name] = (v, allowed[0])
+    return out
 
 
 def check_cdi_annotations(r: Pass) -> None:
@@ -774,6 +794,22 @@ def check_resource_claims(r: Pass) -> None:
             f' can give the pod devices, GPUs included, that policy "{r.policy.name}" does not'
             f" govern. Remove them, or ask for {_preferred(r.policy)}",
         )
+    prefix = names.DRA_EXTENDED_RESOURCE_PREFIX
+    for c, _ in r.facts.judged:
+        for part, amounts in (("limits", c.limits), ("requests", c.requests)):
+            for key in amounts.value if amounts else ():
+                if isinstance(key, str) and key.startswith(prefix):
+                    r.deny(
+                        "resource-claims",
+                        ErrorType.FORBIDDEN,
+                        f"{c.field}.resources.{part}[{key}]",
+                        f'container "{c.name}": ',
+                        FIELD,
+                        " asks for devices of a DRA device class by extended resource name:"
+                        " the scheduler makes a resource claim for it, outside policy"
+                        f' "{r.policy.name}". Remove it, or ask for {_preferred(r.policy)}',
+                        container=c.name,
+                    )
 
 
 def _unavailable(name: str) -> Callable[[Pass], None]:
@@ -898,7 +934,8 @@ RULES: tuple[Rule, ...] = (
          check_host_access, switch="denyHostAccess", always=True, pod_security=True),
     Rule("cdi-annotations", E, "pod annotations that request CDI devices",
          check_cdi_annotations, switch="denyCdiAnnotations", pod_level=True, always=True),
-    Rule("resource-claims", E, "dynamic resource allocation claims",
+    Rule("resource-claims", E, "dynamic resource allocation claims, and device classes asked for"
+         " by extended resource name",
          check_resource_claims, switch="denyResourceClaims", pod_level=True, always=True),
     Rule("node-selection", S, "a node selection no allowed class satisfies; pins the pod to"
          " the allowed classes", patch=patch_node_selection, found=True, pod_level=True),
