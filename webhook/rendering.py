@@ -34,10 +34,11 @@ else away from the webhook, which is what makes `failurePolicy: Fail` safe for t
 the cluster. Never a mirror pod (the kubelet's static pods cannot be changed, and refusing one
 only hides it from the API). Then an entry is called for:
 
-- a Pod UPDATE (no subresource: labels, annotations, the few mutable spec fields) only when
-  it adds or changes a `cdi.k8s.io/` or `nvidia.cdi.k8s.io/` annotation, and only where
-  the policy's `denyCdiAnnotations` is on (route 8): no other Pod update ever waits on the
-  webhook;
+- a Pod UPDATE (no subresource: labels, annotations, the few mutable spec fields; or of
+  `pods/status`, which keeps the metadata it is sent with) only when it adds or changes an
+  annotation of `names.CDI_ANNOTATION_PREFIXES`, and a `pods/binding` (whose annotations are
+  copied onto the pod) only when it carries one; only where the policy's
+  `denyCdiAnnotations` is on (route 8): no other Pod update ever waits on the webhook;
 - every Pod CREATE, when its policy's `voidVisibleDevicesWithoutGpu` is on (escape route 2:
   each container that asks for no GPU gets NVIDIA_VISIBLE_DEVICES=void), and every update
   of a pod's ephemeral containers (`kubectl debug`, route 3);
