@@ -546,6 +546,11 @@ def _model_pod(*debug: dict[str, Any]) -> dict[str, Any]:
     return p
 
 
+def _with_mps_pipes(p: dict[str, Any]) -> dict[str, Any]:
+    p["spec"]["volumes"] = [{"name": "pipes", "hostPath": {"path": "/run/nvidia/mps"}}]
+    return p
+
+
 def _with_scratch(p: dict[str, Any]) -> dict[str, Any]:
     p["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
     return p
@@ -753,6 +758,12 @@ ROUTE_CASES = {
     "dra-class-by-extended-resource-name": RouteCase(
         5, pod(container(limits={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": 1})),
         Refused("resource-claims", "main"), pod_security="baseline"),
+    # A pod admitted before the namespace opted in (or while host-path was in warn mode).
+    "kubectl-debug-mounts-the-mps-pipes-of-an-older-pod": RouteCase(
+        5, _with_mps_pipes(_debugged(volumeMounts=[{"name": "pipes", "mountPath": "/mps"}])),
+        Refused("host-path", "debugger-x7k2p"), operation="UPDATE",
+        sub_resource="ephemeralcontainers", old=_with_mps_pipes(_running()),
+        pod_security="baseline"),
     "kubectl-debug-writable-mount-of-a-read-only-host-path": RouteCase(
         9, _model_pod(_debug(volumeMounts=[{"name": "models", "mountPath": "/w"}])),
         Refused("host-access", "debugger-x7k2p"), policy="lab", operation="UPDATE",

@@ -199,7 +199,7 @@ POD_RULES = [
     {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
      "resources": ["pods/status"], "scope": "Namespaced"},
     {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-     "resources": ["pods/binding"], "scope": "Namespaced"},
+     "resources": ["pods/binding", "bindings"], "scope": "Namespaced"},
 ]
 
 
@@ -1332,5 +1332,7 @@ def test_a_binding_reaches_the_webhook_only_with_a_cdi_annotation(
 ) -> None:
     for j in judged:
         expected = sent and j.policy.rules.deny_cdi_annotations
-        assert j.conditions.match(_binding(annotations), sub_resource="binding") is expected, (
-            j.entry["name"])
+        # `pods/binding`, and the older `bindings` resource (no subresource).
+        for sub_resource in ("binding", ""):
+            assert j.conditions.match(_binding(annotations), sub_resource=sub_resource) is (
+                expected), j.entry["name"]

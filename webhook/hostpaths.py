@@ -223,24 +223,33 @@ def _meets(path: str, entry: str) -> bool:
 def classes_of(path: str, extra: Iterable[str] = ()) -> list[str]:
     """The names of the classes a hostPath reaches (`extra`: a policy's own paths, named
     "denied by policy"); empty when it reaches none. A relative path is its own class: the
-    runtime resolves it against a working directory Kubernetes does not define."""
-    return list(_classes_of(path, tuple(extra)))
+    runtime resolves it against a working directory Kubernetes does not define. Linear in
+    the path's length, however many segments it has."""
+    extra = tuple(extra)
+    if len(path) > _CACHED_LENGTH:
+        return list(_classes(path, extra))
+    return list(_cached_classes(path, extra))
 
 
-# Bounded: a review's paths are the user's; a pod repeats a few, and so do replicas.
-@functools.lru_cache(maxsize=4096)
-def _classes_of(path: str, extra: tuple[str, ...]) -> tuple[str, ...]:
+# Paths up to this long are remembered (a pod repeats a few, and so do replicas); longer ones,
+# which no node has, are worked out each time rather than held.
+_CACHED_LENGTH = 512
+
+
+def _classes(path: str, extra: tuple[str, ...]) -> tuple[str, ...]:
     if not path.startswith("/"):
         return (RELATIVE,)
     p = canonical(path)
     found = set(_HOLDERS.get(p, ()))
-    # The path and each directory above it, against the classes' paths.
-    at = p
-    while True:
-        found.update(_AT.get(at, ()))
-        if at == "/":
+    # The path and the directories above it, as deep as the deepest class path: a path is
+    # under a class path exactly when its first segments spell it.
+    found.update(_AT.get("/", ()))
+    end = 0
+    for _ in range(_DEEPEST):
+        end = p.find("/", end + 1)
+        found.update(_AT.get(p if end < 0 else p[:end], ()))
+        if end < 0:
             break
-        at = at.rsplit("/", 1)[0] or "/"
     for prefix, name in _STARS:
         if p.startswith(prefix):
             found.add(name)
@@ -248,6 +257,9 @@ def _classes_of(path: str, extra: tuple[str, ...]) -> tuple[str, ...]:
     if any(_meets(p, canonical_entry(e)) for e in extra):
         names_found.append(DENIED_BY_POLICY)
     return tuple(names_found)
+
+
+_cached_classes = functools.lru_cache(maxsize=4096)(_classes)
 
 
 def canonical_entry(entry: str) -> str:
@@ -289,6 +301,8 @@ def _index() -> tuple[dict[str, set[str]], dict[str, set[str]], tuple[tuple[str,
 
 
 _AT, _HOLDERS, _STARS = _index()
+# How many segments the deepest class path has.
+_DEEPEST = max(e.count("/") for e in _AT)
 
 
 def reason(name: str) -> str:

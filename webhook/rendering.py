@@ -402,11 +402,12 @@ def _pod_rules() -> list[dict[str, Any]]:
             "resources": [f"pods/{reviews.STATUS}"],
             "scope": "Namespaced",
         },
+        # (`bindings` is the older endpoint for the same: POST .../namespaces/NS/bindings.)
         {
             "apiGroups": [""],
             "apiVersions": ["v1"],
             "operations": ["CREATE"],
-            "resources": [f"pods/{reviews.BINDING}"],
+            "resources": [f"pods/{reviews.BINDING}", "bindings"],
             "scope": "Namespaced",
         },
     ]

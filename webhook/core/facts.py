@@ -151,9 +151,14 @@ def gather(pod: pods.Pod, policy: Policy) -> Facts:
     )
 
 
+# Resource names the usage looks at: the NVIDIA GPU resources, and DRA device classes asked
+# for by extended resource name (found for rule resource-claims).
+_LOOKED_AT = (*names.GPU_RESOURCE_PREFIXES, names.DRA_EXTENDED_RESOURCE_PREFIX)
+
+
 def _is_gpu_resource(name: object, policy: Policy) -> bool:
     return isinstance(name, str) and (
-        name.startswith(names.GPU_RESOURCE_PREFIXES) or name in policy.shared_resources
+        name.startswith(_LOOKED_AT) or name in policy.shared_resources
     )
 
 
@@ -182,6 +187,9 @@ def _usage(
         shared: list[tuple[str, int]] = []
         exclusive: list[str] = []
         for name in wanted:
+            if name.startswith(names.DRA_EXTENDED_RESOURCE_PREFIX):
+                findings.append(_dra_extended(pod, policy, c, name, in_limits=name in limits))
+                continue
             limit, request = limits.get(name, _ABSENT), requests.get(name, _ABSENT)
             in_limits: int | None = None
             in_requests: int | None = None
@@ -240,6 +248,29 @@ def _usage(
 
 # What a container's limits or requests give for a resource they do not name.
 _ABSENT: Final = object()
+
+
+def _dra_extended(
+    pod: pods.Pod, policy: Policy, c: pods.Container, name: str, *, in_limits: bool
+) -> Finding:
+    preferred = min(policy.shared_resources) if policy.shared_resources else "nvidia.com/gpu.shared"
+    return Finding(
+        "resource-claims",
+        Violation(
+            "resource-claims",
+            ErrorType.FORBIDDEN,
+            f"{c.field}.resources.{'limits' if in_limits else 'requests'}[{name}]",
+            (
+                f'container "{c.name}": ',
+                FIELD,
+                " asks for devices of a DRA device class by extended resource name: the"
+                f' scheduler makes a resource claim for it, outside policy "{policy.name}".'
+                f" Remove it, or ask for {preferred}",
+            ),
+            c.name,
+            pod.place,
+        ),
+    )
 
 
 def _invalid_quantity(

@@ -53,8 +53,9 @@ def admit(
     if obj is None or operation not in ("CREATE", "UPDATE"):
         return Decision()
     mutate = endpoint == "mutate"
-    if kind == "Binding" and group == "" and sub_resource == BINDING:
-        # Its annotations become the pod's: judged as a Pod update that adds them.
+    if kind == "Binding" and group == "":
+        # `pods/binding`, or the older `bindings` resource: its annotations become the
+        # pod's, so it is judged as a Pod update that adds them.
         return annotations_update(
             {"apiVersion": "v1", "kind": "Pod", "metadata": obj.get("metadata")},
             {},

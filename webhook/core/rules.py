@@ -572,6 +572,9 @@ def _mounted_by(pod: pods.Pod, volume: str) -> str:
 
 def check_host_path(r: Pass) -> None:
     pod = r.pod
+    if pod.ephemeral_update:
+        _check_host_path_mounts(r)
+        return
     for v in pod.volumes:
         if v.host_path is None:
             continue
@@ -594,6 +597,36 @@ def check_host_path(r: Pass) -> None:
             FIELD,
             f"): hostPath {shown(v.host_path)}{_mounted_by(pod, v.name)} {what}",
         )
+
+
+def _check_host_path_mounts(r: Pass) -> None:
+    """An ephemeral-containers update: the pod's volumes were judged when it was created, but
+    it may have been admitted before the namespace opted in or while the rule was not
+    enforced. A container the update adds may not mount such a volume."""
+    pod = r.pod
+    reaching = {
+        v.name: v
+        for v in pod.volumes
+        if v.host_path is not None and host_path_classes(v.host_path, r.policy)
+    }
+    if not reaching:
+        return
+    for c, _ in r.facts.judged:
+        for m in c.mounts:
+            v = reaching.get(m.volume)
+            if v is None:
+                continue
+            r.deny(
+                "host-path",
+                ErrorType.FORBIDDEN,
+                f"{c.field}.volumeMounts[{m.position}]",
+                f'container "{c.name}": volume "{v.name}" (hostPath {shown(v.host_path or "")}'
+                ") reaches host paths that hand out GPUs, as the node resolves it. Mount"
+                " another volume (",
+                FIELD,
+                ")",
+                container=c.name,
+            )
 
 
 def check_device_list_mount(r: Pass) -> None:
@@ -794,22 +827,6 @@ def check_resource_claims(r: Pass) -> None:
             f' can give the pod devices, GPUs included, that policy "{r.policy.name}" does not'
             f" govern. Remove them, or ask for {_preferred(r.policy)}",
         )
-    prefix = names.DRA_EXTENDED_RESOURCE_PREFIX
-    for c, _ in r.facts.judged:
-        for part, amounts in (("limits", c.limits), ("requests", c.requests)):
-            for key in amounts.value if amounts else ():
-                if isinstance(key, str) and key.startswith(prefix):
-                    r.deny(
-                        "resource-claims",
-                        ErrorType.FORBIDDEN,
-                        f"{c.field}.resources.{part}[{key}]",
-                        f'container "{c.name}": ',
-                        FIELD,
-                        " asks for devices of a DRA device class by extended resource name:"
-                        " the scheduler makes a resource claim for it, outside policy"
-                        f' "{r.policy.name}". Remove it, or ask for {_preferred(r.policy)}',
-                        container=c.name,
-                    )
 
 
 def _unavailable(name: str) -> Callable[[Pass], None]:
@@ -926,7 +943,7 @@ RULES: tuple[Rule, ...] = (
          check_host_namespaces, switch="denyHostNamespaces", pod_level=True),
     Rule("host-path", E, "a hostPath that reaches what hands out GPUs (device nodes, driver, MPS"
          " pipes, kubelet plugins, CDI specs, runtimes, /sys, /proc) or holds it",
-         check_host_path, switch="denyDeviceHostPaths", pod_level=True, always=True),
+         check_host_path, switch="denyDeviceHostPaths", always=True),
     Rule("device-list-mount", E, f"a volume mounted at or under {names.DEVICE_LIST_ROOT}",
          check_device_list_mount, switch="denyDeviceListMounts", always=True),
     Rule("host-access", E, "Pod Security baseline's host access (privileged, host namespaces,"
@@ -936,7 +953,8 @@ RULES: tuple[Rule, ...] = (
          check_cdi_annotations, switch="denyCdiAnnotations", pod_level=True, always=True),
     Rule("resource-claims", E, "dynamic resource allocation claims, and device classes asked for"
          " by extended resource name",
-         check_resource_claims, switch="denyResourceClaims", pod_level=True, always=True),
+         check_resource_claims, found=True, switch="denyResourceClaims", pod_level=True,
+         always=True),
     Rule("node-selection", S, "a node selection no allowed class satisfies; pins the pod to"
          " the allowed classes", patch=patch_node_selection, found=True, pod_level=True),
     Rule("multi-replica", S, "more than one replica where the device plugin would fail it or"
