@@ -862,6 +862,7 @@ HOST_ACCESS = [
 ]
 
 
+@pytest.mark.slow  # every host-access spec in three kinds, through every entry's CEL
 @pytest.mark.parametrize("kind", ["Pod", "Deployment", "CronJob"])
 @pytest.mark.parametrize("spec", HOST_ACCESS)
 def test_what_pod_security_baseline_refuses_reaches_the_entries_that_stand_in_for_it(
@@ -1302,6 +1303,7 @@ def _binding(annotations: dict[str, str] | None) -> dict[str, Any]:
             "target": {"apiVersion": "v1", "kind": "Node", "name": "gpu-node-1"}}
 
 
+@pytest.mark.slow  # every Pod update case again, as a status update, through every entry
 @pytest.mark.parametrize(("before", "after", "sent"), POD_UPDATES)
 def test_a_status_update_reaches_the_webhook_only_when_it_adds_or_changes_a_cdi_annotation(
     judged: Judgeds,
@@ -1318,6 +1320,7 @@ def test_a_status_update_reaches_the_webhook_only_when_it_adds_or_changes_a_cdi_
             expected), j.entry["name"]
 
 
+@pytest.mark.slow  # four Bindings, two resources, through every entry's CEL
 @pytest.mark.parametrize(
     ("annotations", "sent"),
     [
