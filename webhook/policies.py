@@ -435,6 +435,11 @@ class Policy:
     # Security there (`PolicySet.governing`).
     pod_security: bool = False
 
+    @property
+    def preferred_resource(self) -> str:
+        """The shared resource a refusal tells users to ask for instead."""
+        return min(self.shared_resources) if self.shared_resources else "nvidia.com/gpu.shared"
+
     def mode_of(self, rule: str) -> str:
         """How this policy applies `rule`."""
         if rule in names.ALWAYS_ENFORCED:

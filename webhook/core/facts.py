@@ -253,7 +253,6 @@ _ABSENT: Final = object()
 def _dra_extended(
     pod: pods.Pod, policy: Policy, c: pods.Container, name: str, *, in_limits: bool
 ) -> Finding:
-    preferred = min(policy.shared_resources) if policy.shared_resources else "nvidia.com/gpu.shared"
     return Finding(
         "resource-claims",
         Violation(
@@ -265,7 +264,7 @@ def _dra_extended(
                 FIELD,
                 " asks for devices of a DRA device class by extended resource name: the"
                 f' scheduler makes a resource claim for it, outside policy "{policy.name}".'
-                f" Remove it, or ask for {preferred}",
+                f" Remove it, or ask for {policy.preferred_resource}",
             ),
             c.name,
             pod.place,

@@ -277,10 +277,6 @@ def _put(items: list[_Ranked], entry: _Ranked) -> None:
         items.append(entry)
 
 
-def _preferred(policy: Policy) -> str:
-    return min(policy.shared_resources) if policy.shared_resources else "nvidia.com/gpu.shared"
-
-
 # --------------------------------------------------------------------------- shape, resources
 
 
@@ -399,7 +395,7 @@ def check_device_variables(r: Pass) -> None:
             fix = (
                 "Remove it"
                 if used.gpu
-                else f"Remove it (or set it to void), or ask for {_preferred(r.policy)}: 1 if"
+                else f"Remove it (or set it to void), or ask for {r.policy.preferred_resource}: 1 if"
                 " the container needs a GPU"
             )
             r.deny(
@@ -812,7 +808,7 @@ def check_cdi_annotations(r: Pass) -> None:
                 FIELD,
                 " asks the container runtime for devices by name, outside the device plugin's"
                 " allocation (runtimes that pass such pod annotations through inject them)."
-                f" Remove it, and ask for {_preferred(r.policy)}",
+                f" Remove it, and ask for {r.policy.preferred_resource}",
             )
 
 
@@ -825,7 +821,7 @@ def check_resource_claims(r: Pass) -> None:
             "resource claims: ",
             FIELD,
             f' can give the pod devices, GPUs included, that policy "{r.policy.name}" does not'
-            f" govern. Remove them, or ask for {_preferred(r.policy)}",
+            f" govern. Remove them, or ask for {r.policy.preferred_resource}",
         )
 
 
