@@ -395,8 +395,8 @@ def check_device_variables(r: Pass) -> None:
             fix = (
                 "Remove it"
                 if used.gpu
-                else f"Remove it (or set it to void), or ask for {r.policy.preferred_resource}: 1 if"
-                " the container needs a GPU"
+                else "Remove it (or set it to void), or ask for"
+                f" {r.policy.preferred_resource}: 1 if the container needs a GPU"
             )
             r.deny(
                 "device-variables",
