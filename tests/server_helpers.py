@@ -365,17 +365,24 @@ class Process:
 
     async def ready(self, seconds: float = 30.0) -> None:
         """Wait until /readyz says so (the certificates exist by then)."""
+        await self._readyz_gives((200,), seconds, "serve ready")
+
+    async def answering(self, seconds: float = 30.0) -> None:
+        """Wait until /readyz answers, ready or not (a replica kept out of the Service)."""
+        await self._readyz_gives((200, 503), seconds, "serve answering /readyz")
+
+    async def _readyz_gives(self, statuses: tuple[int, ...], seconds: float, what: str) -> None:
         async with aiohttp.ClientSession() as session:
 
             async def check() -> bool:
                 assert self.popen.poll() is None, f"serve exited:\n{self.log}"
                 try:
                     async with session.get(self.probe_url("/readyz")) as response:
-                        return response.status == 200
+                        return response.status in statuses
                 except aiohttp.ClientConnectionError:
                     return False
 
-            await eventually(check, seconds=seconds, what="serve ready")
+            await eventually(check, seconds=seconds, what=what)
 
     def terminate(self) -> None:
         self.popen.send_signal(signal.SIGTERM)

@@ -18,6 +18,7 @@ import pytest
 from prometheus_client.mmap_dict import MmapedDict
 
 from tests import server_helpers as h
+from tests.kube import REPO
 from webhook import certificates
 from webhook.transport import metrics
 
@@ -218,12 +219,14 @@ async def test_a_broken_policy_file_at_start_does_not_stop_serve_and_its_namespa
     broken.write_text("apiVersion: gpu-share.io/v1alpha1\nkind: Nope\nmetadata: {name: default}\n")
     with h.serving(tmp_path, "--drain-seconds", "0.2") as serve:
         ca = tmp_path / "certs" / certificates.CA_FILE
-        await serve.ready()
-        # Ready: the other policies serve; not ready would fail every GPU pod of the cluster.
+        await serve.answering()
+        # Not ready (the file never loaded here: a rollout that brings it stalls), and says
+        # which file and why; it serves all the same, should a request reach it.
         status, text = await _readyz(serve)
-        assert status == 200
-        assert text.startswith("ok\n")
+        assert status == 503
+        assert text.startswith("not ready: a policy file that never loaded here\n")
         assert "policy file default.yaml" in text
+        assert "kind" in text
         assert "not in force" in text
         # The broken policy's namespaces: refused, naming the file and the error.
         refused = await _post(serve, ca, "/mutate", h.shared_pod(), "uid-broken")
@@ -251,6 +254,55 @@ async def test_a_broken_policy_file_at_start_does_not_stop_serve_and_its_namespa
         assert await asyncio.to_thread(serve.wait) == 0
     logged = [line for line in serve.log_lines() if line.get("level") == "error"]
     assert any("default.yaml" in line["message"] and "kind" in line["problem"] for line in logged)
+
+
+async def test_a_rollout_that_brings_a_bad_policy_stalls_while_the_old_replica_serves(
+    tmp_path: Path,
+) -> None:
+    """The rollout mechanics, as the kubelet and the Deployment controller see them: the old
+    replica's ConfigMap changes under it (Helm's fixed name), a new replica starts on the new
+    one with an empty state directory, readiness polled on both. maxUnavailable 0: the new
+    replica must turn ready before an old one goes, so the rollout stalls on it."""
+    old_dir, new_dir = tmp_path / "old", tmp_path / "new"
+    for d in (old_dir, new_dir):
+        d.mkdir()
+    old_policies = h.copy_policies(old_dir / "policies")
+    bad = "apiVersion: gpu-share.io/v1alpha1\nkind: SharingPolicy\nmetadata: {name: default}\n" \
+          "spec: {nodeClasses: [{name: t4, product: Tesla-T4, stratgy: mps, replicas: 4}]}\n"
+    with h.serving(old_dir, "--state-dir", str(old_dir / "state"), "--drain-seconds", "0.2",
+                   "--policies", str(old_policies)) as old:
+        await old.ready()
+        new_policies = h.copy_policies(new_dir / "policies")
+        (new_policies / "default.yaml").write_text(bad)
+        (old_policies / "default.yaml").write_text(bad)
+        with h.serving(new_dir, "--state-dir", str(new_dir / "state"), "--drain-seconds", "0.2",
+                       "--policies", str(new_policies)) as new:
+            await new.answering()
+            # Polled as the kubelet would, for a while: never ready; the old one always is.
+            for _ in range(10):
+                new_status, new_text = await _readyz(new)
+                old_status, old_text = await _readyz(old)
+                assert (new_status, old_status) == (503, 200), (new_text, old_text)
+                await asyncio.sleep(0.3)
+            assert "default.yaml" in new_text
+            assert "strategy" in new_text
+
+            async def old_serves_its_last_good_version() -> bool:
+                status, text = await _readyz(old)
+                assert status == 200, text
+                return "last good version serves on" in text
+
+            # Once it has seen the change (its next poll of the directory), still ready.
+            await h.eventually(old_serves_its_last_good_version, what="the old replica's poll")
+            assert (await _readyz(new))[0] == 503
+            # Fixed: the new replica turns ready, and the rollout goes on.
+            shipped = (REPO / "policies" / "default.yaml").read_bytes()
+            (new_policies / "default.yaml").write_bytes(shipped)
+            await new.ready()
+            new.terminate()
+            assert await asyncio.to_thread(new.wait) == 0
+        old.terminate()
+        assert await asyncio.to_thread(old.wait) == 0
 
 
 async def test_a_restarted_server_finds_the_last_good_policy_in_its_state_directory(

@@ -179,6 +179,9 @@ class PolicyWatch:
         self._seen: tuple[tuple[str, bytes], ...] | None = None
         self._reported: dict[str, str] = {}
         self.problems: dict[str, str] = {}
+        # The files (or the directory) among `problems` that this process never loaded: no
+        # last good version of its own serves in their place (`unready`).
+        self.never_loaded: dict[str, str] = {}
         self._restore()
         files = self._read() or ()
         self._seen = files or None
@@ -205,6 +208,15 @@ class PolicyWatch:
         """One line per file that does not load, for /readyz."""
         return [f"policy file {name}: {problem}" for name, problem in sorted(self.problems.items())]
 
+    def unready(self) -> list[str]:
+        """Why this replica must not be Ready, one line per file (empty: it may be): a policy
+        file that does not load and never loaded here. A new replica of a rollout that brings
+        a bad policy then stays out of the Service, the rollout stalls, and the old replicas,
+        which had a good version, go on serving it."""
+        return [
+            f"policy file {name}: {problem}" for name, problem in sorted(self.never_loaded.items())
+        ]
+
     # -- reading
 
     def _read(self) -> tuple[tuple[str, bytes], ...] | None:
@@ -228,6 +240,7 @@ class PolicyWatch:
     def _assemble(self, files: tuple[tuple[str, bytes], ...]) -> policies.PolicySet:
         loads: list[policies.FileLoad] = []
         problems: dict[str, str] = {}
+        never_loaded: dict[str, str] = {}
         for name, data in files:
             source = str(self.directory / name)
             load = _load(data, source)
@@ -248,6 +261,7 @@ class PolicyWatch:
                 names = load.names or (Path(name).stem,)
                 loads.append(dataclasses.replace(load, names=names))
                 problems[name] = f"{problem}; its policies are not in force"
+                never_loaded[name] = problems[name]
         if files:
             self._forget_all_but({name for name, _ in files})
         elif self._last_good:
@@ -257,10 +271,15 @@ class PolicyWatch:
             loads.extend(load for _, load in self._last_good.values())
         else:
             problems[str(self.directory)] = "holds no policy file; no policy is in force"
+            never_loaded[str(self.directory)] = problems[str(self.directory)]
         loaded, clashes = policies.assemble(loads)
         for clash in clashes:  # two files defining one policy: the later one is refused
-            problems.setdefault(Path(clash.split(":", 1)[0]).name, clash)
+            name = Path(clash.split(":", 1)[0]).name
+            problems.setdefault(name, clash)
+            if name not in self._last_good:
+                never_loaded.setdefault(name, clash)
         self.problems = problems
+        self.never_loaded = never_loaded
         return loaded
 
     # -- the last good versions

@@ -18,11 +18,17 @@ async def readyz(request: web.Request) -> web.Response:
         return web.Response(status=503, text="draining: shutting down\n")
     if not state.ready:
         return web.Response(status=503, text="starting\n")
-    # Ready even when a policy file does not load: the other policies serve, and the
-    # namespaces of the broken one are told why. Not ready would take the replica out of the
-    # Service, and with failurePolicy Fail no GPU pod could be created anywhere.
-    detail = state.policy_watch.detail()
-    return web.Response(text="\n".join(["ok", *detail]) + "\n")
+    # Not ready while a policy file does not load and never loaded in this process: a new
+    # replica of a rollout that brings a bad policy stays out of the Service and the rollout
+    # stalls (maxUnavailable 0), while the old replicas serve their last good version. A file
+    # that loaded here before keeps the replica ready: its last good version serves on, and
+    # taking every replica out at once would refuse every GPU pod (failurePolicy Fail).
+    watch = state.policy_watch
+    unready = watch.unready()
+    if unready:
+        lines = ["not ready: a policy file that never loaded here", *unready]
+        return web.Response(status=503, text="\n".join(lines) + "\n")
+    return web.Response(text="\n".join(["ok", *watch.detail()]) + "\n")
 
 
 async def exposition(request: web.Request) -> web.Response:
