@@ -1,13 +1,16 @@
 """Hostile AdmissionReviews against a real `gpu-share-webhook serve` process.
 
     python bench/fuzz.py [--count 5000] [--connections 8] [--seed N] [--generators 1]
-                         [--server-arg=--flag=value ...] [--failures DIR]
+                         [--generator-memory 4096] [--server-arg=--flag=value ...]
+                         [--failures DIR]
 
 Starts `python -m webhook serve` on free loopback ports in a directory of its own (its own
 CA and serving certificate, the repository's policies, its log in a file: the way
 tests/server_helpers.py runs it), generates --count cases from the strategies of
 tests/fuzzing.py (the ones tests/test_fuzz.py runs a few thousand of, derandomized; random
-here, --seed repeats a run) in --generators processes of their own, and sends them over
+here, --seed repeats a run) in --generators processes of their own (each limited to
+--generator-memory MB of address space: one that needs more stops with the seed of its batch
+rather than taking the machine), and sends them over
 --connections keep-alive TLS connections, as the API server would (its Service name, its
 CA, `?timeout=10s`). Each answer is judged as the tests judge it; an allowed review with a
 patch is followed by the review of the patched object, which must be allowed with nothing
@@ -37,6 +40,8 @@ import multiprocessing
 import os
 import queue
 import random
+import resource
+import signal
 import ssl
 import sys
 import tempfile
@@ -60,6 +65,10 @@ BATCH = 1000
 REQUEST_TIMEOUT_SECONDS = 30.0
 # Failing cases kept for the report (all are counted).
 KEEP_REPORTS = 200
+# The address space a generator process may take, MB (a batch takes ~0.2-0.7 GB of RSS).
+GENERATOR_MEMORY_MB = 4096
+# A generator's exit code when its batch did not fit in --generator-memory.
+OUT_OF_MEMORY = 3
 
 
 # --------------------------------------------------------------------------- generating
@@ -85,13 +94,45 @@ def batch(size: int, batch_seed: int) -> list[fuzzing.Case]:
     return cases[:size]
 
 
-def generate(out: Any, count: int, first_seed: int, step: int) -> None:
+def limit_memory(megabytes: int) -> None:
+    """Limit this process's address space: past it an allocation fails (MemoryError) rather
+    than the machine swapping or the OOM killer choosing a victim."""
+    limit = megabytes << 20
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def generate(
+    out: Any,
+    count: int,
+    first_seed: int,
+    step: int,
+    *,
+    memory_mb: int = GENERATOR_MEMORY_MB,
+    making: Any = None,
+) -> None:
     """Put `count` cases on `out` in lists of up to BATCH, then None. Runs in a process of
-    its own; batch i of this generator uses seed `first_seed + i * step`."""
+    its own, within `memory_mb` of address space; batch i of this generator uses seed
+    `first_seed + i * step`, written to `making` (a shared int) before it is made."""
+    limit_memory(memory_mb)
     made = 0
     batch_seed = first_seed
     while made < count:
-        cases = batch(min(BATCH, count - made), batch_seed)
+        if making is not None:
+            making.value = batch_seed
+        try:
+            cases = batch(min(BATCH, count - made), batch_seed)
+        except MemoryError:
+            print(
+                f"the case generator ran out of its {memory_mb:,} MB making the batch of seed"
+                f" {batch_seed}: a strategy of tests/fuzzing.py grows without bound"
+                " (tests/test_generators.py should have caught it)",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(OUT_OF_MEMORY)
         made += len(cases)
         out.put(cases)
         batch_seed += step
@@ -278,18 +319,26 @@ class Run:
     errors: list[str]
 
 
-def _next_batch(out: Any, generators: list[Any]) -> list[fuzzing.Case] | None:
+def _next_batch(out: Any, generators: list[Any], making: list[Any]) -> list[fuzzing.Case] | None:
     """The next batch a generator made, or None when one finished. A generator that dies
-    (the OOM killer: some seeds' cases take tens of GB to generate) ends the run with its
-    exit code rather than leaving it waiting for ever."""
+    (out of its --generator-memory, or killed) ends the run with its exit code rather than
+    leaving it waiting for ever."""
     while True:
         try:
             batch: list[fuzzing.Case] | None = out.get(timeout=1.0)
         except queue.Empty:
-            dead = [p for p in generators if p.exitcode not in (None, 0)]
+            pairs = zip(generators, making, strict=True)
+            dead = [(p, m) for p, m in pairs if p.exitcode not in (None, 0)]
             if dead:
-                codes = ", ".join(str(p.exitcode) for p in dead)
-                message = f"a case generator died (exit code {codes}); try another --seed"
+                codes = "; ".join(f"{p.exitcode}, making the batch of seed {m.value}"
+                                  for p, m in dead)  # fmt: skip
+                message = f"a case generator died (exit code {codes})"
+                if any(p.exitcode in (OUT_OF_MEMORY, -signal.SIGSEGV) for p, _ in dead):
+                    # SIGSEGV: orjson does not survive an allocation that fails.
+                    message += (
+                        ": out of its --generator-memory, a strategy of tests/fuzzing.py that"
+                        " grows without bound (python bench/fuzz.py --help)"
+                    )
                 raise SystemExit(message) from None
             continue
         return batch
@@ -304,9 +353,14 @@ async def drive(args: argparse.Namespace, server: h.Process, ca_file: Path) -> R
     out = spawn.Queue(maxsize=2 * args.generators)
     shares = [args.count // args.generators] * args.generators
     shares[0] += args.count - sum(shares)
+    # The seed of the batch each generator is making (for the message if it dies).
+    making = [spawn.Value("q", args.seed + i, lock=False) for i in range(len(shares))]
     generators = [
         spawn.Process(
-            target=generate, args=(out, share, args.seed + i, args.generators), daemon=True
+            target=generate,
+            args=(out, share, args.seed + i, args.generators),
+            kwargs={"memory_mb": args.generator_memory, "making": making[i]},
+            daemon=True,
         )
         for i, share in enumerate(shares)
     ]
@@ -325,7 +379,7 @@ async def drive(args: argparse.Namespace, server: h.Process, ca_file: Path) -> R
     finished = 0
     next_report = started + 10
     while finished < len(generators):
-        batch = await loop.run_in_executor(None, _next_batch, out, generators)
+        batch = await loop.run_in_executor(None, _next_batch, out, generators, making)
         if batch is None:
             finished += 1
             continue
@@ -418,6 +472,10 @@ def main() -> int:
     parser.add_argument(
         "--generators", type=int, default=max(1, (os.cpu_count() or 2) - 1),
         help="processes generating cases (generating costs more than reviewing)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--generator-memory", type=int, default=GENERATOR_MEMORY_MB, metavar="MB",
+        help="address space each generator process may take; one that needs more stops the run",
     )  # fmt: skip
     parser.add_argument(
         "--server-arg", action="append", default=[], metavar="ARG",

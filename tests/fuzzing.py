@@ -710,6 +710,11 @@ _actions = st.sampled_from(
 )
 # Lists of 10,000 items take ~0.3 s to review (~25 us an item): rarely.
 _many = st.sampled_from((10, 100, 100, 1000, 1000, 10000))
+# What the copies of one "many" may come to, encoded: a little over the body limit (past it
+# the answer is 413 whatever the body holds). Unbounded, the count multiplied whatever the
+# item held: a 1 MB string put in by another mangling, or a list made by an earlier "many"
+# (10,000 copies of 10,000), and a body took tens of GB to build (bench/fuzz.py --seed 4).
+MANY_BYTES = MAX_BODY_BYTES + 1024 * 1024
 _extra_keys = st.sampled_from(("", "x", "~1", "a/b", "__proto__", "0"))
 
 
@@ -731,7 +736,8 @@ def _mangle_once(draw: st.DrawFn, doc: dict[str, Any], *, envelope: bool) -> str
         # A list of many (copies of its first item, or of the node): what a review costs.
         value = parent[key]
         item = value[0] if isinstance(value, list) and value else value
-        parent[key] = [_copy(item) for _ in range(draw(_many))]
+        count = min(draw(_many), max(1, MANY_BYTES // (len(encode(item)) + 1)))
+        parent[key] = [_copy(item) for _ in range(count)]
     elif action == "wrap":
         parent[key] = [parent[key]] if draw(st.booleans()) else {"value": parent[key]}
     else:
