@@ -107,6 +107,7 @@ def check(result: dict[str, object]) -> None:
     assert result["peak_mib"] < PEAK_MIB, result
 
 
+@pytest.mark.slow  # a subprocess per strategy under a memory cap (about 2 s)
 def test_each_strategy_generates_in_bounded_memory() -> None:
     """A few examples of each top-level strategy, at seed 4 (a smoke test: the rare cases that
     grew are the chains below, and the bench's batches)."""
@@ -163,6 +164,7 @@ CHAIN_PROBE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # the chains that used to grow, built in a subprocess (about 1.5 s)
 def test_many_stops_at_its_bytes() -> None:
     """The ways "many" grew without bound, made on purpose: the bodies stay under the bound."""
     done = subprocess.run(
