@@ -475,7 +475,7 @@ class PolicySet:
         if policy.unavailable is not None:
             return dataclasses.replace(policy, pod_security=True)
         made = self._under_pod_security.get(policy.name)
-        if made is None or made.source != policy.source:
+        if made is None:
             made = dataclasses.replace(policy, pod_security=True)
             self._under_pod_security[policy.name] = made
         return made

@@ -707,7 +707,8 @@ def check_host_access(r: Pass) -> None:
     # A mount of an allowed read-only host path must be read-only, in every container the
     # update adds too: `kubectl debug` may mount the pod's volumes, and a writable mount lets
     # it leave a link there for the next pod's hostPath to follow.
-    read_only = _read_only_host_volumes(pod, policy, covered("host-path"))
+    volumes = _host_volumes(pod, policy, covered("host-path"))
+    read_only = {v.name: (v, a[0]) for v, a in volumes if a is not None and a[1]}
     if read_only:
         for c, _ in r.facts.judged:
             for m in c.mounts:
@@ -757,12 +758,7 @@ def check_host_access(r: Pass) -> None:
                 FIELD,
                 f" {what}{_NOT_ENFORCED}. Remove {flag}",
             )
-    for v in pod.volumes:
-        if v.host_path is None:
-            continue
-        if covered("host-path") and host_path_classes(v.host_path, policy):
-            continue
-        allowed = allowed_host_path(v.host_path, policy)
+    for v, allowed in volumes:
         if allowed is None:
             listed = ", ".join(e for e, _ in policy.allowed_host_paths) or "none"
             r.deny(
@@ -777,21 +773,17 @@ def check_host_access(r: Pass) -> None:
             )
 
 
-def _read_only_host_volumes(
+def _host_volumes(
     pod: pods.Pod, policy: Policy, host_path_on: bool
-) -> dict[str, tuple[pods.Volume, str]]:
-    """The pod's hostPath volumes that a read-only entry of the policy's allowedHostPaths
-    allows, by name, each with the entry."""
-    out: dict[str, tuple[pods.Volume, str]] = {}
-    for v in pod.volumes:
-        if v.host_path is None or not policy.allowed_host_paths:
-            continue
-        if host_path_on and host_path_classes(v.host_path, policy):
-            continue
-        allowed = allowed_host_path(v.host_path, policy)
-        if allowed is not None and allowed[1]:
-            out[v.name] = (v, allowed[0])
-    return out
+) -> list[tuple[pods.Volume, tuple[str, bool] | None]]:
+    """The pod's hostPath volumes host-access judges (not those `host-path` refuses, when it
+    is on), each with the entry of allowedHostPaths that allows it (None: none does)."""
+    return [
+        (v, allowed_host_path(v.host_path, policy))
+        for v in pod.volumes
+        if v.host_path is not None
+        and not (host_path_on and host_path_classes(v.host_path, policy))
+    ]
 
 
 def check_cdi_annotations(r: Pass) -> None:
