@@ -2,7 +2,7 @@
 from the other source? (issue 20)
 
     python bench/fairness.py [--seconds 20] [--flood-senders 40] [--handshakes 2000]
-                             [--connections 4] [--handshake-concurrency 64]
+                             [--connections 4] [--handshake-concurrency N]
                              [--flood-processes 1] [--server-arg=--flag=value ...]
 
 Runs `python -m webhook serve` as bench/soak.py does (its own CA, the repository's policies,
@@ -14,11 +14,13 @@ sockets to different ones and the server sees different sources:
   connections, each review a pod asking for one `nvidia.com/gpu.shared` (soak.py's POD) with
   its own uid, pod name and environment value, so the answer cache never answers one;
 - 127.0.0.1, "the flood": --flood-senders connections each sending 7 MiB reviews (just under
-  the body limit, as soak.py's large ones; each with its own uid and pod name) one after
-  another, opened again at once when the server closes them (after a 429, say); and in the
+  the body limit, as soak.py's large ones; each with its own uid and pod name; streamed as
+  the socket takes it, so an early 429 stops the upload) one after another, opened again at
+  once when the server closes them (after a 429, say); and in the
   last phase also --handshakes connections that complete a TLS handshake and then stay
-  silent (--handshake-concurrency handshakes under way at a time, as soak.py's pool opens
-  them), opened again whenever the server closes them (its header timeout: 10 s);
+  silent, all opened at once when the measurement starts (as a pool reconnects after a
+  restart; --handshake-concurrency 64 opens them as soak.py's pool does), each opened again
+  whenever the server closes it (its header timeout, 10 s) or a second after it failed;
 - 127.0.0.3, "the kubelet": GET /healthz on the plain metrics port every 0.2 s, a fresh
   connection each time, the next one at the first tick after the last answered; a probe that
   takes 1 s or more, or is not answered 200, is a miss.
@@ -28,8 +30,10 @@ Three phases, each measured for --seconds: "unloaded" (the ordinary client alone
 handshakes, starting with the measurement). The ordinary client, the flood and the
 handshakes each run in a process of their own (uvloop when installed), so the flood's TLS
 work does not take the ordinary client's interpreter; this process only probes /healthz.
-Each process reports the CPU seconds it used during the measurement, and the server's are
-read from /proc/<pid>/stat, so the table shows who ran out of CPU. Mid-measurement `ss`
+Each process reports the CPU seconds it used during the measurement and the seconds it was
+ready to run but waited for a CPU (/proc/<pid>/task/*/schedstat); the server's are read from
+/proc too, so the table shows who ran out of CPU, and how much the machine's other work took
+from whom. Mid-measurement `ss`
 lists the server's established admission connections by peer address: the proof that the
 server sees two sources.
 
@@ -527,7 +531,13 @@ def run_phase(name: str, args: argparse.Namespace, server: h.Process, target: Ta
             roles.append(("flood", {"senders": senders, "first": first}))
     if name == "flood+handshakes":
         roles.append(
-            ("handshakes", {"count": args.handshakes, "concurrency": args.handshake_concurrency})
+            (
+                "handshakes",
+                {
+                    "count": args.handshakes,
+                    "concurrency": args.handshake_concurrency or args.handshakes,
+                },
+            )
         )
     pipes, processes = [], []
     for role, options in roles:
@@ -710,8 +720,8 @@ def main() -> int:
     parser.add_argument("--flood-senders", type=int, default=40, help="7 MiB senders")
     parser.add_argument("--flood-processes", type=int, default=1, help="processes they share")
     parser.add_argument("--handshakes", type=int, default=2000, help="silent TLS connections")
-    parser.add_argument("--handshake-concurrency", type=int, default=soak.OPENING,
-                        help="handshakes under way at a time")  # fmt: skip
+    parser.add_argument("--handshake-concurrency", type=int, default=0,
+                        help="handshakes under way at a time (default: all of them)")  # fmt: skip
     parser.add_argument(
         "--server-arg", action="append", default=[], metavar="ARG",
         help="one more argument for `serve`, as it is (repeatable)",
