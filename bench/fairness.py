@@ -627,7 +627,7 @@ def table(phases: list[Phase]) -> str:
         answers = p.flood.get("answers", {})
         other = sum(n for k, n in answers.items() if k not in ("200", "429"))
         flood = (
-            (str(answers.get("200", 0)), str(answers.get("429", 0)), str(other))
+            (f"{answers.get('200', 0):,}", f"{answers.get('429', 0):,}", f"{other:,}")
             if p.name != "unloaded"
             else ("-", "-", "-")
         )
@@ -728,7 +728,7 @@ def main() -> int:
     )  # fmt: skip
     args = parser.parse_args()
     limit = soak.raise_fd_limit(2 * (args.handshakes + args.flood_senders) + 1024)
-    print(f"`python bench/fairness.py {' '.join(sys.argv[1:])}`", flush=True)
+    print(f"`{' '.join(['python bench/fairness.py', *sys.argv[1:]])}`", flush=True)
     print(
         f"load average at the start {' '.join(f'{x:.2f}' for x in os.getloadavg())};"
         f" {os.cpu_count()} CPUs; file descriptor limit {limit}",
