@@ -3,6 +3,8 @@ holds it against the real server over TLS."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from webhook.transport import inflight
@@ -127,3 +129,45 @@ def test_large_shares_forget_addresses_that_owe_nothing() -> None:
 @pytest.mark.parametrize(("seconds", "header"), [(0.0, "1"), (0.2, "1"), (1.0, "1"), (2.01, "3")])
 def test_retry_after_is_whole_seconds_and_at_least_one(seconds: float, header: str) -> None:
     assert inflight.retry_after(seconds) == header
+
+
+# --- large reviews take turns per address
+
+
+async def test_the_large_reviews_of_one_address_take_turns_and_others_do_not_wait() -> None:
+    turns = inflight.LargeTurns(inflight.LargeShares(0.25), waiting=1)
+    await turns.enter("a", 1.0)
+    second = asyncio.create_task(turns.enter("a", 5.0))
+    await asyncio.sleep(0.01)
+    assert not second.done()  # waits for the first
+    await asyncio.wait_for(turns.enter("b", 0.1), 1)  # another address: its own turn
+    with pytest.raises(inflight.Busy, match="2 large reviews from a are being received"):
+        await turns.enter("a", 5.0)  # one in progress and one waiting already
+    turns.leave("a")
+    await asyncio.wait_for(second, 1)  # the turn is handed on
+    turns.leave("a")
+    turns.leave("b")
+    assert len(turns) == 0
+
+
+async def test_a_large_review_that_gets_no_turn_in_time_is_busy_and_leaves_no_trace() -> None:
+    turns = inflight.LargeTurns(inflight.LargeShares(0.25))
+    await turns.enter("a", 1.0)
+    with pytest.raises(inflight.Busy, match=r"did not leave it a turn within 0\.1 s"):
+        await turns.enter("a", 0.1)
+    turns.leave("a")
+    assert len(turns) == 0
+
+
+async def test_an_address_over_its_share_waits_it_out_or_is_told_how_long() -> None:
+    shares = inflight.LargeShares(0.5, burst=1.0)
+    turns = inflight.LargeTurns(shares)
+    shares.charge("a", 1.05)  # 0.1 s to wait
+    await asyncio.wait_for(turns.enter("a", 2.0), 1)
+    turns.leave("a")
+    shares.charge("a", 3.0)  # about 6 s to wait: more than it may
+    with pytest.raises(inflight.Busy) as busy:
+        await turns.enter("a", 2.0)
+    assert busy.value.share
+    assert busy.value.wait > 2.0
+    assert len(turns) == 0

@@ -251,23 +251,27 @@ async def counted(running: serving.Running, large: int, small: int = 0) -> None:
 async def test_beyond_the_review_bytes_in_flight_a_large_request_is_a_429_a_small_one_is_not(
     server: serving.Running, large_above_16_kib: None
 ) -> None:
+    # One address each: one address's large reviews take turns (tests/test_sources.py).
     ca = ca_of(server)
     big = padded("uid-big", SMALL.max_body_bytes)
     ordinary = review("uid-ordinary")
     # Two large bodies all but arrived, and an ordinary review on top, pass the limit.
     assert 2 * (len(big) - 100) + len(ordinary) > SMALL.max_inflight_bytes
-    async with h.connect(server.port, ca) as first, h.connect(server.port, ca) as second:
+    async with (
+        h.connect(server.port, ca, source="127.0.0.11") as first,
+        h.connect(server.port, ca, source="127.0.0.12") as second,
+    ):
         for connection in (first, second):
             await connection.send_head("/mutate", len(big))
             await connection.send(big[:-100])
         await counted(server, 2 * (len(big) - 100))
-        async with h.connect(server.port, ca) as third:
+        async with h.connect(server.port, ca, source="127.0.0.13") as third:
             status, headers, text = await third.post("/mutate", big)
         assert status == 429
         assert headers["retry-after"] == "1"
         assert b"retry in a moment" in text
         # An ordinary review is not locked out by large ones: it has a reserve of its own.
-        async with h.connect(server.port, ca) as fourth:
+        async with h.connect(server.port, ca, source="127.0.0.14") as fourth:
             status, _, answer = await fourth.post("/mutate", ordinary)
         assert status == 200
         assert h.response_of(json.loads(answer), "uid-ordinary")["allowed"] is True
@@ -282,6 +286,7 @@ async def test_beyond_the_review_bytes_in_flight_a_large_request_is_a_429_a_smal
 async def test_the_reserve_of_small_reviews_is_bounded(
     server: serving.Running, large_above_16_kib: None
 ) -> None:
+    # One address each: one address's large reviews take turns (tests/test_sources.py).
     reserve = 8 * 1024
     server.state.budget = inflight.Budget(
         SMALL.max_inflight_bytes, small_bytes=SMALL_REVIEW_BYTES, reserve_bytes=reserve
@@ -293,15 +298,15 @@ async def test_the_reserve_of_small_reviews_is_bounded(
     held = 2 * (len(big) - 100) + len(small) - 100
     assert held <= SMALL.max_inflight_bytes + reserve < held + len(last)
     async with (
-        h.connect(server.port, ca) as first,
-        h.connect(server.port, ca) as second,
-        h.connect(server.port, ca) as third,
+        h.connect(server.port, ca, source="127.0.0.11") as first,
+        h.connect(server.port, ca, source="127.0.0.12") as second,
+        h.connect(server.port, ca, source="127.0.0.13") as third,
     ):
         for connection, body in ((first, big), (second, big), (third, small)):
             await connection.send_head("/mutate", len(body))
             await connection.send(body[:-100])
         await counted(server, 2 * (len(big) - 100), len(small) - 100)
-        async with h.connect(server.port, ca) as fourth:
+        async with h.connect(server.port, ca, source="127.0.0.14") as fourth:
             status, _, text = await fourth.post("/mutate", last)
         assert status == 429, text
         for connection, body, uid in ((first, big, "uid-big"), (third, small, "uid-small")):
@@ -323,6 +328,7 @@ async def test_the_reserve_of_small_reviews_is_bounded(
 async def test_bodies_announced_but_not_sent_hold_no_review_bytes(
     server: serving.Running, large_above_16_kib: None
 ) -> None:
+    # One address each: one address's large reviews take turns (tests/test_sources.py).
     # Announcing the largest body and sending a byte of it must not lock others out: bytes
     # in flight are counted as they arrive. Three announced bodies would hold 192 KiB of the
     # 128 KiB, and a fourth large one would be refused.
@@ -330,16 +336,16 @@ async def test_bodies_announced_but_not_sent_hold_no_review_bytes(
     big = padded("uid-not-locked-out", SMALL.max_body_bytes)
     assert 4 * SMALL.max_body_bytes > SMALL.max_inflight_bytes
     async with (
-        h.connect(server.port, ca) as a,
-        h.connect(server.port, ca) as b,
-        h.connect(server.port, ca) as c,
+        h.connect(server.port, ca, source="127.0.0.21") as a,
+        h.connect(server.port, ca, source="127.0.0.22") as b,
+        h.connect(server.port, ca, source="127.0.0.23") as c,
     ):
         for hog in (a, b, c):
             await hog.send_head("/mutate", SMALL.max_body_bytes)
             await hog.send(b"{")
         await counted(server, 3)
         # The three hogs fill the connection cap but one; the fourth slot reviews.
-        async with h.connect(server.port, ca) as fine:
+        async with h.connect(server.port, ca, source="127.0.0.24") as fine:
             status, _, answer = await fine.post("/mutate", big)
         assert status == 200
         assert h.response_of(json.loads(answer), "uid-not-locked-out")["allowed"] is True

@@ -181,7 +181,13 @@ async def test_handshakes_that_never_come_are_closed_and_counted(tmp_path: Path)
         assert connections is not None
         assert len(connections) == 0
         assert connections.handshaking == 0
-        assert connections.sources == 0
+
+        async def forgotten() -> bool:
+            # Once its handshake rate has refilled: an address that closes all its
+            # connections gets no fresh burst by it.
+            return connections.sources == 0
+
+        await h.eventually(forgotten, what="the address forgotten")
 
 
 async def test_a_failed_handshake_is_counted(server: serving.Running) -> None:
@@ -248,8 +254,10 @@ async def test_an_address_whose_large_reviews_took_their_share_waits_and_no_othe
             charged.append((source, seconds))
             super().charge(source, seconds, now)
 
-    state.budget.shares = Recording(0.5)
-    state.budget.shares.charge(FLOOD, 3.0)  # 2 s beyond the burst: 4 s at half a core
+    state.budget.shares = state.budget.turns.shares = Recording(0.5)
+    # 5 s beyond the burst: 10 s at half a core, more than a large review may wait for its
+    # turn (half the API server's 10 s default, less a margin).
+    state.budget.shares.charge(FLOOD, 6.0)
     charged.clear()
     bare = len(review("uid-0"))
     large = h.review_body({**h.shared_pod(), "padding": "x" * (32 * KIB - bare)}, "uid-large")
@@ -257,7 +265,7 @@ async def test_an_address_whose_large_reviews_took_their_share_waits_and_no_othe
     async with h.connect(server.port, ca, source=FLOOD) as flood:
         status, headers, text = await flood.post("/mutate", large)
     assert status == 429
-    assert headers["retry-after"] == "4"
+    assert headers["retry-after"] == "10"
     assert b"the large reviews from 127.0.0.1 took more than 50% of a core lately" in text
     async with h.connect(server.port, ca, source=FLOOD) as flood:
         status, _, _ = await flood.post("/mutate", review("uid-small"))
@@ -271,3 +279,33 @@ async def test_an_address_whose_large_reviews_took_their_share_waits_and_no_othe
     assert seconds > 0
     text = await metrics(server)
     assert h.metric(text, "gpu_share_webhook_requests_shed_total", reason="source-large-share") == 1
+
+
+async def test_one_address_begins_handshakes_at_its_rate_and_others_at_theirs(
+    tmp_path: Path,
+) -> None:
+    limits = Limits(
+        handshakes_per_second_per_source=2,
+        max_handshakes_per_source=8,
+        max_connections_per_source=16,
+    )
+    settings = h.settings(tmp_path, host="127.0.0.1", port=0, metrics_port=0, limits=limits)
+    async with serving.running(settings) as server:
+        connections = server.state.connections
+        assert connections is not None
+        async with silent(server.port, FLOOD, 5):
+
+            async def five() -> bool:
+                return len(connections) == 5
+
+            await h.eventually(five, what="five connections accepted")
+            # A burst of two, then one every half second: not five at once.
+            assert connections.handshaking == 2
+            async with h.connect(server.port, ca_of(server), source=API_SERVER) as other:
+                status, _, _ = await other.post("/mutate", review("uid-other"))
+                assert status == 200
+
+            async def three() -> bool:
+                return connections.handshaking == 3
+
+            await h.eventually(three, what="the next handshake once the rate allows")

@@ -254,6 +254,12 @@ def _add_limit_arguments(parser: argparse.ArgumentParser, limits: Limits) -> Non
             whole_number(1),
             "TLS handshakes running at once for one source address",
         ),
+        (
+            "handshakes-per-second-per-source",
+            number(1),
+            "TLS handshakes begun per second for one source address (as many at once); the"
+            " others wait their turn",
+        ),
         ("max-body-bytes", whole_number(1024), "largest review body (413 beyond)"),
         (
             "max-inflight-bytes",

@@ -100,20 +100,27 @@ class Route:
         max_body = limits.max_body_bytes
         length = _content_length(headers.get("Content-Length"))
         if length is not None and length > max_body:
-            return self.invalid(policy_name, started, 413, _too_large(length, max_body))
+            return self.invalid(
+                policy_name, started, 413, _too_large(length, max_body), request=request
+            )
         source = request.remote or ""
         budget = state.budget
-        if length is None or length > budget.small_bytes:
-            wait = budget.shares.wait(source)
-            if wait > 0:
-                self.metrics.count_shed("source-large-share")
+        large = length is None or length > budget.small_bytes
+        if large:
+            # Its address's large reviews take turns (`inflight.LargeTurns`): waiting for one
+            # may take up to half of what the API server gives the review.
+            within = deadlines.review_seconds(request.raw_path) / 2
+            try:
+                await budget.turns.enter(source, within - (time.perf_counter() - started))
+            except inflight.Busy as busy:
+                self.metrics.count_shed("source-large-share" if busy.share else "source-large-turn")
                 return self.invalid(
                     policy_name,
                     started,
                     429,
-                    f"the large reviews from {source} took more than"
-                    f" {budget.shares.share:.0%} of a core lately: retry in {wait:.1f} s",
-                    retry_after=inflight.retry_after(wait),
+                    busy.reason,
+                    retry_after=inflight.retry_after(busy.wait),
+                    request=request,
                 )
         self.metrics.in_flight += 1
         body = b""
@@ -150,11 +157,15 @@ class Route:
                         f" received or reviewed, the limit per address is {exceeded.limit}:"
                         " retry in a moment"
                     )
-                return self.invalid(policy_name, started, 429, reason)
+                return self.invalid(policy_name, started, 429, reason, request=request)
             except _Refused as refused:
-                return self.invalid(policy_name, started, refused.status, refused.reason)
+                return self.invalid(
+                    policy_name, started, refused.status, refused.reason, request=request
+                )
             except web.HTTPRequestEntityTooLarge:
-                return self.invalid(policy_name, started, 413, _too_large(None, max_body))
+                return self.invalid(
+                    policy_name, started, 413, _too_large(None, max_body), request=request
+                )
             except TimeoutError:
                 self.metrics.count_shed("body-timeout")
                 return self.invalid(
@@ -169,6 +180,8 @@ class Route:
                 return self.internal_error(policy_name, started, body, exc)
             finally:
                 self.metrics.in_flight -= 1
+                if large:
+                    budget.turns.leave(source)
                 if held.bytes > state.budget.small_bytes:
                     state.trimmer.after_large_review(state.executor)
         try:
@@ -274,6 +287,7 @@ class Route:
         reason: str,
         *,
         retry_after: str = "1",
+        request: web.Request | None = None,
     ) -> web.Response:
         """A 4xx for a request that is not a usable AdmissionReview, or cannot be taken now."""
         reason = " ".join(reason.split())
@@ -299,6 +313,11 @@ class Route:
         if status in (408, 413, 429):
             # The rest of the body is not worth keeping the connection for.
             response.force_close()
+            connections = self.state.connections
+            if request is not None and connections is not None:
+                # Nor reading (413, 429: a large body may be on its way; after a 408 the
+                # client is not sending).
+                connections.stop_reading(request.transport)
         return response
 
     def internal_error(

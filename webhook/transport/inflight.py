@@ -23,9 +23,12 @@ reviews filled 16 MiB and pods of a few KB were answered 429 (measured in bench/
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 import threading
 import time
+from collections import deque
 from types import TracebackType
 
 # Bytes of small reviews that may be in flight beyond the budget's `max_bytes`
@@ -92,6 +95,117 @@ class LargeShares:
         return len(self._owed)
 
 
+class Busy(Exception):
+    """A large review cannot have its turn in time (`LargeTurns.enter`); `wait` is how long
+    its address should wait before it tries again."""
+
+    def __init__(self, reason: str, wait: float, *, share: bool = False) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.wait = wait
+        # Its address's share of a core, not its turns, stands in the way.
+        self.share = share
+
+
+class _Lane:
+    """The large reviews of one address: whether one has its turn, and who waits."""
+
+    __slots__ = ("busy", "waiters")
+
+    def __init__(self) -> None:
+        self.busy = False
+        self.waiters: deque[asyncio.Future[None]] = deque()
+
+
+class LargeTurns:
+    """Large reviews take turns per source address: one at a time for each address, at most
+    `waiting` more waiting (429 beyond), and none started while its address owes more than
+    the burst of its share (`LargeShares`), which it then waits out when it can.
+
+    Waiting costs nothing but the connection: the body is not read until the turn comes
+    (aiohttp stops reading a connection whose body is not being read beyond 64 KiB). So one
+    address sending many large reviews at once has one being received and reviewed, and the
+    bytes of the others wait in the network, instead of all being received at once, each
+    holding part of the in-flight budget until none of them fits (which refused them all).
+    """
+
+    __slots__ = ("_lanes", "shares", "waiting")
+
+    def __init__(self, shares: LargeShares, *, waiting: int = 4) -> None:
+        self.shares = shares
+        self.waiting = waiting
+        self._lanes: dict[str, _Lane] = {}
+
+    def __len__(self) -> int:
+        return len(self._lanes)
+
+    async def enter(self, source: str, within: float) -> None:
+        """Wait for `source`'s turn, at most `within` seconds; Busy when it cannot come in
+        time. Each `enter` that returns is followed by one `leave`."""
+        lane = self._lanes.get(source)
+        if lane is None:
+            lane = self._lanes[source] = _Lane()
+        if lane.busy:
+            if len(lane.waiters) >= self.waiting or within <= 0:
+                raise Busy(
+                    f"{len(lane.waiters) + 1} large reviews from {source} are being received,"
+                    " reviewed or waiting",
+                    1.0,
+                )
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            lane.waiters.append(waiter)
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), within)
+            except (TimeoutError, asyncio.CancelledError):
+                if waiter.done() and not waiter.cancelled():
+                    self.leave(source)  # the turn came just as the wait ended: pass it on
+                else:
+                    waiter.cancel()
+                    with contextlib.suppress(ValueError):
+                        lane.waiters.remove(waiter)
+                    self._forget(source, lane)
+                raise Busy(
+                    f"the large reviews from {source} before this one did not leave it a turn"
+                    f" within {within:.1f} s",
+                    1.0,
+                ) from None
+        else:
+            lane.busy = True
+        owed = self.shares.wait(source)
+        if owed <= 0:
+            return
+        if owed >= within:
+            self.leave(source)
+            raise Busy(
+                f"the large reviews from {source} took more than {self.shares.share:.0%} of"
+                f" a core lately: retry in {owed:.1f} s",
+                owed,
+                share=True,
+            )
+        try:
+            await asyncio.sleep(owed)
+        except BaseException:
+            self.leave(source)
+            raise
+
+    def leave(self, source: str) -> None:
+        """End `source`'s turn: the next waiting one of it has its turn."""
+        lane = self._lanes.get(source)
+        if lane is None:
+            return
+        while lane.waiters:
+            waiter = lane.waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the lane stays busy: the turn is handed on
+                return
+        lane.busy = False
+        self._forget(source, lane)
+
+    def _forget(self, source: str, lane: _Lane) -> None:
+        if not lane.busy and not lane.waiters and self._lanes.get(source) is lane:
+            del self._lanes[source]
+
+
 def retry_after(seconds: float) -> str:
     """A Retry-After header's value for a wait of `seconds`: whole seconds, at least 1."""
     return str(max(1, math.ceil(seconds)))
@@ -109,6 +223,7 @@ class Budget:
         "shares",
         "small_bytes",
         "small_held",
+        "turns",
     )
 
     def __init__(
@@ -126,6 +241,7 @@ class Budget:
         # None: no bound per address.
         self.per_source_bytes = per_source_bytes
         self.shares = LargeShares(large_share)
+        self.turns = LargeTurns(self.shares)
         # Bytes held now, by large and by small reviews, and by each source address.
         self.large_held = 0
         self.small_held = 0

@@ -78,6 +78,10 @@ class Limits:
     # of milliseconds of the event loop's time in one turn, whatever arrives.
     max_handshakes: int = 32
     max_handshakes_per_source: int = 8
+    # Handshakes begun per second for one address (a burst of as many passes at once). The
+    # API server reuses its connections and opens new ones only beyond the idle ones it
+    # keeps; a client that reconnects as fast as it can is held to ~10 % of a core.
+    handshakes_per_second_per_source: float = 100.0
     # A review can carry two objects (object and oldObject on UPDATE) of up to ~3 MB each,
     # the API server's own request limit: 7 MiB admits every legitimate review.
     max_body_bytes: int = 7 * MIB
@@ -119,6 +123,8 @@ class Limits:
             found.append("--max-inflight-bytes must be at least --max-body-bytes")
         if self.max_inflight_bytes_per_source < self.max_body_bytes:
             found.append("--max-inflight-bytes-per-source must be at least --max-body-bytes")
+        if self.handshakes_per_second_per_source < 1:
+            found.append("--handshakes-per-second-per-source must be at least 1")
         if not 0 < self.large_review_share <= 1:
             found.append("--large-review-share must be above 0 and at most 1")
         return found
@@ -322,6 +328,8 @@ class _Guarded(asyncio.BufferedProtocol):
         # handshake, where the TLS layer calls it without `connection_made` before).
         phase, self.phase = self.phase, _CLOSED
         self._connections.forget(self)
+        if self._transport is not None:
+            self._connections.by_transport.pop(self._transport, None)
         if phase == _OPEN and self._inner is not None:
             self._inner.connection_lost(exc)
         # The transports hold the connection's TLS state and buffers (tens to hundreds of
@@ -415,6 +423,7 @@ class _Guarded(asyncio.BufferedProtocol):
     def _open(self, transport: asyncio.Transport) -> None:
         self.phase = _OPEN
         self._transport = transport
+        self._connections.by_transport[transport] = self
         inner = self._inner = self._handler_factory()
         inner.connection_made(transport)
         early, self._early = self._early, None
@@ -433,6 +442,18 @@ class _Guarded(asyncio.BufferedProtocol):
     def idle(self) -> bool:
         """Open, and between requests: what may be closed to make room."""
         return self.phase == _OPEN and not self.busy
+
+    def stop_reading(self) -> None:
+        """Read (and decrypt) nothing more from the client: its answer is written and the
+        connection closes; what it still sends is left in the socket until then."""
+        raw = self._raw
+        if raw is not None and not raw.is_closing():
+            raw.pause_reading()
+
+    def abort(self) -> None:
+        raw = self._raw
+        if raw is not None:
+            raw.abort()
 
     def close(self) -> None:
         transport = self._transport if self.phase == _OPEN else self._raw
@@ -470,10 +491,13 @@ def _address(transport: asyncio.BaseTransport) -> str:
 class _Source:
     """The connections of one source address."""
 
-    __slots__ = ("address", "handshaking", "open", "queued", "waiting")
+    __slots__ = ("address", "handshaking", "open", "queued", "tokens", "tokens_at", "waiting")
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, tokens: float) -> None:
         self.address = address
+        # Handshakes it may begin now, as of `tokens_at` (a token bucket).
+        self.tokens = tokens
+        self.tokens_at = time.monotonic()
         # Insertion order is age order: the oldest idle one is found first.
         self.open: dict[_Guarded, None] = {}
         self.waiting: deque[_Guarded] = deque()
@@ -539,7 +563,12 @@ class Connections:
         self._sources: dict[str, _Source] = {}
         # The addresses with connections waiting for a handshake, in turn order.
         self._turns: deque[_Source] = deque()
+        # The connections handed to aiohttp, by the transport aiohttp writes to (a request's
+        # `transport`), for `stop_reading`.
+        self.by_transport: dict[asyncio.BaseTransport, _Guarded] = {}
         self.handshaking = 0
+        # The timer that looks at the turns again once an address may begin a handshake.
+        self._refill: asyncio.TimerHandle | None = None
         self._on_closed = on_closed
         self._client_log = _EveryFew(self.CLIENT_LOG_SECONDS)
         # Connections closed since the last collection (see `collect`).
@@ -563,7 +592,9 @@ class Connections:
         limits = self.limits
         source = self._sources.get(address)
         if source is None:
-            source = self._sources[address] = _Source(address)
+            source = self._sources[address] = _Source(
+                address, limits.handshakes_per_second_per_source
+            )
         if len(source.open) >= limits.max_connections_per_source:
             victim = next((c for c in source.open if c.idle), None)
             if victim is None:
@@ -604,6 +635,10 @@ class Connections:
         limits, turns = self.limits, self._turns
         if self.tls is None:
             return
+        rate = limits.handshakes_per_second_per_source
+        now = time.monotonic()
+        # When the first address held back by its rate may begin one again.
+        refill: float | None = None
         while turns and self.handshaking < limits.max_handshakes:
             for _ in range(len(turns)):
                 source = turns.popleft()
@@ -612,10 +647,16 @@ class Connections:
                     source.queued = False
                     self._release(source)
                     continue
-                if source.handshaking >= limits.max_handshakes_per_source:
+                source.tokens = min(rate, source.tokens + (now - source.tokens_at) * rate)
+                source.tokens_at = now
+                if source.handshaking >= limits.max_handshakes_per_source or source.tokens < 1:
+                    if source.tokens < 1:
+                        wait = (1 - source.tokens) / rate
+                        refill = wait if refill is None else min(refill, wait)
                     source.waiting.appendleft(connection)
                     turns.append(source)
                     continue
+                source.tokens -= 1
                 if source.waiting:
                     turns.append(source)  # its next one after the other addresses' turns
                 else:
@@ -628,7 +669,13 @@ class Connections:
                 connection.start_handshake(self.tls(), timeout)
                 break
             else:
-                return  # every address with connections waiting is at its own limit
+                break  # every address with connections waiting is at its own limit
+        if refill is not None and self._refill is None:
+            self._refill = asyncio.get_running_loop().call_later(refill, self._refilled)
+
+    def _refilled(self) -> None:
+        self._refill = None
+        self._start_handshakes()
 
     def handshake_failed(self, connection: _Guarded, exc: BaseException, timed_out: bool) -> None:
         if timed_out and isinstance(exc, ConnectionAbortedError | TimeoutError):
@@ -669,10 +716,14 @@ class Connections:
             self._release(source)
         self._lost += 1
 
-    def _release(self, source: _Source) -> None:
-        """Forget an address once nothing of it is left."""
+    def _release(self, source: _Source, now: float | None = None) -> None:
+        """Forget an address once nothing of it is left, its handshake rate included (an
+        address that closes all its connections does not get a fresh burst by it)."""
         if source.empty and not source.queued and self._sources.get(source.address) is source:
-            del self._sources[source.address]
+            now = time.monotonic() if now is None else now
+            rate = self.limits.handshakes_per_second_per_source
+            if source.tokens + (now - source.tokens_at) * rate >= rate:
+                del self._sources[source.address]
 
     async def run(self) -> None:
         while True:
@@ -713,12 +764,36 @@ class Connections:
             why = connection.overdue(now, limits)
             if why is not None:
                 self._drop(connection, why)
+        for source in [s for s in self._sources.values() if s.empty]:
+            self._release(source, now)
+
+    def stop_reading(self, transport: asyncio.BaseTransport | None) -> None:
+        """For a request refused before its body was read (413, 429): read nothing
+        more from its connection. Its answer still goes out and the connection closes (after
+        the TLS layer's wait for the client's close_notify, `TLS_SHUTDOWN_SECONDS`); what the
+        client goes on sending is never received, so refusing a 7 MiB upload costs neither
+        its decryption nor its copies."""
+        connection = self.by_transport.get(transport) if transport is not None else None
+        if connection is not None:
+            connection.stop_reading()
 
     def close_idle(self) -> None:
         """Close every connection not in the middle of a request (for a drain)."""
+        if self._refill is not None:
+            self._refill.cancel()
+            self._refill = None
         for connection in list(self._open):
             if not connection.busy:
                 connection.close()
+
+    def abort_all(self) -> None:
+        """Drop every connection still open, at once (the last step of a shutdown: what is
+        left then is closing, waiting for a handshake, or refused and lingering)."""
+        if self._refill is not None:
+            self._refill.cancel()
+            self._refill = None
+        for connection in list(self._open):
+            connection.abort()
 
     def _drop(self, connection: _Guarded, why: str) -> None:
         self._open.pop(connection, None)

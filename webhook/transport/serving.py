@@ -104,6 +104,7 @@ async def running(
         # Waits for the requests in flight, then runs the app's cleanup.
         await runner.cleanup()
         await probe_runner.cleanup()
+        connections.abort_all()
         sweep.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await sweep
