@@ -255,28 +255,47 @@ async def test_an_address_whose_large_reviews_took_their_share_waits_and_no_othe
             super().charge(source, seconds, now)
 
     state.budget.shares = state.budget.turns.shares = Recording(0.5)
-    # 5 s beyond the burst: 10 s at half a core, more than a large review may wait for its
-    # turn (half the API server's 10 s default, less a margin).
-    state.budget.shares.charge(FLOOD, 6.0)
-    charged.clear()
     bare = len(review("uid-0"))
     large = h.review_body({**h.shared_pod(), "padding": "x" * (32 * KIB - bare)}, "uid-large")
     ca = ca_of(server)
-    async with h.connect(server.port, ca, source=FLOOD) as flood:
-        status, headers, text = await flood.post("/mutate", large)
-    assert status == 429
-    assert headers["retry-after"] == "10"
-    assert b"the large reviews from 127.0.0.1 took more than 50% of a core lately" in text
-    async with h.connect(server.port, ca, source=FLOOD) as flood:
-        status, _, _ = await flood.post("/mutate", review("uid-small"))
-    assert status == 200  # its small ones go on
-    async with h.connect(server.port, ca, source=API_SERVER) as other:
-        status, _, _ = await other.post("/mutate", large)
-    assert status == 200
-    # ...and what that review cost was charged to its own address.
-    ((source, seconds),) = charged
-    assert source == API_SERVER
-    assert seconds > 0
+    connections = state.connections
+    assert connections is not None
+    # The address's two connections (its limit here), made before it took its share.
+    async with (
+        h.connect(server.port, ca, source=FLOOD) as first,
+        h.connect(server.port, ca, source=FLOOD) as second,
+    ):
+        # 5 s beyond the burst: 10 s at half a core, more than a large review may wait for
+        # its turn (half the API server's 10 s default, less a margin).
+        state.budget.shares.charge(FLOOD, 6.0)
+        charged.clear()
+        status, headers, text = await first.post("/mutate", large)
+        assert status == 429
+        assert headers["retry-after"] == "10"
+        assert b"the large reviews from 127.0.0.1 took more than 50% of a core lately" in text
+        # The refusal is counted against the address too (what it cost).
+        assert charged == [(FLOOD, inflight.REFUSAL_SECONDS)]
+        status, _, _ = await second.post("/mutate", review("uid-small"))
+        assert status == 200  # its small ones go on, on the connections it has
+    # A new connection of the address waits: no handshake until it is within its share.
+    async with silent(server.port, FLOOD, 1):
+
+        async def waiting() -> bool:
+            flood = connections._sources.get(FLOOD)
+            return flood is not None and len(flood.waiting) == 1
+
+        await h.eventually(waiting, what="the new connection waiting for its handshake")
+        assert connections.handshaking == 0
+        # Another address is served at once, its large reviews included.
+        charged.clear()
+        async with h.connect(server.port, ca, source=API_SERVER) as other:
+            status, _, _ = await other.post("/mutate", large)
+        assert status == 200
+        assert connections.handshaking == 0
+    # ...and what that review cost was charged to its own address: its thread's CPU time,
+    # and what receiving it cost.
+    assert [source for source, _ in charged] == [API_SERVER, API_SERVER]
+    assert min(seconds for _, seconds in charged) > 0
     text = await metrics(server)
     assert h.metric(text, "gpu_share_webhook_requests_shed_total", reason="source-large-share") == 1
 
@@ -293,19 +312,20 @@ async def test_one_address_begins_handshakes_at_its_rate_and_others_at_theirs(
     async with serving.running(settings) as server:
         connections = server.state.connections
         assert connections is not None
-        async with silent(server.port, FLOOD, 5):
+        async with silent(server.port, FLOOD, 6):
 
-            async def five() -> bool:
-                return len(connections) == 5
+            async def six() -> bool:
+                return len(connections) == 6
 
-            await h.eventually(five, what="five connections accepted")
-            # A burst of two, then one every half second: not five at once.
-            assert connections.handshaking == 2
+            await h.eventually(six, what="six connections accepted")
+            # A burst of four (two seconds of its rate), then one every half second: not six
+            # at once.
+            assert connections.handshaking == 4
             async with h.connect(server.port, ca_of(server), source=API_SERVER) as other:
                 status, _, _ = await other.post("/mutate", review("uid-other"))
                 assert status == 200
 
-            async def three() -> bool:
-                return connections.handshaking == 3
+            async def one_more() -> bool:
+                return connections.handshaking == 5
 
-            await h.eventually(three, what="the next handshake once the rate allows")
+            await h.eventually(one_more, what="the next handshake once the rate allows")

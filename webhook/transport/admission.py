@@ -113,6 +113,7 @@ class Route:
             try:
                 await budget.turns.enter(source, within - (time.perf_counter() - started))
             except inflight.Busy as busy:
+                budget.shares.charge(source, inflight.REFUSAL_SECONDS)
                 self.metrics.count_shed("source-large-share" if busy.share else "source-large-turn")
                 return self.invalid(
                     policy_name,
@@ -181,6 +182,9 @@ class Route:
             finally:
                 self.metrics.in_flight -= 1
                 if large:
+                    # What receiving it cost the event loop, as its review's thread time is
+                    # charged (`charged_review`): reading, decrypting and copying.
+                    budget.shares.charge(source, held.bytes * inflight.RECEIVE_SECONDS_PER_BYTE)
                     budget.turns.leave(source)
                 if held.bytes > state.budget.small_bytes:
                     state.trimmer.after_large_review(state.executor)

@@ -48,6 +48,20 @@ class Exceeded(Exception):
         self.source = source
 
 
+# What receiving a review's body costs the event loop (the socket reads, TLS decryption and
+# the copies into one `bytes`), counted against its address's share with the CPU time of its
+# review. Measured with py-spy on bench/fairness.py's flood (7 MiB bodies over TLS on
+# loopback, uvloop): ~40 ms of the loop's time per body, ~5.5 ms per MiB, more than the review
+# of such a body (~7 ms). Charged by bytes, a little under that: a faster machine is held to
+# a little less than its share, a slower one to a little more.
+RECEIVE_SECONDS_PER_BYTE = 0.004 / (1024 * 1024)
+# What refusing a large review costs (its connection's TLS handshake, the part of its body
+# read with its headers, the answer): measured ~3 ms on the same flood. Counted against its
+# address's share, so that an address whose large reviews are refused and who reconnects at
+# once is held to its share too: it then begins no handshake until it is back within it.
+REFUSAL_SECONDS = 0.003
+
+
 class LargeShares:
     """How much of one core the large reviews of each source address have taken lately.
 
@@ -131,7 +145,11 @@ class LargeTurns:
 
     __slots__ = ("_lanes", "shares", "waiting")
 
-    def __init__(self, shares: LargeShares, *, waiting: int = 4) -> None:
+    # Waiting large reviews of one address: each holds a connection and what aiohttp and
+    # the TLS layer read of its body before they stop reading (a few hundred KiB).
+    WAITING = 16
+
+    def __init__(self, shares: LargeShares, *, waiting: int = WAITING) -> None:
         self.shares = shares
         self.waiting = waiting
         self._lanes: dict[str, _Lane] = {}

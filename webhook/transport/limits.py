@@ -78,10 +78,10 @@ class Limits:
     # of milliseconds of the event loop's time in one turn, whatever arrives.
     max_handshakes: int = 32
     max_handshakes_per_source: int = 8
-    # Handshakes begun per second for one address (a burst of as many passes at once). The
-    # API server reuses its connections and opens new ones only beyond the idle ones it
-    # keeps; a client that reconnects as fast as it can is held to ~10 % of a core.
-    handshakes_per_second_per_source: float = 100.0
+    # Handshakes begun per second for one address; a burst of twice as many passes at once.
+    # The API server reuses its connections and opens new ones only beyond the idle ones it
+    # keeps; a client that reconnects as fast as it can is held to a few % of a core.
+    handshakes_per_second_per_source: float = 50.0
     # A review can carry two objects (object and oldObject on UPDATE) of up to ~3 MB each,
     # the API server's own request limit: 7 MiB admits every legitimate review.
     max_body_bytes: int = 7 * MIB
@@ -101,7 +101,7 @@ class Limits:
     # The share of one core that the reviews of large bodies (over 256 KiB) from one address
     # may take, on average (`inflight.LargeShares`): beyond it, that address's large reviews
     # are answered 429 before their body is read, until its use has come down.
-    large_review_share: float = 0.25
+    large_review_share: float = 0.2
 
     def problems(self) -> list[str]:
         """What is wrong with these values, as `serve` flags would say it."""
@@ -129,6 +129,10 @@ class Limits:
             found.append("--large-review-share must be above 0 and at most 1")
         return found
 
+
+# Handshakes one address may begin at once, in seconds of its rate
+# (--handshakes-per-second-per-source).
+HANDSHAKE_BURST = 2.0
 
 # How long a closing TLS connection waits for the client's close_notify, reading and
 # discarding whatever else the client still sends (asyncio's and uvloop's default: 30 s).
@@ -423,7 +427,10 @@ class _Guarded(asyncio.BufferedProtocol):
     def _open(self, transport: asyncio.Transport) -> None:
         self.phase = _OPEN
         self._transport = transport
-        self._connections.by_transport[transport] = self
+        connections = self._connections
+        connections.by_transport[transport] = self
+        if self.source is not None and self in self.source.open:
+            self.source.established[self] = None
         inner = self._inner = self._handler_factory()
         inner.connection_made(transport)
         early, self._early = self._early, None
@@ -445,10 +452,20 @@ class _Guarded(asyncio.BufferedProtocol):
 
     def stop_reading(self) -> None:
         """Read (and decrypt) nothing more from the client: its answer is written and the
-        connection closes; what it still sends is left in the socket until then."""
+        connection closes; what it still sends is left in the socket until then.
+
+        Pausing the TCP transport is not enough behind TLS: the TLS protocol resumes it
+        when its own buffer drains. So the transport is given to `_Refused`, which reads
+        nothing and passes on the rest; the TLS protocol still writes the answer and its
+        close_notify, waits `TLS_SHUTDOWN_SECONDS` for the client's (which it never reads),
+        and aborts."""
         raw = self._raw
-        if raw is not None and not raw.is_closing():
-            raw.pause_reading()
+        if raw is None or raw.is_closing():
+            return
+        reader = raw.get_protocol()
+        if not isinstance(reader, _Refused):
+            raw.set_protocol(_Refused(reader))
+        raw.pause_reading()
 
     def abort(self) -> None:
         raw = self._raw
@@ -480,6 +497,38 @@ class _Guarded(asyncio.BufferedProtocol):
         return None
 
 
+# Where `_Refused` lets the bytes it is given fall, if it is given any.
+_DISCARDED = memoryview(bytearray(16 * 1024))
+
+
+class _Refused(asyncio.BufferedProtocol):
+    """What reads a TCP transport once its request is refused: nothing. Everything else it
+    passes to the protocol that read it before (the TLS one, or `_Guarded` without TLS)."""
+
+    __slots__ = ("_before",)
+
+    def __init__(self, before: Any) -> None:
+        self._before = before
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return _DISCARDED
+
+    def buffer_updated(self, nbytes: int) -> None:
+        pass
+
+    def eof_received(self) -> bool | None:
+        return None  # close
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._before.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._before.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._before.resume_writing()
+
+
 def _address(transport: asyncio.BaseTransport) -> str:
     """The source address of a connection, as the server sees it (after any NAT)."""
     peer = transport.get_extra_info("peername")
@@ -491,15 +540,27 @@ def _address(transport: asyncio.BaseTransport) -> str:
 class _Source:
     """The connections of one source address."""
 
-    __slots__ = ("address", "handshaking", "open", "queued", "tokens", "tokens_at", "waiting")
+    __slots__ = (
+        "address",
+        "established",
+        "handshaking",
+        "open",
+        "queued",
+        "tokens",
+        "tokens_at",
+        "waiting",
+    )
 
     def __init__(self, address: str, tokens: float) -> None:
         self.address = address
         # Handshakes it may begin now, as of `tokens_at` (a token bucket).
         self.tokens = tokens
         self.tokens_at = time.monotonic()
-        # Insertion order is age order: the oldest idle one is found first.
+        # Insertion order is age order. `open` holds every stage; `established` those handed
+        # to aiohttp, the only ones that can be idle (the oldest idle one is found first,
+        # without looking through a flood of connections waiting for their handshake).
         self.open: dict[_Guarded, None] = {}
+        self.established: dict[_Guarded, None] = {}
         self.waiting: deque[_Guarded] = deque()
         self.handshaking = 0
         # In `Connections._turns`.
@@ -538,7 +599,9 @@ class Connections:
 
     `tls` gives the context for the next handshake (None: plain HTTP); `check_peer` judges a
     finished handshake's client certificate (None when the server asks for none) and says
-    why it is refused. `factory(handler_factory)` is the protocol factory for
+    why it is refused; `owed` says how long an address that took more than its share of a
+    core must wait before it may begin a handshake (its connections wait their turn
+    meanwhile, reading nothing). `factory(handler_factory)` is the protocol factory for
     `loop.create_server`; `run()` is the sweep, a task for as long as the listener is open.
     """
 
@@ -553,11 +616,15 @@ class Connections:
         *,
         tls: Callable[[], ssl.SSLContext] | None = None,
         check_peer: Callable[[Any], str | None] | None = None,
+        owed: Callable[[str], float] | None = None,
         on_closed: Callable[[str], object] | None = None,
     ) -> None:
         self.limits = limits
         self.tls = tls
         self.check_peer = check_peer
+        # Seconds until an address is back within its share of a core (`inflight.LargeShares`):
+        # until then it begins no handshake.
+        self.owed = owed
         # Insertion order is age order.
         self._open: dict[_Guarded, None] = {}
         self._sources: dict[str, _Source] = {}
@@ -593,10 +660,10 @@ class Connections:
         source = self._sources.get(address)
         if source is None:
             source = self._sources[address] = _Source(
-                address, limits.handshakes_per_second_per_source
+                address, HANDSHAKE_BURST * limits.handshakes_per_second_per_source
             )
         if len(source.open) >= limits.max_connections_per_source:
-            victim = next((c for c in source.open if c.idle), None)
+            victim = next((c for c in source.established if c.idle), None)
             if victim is None:
                 self._closed(SOURCE_REFUSED)
                 self._release(source)
@@ -616,7 +683,7 @@ class Connections:
 
     def _oldest_idle_of_largest(self) -> _Guarded | None:
         for source in sorted(self._sources.values(), key=lambda s: len(s.open), reverse=True):
-            victim = next((c for c in source.open if c.idle), None)
+            victim = next((c for c in source.established if c.idle), None)
             if victim is not None:
                 return victim
         return None
@@ -647,11 +714,18 @@ class Connections:
                     source.queued = False
                     self._release(source)
                     continue
-                source.tokens = min(rate, source.tokens + (now - source.tokens_at) * rate)
+                source.tokens = min(
+                    HANDSHAKE_BURST * rate, source.tokens + (now - source.tokens_at) * rate
+                )
                 source.tokens_at = now
-                if source.handshaking >= limits.max_handshakes_per_source or source.tokens < 1:
-                    if source.tokens < 1:
-                        wait = (1 - source.tokens) / rate
+                owed = self.owed(source.address) if self.owed is not None else 0.0
+                if (
+                    source.handshaking >= limits.max_handshakes_per_source
+                    or source.tokens < 1
+                    or owed > 0
+                ):
+                    if source.tokens < 1 or owed > 0:
+                        wait = max((1 - source.tokens) / rate, owed)
                         refill = wait if refill is None else min(refill, wait)
                     source.waiting.appendleft(connection)
                     turns.append(source)
@@ -713,6 +787,7 @@ class Connections:
         source = connection.source
         if source is not None:
             source.open.pop(connection, None)
+            source.established.pop(connection, None)
             self._release(source)
         self._lost += 1
 
@@ -722,7 +797,7 @@ class Connections:
         if source.empty and not source.queued and self._sources.get(source.address) is source:
             now = time.monotonic() if now is None else now
             rate = self.limits.handshakes_per_second_per_source
-            if source.tokens + (now - source.tokens_at) * rate >= rate:
+            if source.tokens + (now - source.tokens_at) * rate >= HANDSHAKE_BURST * rate:
                 del self._sources[source.address]
 
     async def run(self) -> None:
@@ -800,6 +875,7 @@ class Connections:
         source = connection.source
         if source is not None:
             source.open.pop(connection, None)
+            source.established.pop(connection, None)
         connection.close()
         self._closed(why)
 

@@ -67,14 +67,23 @@ async def running(
         access_log=None,  # one review line per request instead
         shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS,
         keepalive_timeout=limits.idle_timeout,
+        # No reading and discarding the rest of a body left unread (aiohttp's default: up to
+        # 10 s of it): a request refused before its body (413, 429) closes its connection,
+        # and what the client still sends is not read (`limits.Connections.stop_reading`).
+        lingering_time=0,
     )
     probe_runner = web.AppRunner(
         app.create_probe_app(admission_app), access_log=None, shutdown_timeout=1.0
     )
+    def owed(address: str) -> float:
+        # Looked up each time: the budget is the state's to replace.
+        return state.budget.shares.wait(address)
+
     connections = limits_module.Connections(
         limits,
         tls=lambda: state.ssl_context,
         check_peer=state.client_refusal if state.clients is not None else None,
+        owed=owed,
         on_closed=state.metrics.count_closed,
     )
     state.connections = connections
