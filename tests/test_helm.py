@@ -10,7 +10,11 @@ own policies, other switches, Ignore, extra excluded namespaces, monitoring on).
 from __future__ import annotations
 
 import base64
+import contextlib
+import copy
 import importlib
+import io
+import tempfile
 import importlib.util
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,6 +26,8 @@ import helm_python
 import kubernetes_validate
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests import deploy_helpers as dh
 from webhook import __version__, certificates, cli, names, policies, rendering
@@ -966,6 +972,79 @@ def test_every_problem_of_every_file_is_listed(chart: helm_python.Chart) -> None
     message = _refused(chart, {"policies": {"files": files}})
     assert "policies.files.a.yaml: spec.mode: " in message
     assert "policies.files.b.yaml: spec.nodeClasses[0].strategy: " in message
+
+
+def _paths(node: Any, prefix: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    """Every place in a document: its keys and list items, at any depth."""
+    found: list[tuple[str | int, ...]] = []
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(
+        node, list) else ()
+    for key, value in items:
+        found.append((*prefix, key))
+        found.extend(_paths(value, (*prefix, key)))
+    return found
+
+
+# Values people and typos put in policies: words the models convert, words Helm reads as
+# another type, names, paths, bounds and their neighbours, shapes.
+ODD_VALUES = st.sampled_from([
+    "", "y", "n", "yes", "off", "4", " 4", "4.0", "1_000", "abc", "MPS", "mps", "Exists",
+    "NoExecute", "warn", "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb",
+    "/models", "models", "/a/../b", "half", "l4-mps", "P" * 60,
+    -1, 0, 1, 2, 3, 47, 48, 49, 50, 100, 101, 23034, 1.5, 2.0,
+    True, False, None, [], {}, ["x"], {"x": 1},
+])
+
+
+@st.composite
+def _mutated_policies(draw: st.DrawFn) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(yaml.safe_dump(SITE_POLICY))
+    for _ in range(draw(st.integers(1, 3))):
+        places = _paths(doc)
+        if not places:
+            break
+        *parents, last = draw(st.sampled_from(places))
+        node: Any = doc
+        for key in parents:
+            node = node[key]
+        action = draw(st.sampled_from(["set", "set", "delete", "add"]))
+        if action == "delete":
+            del node[last]
+        elif action == "add" and isinstance(node, dict):
+            key = draw(st.sampled_from(["extra", "Name", "strategy", "mode"]))
+            node[key] = copy.deepcopy(draw(ODD_VALUES))
+        else:
+            node[last] = copy.deepcopy(draw(ODD_VALUES))
+    return doc
+
+
+def _check_fields(text: str) -> set[tuple[str, str]]:
+    with tempfile.TemporaryDirectory() as directory:
+        (Path(directory) / "site.yaml").write_text(text, encoding="utf-8")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            cli.main(["policy", "check", directory])
+        return _fields([
+            line.removeprefix("error: ").removeprefix(f"{directory}/")
+            for line in err.getvalue().splitlines()
+            if line.startswith("error: ")
+        ])
+
+
+@pytest.mark.slow  # some hundred renders
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=_mutated_policies(), form=st.sampled_from(["text", "mapping"]))
+def test_the_chart_refuses_no_policy_that_policy_check_takes(
+    chart: helm_python.Chart, doc: dict[str, Any], form: str
+) -> None:
+    """The other direction of the table: a policy the server loads is never refused, and
+    where both refuse, the chart names no field `policy check` does not. (But for a policy
+    name Helm reads as true or false: see test_a_policy_name_helm_reads_as_true_or_false.)"""
+    text = yaml.safe_dump(doc, sort_keys=False)
+    problems = _chart_problems(chart, text if form == "text" else doc)
+    charted = _fields([p for p in problems if not p.endswith("not as text: put it in quotes")])
+    checked = _check_fields(text)
+    assert charted <= checked, (charted, checked)
 
 
 # --------------------------------------------------------------------------- certificates

@@ -24,7 +24,9 @@ checks below take what it takes.
 */}}
 
 {{/*
-The problems of one value against one schema node, as a JSON list of lines.
+The problems of one value against one schema node, as a JSON list of lines, and "?" for
+each value left to the server (the models' own checks are then left to it too: they would
+compare what Helm read, not what the server will).
   (dict "value" V "schema" S "defs" D "path" "spec.nodeClasses[0]" "lenient" true)
 */}}
 {{- define "gpu-share-webhook.policyValue" -}}
@@ -53,6 +55,7 @@ The problems of one value against one schema node, as a JSON list of lines.
 {{- else if eq $s.type "string" }}
 {{- if not (kindIs "string" $v) }}
 {{- if and .lenient (or $number (eq $kind "bool")) (not $s.enum) }}
+{{- $out = append $out "?" }}
 {{- $checked = false }}
 {{- else }}
 {{- $out = append $out (printf "%s: expected a string, not %s" $at $what) }}
@@ -67,12 +70,16 @@ The problems of one value against one schema node, as a JSON list of lines.
 {{- else }}
 {{- $n = printf "%d" (int64 $v) }}
 {{- end }}
+{{- else if and (eq $kind "bool") .lenient }}
+{{- /* true: 1 to pydantic, but y: a string it refuses. */}}
+{{- $out = append $out "?" }}
 {{- else if eq $kind "bool" }}
 {{- $n = ternary "1" "0" $v }}
 {{- else if and (kindIs "string" $v) (regexMatch "^\\s*[-+]?[0-9]+(_[0-9]+)*(\\.0+)?\\s*$" $v) }}
 {{- $n = regexReplaceAll "[\\s_+]|\\.0+" $v "" }}
 {{- else if and .lenient (kindIs "string" $v) (regexMatch "^[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+$" $v) }}
 {{- /* 1:20, base 60 to PyYAML (80), a string to Helm. */}}
+{{- $out = append $out "?" }}
 {{- else }}
 {{- $out = append $out (printf "%s: expected an integer, not %s" $at $what) }}
 {{- $checked = false }}
@@ -391,14 +398,17 @@ another apiVersion or kind gets that one line: its other fields are not a policy
 {{- $out = append $out (printf "%s: every document must be apiVersion: %s, kind: %s (not %s)" $field $gen.names.policyApiVersion $gen.names.policyKind (ternary (get $doc $field | toJson) "missing" (hasKey $doc $field))) }}
 {{- end }}
 {{- end }}
+{{- $unsure := false }}
 {{- if not $out }}
 {{- $out = include "gpu-share-webhook.policyValue" (dict "value" $doc "schema" $check.schema.root "defs" $check.schema.defs "path" "" "lenient" .lenient) | fromJsonArray }}
+{{- $unsure = has "?" $out }}
+{{- $out = without $out "?" }}
 {{- end }}
 {{- if and (not $out) (not (kindIs "string" $doc.metadata.name)) }}
 {{- /* The one field the chart needs to read itself: it names the policy's webhook entries. */}}
 {{- $out = append $out (printf "metadata.name: Helm reads this name as %s, not as text: put it in quotes" (toJson $doc.metadata.name)) }}
 {{- end }}
-{{- if not $out }}
+{{- if and (not $out) (not $unsure) }}
 {{- $out = include "gpu-share-webhook.policySemantics" (dict "doc" $doc "checks" $check.checks) | fromJsonArray }}
 {{- end }}
 {{- toJson $out }}
