@@ -905,6 +905,31 @@ def test_values_the_server_converts_or_reads_otherwise_than_helm_are_not_refused
     assert _chart_problems(chart, text) == []
 
 
+@pytest.mark.parametrize(
+    ("plain", "field"),
+    [
+        # "y" to the server, which no integer is; true to Helm, and 1 MiB would put the
+        # profile above the class's ceiling.
+        ("memoryMiB: y", "spec.nodeClasses[0].memoryMiB"),
+        # "y" to the server, no resource name; true to Helm, and no class advertises true.
+        ("- nvidia.com/gpu.shared\n  - nvidia.com/gpu", "spec.sharedResources[1]"),
+    ],
+)
+def test_a_value_helm_reads_otherwise_leaves_the_cross_checks_to_the_server(
+    chart: helm_python.Chart, plain: str, field: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = yaml.safe_dump(SITE_POLICY, sort_keys=False, default_flow_style=False)
+    if plain.startswith("memoryMiB"):
+        assert "memoryMiB: 23034" in text
+        text = text.replace("memoryMiB: 23034", plain)
+    else:
+        assert plain in text
+        text = text.replace(plain, "- nvidia.com/gpu.shared\n  - y")
+    assert _fields(_check_problems(_site_dir(tmp_path, text), capsys)) == {("site.yaml", field)}
+    assert _chart_problems(chart, text) == []
+
+
 def test_a_mapping_is_checked_as_helm_read_it(chart: helm_python.Chart) -> None:
     """What the server gets of a mapping is Helm's reading of it, written out: true where a
     string belongs stays true, and is refused. In a file's text Helm reads y as true too,
