@@ -13,10 +13,10 @@ import base64
 import contextlib
 import copy
 import importlib
-import io
-import tempfile
 import importlib.util
+import io
 import re
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
