@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests import deploy_helpers as dh
-from webhook import __version__, certificates, cli, names, policies, rendering
+from webhook import __version__, certificates, cli, commands, names, policies, rendering
 
 CHART = dh.REPO / "charts" / "gpu-share-webhook"
 INSTALL_GUIDE = dh.REPO / "docs" / "install.md"
@@ -1255,6 +1255,125 @@ def test_no_scrapers_closes_the_metrics_port(chart: helm_python.Chart) -> None:
     policy = dh.find(objects, "NetworkPolicy", RELEASE)
     assert [r["ports"] for r in policy["spec"]["ingress"]] == [[{"port": 8443, "protocol": "TCP"}]]
     assert not dh.ingress_admits(policy, 8080, namespace=dh.MONITORING, pod={"app": "x"})
+
+
+# --------------------------------------------------------------------------- client certificates
+
+CLIENT_CA_DIR = "/etc/gpu-share-webhook/client-ca"
+# The `serve` options clientAuth sets, by their variables (`GPU_SHARE_WEBHOOK_<OPTION>`).
+CLIENT_CA_FILE_ENV = commands.env_name("client-ca-file")
+CLIENT_NAMES_ENV = commands.env_name("client-names")
+CLIENT_AUTH: dict[str, dict[str, Any]] = {
+    "caBundle": {"enabled": True, "caBundle": CA_PEM},
+    "existingConfigMap": {
+        "enabled": True,
+        "existingConfigMap": "site-apiserver-ca",
+        "names": ["kube-apiserver", "kube-apiserver-kubelet-client"],
+    },
+}
+
+
+def _client_auth_render(chart: helm_python.Chart, way: str) -> list[dict[str, Any]]:
+    return _render(chart, {"clientAuth": CLIENT_AUTH[way]}, RELEASE, NAMESPACE)
+
+
+@pytest.mark.parametrize("way", list(CLIENT_AUTH))
+def test_client_auth_mounts_the_ca_as_a_directory_and_names_it_to_the_server(
+    chart: helm_python.Chart, way: str
+) -> None:
+    objects = _client_auth_render(chart, way)
+    pod = _pod(objects)
+    (c,) = pod["containers"]
+    env = _env(c)
+    (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == CLIENT_CA_DIR]
+    # A directory, not a file: the kubelet then replaces the file when the ConfigMap changes
+    # (a subPath mount keeps the first version), and the server re-reads it.
+    assert mount["readOnly"] is True
+    assert "subPath" not in mount
+    assert "subPathExpr" not in mount
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    (item,) = volume["configMap"]["items"]
+    assert item == {"key": "ca.crt", "path": "ca.crt"}
+    assert env[CLIENT_CA_FILE_ENV] == f"{CLIENT_CA_DIR}/{item['path']}"
+    assert env[CLIENT_NAMES_ENV].split(",") == CLIENT_AUTH[way].get("names", ["kube-apiserver"])
+    configmaps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
+    if way == "caBundle":
+        assert volume["configMap"]["name"] == f"{RELEASE}-client-ca"
+        assert configmaps[volume["configMap"]["name"]]["data"] == {"ca.crt": CA_PEM}
+    else:
+        assert volume["configMap"]["name"] == "site-apiserver-ca"
+        assert "site-apiserver-ca" not in configmaps
+        assert not [n for n in configmaps if n.endswith("-client-ca")]
+    for obj in objects:
+        if obj["kind"] in ("ConfigMap", "Deployment"):
+            kubernetes_validate.validate(obj, dh.VERSIONS[-1], strict=True)
+
+
+def test_client_auth_is_off_by_default(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for objects in rendered.values():
+        (c,) = _pod(objects)["containers"]
+        assert not {CLIENT_CA_FILE_ENV, CLIENT_NAMES_ENV} & set(_env(c))
+        assert CLIENT_CA_DIR not in {m["mountPath"] for m in c["volumeMounts"]}
+        assert not [o for o in objects if o["metadata"]["name"].endswith("-client-ca")]
+
+
+def test_the_variables_client_auth_sets_are_serves_options(
+    chart: helm_python.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chart sets the variables of the options --client-ca-file and --client-names, by the
+    rule every option of `serve` follows; once `serve` has the options, it reads the values."""
+    objects = _client_auth_render(chart, "existingConfigMap")
+    (c,) = _pod(objects)["containers"]
+    env = _env(c)
+    assert {CLIENT_CA_FILE_ENV, CLIENT_NAMES_ENV} <= set(env)
+    assert CLIENT_CA_FILE_ENV == "GPU_SHARE_WEBHOOK_CLIENT_CA_FILE"
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    args = vars(cli.build_parser().parse_args(c["args"]))
+    if "client_ca_file" in args:
+        assert args["client_ca_file"] == env[CLIENT_CA_FILE_ENV]
+        names_read = args["client_names"]
+        if isinstance(names_read, str):
+            names_read = names_read.split(",")
+        assert list(names_read) == CLIENT_AUTH["existingConfigMap"]["names"]
+
+
+@pytest.mark.parametrize("way", list(CLIENT_AUTH))
+def test_helm_lint_is_clean_with_client_auth(way: str) -> None:
+    report = helm_python.lint(
+        CHART, {"clientAuth": CLIENT_AUTH[way]}, namespace=NAMESPACE, strict=True
+    )
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize(
+    ("client_auth", "message"),
+    [
+        ({"enabled": True}, "clientAuth.enabled is true, but no CA is given"),
+        ({"enabled": True, "caBundle": CA_PEM, "existingConfigMap": "site-apiserver-ca"},
+         "caBundle and existingConfigMap are both set"),
+        ({"enabled": True, "caBundle": "client-ca.crt"}, "clientAuth.caBundle: not a PEM"),
+        ({"enabled": True, "caBundle": CA_PEM, "names": ["kube-apiserver,other"]},
+         "/clientAuth/names/0"),
+        ({"enabled": True, "caBundle": CA_PEM, "names": [" kube-apiserver"]},
+         "/clientAuth/names/0"),
+        ({"enabled": True, "caBundle": CA_PEM, "names": []}, "/clientAuth/names"),
+        ({"enabled": True, "existingConfigMap": "Site_CA"}, "/clientAuth/existingConfigMap"),
+        ({"enabled": "yes"}, "/clientAuth/enabled"),
+        ({"enable": True}, "/clientAuth"),
+    ],
+)
+def test_client_auth_values_the_chart_refuses(
+    chart: helm_python.Chart, client_auth: dict[str, Any], message: str
+) -> None:
+    assert message in _refused(chart, {"clientAuth": client_auth})
+
+
+def test_extra_env_cannot_set_the_client_auth_variables(chart: helm_python.Chart) -> None:
+    for name in (CLIENT_CA_FILE_ENV, CLIENT_NAMES_ENV):
+        message = _refused(chart, {"extraEnv": [{"name": name, "value": "x"}]})
+        assert f"extraEnv: {name} is set by the chart" in message
 
 
 # --------------------------------------------------------------------------- monitoring
