@@ -32,7 +32,7 @@ from tests.certs_helpers import (
     webhook,
     write_kubeconfig,
 )
-from webhook import __version__, cli, policies, rendering
+from webhook import __version__, certificates, cli, commands, policies, rendering
 from webhook.commands import DEFAULT_NAMESPACE, DEFAULT_SERVICE, DEFAULT_WEBHOOK_NAME
 
 NAMESPACE = DEFAULT_NAMESPACE
@@ -813,6 +813,69 @@ def test_a_wheel_builds_from_what_the_docker_build_copies(
     names = zipfile.ZipFile(wheel).namelist()
     assert "webhook/cli.py" in names
     assert any(n.startswith("webhook/_embedded/policies/") for n in names)
+
+
+# --------------------------------------------------------------------------- client certificates
+
+
+CLIENT_AUTH_VARIABLES = (commands.env_name("client-ca-file"), commands.env_name("client-names"))
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
+
+
+def _pod_spec(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return dict(dh.find(objects, "Deployment", "gpu-share-webhook")["spec"]["template"]["spec"])
+
+
+@pytest.mark.slow  # two kustomize builds per install
+@pytest.mark.parametrize("install", install_params())
+def test_the_client_auth_component_adds_the_ca_and_the_servers_settings(
+    built: dict[str, list[dict[str, Any]]], install: str, tmp_path: Path
+) -> None:
+    """deploy/components/client-auth on an install: a ConfigMap of client-ca.crt, mounted as
+    a directory, and the two variables of `serve`; everything else as the install has it."""
+    ca = certificates.make_ca().cert_pem.decode("ascii")
+    objects = dh.kustomize(dh.site(tmp_path, install, client_ca=ca))
+    plain = {_key(o): o for o in built[install]}
+    added = {_key(o): o for o in objects}
+    (configmap_key,) = set(added) - set(plain)
+    assert configmap_key == ("ConfigMap", "gpu-share-webhook-client-ca")
+    configmap = added.pop(configmap_key)
+    assert configmap["data"] == {"ca.crt": ca}
+    assert configmap["metadata"]["namespace"] == NAMESPACE
+    deployment = ("Deployment", "gpu-share-webhook")
+    assert {k: v for k, v in added.items() if k != deployment} == {
+        k: v for k, v in plain.items() if k != deployment
+    }
+    pod = _pod_spec(objects)
+    (c,) = pod["containers"]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "client-ca"]
+    assert mount["readOnly"] is True
+    assert "subPath" not in mount
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "client-ca"]
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    (item,) = volume["configMap"]["items"]
+    assert item["key"] in configmap["data"]
+    env = _env(c)
+    ca_file, client_names = CLIENT_AUTH_VARIABLES
+    assert env[ca_file] == f"{mount['mountPath']}/{item['path']}"
+    assert env[client_names] == "kube-apiserver"
+    # The rest of the Deployment is the install's.
+    (before,) = _pod_spec(built[install])["containers"]
+    assert [e for e in c["env"] if e["name"] not in CLIENT_AUTH_VARIABLES] == before["env"]
+    assert [m for m in c["volumeMounts"] if m is not mount] == before["volumeMounts"]
+    assert [v for v in pod["volumes"] if v is not volume] == _pod_spec(built[install])["volumes"]
+    for obj in (configmap, dh.find(objects, "Deployment", "gpu-share-webhook")):
+        kubernetes_validate.validate(obj, dh.VERSIONS[-1], strict=True)
+
+
+def test_the_client_auth_component_stops_without_the_ca_file(tmp_path: Path) -> None:
+    directory = dh.site(tmp_path, "cert-manager", client_ca=None)
+    done = dh.run([dh.tool("kubectl"), *dh.KUSTOMIZE, str(directory)])
+    assert done.returncode != 0
+    assert f"client-auth/{dh.CLIENT_CA_FILE}: no such file" in done.stderr
 
 
 # --------------------------------------------------------------------------- the docs

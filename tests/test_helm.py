@@ -1309,6 +1309,29 @@ def test_client_auth_mounts_the_ca_as_a_directory_and_names_it_to_the_server(
             kubernetes_validate.validate(obj, dh.VERSIONS[-1], strict=True)
 
 
+@pytest.mark.slow  # a kustomize build of a copy of deploy/
+def test_the_chart_adds_what_the_client_auth_component_adds(
+    chart: helm_python.Chart, tmp_path: Path
+) -> None:
+    """clientAuth with its defaults and a caBundle gives the objects of
+    deploy/components/client-auth on deploy/overlays/cert-manager with that CA."""
+    values = {"namespace": {"create": True}, "certificates": {"mode": "certManager"},
+              "clientAuth": CLIENT_AUTH["caBundle"]}
+    ours = {
+        (o["kind"], o["metadata"]["name"]): o
+        for o in map(_as_deploy_writes_it, _render(chart, values, RELEASE, NAMESPACE))
+    }
+    theirs = {
+        (o["kind"], o["metadata"]["name"]): o
+        for o in map(_as_deploy_writes_it,
+                     dh.kustomize(dh.site(tmp_path, "cert-manager", client_ca=CA_PEM)))
+    }
+    assert ("ConfigMap", f"{RELEASE}-client-ca") in theirs
+    assert sorted(ours) == sorted(theirs)
+    for key, want in theirs.items():
+        assert ours[key] == want, f"{key[0]} {key[1]} differs from deploy/components/client-auth"
+
+
 def test_client_auth_is_off_by_default(rendered: dict[str, list[dict[str, Any]]]) -> None:
     for objects in rendered.values():
         (c,) = _pod(objects)["containers"]
