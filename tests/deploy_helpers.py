@@ -95,13 +95,12 @@ CLIENT_CA_FILE = "client-ca.crt"
 def site(tmp_path: Path, overlay: str, *, client_ca: str | None) -> Path:
     """A site kustomization as docs/install.md shows it: an install of a copy of deploy/ and
     policies/ with deploy/components/client-auth, and client-ca.crt there when given (the
-    copy keeps the admin's file out of the repository)."""
+    copy keeps the admin's file out of the repository; None leaves the component as the
+    repository has it)."""
     for part in (DEPLOY, POLICIES):
         shutil.copytree(part, tmp_path / part.name)
     component = tmp_path / CLIENT_AUTH.relative_to(REPO)
-    if client_ca is None:
-        (component / CLIENT_CA_FILE).unlink(missing_ok=True)
-    else:
+    if client_ca is not None:
         (component / CLIENT_CA_FILE).write_text(client_ca, encoding="utf-8")
     directory = tmp_path / "site"
     directory.mkdir()
