@@ -15,6 +15,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import textwrap
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +24,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests import deploy_helpers as dh
 from tests.certs_helpers import (
@@ -893,3 +896,84 @@ def _paths_in_docs() -> Iterator[str]:
 @pytest.mark.parametrize("path", list(_paths_in_docs()))
 def test_every_path_the_install_guide_names_exists(path: str) -> None:
     assert (dh.REPO / path).exists()
+
+
+CLIENT_CERTIFICATES_SECTION = "## Authenticate the API server (client certificates)"
+
+
+def _client_certificates_section() -> str:
+    text = (dh.REPO / "docs" / "install.md").read_text(encoding="utf-8")
+    start = text.index(CLIENT_CERTIFICATES_SECTION + "\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end]
+
+
+def _yaml_blocks(text: str) -> dict[str, dict[str, Any]]:
+    """The section's YAML blocks: a file's by the path of its first comment line, the others
+    by their kind."""
+    blocks = {}
+    for block in re.findall(r"```yaml\n(.*?)```", text, flags=re.DOTALL):
+        first = block.splitlines()[0]
+        doc = yaml.safe_load(block)
+        blocks[first[2:] if first.startswith("# /") else doc["kind"]] = doc
+    return blocks
+
+
+def test_the_client_certificate_guide_points_the_api_server_at_the_installs_service(
+    built: dict[str, list[dict[str, Any]]],
+) -> None:
+    """The admission configuration, its kubeconfig and the kubeadm configuration of the
+    guide fit together, and the kubeconfig's user is the name under which the API server
+    looks up the Service the webhook configurations call."""
+    blocks = _yaml_blocks(_client_certificates_section())
+    (admission_path,) = [p for p in blocks if p.endswith("admission.yaml")]
+    (kubeconfig_path,) = [p for p in blocks if p.endswith("kubeconfig.yaml")]
+    admission = blocks[admission_path]
+    assert admission["kind"] == "AdmissionConfiguration"
+    plugins = {p["name"]: p["configuration"] for p in admission["plugins"]}
+    assert set(plugins) == {"ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"}
+    for configuration in plugins.values():
+        assert configuration["kind"] == "WebhookAdmissionConfiguration"
+        assert configuration["kubeConfigFile"] == kubeconfig_path
+    (user,) = blocks[kubeconfig_path]["users"]
+    service = dh.find(built["cert-manager"], "Service", DEFAULT_SERVICE)
+    (https,) = [p for p in service["spec"]["ports"] if p["name"] == "https"]
+    # A Service port other than 443 is looked up with ":<port>".
+    assert https["port"] == 443
+    assert user["name"] == f"{DEFAULT_SERVICE}.{NAMESPACE}.svc"
+    for config in (o for o in built["cert-manager"] if o["kind"].endswith("Configuration")):
+        for entry in config["webhooks"]:
+            called = entry["clientConfig"]["service"]
+            assert (called["name"], called["namespace"]) == (DEFAULT_SERVICE, NAMESPACE)
+            assert called.get("port", 443) == https["port"]
+    kubeadm = blocks["ClusterConfiguration"]["apiServer"]
+    (flag,) = kubeadm["extraArgs"]
+    assert flag == {"name": "admission-control-config-file", "value": admission_path}
+    (volume,) = kubeadm["extraVolumes"]
+    assert volume["hostPath"] == volume["mountPath"]
+    assert volume["readOnly"] is True
+    for path in (admission_path, kubeconfig_path, *user["user"].values()):
+        assert path.startswith(volume["mountPath"] + "/"), path
+
+
+@pytest.mark.slow  # two RSA keys
+def test_the_client_certificate_commands_make_what_the_guide_says(tmp_path: Path) -> None:
+    """The guide's openssl commands make a CA and a client certificate for kube-apiserver
+    that the CA verifies."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    section = _client_certificates_section()
+    (block,) = re.findall(r"\n((?:    openssl .*\n(?:      .*\n)*|    printf .*\n)+)", section)
+    script = textwrap.dedent(block)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "apiserver-webhook-client.crt: OK" in done.stdout
+    cert = x509.load_pem_x509_certificate((tmp_path / "apiserver-webhook-client.crt").read_bytes())
+    ca = x509.load_pem_x509_certificate((tmp_path / "client-ca.crt").read_bytes())
+    names_ = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    assert [n.value for n in names_] == ["kube-apiserver"]
+    usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert cert.issuer == ca.subject
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
