@@ -81,11 +81,14 @@ def mount_like_kubelet(directory: Path, version: str, files: Mapping[str, bytes]
             visible.symlink_to(Path("..data") / name)
 
 
-def client_context(ca_file: Path) -> ssl.SSLContext:
-    """Trusts exactly `ca_file` (the caBundle) and checks the host name against the SANs."""
+def client_context(ca_file: Path, client: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+    """Trusts exactly `ca_file` (the caBundle) and checks the host name against the SANs;
+    presents the certificate and key files `client` when given."""
     context = ssl.create_default_context(cafile=str(ca_file))
     assert context.check_hostname
     assert context.verify_mode == ssl.CERT_REQUIRED
+    if client is not None:
+        context.load_cert_chain(str(client[0]), str(client[1]))
     return context
 
 
@@ -142,10 +145,22 @@ def _head(path: str, length: int) -> bytes:
 
 
 @contextlib.asynccontextmanager
-async def connect(port: int, ca: Path) -> AsyncIterator[Connection]:
-    """A TLS connection to 127.0.0.1:`port` checked as the API server checks it."""
+async def connect(
+    port: int,
+    ca: Path,
+    *,
+    source: str | None = None,
+    client: tuple[Path, Path] | None = None,
+) -> AsyncIterator[Connection]:
+    """A TLS connection to 127.0.0.1:`port` checked as the API server checks it; from the
+    loopback address `source` (127.0.0.2, ...) when given, presenting the client certificate
+    and key files `client` when given."""
     reader, writer = await asyncio.open_connection(
-        "127.0.0.1", port, ssl=client_context(ca), server_hostname=HOST
+        "127.0.0.1",
+        port,
+        ssl=client_context(ca, client),
+        server_hostname=HOST,
+        local_addr=(source, 0) if source else None,
     )
     try:
         yield Connection(reader, writer)

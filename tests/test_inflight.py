@@ -66,3 +66,64 @@ def test_a_hold_given_back_twice_gives_back_once_and_keeps_its_count() -> None:
         held.release()
         assert shared.large_held == 5 * KIB
         assert held.bytes == 30 * KIB  # what the request took, for its trim
+
+
+# --- per source address
+
+
+def per_source() -> inflight.Budget:
+    return inflight.Budget(
+        100 * KIB, small_bytes=16 * KIB, reserve_bytes=20 * KIB, per_source_bytes=50 * KIB
+    )
+
+
+def test_one_address_holds_at_most_its_bound_and_the_others_go_on() -> None:
+    shared = per_source()
+    with shared.hold(None, "10.0.0.1") as large, shared.hold(8 * KIB, "10.0.0.1") as small:
+        large.add(45 * KIB)
+        with pytest.raises(inflight.Exceeded) as refused:
+            small.add(8 * KIB)  # small and large of one address count together
+        assert refused.value.source == "10.0.0.1"
+        assert (refused.value.others, refused.value.limit) == (45 * KIB, 50 * KIB)
+        with shared.hold(None, "10.0.0.2") as other:
+            other.add(50 * KIB)  # another address: its own bound, the total has room
+        assert shared.by_source == {"10.0.0.1": 53 * KIB}
+    assert shared.by_source == {}
+    assert shared.large_held == shared.small_held == 0
+
+
+def test_without_a_bound_per_address_none_is_kept() -> None:
+    shared = budget()
+    with shared.hold(None, "10.0.0.1") as held:
+        held.add(90 * KIB)
+    assert shared.by_source == {}
+
+
+def test_large_shares_let_a_burst_pass_and_then_hold_an_address_to_its_share() -> None:
+    shares = inflight.LargeShares(0.25, burst=1.0)
+    shares.charge("a", 0.6, now=0.0)
+    assert shares.wait("a", now=0.0) == 0  # within the burst
+    shares.charge("a", 0.9, now=0.0)  # owes 1.5 s: 0.5 s beyond the burst
+    assert shares.wait("a", now=0.0) == pytest.approx(2.0)  # paid back at 0.25 s a second
+    assert shares.wait("a", now=1.0) == pytest.approx(1.0)
+    assert shares.wait("a", now=2.0) == 0
+    assert shares.wait("b", now=0.0) == 0  # another address owes nothing
+    # Paid back, not below zero: idle time is not saved up for a later flood.
+    shares.charge("a", 1.2, now=100.0)
+    assert shares.wait("a", now=100.0) == pytest.approx(0.8)
+
+
+def test_large_shares_forget_addresses_that_owe_nothing() -> None:
+    shares = inflight.LargeShares(0.5, burst=1.0)
+    for number in range(inflight.LargeShares.PRUNE_AT):
+        shares.charge(f"10.0.{number // 256}.{number % 256}", 0.1, now=0.0)
+    shares.charge("owing", 5.0, now=0.0)
+    assert len(shares) == 1 + inflight.LargeShares.PRUNE_AT
+    shares.charge("late", 0.1, now=1.0)  # the others have paid by now
+    assert len(shares) == 2
+    assert shares.wait("owing", now=1.0) == pytest.approx((5.0 - 0.5 - 1.0) / 0.5)
+
+
+@pytest.mark.parametrize(("seconds", "header"), [(0.0, "1"), (0.2, "1"), (1.0, "1"), (2.01, "3")])
+def test_retry_after_is_whole_seconds_and_at_least_one(seconds: float, header: str) -> None:
+    assert inflight.retry_after(seconds) == header

@@ -277,6 +277,48 @@ def make_serving_certificate(
     )
 
 
+def make_client_certificate(
+    ca: Authority,
+    *,
+    common_name: str,
+    dns_names: Iterable[str] = (),
+    days: int = SERVING_DAYS,
+    now: datetime | None = None,
+) -> ServingPair:
+    """A TLS client certificate (extendedKeyUsage clientAuth) for `common_name`, signed by
+    `ca`: what the API server presents to a server started with --client-ca-file."""
+    _require_days(days)
+    now = _utc(now)
+    key = ec.generate_private_key(ec.SECP256R1())
+    ca_key_id = ca.certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+        .issuer_name(ca.certificate.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - CLOCK_SKEW)
+        .not_valid_after(min(now + timedelta(days=days), ca.certificate.not_valid_after_utc))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(digital_signature=True), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        # Which CA signed it, when two CAs of one name are trusted during a rotation.
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_key_id.value),
+            critical=False,
+        )
+    )
+    dns = [x509.DNSName(n) for n in dns_names]
+    if dns:
+        builder = builder.add_extension(x509.SubjectAlternativeName(dns), critical=False)
+    certificate = builder.sign(ca.key, hashes.SHA256())
+    return ServingPair(
+        cert_pem=certificate.public_bytes(serialization.Encoding.PEM),
+        key_pem=_key_pem(key),
+        certificate=certificate,
+    )
+
+
 def make_bundle(
     *,
     service: str,
@@ -550,8 +592,20 @@ TLS12_CIPHERS = (
 )
 
 
-def server_ssl_context(cert_file: PathLike, key_file: PathLike) -> ssl.SSLContext:
-    """A TLS 1.2 and 1.3 server context serving the pair in the two files.
+def server_ssl_context(
+    cert_file: PathLike, key_file: PathLike, *, client: ClientAuthority | None = None
+) -> ssl.SSLContext:
+    """A TLS 1.2 and 1.3 server context serving the pair in the two files (and, with
+    `client`, requiring a client certificate signed by one of its CAs)."""
+    return context_for(load_pair(cert_file, key_file), client=client, source=str(cert_file))
+
+
+def context_for(
+    pair: ServingPair, *, client: ClientAuthority | None = None, source: str
+) -> ssl.SSLContext:
+    """A TLS 1.2 and 1.3 server context serving `pair`; with `client`, a handshake without a
+    client certificate that one of its CAs signed fails (which names are accepted is
+    `ClientAuthority.refusal`'s to say, after the handshake).
 
     TLS 1.2 offers only `TLS12_CIPHERS`; nothing older than 1.2 is spoken (SPEC: "TLS 1.2
     (ECDHE with AEAD suites only) and 1.3").
@@ -574,8 +628,106 @@ def server_ssl_context(cert_file: PathLike, key_file: PathLike) -> ssl.SSLContex
     )
     # Nor TLS 1.3 tickets, for the same reasons.
     context.num_tickets = 0
-    load_into(context, load_pair(cert_file, key_file), source=str(cert_file))
+    load_into(context, pair, source=source)
+    if client is not None:
+        # OpenSSL checks the chain (and, for a server, that the leaf may be used by a TLS
+        # client: an extendedKeyUsage without clientAuth fails).
+        context.verify_mode = ssl.CERT_REQUIRED
+        try:
+            context.load_verify_locations(cadata=client.pem.decode("ascii"))
+        except (ssl.SSLError, UnicodeDecodeError, ValueError) as exc:
+            raise CertificateError(f"{client.source}: TLS cannot use these CAs: {exc}") from exc
     return context
+
+
+# --- client certificates -----------------------------------------------------------------
+
+# The name a client certificate must carry when `serve --client-names` is not given: the
+# common name most guides (and Gatekeeper's default) give the API server's client
+# certificate for webhooks.
+DEFAULT_CLIENT_NAMES = ("kube-apiserver",)
+# Client certificates already judged, by their DER bytes (the API server presents the same
+# one on every connection).
+_JUDGED_CLIENTS = 64
+
+
+class ClientAuthority:
+    """The CAs whose client certificates the admission port accepts, and the names it
+    accepts (a certificate's subject common name or one of its DNS SANs)."""
+
+    def __init__(
+        self, pem: bytes, certificates: list[x509.Certificate], names: Iterable[str], source: str
+    ) -> None:
+        self.pem = pem
+        self.certificates = tuple(certificates)
+        self.names = frozenset(names)
+        self.source = source
+        self._judged: dict[bytes, str | None] = {}
+
+    @property
+    def not_after(self) -> datetime:
+        """When the first of its CAs expires (UTC)."""
+        return min(c.not_valid_after_utc for c in self.certificates)
+
+    def refusal(self, der: bytes | None) -> str | None:
+        """Why a verified client certificate (DER) is not accepted, or None."""
+        if der is None:
+            return "none presented"
+        judged = self._judged
+        if der in judged:
+            return judged[der]
+        why = self._judge(der)
+        if len(judged) >= _JUDGED_CLIENTS:
+            judged.clear()
+        judged[der] = why
+        return why
+
+    def _judge(self, der: bytes) -> str | None:
+        try:
+            certificate = x509.load_der_x509_certificate(der)
+        except ValueError:
+            return "cannot be read"  # OpenSSL verified it: not seen
+        names = client_names_of(certificate)
+        if self.names.intersection(names):
+            return None
+        shown = ", ".join(sorted(names)[:5]) or "none"
+        accepted = ", ".join(sorted(self.names))
+        return f"its names are {shown}, none of them accepted (--client-names: {accepted})"
+
+
+def client_names_of(certificate: x509.Certificate) -> set[str]:
+    """A client certificate's names: its subject common names and DNS SANs."""
+    found = {str(a.value) for a in certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)}
+    with contextlib.suppress(x509.ExtensionNotFound):
+        sans = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        found.update(sans.value.get_values_for_type(x509.DNSName))
+    return found
+
+
+def load_client_authority(path: PathLike, names: Iterable[str]) -> ClientAuthority:
+    """The CA certificates (PEM, one or more) in `path`, with the names to accept.
+
+    Each must be a CA (basicConstraints CA:TRUE): a leaf there would be trusted to sign
+    client certificates by nobody, and is most likely the wrong file."""
+    source = str(path)
+    pem = _read(Path(path))
+    found = _parse_certificates(pem, source)
+    for certificate in found:
+        try:
+            constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints)
+            is_ca = constraints.value.ca
+        except x509.ExtensionNotFound:
+            is_ca = False
+        if not is_ca:
+            raise CertificateError(
+                f"{source}: {certificate.subject.rfc4514_string() or 'a certificate'} is not a"
+                " CA (no basicConstraints CA:TRUE): give the CA that signs the API server's"
+                " client certificate"
+            )
+    accepted = [n.strip() for n in names if n.strip()]
+    if not accepted:
+        raise CertificateError("--client-names: at least one name is needed")
+    return ClientAuthority(pem, found, accepted, source)
 
 
 def _parse_certificates(pem: bytes, source: str) -> list[x509.Certificate]:

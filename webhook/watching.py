@@ -21,7 +21,15 @@ from typing import TypeVar
 from cryptography import x509
 
 from webhook import policies
-from webhook.certificates import PathLike, ServingPair, load_into, load_pair
+from webhook.certificates import (
+    ClientAuthority,
+    PathLike,
+    ServingPair,
+    context_for,
+    load_client_authority,
+    load_into,
+    load_pair,
+)
 from webhook.errors import CertificateError
 
 logger = logging.getLogger(__name__)
@@ -80,6 +88,11 @@ class CertificateWatch:
         load_into(context, self._pair, source=str(self.cert_file))
         self._stamps_served = stamps
         self._last_failure: tuple[object, str] | None = None
+
+    @property
+    def pair(self) -> ServingPair:
+        """The pair new handshakes present."""
+        return self._pair
 
     @property
     def certificate(self) -> x509.Certificate:
@@ -141,6 +154,87 @@ class CertificateWatch:
         )
         if certificate.not_valid_after_utc <= datetime.now(UTC):
             logger.warning("the new certificate in %s has already expired", self.cert_file)
+
+
+class ClientAuthorityWatch:
+    """Keeps a context that requires client certificates current with the client CA file
+    and with the serving pair of `served`.
+
+    Python cannot take a CA out of a live context's trust store, so each change makes a new
+    context; the listener takes the one in force for each new handshake (open connections
+    keep theirs). A CA file that cannot be used is refused, the CAs in force stay, `on_error`
+    hears about it once, and the next check tries again. The constructor loads the file
+    once and raises CertificateError if it cannot.
+    """
+
+    def __init__(
+        self,
+        ca_file: PathLike,
+        names: tuple[str, ...],
+        served: CertificateWatch,
+        *,
+        on_reload: Callable[[ClientAuthority], object] | None = None,
+        on_error: Callable[[CertificateError], object] | None = None,
+    ) -> None:
+        self.ca_file = Path(ca_file)
+        self.names = names
+        self._served = served
+        self._on_reload = on_reload
+        self._on_error = on_error
+        stamp = _stamp(self.ca_file)
+        self.authority = load_client_authority(self.ca_file, names)
+        self._stamp_served = stamp
+        self._pair = served.pair
+        self.context = context_for(self._pair, client=self.authority, source=str(served.cert_file))
+        self._last_failure: tuple[object, str] | None = None
+
+    def refusal(self, ssl_object: ssl.SSLObject | None) -> str | None:
+        """Why the client certificate of a finished handshake is not accepted, or None."""
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        return self.authority.refusal(der)
+
+    def check(self) -> bool:
+        """Take a changed CA file or serving pair into a new context; True when one is."""
+        stamp = _stamp(self.ca_file)
+        authority = self.authority
+        ca_changed = stamp != self._stamp_served
+        if ca_changed:
+            try:
+                candidate = load_client_authority(self.ca_file, self.names)
+                if candidate.pem == authority.pem:
+                    self._stamp_served, self._last_failure = stamp, None
+                else:
+                    context_for(self._served.pair, client=candidate, source=str(self.ca_file))
+                    authority = candidate
+            except CertificateError as exc:
+                self._refused(stamp, exc)
+        if authority is self.authority and self._served.pair is self._pair:
+            return False
+        pair = self._served.pair
+        try:
+            context = context_for(pair, client=authority, source=str(self._served.cert_file))
+        except CertificateError as exc:  # pragma: no cover - both were checked on their own
+            self._refused(stamp, exc)
+            return False
+        if authority is not self.authority:
+            self._stamp_served, self._last_failure = stamp, None
+            logger.info(
+                "accepting client certificates of new CAs from %s: %s",
+                self.ca_file,
+                "; ".join(c.subject.rfc4514_string() for c in authority.certificates),
+            )
+            _call(self._on_reload, authority)
+        self.authority, self._pair, self.context = authority, pair, context
+        return True
+
+    def _refused(self, stamp: _Stamp, exc: CertificateError) -> None:
+        failure = (stamp, str(exc))
+        if failure == self._last_failure:
+            logger.debug("still refusing the new client CA file: %s", exc)
+            return
+        self._last_failure = failure
+        logger.error("refused the new client CA file, the CAs in force stay: %s", exc)
+        _call(self._on_error, exc)
 
 
 def _call(callback: Callable[[_T], object] | None, argument: _T) -> None:

@@ -46,6 +46,7 @@ from webhook.commands import (
     EXIT_OK,
     EXIT_USAGE,
     OPTIONAL_TEXT,
+    TEXT,
     add_policies_argument,
     add_service_arguments,
     add_workload_kinds_argument,
@@ -53,6 +54,7 @@ from webhook.commands import (
     help_text,
     number,
     policies_directory,
+    separated,
     whole_number,
 )
 from webhook.errors import CertificateError, PolicyError
@@ -160,6 +162,30 @@ def register(subparsers: Any) -> None:
     )
     _add_limit_arguments(parser, defaults.limits)
     parser.add_argument(
+        "--client-ca-file",
+        metavar="FILE",
+        type=OPTIONAL_TEXT,
+        default=from_env("client-ca-file", None),
+        help=help_text(
+            "PEM file of the CAs whose client certificates the admission port accepts,"
+            " reloaded when it changes: a handshake without one is refused before any request"
+            " is read (the probes and /metrics port is not affected)",
+            "client-ca-file",
+            "no client certificate asked for",
+        ),
+    )
+    parser.add_argument(
+        "--client-names",
+        metavar="NAMES",
+        type=separated(",", TEXT),
+        default=from_env("client-names", ",".join(certificates.DEFAULT_CLIENT_NAMES)),
+        help=help_text(
+            "with --client-ca-file: the names a client certificate may carry (its subject"
+            " common name or a DNS SAN), separated by commas",
+            "client-names",
+        ),
+    )
+    parser.add_argument(
         "--cache-size",
         type=whole_number(0),
         default=from_env("cache-size", defaults.cache_size),
@@ -208,14 +234,42 @@ def _add_limit_arguments(parser: argparse.ArgumentParser, limits: Limits) -> Non
         (
             "max-connections",
             whole_number(1),
-            "open admission connections; a new one beyond replaces the one idle for longest,"
-            " or is answered 503 when none is idle",
+            "open admission connections; a new one beyond replaces the one idle for longest"
+            " (of the address with the most), or is closed before its handshake when none is"
+            " idle",
+        ),
+        (
+            "max-connections-per-source",
+            whole_number(1),
+            "open admission connections from one source address; a new one beyond replaces"
+            " that address's one idle for longest, or is closed before its handshake",
+        ),
+        (
+            "max-handshakes",
+            whole_number(1),
+            "TLS handshakes running at once; the others wait their turn, addresses in turn",
+        ),
+        (
+            "max-handshakes-per-source",
+            whole_number(1),
+            "TLS handshakes running at once for one source address",
         ),
         ("max-body-bytes", whole_number(1024), "largest review body (413 beyond)"),
         (
             "max-inflight-bytes",
             whole_number(1024),
             "review bytes being received or reviewed at once (429 beyond)",
+        ),
+        (
+            "max-inflight-bytes-per-source",
+            whole_number(1024),
+            "review bytes being received or reviewed at once for one source address (429 beyond)",
+        ),
+        (
+            "large-review-share",
+            number(positive=True),
+            "share of one core the reviews of large bodies (over 256 KiB) from one source"
+            " address may take on average (429 for its large ones beyond, until it comes down)",
         ),
     ):
         parser.add_argument(
@@ -254,6 +308,8 @@ def run(args: argparse.Namespace) -> int:
         limits=Limits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Limits)}),
         cache_size=args.cache_size,
         event_loop=args.event_loop,
+        client_ca_file=Path(args.client_ca_file).absolute() if args.client_ca_file else None,
+        client_names=tuple(_client_names(args.client_names)),
     )
     if settings.limits.problems():
         logger.error("%s", "; ".join(settings.limits.problems()))
@@ -298,11 +354,19 @@ def run(args: argparse.Namespace) -> int:
     return supervise(settings, log_level=args.log_level, log_format=args.log_format)
 
 
+def _client_names(value: str | list[str]) -> list[str]:
+    # The default is the variable's text form; a value given is already a list.
+    parts = value.split(",") if isinstance(value, str) else value
+    return [part.strip() for part in parts if part.strip()]
+
+
 def _usage_problem(args: argparse.Namespace) -> str | None:
     # Each value's own range is checked by its option's type (also when it comes from the
     # environment); what is left is how values go together.
     if args.port == args.metrics_port:
         return f"--port and --metrics-port are both {args.port}; they must differ"
+    if args.client_ca_file and not _client_names(args.client_names):
+        return "--client-names: at least one name is needed with --client-ca-file"
     if args.workers > 1 and not hasattr(socket, "SO_REUSEPORT"):
         return "--workers above 1 needs SO_REUSEPORT, which this system does not have"
     return None

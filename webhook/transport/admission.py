@@ -101,9 +101,23 @@ class Route:
         length = _content_length(headers.get("Content-Length"))
         if length is not None and length > max_body:
             return self.invalid(policy_name, started, 413, _too_large(length, max_body))
+        source = request.remote or ""
+        budget = state.budget
+        if length is None or length > budget.small_bytes:
+            wait = budget.shares.wait(source)
+            if wait > 0:
+                self.metrics.count_shed("source-large-share")
+                return self.invalid(
+                    policy_name,
+                    started,
+                    429,
+                    f"the large reviews from {source} took more than"
+                    f" {budget.shares.share:.0%} of a core lately: retry in {wait:.1f} s",
+                    retry_after=inflight.retry_after(wait),
+                )
         self.metrics.in_flight += 1
         body = b""
-        with state.budget.hold(length) as held:
+        with budget.hold(length, source) as held:
             try:
                 content = request.content
                 if content.is_eof():  # all arrived with the headers: the common case
@@ -119,16 +133,24 @@ class Route:
                     outcome = self.review(body, policy_set, policy_name)
                 else:
                     deadline = started + deadlines.review_seconds(request.raw_path)
-                    outcome = await self.review_in_thread(body, policy_set, policy_name, deadline)
+                    outcome = await self.review_in_thread(
+                        body, policy_set, policy_name, deadline, source
+                    )
             except inflight.Exceeded as exceeded:
-                self.metrics.count_shed("inflight-bytes")
-                return self.invalid(
-                    policy_name,
-                    started,
-                    429,
-                    f"{exceeded.others} bytes of reviews are being received or reviewed,"
-                    f" the limit is {exceeded.limit}: retry in a moment",
-                )
+                if exceeded.source is None:
+                    self.metrics.count_shed("inflight-bytes")
+                    reason = (
+                        f"{exceeded.others} bytes of reviews are being received or reviewed,"
+                        f" the limit is {exceeded.limit}: retry in a moment"
+                    )
+                else:
+                    self.metrics.count_shed("source-inflight-bytes")
+                    reason = (
+                        f"{exceeded.others} bytes of reviews from {exceeded.source} are being"
+                        f" received or reviewed, the limit per address is {exceeded.limit}:"
+                        " retry in a moment"
+                    )
+                return self.invalid(policy_name, started, 429, reason)
             except _Refused as refused:
                 return self.invalid(policy_name, started, refused.status, refused.reason)
             except web.HTTPRequestEntityTooLarge:
@@ -184,10 +206,27 @@ class Route:
             kinds=state.kinds,
         )
 
-    async def review_in_thread(
-        self, body: bytes, policy_set: policies.PolicySet, policy_name: str, deadline: float
+    def charged_review(
+        self, body: bytes, policy_set: policies.PolicySet, policy_name: str, source: str
     ) -> reviews.Outcome:
-        """A large review, on a thread, cut off at `deadline` (see INLINE_REVIEW_BYTES)."""
+        """`review`, its thread's CPU time charged to `source` (also when it fails, and when
+        the wait for it was cut off: the thread ran all the same)."""
+        started = time.thread_time()
+        try:
+            return self.review(body, policy_set, policy_name)
+        finally:
+            self.state.budget.shares.charge(source, time.thread_time() - started)
+
+    async def review_in_thread(
+        self,
+        body: bytes,
+        policy_set: policies.PolicySet,
+        policy_name: str,
+        deadline: float,
+        source: str = "",
+    ) -> reviews.Outcome:
+        """A large review, on a thread, cut off at `deadline` (see INLINE_REVIEW_BYTES); its
+        CPU time is charged to `source` (`inflight.LargeShares`)."""
         state = self.state
         assert state.executor is not None
         remaining = deadline - time.perf_counter()
@@ -195,7 +234,7 @@ class Route:
             # Receiving took the whole budget (an overloaded server, a slow upload).
             raise ReviewTimeout("the API server's deadline passed before the review started")
         work = asyncio.get_running_loop().run_in_executor(
-            state.executor, self.review, body, policy_set, policy_name
+            state.executor, self.charged_review, body, policy_set, policy_name, source
         )
         try:
             return await asyncio.wait_for(work, remaining)
@@ -227,7 +266,15 @@ class Route:
                 line[_POD_SECURITY_FIELD] = True
             lines.write(line)
 
-    def invalid(self, policy_name: str, started: float, status: int, reason: str) -> web.Response:
+    def invalid(
+        self,
+        policy_name: str,
+        started: float,
+        status: int,
+        reason: str,
+        *,
+        retry_after: str = "1",
+    ) -> web.Response:
         """A 4xx for a request that is not a usable AdmissionReview, or cannot be taken now."""
         reason = " ".join(reason.split())
         if len(reason) > REASON_LENGTH:
@@ -248,7 +295,7 @@ class Route:
             )
         response = web.Response(status=status, text=reason + "\n")
         if status == 429:
-            response.headers["Retry-After"] = "1"
+            response.headers["Retry-After"] = retry_after
         if status in (408, 413, 429):
             # The rest of the body is not worth keeping the connection for.
             response.force_close()

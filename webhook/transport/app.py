@@ -56,8 +56,12 @@ def create_app(
     `review_log` when given (`serve` passes a `logs.JsonLines`), else to the logger
     `webhook.review`.
     """
+    limits = settings.limits
     budget = inflight.Budget(
-        settings.limits.max_inflight_bytes, small_bytes=admission.INLINE_REVIEW_BYTES
+        limits.max_inflight_bytes,
+        small_bytes=admission.INLINE_REVIEW_BYTES,
+        per_source_bytes=limits.max_inflight_bytes_per_source,
+        large_share=limits.large_review_share,
     )
     state = states.State.load(
         settings,

@@ -36,6 +36,10 @@ class Settings:
     # Where the last good policy files are kept for a restarted container (None: memory only).
     state_dir: Path | None = None
     limits: limits_module.Limits = field(default_factory=limits_module.Limits)
+    # With a file: a handshake must present a client certificate that one of its CAs signed
+    # and that carries one of `client_names` (subject CN or a DNS SAN). None: none is asked.
+    client_ca_file: Path | None = None
+    client_names: tuple[str, ...] = certificates.DEFAULT_CLIENT_NAMES
     cache_size: int = CACHE_SIZE
     # auto: uvloop where it is installed, else asyncio.
     event_loop: str = "auto"

@@ -6,6 +6,13 @@ its body (`with budget.hold(content_length) as held:`), adds bytes to it as they
 the `with`, however it leaves. Bytes are counted as they arrive, not as announced, so that
 connections announcing large bodies and sending none hold nothing.
 
+Each source address may hold at most `per_source_bytes` of it, small and large reviews
+together, so whatever one address holds, the others keep at least the reserve of small
+reviews (below). And the large reviews of one address may take only a share of one core
+(`LargeShares`): what a body costs is mostly its review, on a thread, which contends with the
+event loop for the GIL; without the share, one address sending 7 MiB reviews back to back
+keeps a large review running all the time.
+
 Two classes of review share the bound. Large ones (a Content-Length over `small_bytes`, or
 none: chunked, which the API server never sends) may hold `max_bytes` between them. Small
 ones may go `reserve_bytes` beyond it, and what they hold does not count against the large
@@ -16,6 +23,9 @@ reviews filled 16 MiB and pods of a few KB were answered 429 (measured in bench/
 
 from __future__ import annotations
 
+import math
+import threading
+import time
 from types import TracebackType
 
 # Bytes of small reviews that may be in flight beyond the budget's `max_bytes`
@@ -24,19 +34,82 @@ SMALL_REVIEWS_RESERVE_BYTES = 4 * 1024 * 1024
 
 
 class Exceeded(Exception):
-    """A review's bytes would take the budget past its bound."""
+    """A review's bytes would take the budget past its bound (the bound of its source
+    address when `source` is given)."""
 
-    def __init__(self, others: int, limit: int) -> None:
+    def __init__(self, others: int, limit: int, source: str | None = None) -> None:
         super().__init__(f"{others} bytes held by other reviews, the limit is {limit}")
         # Bytes held by the other reviews that count against `limit`, and the limit.
         self.others = others
         self.limit = limit
+        self.source = source
+
+
+class LargeShares:
+    """How much of one core the large reviews of each source address have taken lately.
+
+    A token bucket in CPU seconds: each large review adds the CPU time its thread spent
+    (`charge`), and what an address owes goes down by `share` every second. An address
+    that owes more than `burst` seconds gets its next large review refused (`wait` says for
+    how long), so on average its large reviews take at most `share` of a core, while a
+    burst of up to `burst` seconds of them (a few dozen of a megabyte) passes at once.
+    """
+
+    __slots__ = ("_lock", "_owed", "burst", "share")
+
+    # Addresses remembered before the paid-up ones are forgotten.
+    PRUNE_AT = 1024
+
+    def __init__(self, share: float, *, burst: float = 1.0) -> None:
+        self.share = share
+        self.burst = burst
+        # Per address: CPU seconds owed, as of a time.monotonic().
+        self._owed: dict[str, tuple[float, float]] = {}
+        # `charge` runs on the review threads.
+        self._lock = threading.Lock()
+
+    def _now_owed(self, source: str, now: float) -> float:
+        owed, at = self._owed.get(source, (0.0, now))
+        return max(0.0, owed - (now - at) * self.share)
+
+    def wait(self, source: str, now: float | None = None) -> float:
+        """Seconds until `source` may start a large review again (0: now)."""
+        now = time.monotonic() if now is None else now
+        over = self._now_owed(source, now) - self.burst
+        return over / self.share if over > 0 else 0.0
+
+    def charge(self, source: str, seconds: float, now: float | None = None) -> None:
+        """Add a large review's CPU seconds to what `source` owes."""
+        now = time.monotonic() if now is None else now
+        owed = self._owed
+        with self._lock:
+            if len(owed) >= self.PRUNE_AT:
+                for address in [a for a in owed if self._now_owed(a, now) == 0.0]:
+                    del owed[address]
+            owed[source] = (self._now_owed(source, now) + seconds, now)
+
+    def __len__(self) -> int:
+        return len(self._owed)
+
+
+def retry_after(seconds: float) -> str:
+    """A Retry-After header's value for a wait of `seconds`: whole seconds, at least 1."""
+    return str(max(1, math.ceil(seconds)))
 
 
 class Budget:
     """Review bytes in flight, of large and of small reviews (see the module docstring)."""
 
-    __slots__ = ("large_held", "max_bytes", "reserve_bytes", "small_bytes", "small_held")
+    __slots__ = (
+        "by_source",
+        "large_held",
+        "max_bytes",
+        "per_source_bytes",
+        "reserve_bytes",
+        "shares",
+        "small_bytes",
+        "small_held",
+    )
 
     def __init__(
         self,
@@ -44,30 +117,39 @@ class Budget:
         *,
         small_bytes: int,
         reserve_bytes: int = SMALL_REVIEWS_RESERVE_BYTES,
+        per_source_bytes: int | None = None,
+        large_share: float = 1.0,
     ) -> None:
         self.max_bytes = max_bytes
         self.small_bytes = small_bytes
         self.reserve_bytes = reserve_bytes
-        # Bytes held now, by large and by small reviews.
+        # None: no bound per address.
+        self.per_source_bytes = per_source_bytes
+        self.shares = LargeShares(large_share)
+        # Bytes held now, by large and by small reviews, and by each source address.
         self.large_held = 0
         self.small_held = 0
+        self.by_source: dict[str, int] = {}
 
-    def hold(self, announced: int | None) -> Hold:
-        """A hold of nothing yet, for a body of `announced` bytes (its Content-Length).
+    def hold(self, announced: int | None, source: str = "") -> Hold:
+        """A hold of nothing yet, for a body of `announced` bytes (its Content-Length) from
+        the address `source`.
 
         aiohttp reads no more than a Content-Length announces, so a body announced small
         stays small."""
-        return Hold(self, small=announced is not None and announced <= self.small_bytes)
+        small = announced is not None and announced <= self.small_bytes
+        return Hold(self, small=small, source=source)
 
 
 class Hold:
     """The bytes one request holds of a `Budget`; all given back on leaving its `with`."""
 
-    __slots__ = ("_budget", "_released", "bytes", "small")
+    __slots__ = ("_budget", "_released", "bytes", "small", "source")
 
-    def __init__(self, budget: Budget, *, small: bool) -> None:
+    def __init__(self, budget: Budget, *, small: bool, source: str = "") -> None:
         self._budget = budget
         self.small = small
+        self.source = source
         # Every byte this request has held (still there once given back).
         self.bytes = 0
         self._released = False
@@ -87,16 +169,30 @@ class Hold:
             limit = budget.max_bytes
         if counted > limit:
             raise Exceeded(counted - self.bytes, limit)
+        if not size or budget.per_source_bytes is None:
+            return
+        by_source = budget.by_source
+        from_source = by_source.get(self.source, 0) + size
+        by_source[self.source] = from_source
+        if from_source > budget.per_source_bytes:
+            raise Exceeded(from_source - self.bytes, budget.per_source_bytes, self.source)
 
     def release(self) -> None:
         """Give back every byte held (once: a second call gives back nothing)."""
         if self._released:
             return
         self._released = True
+        budget = self._budget
         if self.small:
-            self._budget.small_held -= self.bytes
+            budget.small_held -= self.bytes
         else:
-            self._budget.large_held -= self.bytes
+            budget.large_held -= self.bytes
+        if self.bytes and budget.per_source_bytes is not None:
+            left = budget.by_source.get(self.source, 0) - self.bytes
+            if left > 0:
+                budget.by_source[self.source] = left
+            else:
+                budget.by_source.pop(self.source, None)
 
     def __enter__(self) -> Hold:
         return self

@@ -2,24 +2,39 @@
 
 Any pod of the cluster can reach the admission port (the API server's addresses are not
 known in advance, so the NetworkPolicy cannot narrow it), so every resource a connection
-can hold is bounded:
+can hold is bounded, in total and per source address (the API server's calls come from a
+few addresses; a flood from one pod comes from one):
 
-- a TLS handshake, and then a request's line and headers, must arrive within
-  `header_timeout` of the connection being made or of the request's first byte (slowloris);
+- at most `max_connections` are open, and `max_connections_per_source` from one address: a
+  new one beyond either replaces the connection idle for longest (of its own address, or of
+  the address holding the most), and when none is idle it is closed at once, before its TLS
+  handshake (which is what a flood would make the server spend its time on);
+- at most `max_handshakes` TLS handshakes run at once, `max_handshakes_per_source` for one
+  address; the others wait their turn, the addresses taking turns, so that 2,000 connections
+  opened at once by one address neither hold up the event loop (probes included) nor make
+  the API server's next connection wait behind them;
+- the TLS handshake, queue included, and then a request's line and headers, must arrive
+  within `header_timeout` of the connection being made or of the request's first byte
+  (slowloris, at either stage); a handshake that does not, or fails, is counted by reason;
+- with a client CA (`serve --client-ca-file`), a connection whose client certificate is
+  missing, not signed by that CA or not of an accepted name is closed after the handshake,
+  before any byte of a request is read;
 - a request body within `body_timeout` of its headers (enforced by the handler, `admission`);
 - an idle keep-alive connection is closed after `idle_timeout`: longer than the API server
   keeps one idle (Go's default, 90 s), so that the client closes idle connections, not the
   server (a server closing one races with a request being sent on it);
-- at most `max_connections` are open: a new one beyond that replaces the connection idle for
-  longest, and when none is idle it is answered 503 and closed;
-- at most `max_inflight_bytes` of review bodies are being received or reviewed at once:
-  beyond that a request is answered 429 at once, before its body is read (`inflight`).
+- review bodies being received or reviewed are bounded in bytes, in total and per address,
+  and one address's large reviews in the share of a core they take (`inflight`).
 
 aiohttp has no header or first-request timeout, so each connection's protocol (aiohttp's
 `RequestHandler`) is wrapped in a `_Guarded` proxy that sees every byte arrive, and one
 sweep a second looks at all connections. The proxy reads three of the handler's private
 attributes (`_request_count`, `_request_in_progress`, `_messages`); `check_handler()` fails
 at start-up when an aiohttp release renames them, and the tests exercise every path.
+
+The listener accepts plain TCP and starts TLS itself (`loop.start_tls`), so that it decides
+when each handshake runs, with which context (the one in force then: a new serving
+certificate or client CA takes effect for the next handshake), and hears how it ended.
 """
 
 from __future__ import annotations
@@ -29,6 +44,7 @@ import gc
 import logging
 import ssl
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +70,14 @@ class Limits:
     # An idle TLS connection costs ~30-45 KB here (see docs/robustness.md): 4,096 of them
     # stay far below the Deployment's memory limit; each API server keeps a few dozen.
     max_connections: int = 4096
+    # An API server opens a connection per concurrent call beyond the 25 it keeps idle (its
+    # webhook client's MaxIdleConnsPerHost): at its default --max-requests-inflight and
+    # --max-mutating-requests-inflight (400 + 200) that is at most ~600 from one address.
+    max_connections_per_source: int = 1024
+    # A TLS 1.3 handshake costs this server ~1 ms of CPU; 32 at once is at most a few tens
+    # of milliseconds of the event loop's time in one turn, whatever arrives.
+    max_handshakes: int = 32
+    max_handshakes_per_source: int = 8
     # A review can carry two objects (object and oldObject on UPDATE) of up to ~3 MB each,
     # the API server's own request limit: 7 MiB admits every legitimate review.
     max_body_bytes: int = 7 * MIB
@@ -67,6 +91,13 @@ class Limits:
     # Measured (docs/robustness.md): with 16 MiB, 2,000 idle connections and 40 clients
     # sending 7 MiB reviews took a replica to 427 MB; with 8 MiB, 350 MB.
     max_inflight_bytes: int = 8 * MIB
+    # What one address may hold of it, large and small reviews together: whatever one
+    # address holds, the others keep at least the reserve of small reviews.
+    max_inflight_bytes_per_source: int = 8 * MIB
+    # The share of one core that the reviews of large bodies (over 256 KiB) from one address
+    # may take, on average (`inflight.LargeShares`): beyond it, that address's large reviews
+    # are answered 429 before their body is read, until its use has come down.
+    large_review_share: float = 0.25
 
     def problems(self) -> list[str]:
         """What is wrong with these values, as `serve` flags would say it."""
@@ -74,27 +105,24 @@ class Limits:
         for name in ("header_timeout", "body_timeout", "idle_timeout"):
             if getattr(self, name) <= 0:
                 found.append(f"--{name.replace('_', '-')} must be positive")
-        if self.max_connections < 1:
-            found.append("--max-connections must be at least 1")
+        for name in (
+            "max_connections",
+            "max_connections_per_source",
+            "max_handshakes",
+            "max_handshakes_per_source",
+        ):
+            if getattr(self, name) < 1:
+                found.append(f"--{name.replace('_', '-')} must be at least 1")
         if self.max_body_bytes < 1024:
             found.append("--max-body-bytes must be at least 1024")
         if self.max_inflight_bytes < self.max_body_bytes:
             found.append("--max-inflight-bytes must be at least --max-body-bytes")
+        if self.max_inflight_bytes_per_source < self.max_body_bytes:
+            found.append("--max-inflight-bytes-per-source must be at least --max-body-bytes")
+        if not 0 < self.large_review_share <= 1:
+            found.append("--large-review-share must be above 0 and at most 1")
         return found
 
-
-# The answer to a connection over the limit when no idle one can make room. Written before
-# the request is read: HTTP/1.1 clients take a response that arrives early, and the
-# connection is closed right after, so nothing else is read from it.
-_REFUSAL_TEXT = b"too many connections to this replica; try another or wait\n"
-_TOO_MANY_CONNECTIONS = (
-    b"HTTP/1.1 503 Service Unavailable\r\n"
-    b"Content-Type: text/plain; charset=utf-8\r\n"
-    b"Content-Length: " + str(len(_REFUSAL_TEXT)).encode() + b"\r\n"
-    b"Retry-After: 1\r\n"
-    b"Connection: close\r\n"
-    b"\r\n" + _REFUSAL_TEXT
-)
 
 # How long a closing TLS connection waits for the client's close_notify, reading and
 # discarding whatever else the client still sends (asyncio's and uvloop's default: 30 s).
@@ -104,6 +132,34 @@ _TOO_MANY_CONNECTIONS = (
 # open: ~950 such connections were alive at once, 150 MB of TLS buffers among them. Inside a
 # cluster a client that is reading answers within milliseconds.
 TLS_SHUTDOWN_SECONDS = 2.0
+
+# Why a connection was closed or turned away (the `reason` label of
+# gpu_share_webhook_connections_closed_total).
+HEADER = "header"
+IDLE = "idle"
+EVICTED = "evicted"
+REFUSED = "refused"
+SOURCE_REFUSED = "source-refused"
+TLS_TIMEOUT = "tls-timeout"
+TLS_FAILED = "tls-failed"
+CLIENT_CERTIFICATE = "client-certificate"
+CLOSE_REASONS = (
+    HEADER,
+    IDLE,
+    EVICTED,
+    REFUSED,
+    SOURCE_REFUSED,
+    TLS_TIMEOUT,
+    TLS_FAILED,
+    CLIENT_CERTIFICATE,
+)
+
+# What a client may send between the end of its handshake and the connection being handed
+# to aiohttp (a TLS 1.3 client sends its request with its Finished message): a read or two.
+_EARLY_BYTES = 1 * MIB
+# What a client may send before its handshake starts: its ClientHello (a few hundred bytes
+# to a few KB; one TLS record is at most 16 KiB).
+_HELLO_BYTES = 64 * 1024
 
 _HANDLER_ATTRIBUTES = ("_request_count", "_request_in_progress", "_messages")
 
@@ -133,49 +189,120 @@ READ_BUFFER_BYTES = 64 * 1024
 _READ_BUFFER = memoryview(bytearray(READ_BUFFER_BYTES))
 
 
+# The stages of a connection.
+_WAITING = 0  # accepted, waiting its turn for a TLS handshake
+_HANDSHAKE = 1  # its TLS handshake is running
+_OPEN = 2  # handed to aiohttp
+_CLOSED = 3
+
+# The reasons OpenSSL gives (ssl.SSLError.reason) when a client's certificate is missing or
+# does not verify; anything else failing a handshake is `TLS_FAILED`.
+_CLIENT_CERTIFICATE_REASONS = frozenset(
+    {
+        "CERTIFICATE_VERIFY_FAILED",
+        "PEER_DID_NOT_RETURN_A_CERTIFICATE",
+        "NO_CERTIFICATE_RETURNED",
+        "TLSV13_ALERT_CERTIFICATE_REQUIRED",
+        "CERTIFICATE_REQUIRED",
+    }
+)
+
+
 class _Guarded(asyncio.BufferedProtocol):
-    """One connection: aiohttp's handler, and what the sweep needs to judge it."""
+    """One connection: first the plain TCP one waiting for its handshake, then aiohttp's
+    handler behind TLS, and what the sweep needs to judge it."""
 
     __slots__ = (
         "_connections",
+        "_early",
+        "_fed",
+        "_handler_factory",
+        "_hello",
         "_inner",
+        "_raw",
         "_transport",
-        "admitted",
         "last_active",
         "opened",
         "partial_since",
+        "phase",
         "requests_seen",
+        "source",
+        "task",
     )
 
-    def __init__(self, connections: Connections, inner: RequestHandler) -> None:
+    def __init__(
+        self, connections: Connections, handler_factory: Callable[[], RequestHandler]
+    ) -> None:
         self._connections = connections
-        self._inner = inner
+        self._handler_factory = handler_factory
+        self._inner: RequestHandler | None = None
+        # The TCP transport, and (once open) the one aiohttp writes to: the TLS one.
+        self._raw: asyncio.Transport | None = None
         self._transport: asyncio.Transport | None = None
+        # What arrived between the end of the handshake and the handler being made.
+        self._early: bytearray | None = None
+        # What arrived before the TLS layer had the transport (see `_feed`), and whether it
+        # has it now.
+        self._hello: bytearray | None = None
+        self._fed = False
         self.opened = self.last_active = time.monotonic()
         # When the first byte of a request that has not been fully read yet arrived.
         self.partial_since: float | None = None
         self.requests_seen = 0
-        self.admitted = False
+        self.phase = _WAITING
+        self.source: _Source | None = None
+        self.task: asyncio.Task[None] | None = None
 
-    # -- asyncio.BufferedProtocol; what arrives is passed on to aiohttp as bytes
+    # -- asyncio.BufferedProtocol, of the TCP transport and then of the TLS one
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-        if not self._connections.admit(self):
-            transport.write(_TOO_MANY_CONNECTIONS)  # type: ignore[attr-defined]
-            transport.close()
+        # Only the TCP transport calls this: `start_tls` does not (see `_handshake`).
+        raw: asyncio.Transport = transport  # type: ignore[assignment]
+        self._raw = raw
+        connections = self._connections
+        if not connections.admit(self, _address(raw)):
+            self.phase = _CLOSED
+            raw.abort()  # nothing to say and nothing to wait for: no handshake
             return
-        self.admitted = True
-        self._inner.connection_made(transport)
+        if connections.tls is None:
+            self._open(raw)
+            return
+        # Nothing more is read until its turn comes. (uvloop starts reading once this
+        # returns, whatever it asks: what arrives then is kept, see `buffer_updated`.)
+        raw.pause_reading()
+        connections.queue(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return _READ_BUFFER
 
     def buffer_updated(self, nbytes: int) -> None:
-        if not self.admitted:
+        phase = self.phase
+        if phase == _OPEN:
+            self._received(_READ_BUFFER[:nbytes].tobytes())
             return
+        raw = self._raw
+        if phase == _WAITING or (phase == _HANDSHAKE and not self._fed):
+            # Bytes of the handshake, from the TCP transport before the TLS layer has it:
+            # kept for it (`_feed`), and nothing more read until then.
+            hello = self._hello = self._hello or bytearray()
+            hello += _READ_BUFFER[:nbytes]
+            if raw is not None:
+                if len(hello) > _HELLO_BYTES:
+                    raw.abort()
+                elif phase == _WAITING:
+                    raw.pause_reading()
+        elif phase == _HANDSHAKE:
+            # The TLS layer hands on a request sent with the client's Finished message as
+            # soon as the handshake ends, before `_handshake` has made the handler.
+            early = self._early = self._early or bytearray()
+            early += _READ_BUFFER[:nbytes]
+            if len(early) > _EARLY_BYTES and raw is not None:
+                raw.abort()
+
+    def _received(self, data: bytes) -> None:
         inner = self._inner
-        inner.data_received(_READ_BUFFER[:nbytes].tobytes())
+        assert inner is not None
+        inner.data_received(data)
         now = time.monotonic()
         self.last_active = now
         count = inner._request_count
@@ -186,23 +313,113 @@ class _Guarded(asyncio.BufferedProtocol):
             self.partial_since = now
 
     def eof_received(self) -> bool | None:
-        return self._inner.eof_received()  # type: ignore[func-returns-value]
+        if self.phase == _OPEN and self._inner is not None:
+            return self._inner.eof_received()  # type: ignore[func-returns-value]
+        return None
 
     def connection_lost(self, exc: BaseException | None) -> None:
+        # From the TCP transport while waiting, from the TLS one after (also after a failed
+        # handshake, where the TLS layer calls it without `connection_made` before).
+        phase, self.phase = self.phase, _CLOSED
         self._connections.forget(self)
-        if self.admitted:
+        if phase == _OPEN and self._inner is not None:
             self._inner.connection_lost(exc)
-        # The transport holds the connection's TLS state and buffers (tens to hundreds of KB).
-        # aiohttp's objects of a connection refer to each other in cycles, which only the
-        # collector frees: without this, each closed connection's TLS memory would wait for
-        # it too (see Connections.collect).
-        self._transport = None
+        # The transports hold the connection's TLS state and buffers (tens to hundreds of
+        # KB). aiohttp's objects of a connection refer to each other in cycles, which only
+        # the collector frees: without this, each closed connection's TLS memory would wait
+        # for it too (see Connections.collect).
+        self._transport = self._raw = None
+        self._early = self._hello = None
 
     def pause_writing(self) -> None:
-        self._inner.pause_writing()
+        if self.phase == _OPEN and self._inner is not None:
+            self._inner.pause_writing()
 
     def resume_writing(self) -> None:
-        self._inner.resume_writing()
+        if self.phase == _OPEN and self._inner is not None:
+            self._inner.resume_writing()
+
+    # -- the stages
+
+    def start_handshake(self, context: ssl.SSLContext, timeout: float) -> None:
+        self.phase = _HANDSHAKE
+        self.task = asyncio.get_running_loop().create_task(self._handshake(context, timeout))
+
+    async def _handshake(self, context: ssl.SSLContext, timeout: float) -> None:
+        connections = self._connections
+        raw = self._raw
+        started = time.monotonic()
+        tls: asyncio.Transport | None = None
+        try:
+            if raw is None or raw.is_closing():
+                return
+            loop = asyncio.get_running_loop()
+            # Runs once `start_tls` has given the transport to its TLS protocol and before
+            # that protocol starts (both `start_tls` of asyncio and of uvloop do the first
+            # before they return to the loop, and schedule the second).
+            loop.call_soon(self._feed)
+            try:
+                tls = await loop.start_tls(
+                    raw,
+                    self,
+                    context,
+                    server_side=True,
+                    ssl_handshake_timeout=timeout,
+                    ssl_shutdown_timeout=TLS_SHUTDOWN_SECONDS,
+                )
+            except (OSError, EOFError, ValueError) as exc:
+                connections.handshake_failed(self, exc, time.monotonic() - started >= timeout)
+                return
+            if tls is None or self.phase != _HANDSHAKE:
+                # Closed while the handshake ended (by the client, or a drain).
+                if tls is not None:
+                    tls.abort()
+                return
+            if connections.check_peer is not None:
+                refusal = connections.check_peer(tls.get_extra_info("ssl_object"))
+                if refusal is not None:
+                    connections.client_refused(self, refusal)
+                    tls.abort()
+                    return
+            self._open(tls)
+        finally:
+            self.task = None
+            if self.phase != _OPEN:
+                # After a timeout the TLS layer tells no one the connection is gone.
+                self.phase = _CLOSED
+                connections.forget(self)
+            connections.handshake_ended(self)
+
+    def _feed(self) -> None:
+        """Hand what arrived before the handshake to the TLS protocol that now reads the
+        transport, as the transport itself would (`get_buffer`, `buffer_updated`): before its
+        `connection_made`, it only keeps the bytes, and starts from them."""
+        self._fed = True
+        hello, self._hello = self._hello, None
+        raw = self._raw
+        if not hello or raw is None or raw.is_closing():
+            return
+        protocol: Any = raw.get_protocol()
+        if protocol is self or not hasattr(protocol, "buffer_updated"):
+            # `start_tls` failed before it took the transport: it says so itself. (uvloop's
+            # TLS protocol is a buffered one without being an asyncio.BufferedProtocol.)
+            return
+        view = memoryview(hello)
+        while view:
+            buffer = protocol.get_buffer(len(view))
+            size = min(len(buffer), len(view))
+            buffer[:size] = view[:size]
+            protocol.buffer_updated(size)
+            view = view[size:]
+
+    def _open(self, transport: asyncio.Transport) -> None:
+        self.phase = _OPEN
+        self._transport = transport
+        inner = self._inner = self._handler_factory()
+        inner.connection_made(transport)
+        early, self._early = self._early, None
+        if early:
+            self._received(bytes(early))
 
     # -- what the sweep asks
 
@@ -210,72 +427,252 @@ class _Guarded(asyncio.BufferedProtocol):
     def busy(self) -> bool:
         """A request is queued or being answered (its body is then the handler's to time)."""
         inner = self._inner
-        return bool(inner._request_in_progress or inner._messages)
+        return inner is not None and bool(inner._request_in_progress or inner._messages)
+
+    @property
+    def idle(self) -> bool:
+        """Open, and between requests: what may be closed to make room."""
+        return self.phase == _OPEN and not self.busy
 
     def close(self) -> None:
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.close()
+        transport = self._transport if self.phase == _OPEN else self._raw
+        if transport is not None and not transport.is_closing():
+            transport.close()
 
     def overdue(self, now: float, limits: Limits) -> str | None:
         """Why this connection is to be closed now, if it is."""
+        phase = self.phase
+        if phase == _WAITING:
+            return TLS_TIMEOUT if now - self.opened > limits.header_timeout else None
+        if phase != _OPEN:
+            return None  # a handshake has its own timeout (`start_handshake`)
         if self.busy:
             self.last_active = now
             self.partial_since = None
             return None
         if self.partial_since is not None and now - self.partial_since > limits.header_timeout:
-            return "header"
+            return HEADER
         if self.requests_seen == 0 and now - self.opened > limits.header_timeout:
-            return "header"
+            return HEADER
         if now - self.last_active > limits.idle_timeout:
-            return "idle"
+            return IDLE
         return None
 
 
-class Connections:
-    """The open connections of one listener, their limit and the sweep that times them out.
+def _address(transport: asyncio.BaseTransport) -> str:
+    """The source address of a connection, as the server sees it (after any NAT)."""
+    peer = transport.get_extra_info("peername")
+    if isinstance(peer, tuple) and peer:
+        return str(peer[0])
+    return str(peer) if peer else "unknown"
 
-    `factory(handler_factory)` is the protocol factory for `loop.create_server`; `run()` is
-    the sweep, a task for as long as the listener is open.
+
+class _Source:
+    """The connections of one source address."""
+
+    __slots__ = ("address", "handshaking", "open", "queued", "waiting")
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        # Insertion order is age order: the oldest idle one is found first.
+        self.open: dict[_Guarded, None] = {}
+        self.waiting: deque[_Guarded] = deque()
+        self.handshaking = 0
+        # In `Connections._turns`.
+        self.queued = False
+
+    @property
+    def empty(self) -> bool:
+        return not self.open and not self.handshaking and not self.waiting
+
+
+class _EveryFew:
+    """Log one line now and then at most one every `seconds`, with how many were left out."""
+
+    __slots__ = ("_last", "_left_out", "seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._last = -seconds
+        self._left_out = 0
+
+    def log(self, level: int, message: str, *args: object) -> None:
+        now = time.monotonic()
+        if now - self._last < self.seconds:
+            self._left_out += 1
+            return
+        if self._left_out:
+            message += " (and %d more like it since the last such line)"
+            args = (*args, self._left_out)
+        self._last, self._left_out = now, 0
+        logger.log(level, message, *args)
+
+
+class Connections:
+    """The open connections of one listener, their limits, the turns of their handshakes
+    and the sweep that times them out.
+
+    `tls` gives the context for the next handshake (None: plain HTTP); `check_peer` judges a
+    finished handshake's client certificate (None when the server asks for none) and says
+    why it is refused. `factory(handler_factory)` is the protocol factory for
+    `loop.create_server`; `run()` is the sweep, a task for as long as the listener is open.
     """
 
     SWEEP_SECONDS = 1.0
     COLLECT_AFTER_CLOSED = 256
+    # At most one log line about refused client certificates this often.
+    CLIENT_LOG_SECONDS = 10.0
 
     def __init__(
         self,
         limits: Limits,
         *,
+        tls: Callable[[], ssl.SSLContext] | None = None,
+        check_peer: Callable[[Any], str | None] | None = None,
         on_closed: Callable[[str], object] | None = None,
     ) -> None:
         self.limits = limits
-        # Insertion order is age order: the oldest idle one is found first.
+        self.tls = tls
+        self.check_peer = check_peer
+        # Insertion order is age order.
         self._open: dict[_Guarded, None] = {}
+        self._sources: dict[str, _Source] = {}
+        # The addresses with connections waiting for a handshake, in turn order.
+        self._turns: deque[_Source] = deque()
+        self.handshaking = 0
         self._on_closed = on_closed
+        self._client_log = _EveryFew(self.CLIENT_LOG_SECONDS)
         # Connections closed since the last collection (see `collect`).
         self._lost = 0
 
     def __len__(self) -> int:
         return len(self._open)
 
+    @property
+    def sources(self) -> int:
+        """Source addresses with a connection now."""
+        return len(self._sources)
+
     def factory(self, handler_factory: Callable[[], RequestHandler]) -> Callable[[], _Guarded]:
         def make() -> _Guarded:
-            return _Guarded(self, handler_factory())
+            return _Guarded(self, handler_factory)
 
         return make
 
-    def admit(self, connection: _Guarded) -> bool:
-        if len(self._open) >= self.limits.max_connections:
-            oldest_idle = next((c for c in self._open if not c.busy), None)
-            if oldest_idle is None:
-                self._closed("refused")
+    def admit(self, connection: _Guarded, address: str) -> bool:
+        limits = self.limits
+        source = self._sources.get(address)
+        if source is None:
+            source = self._sources[address] = _Source(address)
+        if len(source.open) >= limits.max_connections_per_source:
+            victim = next((c for c in source.open if c.idle), None)
+            if victim is None:
+                self._closed(SOURCE_REFUSED)
+                self._release(source)
                 return False
-            self._drop(oldest_idle, "evicted")
+            self._drop(victim, EVICTED)
+        if len(self._open) >= limits.max_connections:
+            victim = self._oldest_idle_of_largest()
+            if victim is None:
+                self._closed(REFUSED)
+                self._release(source)
+                return False
+            self._drop(victim, EVICTED)
+        connection.source = source
         self._open[connection] = None
+        source.open[connection] = None
         return True
+
+    def _oldest_idle_of_largest(self) -> _Guarded | None:
+        for source in sorted(self._sources.values(), key=lambda s: len(s.open), reverse=True):
+            victim = next((c for c in source.open if c.idle), None)
+            if victim is not None:
+                return victim
+        return None
+
+    def queue(self, connection: _Guarded) -> None:
+        """Wait for a handshake: now, if the limits allow, else when it is its turn."""
+        source = connection.source
+        assert source is not None
+        source.waiting.append(connection)
+        if not source.queued:
+            source.queued = True
+            self._turns.append(source)
+        self._start_handshakes()
+
+    def _start_handshakes(self) -> None:
+        limits, turns = self.limits, self._turns
+        if self.tls is None:
+            return
+        while turns and self.handshaking < limits.max_handshakes:
+            for _ in range(len(turns)):
+                source = turns.popleft()
+                connection = _next_waiting(source)
+                if connection is None:
+                    source.queued = False
+                    self._release(source)
+                    continue
+                if source.handshaking >= limits.max_handshakes_per_source:
+                    source.waiting.appendleft(connection)
+                    turns.append(source)
+                    continue
+                if source.waiting:
+                    turns.append(source)  # its next one after the other addresses' turns
+                else:
+                    source.queued = False
+                source.handshaking += 1
+                self.handshaking += 1
+                waited = time.monotonic() - connection.opened
+                # At least a moment: one whose time is up is the sweep's to close.
+                timeout = max(limits.header_timeout - waited, 0.05)
+                connection.start_handshake(self.tls(), timeout)
+                break
+            else:
+                return  # every address with connections waiting is at its own limit
+
+    def handshake_failed(self, connection: _Guarded, exc: BaseException, timed_out: bool) -> None:
+        if timed_out and isinstance(exc, ConnectionAbortedError | TimeoutError):
+            self._closed(TLS_TIMEOUT)
+            return
+        reason = getattr(exc, "reason", None)
+        if self.check_peer is not None and (
+            isinstance(exc, ssl.SSLCertVerificationError) or reason in _CLIENT_CERTIFICATE_REASONS
+        ):
+            detail = getattr(exc, "verify_message", None) or reason or str(exc)
+            self.client_refused(connection, str(detail))
+            return
+        logger.debug("a TLS handshake from %s failed: %r", _address_of(connection), exc)
+        self._closed(TLS_FAILED)
+
+    def client_refused(self, connection: _Guarded, why: str) -> None:
+        self._closed(CLIENT_CERTIFICATE)
+        self._client_log.log(
+            logging.WARNING,
+            "refused a connection from %s: client certificate: %s",
+            _address_of(connection),
+            why,
+        )
+
+    def handshake_ended(self, connection: _Guarded) -> None:
+        source = connection.source
+        self.handshaking -= 1
+        if source is not None:
+            source.handshaking -= 1
+            self._release(source)
+        self._start_handshakes()
 
     def forget(self, connection: _Guarded) -> None:
         self._open.pop(connection, None)
+        source = connection.source
+        if source is not None:
+            source.open.pop(connection, None)
+            self._release(source)
         self._lost += 1
+
+    def _release(self, source: _Source) -> None:
+        """Forget an address once nothing of it is left."""
+        if source.empty and not source.queued and self._sources.get(source.address) is source:
+            del self._sources[source.address]
 
     async def run(self) -> None:
         while True:
@@ -325,6 +722,9 @@ class Connections:
 
     def _drop(self, connection: _Guarded, why: str) -> None:
         self._open.pop(connection, None)
+        source = connection.source
+        if source is not None:
+            source.open.pop(connection, None)
         connection.close()
         self._closed(why)
 
@@ -336,29 +736,36 @@ class Connections:
                 logger.exception("counting a closed connection failed")
 
 
+def _next_waiting(source: _Source) -> _Guarded | None:
+    """The oldest connection of `source` still waiting (closed ones are dropped on the way)."""
+    waiting = source.waiting
+    while waiting:
+        connection = waiting.popleft()
+        if connection.phase == _WAITING and connection in source.open:
+            return connection
+    return None
+
+
+def _address_of(connection: _Guarded) -> str:
+    return connection.source.address if connection.source is not None else "unknown"
+
+
 async def listen(
     handler_factory: Callable[[], RequestHandler],
     connections: Connections,
     *,
     host: str | None,
     port: int,
-    ssl_context: ssl.SSLContext | None,
     reuse_port: bool = False,
     backlog: int = 512,
 ) -> asyncio.Server:
-    """Listen on `host:port` with every connection guarded by `connections`; the TLS
-    handshake must finish within the header timeout."""
+    """Listen on `host:port` with every connection guarded by `connections` (which starts
+    TLS on each when it has a `tls` context)."""
     loop = asyncio.get_running_loop()
-    options: dict[str, Any] = {}
-    if ssl_context is not None:
-        options["ssl_handshake_timeout"] = connections.limits.header_timeout
-        options["ssl_shutdown_timeout"] = TLS_SHUTDOWN_SECONDS
     return await loop.create_server(
         connections.factory(handler_factory),
         host,
         port,
-        ssl=ssl_context,
         backlog=backlog,
         reuse_port=reuse_port or None,
-        **options,
     )

@@ -175,7 +175,8 @@ class Metrics:
 
         self.connections = Gauge(
             f"{PREFIX}_connections",
-            "Admission connections open right now (TLS handshake done).",
+            "Admission connections open right now (waiting for their TLS handshake, in it,"
+            " or past it).",
             registry=own,
             multiprocess_mode="livesum",
         )
@@ -183,16 +184,25 @@ class Metrics:
             f"{PREFIX}_connections_closed",
             "Admission connections the server closed or turned away, by reason: header"
             " (no complete request within --header-timeout), idle (--idle-timeout), evicted"
-            " (the idle one that made room for a new one at --max-connections), refused"
-            " (answered 503: --max-connections reached and none idle).",
+            " (the idle one that made room for a new one at --max-connections or"
+            " --max-connections-per-source), refused (closed before its handshake:"
+            " --max-connections reached and none idle), source-refused (the same at"
+            " --max-connections-per-source), tls-timeout (no TLS handshake within"
+            " --header-timeout, its wait for a turn included), tls-failed (the handshake"
+            " failed: not TLS, no common suite, the client went away), client-certificate"
+            " (with --client-ca-file: missing, not signed by those CAs, or of a name not in"
+            " --client-names).",
             ["reason"],
             registry=own,
         )
         self.requests_shed = Counter(
             f"{PREFIX}_requests_shed",
             "Admission requests answered 429 or 408 before review, by reason: inflight-bytes"
-            " (--max-inflight-bytes reached), body-timeout (the body did not arrive within"
-            " --body-timeout).",
+            " (--max-inflight-bytes reached), source-inflight-bytes"
+            " (--max-inflight-bytes-per-source reached by the request's address),"
+            " source-large-share (the large reviews of the request's address took more than"
+            " --large-review-share of a core lately), body-timeout (the body did not arrive"
+            " within --body-timeout).",
             ["reason"],
             registry=own,
         )

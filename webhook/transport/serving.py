@@ -71,7 +71,12 @@ async def running(
     probe_runner = web.AppRunner(
         app.create_probe_app(admission_app), access_log=None, shutdown_timeout=1.0
     )
-    connections = limits_module.Connections(limits, on_closed=state.metrics.count_closed)
+    connections = limits_module.Connections(
+        limits,
+        tls=lambda: state.ssl_context,
+        check_peer=state.client_refusal if state.clients is not None else None,
+        on_closed=state.metrics.count_closed,
+    )
     state.connections = connections
     await runner.setup()
     await probe_runner.setup()
@@ -84,7 +89,6 @@ async def running(
             connections,
             host=settings.host,
             port=settings.port,
-            ssl_context=state.ssl_context,
             reuse_port=reuse_port,
         )
         # Last: readiness can only be asked for once admission is listening.

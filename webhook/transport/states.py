@@ -52,8 +52,11 @@ class State:
         review: ReviewFunction = reviews.review,
         metrics: metrics.Metrics,
         review_lines: logs.ReviewWriter,
+        clients: watching.ClientAuthorityWatch | None = None,
     ) -> None:
         self.settings = settings
+        # Who may connect (None: anyone who completes a handshake).
+        self.clients = clients
         self.metrics = metrics
         self.answers = reviews.Answers(settings.cache_size)
         if review is reviews.review and settings.cache_size > 0:
@@ -85,7 +88,7 @@ class State:
     ) -> State:
         """A state from what `settings` names: the policy files (a file that does not load
         does not stop it, see `watching.PolicyWatch`), the workload kinds and the certificate
-        pair (CertificateError when it cannot be served)."""
+        pair and the client CA file (CertificateError when either cannot be used)."""
         policy_watch = watching.PolicyWatch(settings.policies_dir, state_dir=settings.state_dir)
         workload_kinds = pods.kinds_by_name(kinds.all_kinds(settings.workload_kinds))
         context = certificates.server_ssl_context(settings.cert_file, settings.key_file)
@@ -96,10 +99,20 @@ class State:
             on_reload=lambda _certificate: metrics.certificate_reloads.inc(),
             on_error=lambda _error: metrics.certificate_reload_errors.inc(),
         )
+        clients = None
+        if settings.client_ca_file is not None:
+            clients = watching.ClientAuthorityWatch(
+                settings.client_ca_file,
+                settings.client_names,
+                served,
+                on_reload=lambda _authority: metrics.certificate_reloads.inc(),
+                on_error=lambda _error: metrics.certificate_reload_errors.inc(),
+            )
         return cls(
             settings,
             policy_watch=policy_watch,
             certificates=served,
+            clients=clients,
             kinds=workload_kinds,
             budget=budget,
             review=review,
@@ -113,8 +126,15 @@ class State:
 
     @property
     def ssl_context(self) -> ssl.SSLContext:
-        """What the admission port serves with (the certificate watch keeps it current)."""
-        return self.certificates.context
+        """What the next handshake on the admission port uses (the watches keep it current:
+        with a client CA, a new context for each change)."""
+        clients = self.clients
+        return clients.context if clients is not None else self.certificates.context
+
+    def client_refusal(self, ssl_object: ssl.SSLObject | None) -> str | None:
+        """Why a finished handshake's client certificate is not accepted, or None."""
+        clients = self.clients
+        return None if clients is None else clients.refusal(ssl_object)
 
     def check_policies(self) -> bool:
         """Load the policy files again if they changed (see `watching.PolicyWatch`)."""
@@ -129,8 +149,11 @@ class State:
         return changed
 
     def check_certificate(self) -> bool:
-        """Serve the certificate files anew if they changed (see `watching.CertificateWatch`)."""
+        """Serve the certificate files and the client CA file anew if they changed (see
+        `watching.CertificateWatch` and `watching.ClientAuthorityWatch`)."""
         changed = self.certificates.check()
+        if self.clients is not None:
+            changed = self.clients.check() or changed
         self.update_gauges()
         return changed
 

@@ -1,0 +1,770 @@
+"""One source flooding the admission port, another reviewing: does the flood take the server
+from the other source? (issue 20)
+
+    python bench/fairness.py [--seconds 20] [--flood-senders 40] [--handshakes 2000]
+                             [--connections 4] [--handshake-concurrency N]
+                             [--flood-processes 1] [--server-arg=--flag=value ...]
+
+Runs `python -m webhook serve` as bench/soak.py does (its own CA, the repository's policies,
+free loopback ports, one worker; --server-arg passes flags as they are), listening on
+127.0.0.1. On loopback every address of 127/8 is this machine, so the clients bind their
+sockets to different ones and the server sees different sources:
+
+- 127.0.0.2, "the API server": ordinary reviews, closed loop, on --connections keep-alive TLS
+  connections, each review a pod asking for one `nvidia.com/gpu.shared` (soak.py's POD) with
+  its own uid, pod name and environment value, so the answer cache never answers one;
+- 127.0.0.1, "the flood": --flood-senders connections each sending 7 MiB reviews (just under
+  the body limit, as soak.py's large ones; each with its own uid and pod name; streamed as
+  the socket takes it, so an early 429 stops the upload) one after another, opened again at
+  once when the server closes them (after a 429, say); and in the
+  last phase also --handshakes connections that complete a TLS handshake and then stay
+  silent, all opened at once when the measurement starts (as a pool reconnects after a
+  restart; --handshake-concurrency 64 opens them as soak.py's pool does), each opened again
+  whenever the server closes it (its header timeout, 10 s) or a second after it failed;
+- 127.0.0.3, "the kubelet": GET /healthz on the plain metrics port every 0.2 s, a fresh
+  connection each time, the next one at the first tick after the last answered; a probe that
+  takes 1 s or more, or is not answered 200, is a miss.
+
+Three phases, each measured for --seconds: "unloaded" (the ordinary client alone), "flood"
+(and the senders, started 3 s before the measurement), "flood+handshakes" (and the
+handshakes, starting with the measurement). The ordinary client, the flood and the
+handshakes each run in a process of their own (uvloop when installed), so the flood's TLS
+work does not take the ordinary client's interpreter; this process only probes /healthz.
+Each process reports the CPU seconds it used during the measurement and the seconds it was
+ready to run but waited for a CPU (/proc/<pid>/task/*/schedstat); the server's are read from
+/proc too, so the table shows who ran out of CPU, and how much the machine's other work took
+from whom. Mid-measurement `ss`
+lists the server's established admission connections by peer address: the proof that the
+server sees two sources.
+
+Targets (exit 1 when one is missed): under flood the ordinary client keeps at least half its
+unloaded reviews/s with p99 under 1 s; no ordinary review fails; every /healthz answers in
+under 1 s, in every phase.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import multiprocessing
+import os
+import re
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(BENCH))
+
+try:
+    import uvloop
+except ImportError:  # not on every platform: the clients run on asyncio's loop
+    uvloop = None  # type: ignore[assignment]
+
+import soak  # noqa: E402  bench/soak.py: the pod, the request, the exchange
+
+from tests import fuzzing  # noqa: E402
+from tests import server_helpers as h  # noqa: E402
+
+API_SERVER = "127.0.0.2"
+FLOOD = "127.0.0.1"
+KUBELET = "127.0.0.3"
+SERVER_HOST = "127.0.0.1"
+
+PROBE_EVERY = 0.2
+PROBE_MISS = 1.0  # the kubelet's default timeoutSeconds
+PROBE_TIMEOUT = 5.0  # how long a probe is waited for, to know how slow a slow one was
+REVIEW_TIMEOUT = soak.REVIEW_TIMEOUT_SECONDS
+LARGE_TIMEOUT = 3 * REVIEW_TIMEOUT
+FLOOD_LEAD = 3.0  # seconds the senders run before the measurement starts
+SETTLE = 2.0  # seconds between phases, for the server to finish what the last one left
+CLIENT_ERRORS = (OSError, EOFError, ssl.SSLError, TimeoutError, ValueError, IndexError)
+PHASES = ("unloaded", "flood", "flood+handshakes")
+PAD_MARK = "@@pad@@"  # where a large review's padding goes
+UPLOAD_CHUNK = 256 * 1024  # a large review is sent in pieces of this, as the socket takes them
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the clients connect, and what they trust."""
+
+    port: int
+    ca_file: str
+
+
+@dataclass(frozen=True)
+class Window:
+    """When a phase's measurement runs, on the machine's monotonic clock (the same in every
+    process)."""
+
+    start: float
+    end: float
+
+
+# --------------------------------------------------------------------------- the clients
+
+
+def context_of(target: Target) -> ssl.SSLContext:
+    return h.client_context(Path(target.ca_file))
+
+
+async def connect(
+    target: Target, context: ssl.SSLContext, source: str
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A TLS connection from `source`, checked as the API server checks it."""
+    return await asyncio.wait_for(
+        asyncio.open_connection(
+            SERVER_HOST,
+            target.port,
+            ssl=context,
+            server_hostname=h.HOST,
+            local_addr=(source, 0),
+            limit=1 << 20,
+        ),
+        REVIEW_TIMEOUT,
+    )
+
+
+def close(writer: asyncio.StreamWriter | None) -> None:
+    if writer is not None:
+        with contextlib.suppress(Exception):
+            writer.close()
+
+
+async def sleep_until(moment: float) -> None:
+    delay = moment - time.monotonic()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+def bump(counts: dict[str, int], key: str, n: int = 1) -> None:
+    counts[key] = counts.get(key, 0) + n
+
+
+def ordinary_body(worker: int, n: int) -> tuple[bytes, bytes]:
+    """A review of soak.py's pod, made distinct (name, environment) from every other; its uid."""
+    uid = str(uuid.uuid4())
+    container = {**soak.POD["spec"]["containers"][0], "env": [{"name": "REQUEST", "value": uid}]}
+    pod = {
+        **soak.POD,
+        "metadata": {**soak.POD["metadata"], "name": f"fair-{worker}-{n}"},
+        "spec": {"containers": [container]},
+    }
+    doc = fuzzing.review_doc(pod, kind=("", "v1", "Pod"), operation="CREATE", uid=uid)
+    return fuzzing.encode(doc), uid.encode()
+
+
+@dataclass(frozen=True)
+class Large:
+    """A review as soak.py's large ones, in three parts: before the padding (with marks for
+    the uid and the pod name), the padding, after it."""
+
+    before: bytes
+    pad: bytes
+    after: bytes
+
+    @classmethod
+    def make(cls) -> Large:
+        small = soak.review_body(soak.POD)
+        pod = {
+            **soak.POD,
+            "metadata": {
+                **soak.POD["metadata"], "name": "{name}", "annotations": {"pad": PAD_MARK}
+            },
+        }  # fmt: skip
+        doc = fuzzing.review_doc(pod, kind=("", "v1", "Pod"), operation="CREATE", uid="{uid}")
+        before, _, after = fuzzing.encode(doc).partition(PAD_MARK.encode())
+        return cls(before, b"x" * (fuzzing.MAX_BODY_BYTES - 4096 - len(small)), after)
+
+    def chunks(self, n: int) -> tuple[int, list[bytes | memoryview]]:
+        """The `n`th, with a uid and pod name of its own: its length, and its bytes in
+        UPLOAD_CHUNK pieces (views of the padding, not copies)."""
+        uid = str(uuid.uuid4()).encode()
+        before = self.before.replace(b"{uid}", uid).replace(b"{name}", b"flood-%d" % n)
+        pad = memoryview(self.pad)
+        pieces = [pad[i : i + UPLOAD_CHUNK] for i in range(0, len(pad), UPLOAD_CHUNK)]
+        return len(before) + len(pad) + len(self.after), [before, *pieces, self.after]
+
+
+async def upload(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, large: Large, n: int
+) -> tuple[int, dict[str, str]]:
+    """Send a large review a piece at a time as the socket takes it, as an HTTP client streams
+    a body, and read the answer meanwhile: a server that answers before the body is in (a
+    429) stops the upload. The status and headers."""
+    length, chunks = large.chunks(n)
+
+    async def send() -> None:
+        writer.write(soak.head(length))
+        for chunk in chunks:
+            writer.write(chunk)
+            await writer.drain()
+
+    sending = asyncio.create_task(send())
+    try:
+        status, headers, _ = await soak.exchange(reader, writer, b"")
+    finally:
+        sending.cancel()
+        with contextlib.suppress(BaseException):
+            await sending
+    return status, headers
+
+
+@dataclass
+class Ordinary:
+    ok: int = 0
+    failed: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    latencies: list[float] = field(default_factory=list)
+    reconnects: int = 0
+
+
+async def ordinary(target: Target, window: Window, connections: int) -> dict[str, Any]:
+    """Closed loop from API_SERVER: reviews started in the window and answered are counted
+    (the last ones are waited for); reviews/s are those answered by its end."""
+    context = context_of(target)
+    result = Ordinary()
+    answered_in_window = [0]
+
+    async def one(worker: int) -> None:
+        writer: asyncio.StreamWriter | None = None
+        reader: asyncio.StreamReader | None = None
+        with contextlib.suppress(*CLIENT_ERRORS):
+            reader, writer = await connect(target, context, API_SERVER)
+        await sleep_until(window.start)
+        n = 0
+        while time.monotonic() < window.end:
+            n += 1
+            body, uid = ordinary_body(worker, n)
+            started = time.monotonic()
+            try:
+                if writer is None or reader is None:
+                    result.reconnects += 1
+                    reader, writer = await connect(target, context, API_SERVER)
+                async with asyncio.timeout(REVIEW_TIMEOUT):
+                    status, headers, answer = await soak.exchange(
+                        reader, writer, soak.head(len(body)) + body
+                    )
+                if headers.get("connection", "").lower() == "close":
+                    close(writer)
+                    reader = writer = None
+                good = status == 200 and b'"allowed":true' in answer and uid in answer
+                why = "" if good else f"{status} {answer[:60]!r}"
+            except CLIENT_ERRORS as exc:
+                why = type(exc).__name__
+                close(writer)
+                reader = writer = None
+            finished = time.monotonic()
+            if why:
+                result.failed += 1
+                bump(result.failures, why)
+                await asyncio.sleep(0.05)
+            else:
+                result.ok += 1
+                result.latencies.append(finished - started)
+                if finished <= window.end:
+                    answered_in_window[0] += 1
+        close(writer)
+
+    await asyncio.gather(*(one(worker) for worker in range(connections)))
+    return {
+        "ok": result.ok,
+        "answered_in_window": answered_in_window[0],
+        "failed": result.failed,
+        "failures": result.failures,
+        "latencies": result.latencies,
+        "reconnects": result.reconnects,
+    }
+
+
+async def flood(target: Target, window: Window, senders: int, first: int) -> dict[str, Any]:
+    """7 MiB reviews from FLOOD, back to back on each of `senders` connections, opened again
+    as soon as the server closes one. Answers that arrive in the window are counted."""
+    context = context_of(target)
+    large = Large.make()
+    answers: dict[str, int] = {}
+    opened = [0]
+
+    def count(key: str) -> None:
+        if window.start <= time.monotonic() <= window.end:
+            bump(answers, key)
+
+    async def sender(index: int) -> None:
+        reader: asyncio.StreamReader | None = None
+        writer: asyncio.StreamWriter | None = None
+        n = 0
+        while time.monotonic() < window.end:
+            n += 1
+            try:
+                if writer is None or reader is None:
+                    reader, writer = await connect(target, context, FLOOD)
+                    opened[0] += 1
+                async with asyncio.timeout(LARGE_TIMEOUT):
+                    status, headers = await upload(reader, writer, large, index * 10**6 + n)
+                count(str(status))
+                if headers.get("connection", "").lower() == "close":
+                    close(writer)
+                    reader = writer = None
+            except CLIENT_ERRORS as exc:
+                count(type(exc).__name__)
+                close(writer)
+                reader = writer = None
+                await asyncio.sleep(0.1)  # a refused connect must not spin
+        close(writer)
+
+    tasks = [asyncio.create_task(sender(first + i)) for i in range(senders)]
+    await stop_at(window.end, tasks)
+    return {"answers": answers, "opened": opened[0]}
+
+
+async def handshakes(
+    target: Target, window: Window, count: int, concurrency: int
+) -> dict[str, Any]:
+    """`count` connections from FLOOD that complete a TLS handshake and stay silent, opened
+    again whenever the server closes one; `concurrency` handshakes under way at a time."""
+    context = context_of(target)
+    opening = asyncio.Semaphore(concurrency)
+    done = [0]
+    failed: dict[str, int] = {}
+    closed = [0]
+
+    async def hold() -> None:
+        while time.monotonic() < window.end:
+            try:
+                async with opening:
+                    reader, writer = await connect(target, context, FLOOD)
+                done[0] += 1
+            except CLIENT_ERRORS as exc:
+                bump(failed, type(exc).__name__)
+                await asyncio.sleep(1.0)  # as soak.py's pool: a second before trying again
+                continue
+            try:
+                with contextlib.suppress(*CLIENT_ERRORS):
+                    while await reader.read(65536):
+                        pass
+                closed[0] += 1
+            finally:
+                close(writer)
+
+    await sleep_until(window.start)
+    tasks = [asyncio.create_task(hold()) for _ in range(count)]
+    await stop_at(window.end, tasks)
+    return {"completed": done[0], "failed": failed, "closed_by_server": closed[0]}
+
+
+async def stop_at(moment: float, tasks: list[asyncio.Task[None]]) -> None:
+    await sleep_until(moment)
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def child(role: str, pipe: Connection, target: Target, options: dict[str, Any]) -> None:
+    """A client process: says it is ready, is told the window, runs, sends what it saw and
+    the CPU seconds it used in the window."""
+    soak.raise_fd_limit(options.pop("fd_limit"))
+    pipe.send("ready")
+    window: Window = pipe.recv()
+    work = ROLES[role]
+
+    async def measured() -> dict[str, Any]:
+        cpu: list[float] = []
+        waited: list[float] = []
+
+        async def clock() -> None:
+            for moment in (window.start, window.end):
+                await sleep_until(moment)
+                cpu.append(time.process_time())
+                waited.append(run_queue_seconds(os.getpid()))
+
+        clocking = asyncio.create_task(clock())
+        result = await work(target, window, **options)
+        await clocking
+        result["cpu"] = cpu[1] - cpu[0]
+        result["waited"] = waited[1] - waited[0]
+        return result
+
+    result = run(measured())
+    pipe.send(result)
+    pipe.close()
+
+
+ROLES: dict[str, Callable[..., Coroutine[Any, Any, dict[str, Any]]]] = {
+    "ordinary": ordinary,
+    "flood": flood,
+    "handshakes": handshakes,
+}
+
+
+def run(coroutine: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    """On uvloop where it is installed, as `serve` runs (its TLS costs the client less)."""
+    return uvloop.run(coroutine) if uvloop is not None else asyncio.run(coroutine)
+
+
+# --------------------------------------------------------------------------- watching
+
+
+async def probe(port: int, window: Window) -> list[tuple[float, bool]]:
+    """/healthz from KUBELET on a fresh connection at each tick of PROBE_EVERY (the first tick
+    after the last probe was answered): each probe's seconds, and whether it was a 200."""
+    probes = []
+    tick = window.start
+    while tick < window.end:
+        await sleep_until(tick)
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                reader, writer = await asyncio.open_connection(
+                    SERVER_HOST, port, local_addr=(KUBELET, 0)
+                )
+                writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+                answer = await reader.read()
+                writer.close()
+            good = answer.startswith(b"HTTP/1.1 200")
+        except (OSError, TimeoutError):
+            good = False
+        seconds = time.monotonic() - started
+        probes.append((seconds, good))
+        while tick <= time.monotonic():
+            tick += PROBE_EVERY
+    return probes
+
+
+def with_children(pid: int) -> list[int]:
+    """`pid` and its child processes (`serve --workers`)."""
+    pids = [pid]
+    with contextlib.suppress(OSError):
+        pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    return pids
+
+
+def run_queue_seconds(pid: int) -> float:
+    """How long the threads of `pid` and its children have been ready to run but waiting for
+    a CPU (/proc/<pid>/task/<tid>/schedstat, second field, ns): time taken by other processes
+    on a full machine. Threads that have exited are not counted."""
+    total = 0
+    for each in with_children(pid):
+        for task in Path(f"/proc/{each}/task").glob("*"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                total += int((task / "schedstat").read_text().split()[1])
+    return total / 1e9
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU of `pid` and its children (`serve --workers`), from /proc."""
+    ticks = 0
+    for each in with_children(pid):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{each}/stat").read_text().rpartition(")")[2].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+async def sources(port: int) -> dict[str, int]:
+    """The server's established admission connections, by the client's address (ss)."""
+    process = await asyncio.create_subprocess_exec(
+        "ss", "-Htn", "state", "established", f"( sport = :{port} )",
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    out, _ = await process.communicate()
+    counts: dict[str, int] = {}
+    for line in out.decode().splitlines():
+        peer = line.split()[-1].rpartition(":")[0]
+        bump(counts, peer)
+    return counts
+
+
+def answer_cache_hits(metrics_port: int) -> float:
+    url = f"http://{SERVER_HOST}:{metrics_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    hits = re.search(r"^gpu_share_webhook_decision_cache_hits ([\d.e+]+)$", text, re.MULTILINE)
+    return float(hits[1]) if hits else float("nan")
+
+
+# --------------------------------------------------------------------------- a phase
+
+
+@dataclass
+class Phase:
+    name: str
+    seconds: float
+    ordinary: dict[str, Any]
+    flood: dict[str, Any]
+    handshakes: dict[str, Any]
+    probes: list[tuple[float, bool]]
+    server_cpu: float
+    server_waited: float
+    prober_cpu: float
+    sources: dict[str, int]
+    load: tuple[float, float, float]
+
+    @property
+    def rate(self) -> float:
+        return float(self.ordinary["answered_in_window"]) / self.seconds
+
+    @property
+    def misses(self) -> int:
+        return sum(1 for seconds, good in self.probes if not good or seconds >= PROBE_MISS)
+
+
+def run_phase(name: str, args: argparse.Namespace, server: h.Process, target: Target) -> Phase:
+    spawn = multiprocessing.get_context("spawn")
+    fd_limit = 2 * (args.handshakes + args.flood_senders + args.connections) + 1024
+    roles: list[tuple[str, dict[str, Any]]] = [("ordinary", {"connections": args.connections})]
+    if name != "unloaded":
+        per = -(-args.flood_senders // args.flood_processes)
+        for first in range(0, args.flood_senders, per):
+            senders = min(per, args.flood_senders - first)
+            roles.append(("flood", {"senders": senders, "first": first}))
+    if name == "flood+handshakes":
+        roles.append(
+            (
+                "handshakes",
+                {
+                    "count": args.handshakes,
+                    "concurrency": args.handshake_concurrency or args.handshakes,
+                },
+            )
+        )
+    pipes, processes = [], []
+    for role, options in roles:
+        ours, theirs = spawn.Pipe()
+        process = spawn.Process(
+            target=child, args=(role, theirs, target, {**options, "fd_limit": fd_limit})
+        )
+        process.start()
+        pipes.append(ours)
+        processes.append(process)
+    for pipe in pipes:
+        if pipe.recv() != "ready":
+            raise RuntimeError("a client process did not start")
+    lead = FLOOD_LEAD if name != "unloaded" else 1.0
+    start = time.monotonic() + lead
+    window = Window(start=start, end=start + args.seconds)
+    for pipe in pipes:
+        pipe.send(window)
+
+    pid = server.popen.pid
+
+    async def watch() -> tuple[list[tuple[float, bool]], list[float], dict[str, int]]:
+        await sleep_until(window.start)
+        before = [cpu_seconds(pid), run_queue_seconds(pid), time.process_time()]
+        probing = asyncio.create_task(probe(server.metrics_port, window))
+        await sleep_until(window.start + args.seconds / 2)
+        seen = await sources(server.port)
+        await sleep_until(window.end)
+        after = [cpu_seconds(pid), run_queue_seconds(pid), time.process_time()]
+        probes = await probing
+        return probes, [a - b for a, b in zip(after, before, strict=True)], seen
+
+    probes, (server_cpu, server_waited, prober_cpu), seen = asyncio.run(watch())
+    load = os.getloadavg()
+    results: dict[str, list[dict[str, Any]]] = {"ordinary": [], "flood": [], "handshakes": []}
+    for (role, _), pipe, process in zip(roles, pipes, processes, strict=True):
+        results[role].append(pipe.recv())
+        process.join()
+    return Phase(
+        name=name,
+        seconds=args.seconds,
+        ordinary=results["ordinary"][0],
+        flood=merge(results["flood"]),
+        handshakes=merge(results["handshakes"]),
+        probes=probes,
+        server_cpu=server_cpu,
+        server_waited=server_waited,
+        prober_cpu=prober_cpu,
+        sources=seen,
+        load=load,
+    )
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The results of processes of one role, added up (counts, and counts by key)."""
+    total: dict[str, Any] = {
+        "processes": len(parts),
+        "cpu_each": [(p["cpu"], p["waited"]) for p in parts],
+    }
+    for part in parts:
+        for key, value in part.items():
+            if isinstance(value, dict):
+                for k, n in value.items():
+                    bump(total.setdefault(key, {}), k, n)
+            elif isinstance(value, int | float):
+                total[key] = total.get(key, 0) + value
+    return total
+
+
+# --------------------------------------------------------------------------- the table
+
+
+def percentile(values: list[float], percent: float) -> float:
+    return soak.percentile(values, percent)
+
+
+def table(phases: list[Phase]) -> str:
+    base = phases[0].rate
+    lines = [
+        "| phase | reviews/s | vs unloaded | p50 ms | p99 ms | failed | healthz probes"
+        " | slowest healthz ms | misses | flood 200 | flood 429 | flood other | server CPU"
+        " | load avg (1 min) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for p in phases:
+        latencies = p.ordinary["latencies"]
+        answers = p.flood.get("answers", {})
+        other = sum(n for k, n in answers.items() if k not in ("200", "429"))
+        flood = (
+            (f"{answers.get('200', 0):,}", f"{answers.get('429', 0):,}", f"{other:,}")
+            if p.name != "unloaded"
+            else ("-", "-", "-")
+        )
+        slowest = max((s for s, _ in p.probes), default=0.0) * 1000
+        cells = [
+            p.name, f"{p.rate:,.0f}", f"{p.rate / base:.2f}" if base else "-",
+            f"{percentile(latencies, 50):.1f}", f"{percentile(latencies, 99):.1f}",
+            str(p.ordinary["failed"]), str(len(p.probes)), f"{slowest:.0f}", str(p.misses),
+            *flood, f"{100 * p.server_cpu / p.seconds:.0f} %", f"{p.load[0]:.2f}",
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def cpu_table(phases: list[Phase]) -> str:
+    """Each process's CPU seconds in the window, and (after the slash) the seconds it was
+    ready to run but waited for a CPU."""
+
+    def used(each: list[tuple[float, float]]) -> str:
+        return " + ".join(f"{cpu:.1f} / {waited:.1f}" for cpu, waited in each) or "-"
+
+    lines = [
+        "| phase | seconds | server | ordinary client | flood client | handshake client"
+        " | prober | handshakes done / failed | server's connections by source (ss) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for p in phases:
+        hs = p.handshakes
+        done = "-"
+        if hs.get("processes"):
+            done = f"{hs['completed']:,} / {sum(hs.get('failed', {}).values()):,}"
+        seen = ", ".join(f"{k} {n}" for k, n in sorted(p.sources.items())) or "none"
+        cells = [
+            p.name, f"{p.seconds:g}", used([(p.server_cpu, p.server_waited)]),
+            used([(p.ordinary["cpu"], p.ordinary["waited"])]), used(p.flood["cpu_each"]),
+            used(hs["cpu_each"]), f"{p.prober_cpu:.1f}", done, seen,
+        ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def details(p: Phase) -> str:
+    failures = ", ".join(f"{k} {n}" for k, n in sorted(p.ordinary["failures"].items()))
+    answers = ", ".join(f"{k} {n}" for k, n in sorted(p.flood.get("answers", {}).items()))
+    hs_failed = ", ".join(f"{k} {n}" for k, n in sorted(p.handshakes.get("failed", {}).items()))
+    text = (
+        f"{p.name}: ordinary {p.ordinary['answered_in_window']:,} answered in the window"
+        f" ({p.ordinary['ok']:,} ok in all, max"
+        f" {percentile(p.ordinary['latencies'], 100):.0f} ms, reconnects"
+        f" {p.ordinary['reconnects']}), failed: {failures or 'none'}"
+    )
+    if p.flood.get("processes"):
+        text += f"; flood answers: {answers or 'none'}, connections opened {p.flood['opened']:,}"
+    if p.handshakes.get("processes"):
+        text += (
+            f"; handshakes {p.handshakes['completed']:,} done, failed: {hs_failed or 'none'},"
+            f" closed by the server {p.handshakes['closed_by_server']:,}"
+        )
+    return text + f"; load average {p.load[0]:.2f} {p.load[1]:.2f} {p.load[2]:.2f}"
+
+
+def missed(phases: list[Phase]) -> list[str]:
+    """The targets missed, in words."""
+    base = phases[0].rate
+    found = []
+    for p in phases:
+        if p.misses:
+            found.append(f"{p.name}: {p.misses} /healthz probes over {PROBE_MISS:g} s or failed")
+        if p.ordinary["failed"]:
+            found.append(f"{p.name}: {p.ordinary['failed']} ordinary reviews failed")
+        if p.name == "unloaded":
+            continue
+        if p.rate < base / 2:
+            found.append(f"{p.name}: {p.rate:,.0f} reviews/s, under half of {base:,.0f}")
+        p99 = percentile(p.ordinary["latencies"], 99)
+        if p99 >= 1000:
+            found.append(f"{p.name}: p99 {p99:,.0f} ms, not under 1 s")
+    return found
+
+
+# --------------------------------------------------------------------------- the run
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=float, default=20.0, help="measured, per phase")
+    parser.add_argument("--connections", type=int, default=4, help="the ordinary client's")
+    parser.add_argument("--flood-senders", type=int, default=40, help="7 MiB senders")
+    parser.add_argument("--flood-processes", type=int, default=1, help="processes they share")
+    parser.add_argument("--handshakes", type=int, default=2000, help="silent TLS connections")
+    parser.add_argument("--handshake-concurrency", type=int, default=0,
+                        help="handshakes under way at a time (default: all of them)")  # fmt: skip
+    parser.add_argument(
+        "--server-arg", action="append", default=[], metavar="ARG",
+        help="one more argument for `serve`, as it is (repeatable)",
+    )  # fmt: skip
+    args = parser.parse_args()
+    limit = soak.raise_fd_limit(2 * (args.handshakes + args.flood_senders) + 1024)
+    print(f"`{' '.join(['python bench/fairness.py', *sys.argv[1:]])}`", flush=True)
+    print(
+        f"load average at the start {' '.join(f'{x:.2f}' for x in os.getloadavg())};"
+        f" {os.cpu_count()} CPUs; file descriptor limit {limit}",
+        flush=True,
+    )
+    with tempfile.TemporaryDirectory(prefix="gpu-share-webhook-fairness-") as name:
+        directory = Path(name)
+        ca_file = soak.start_directory(directory)
+        with h.serving(directory, "--drain-seconds=0", *args.server_arg) as server:
+            asyncio.run(server.ready())
+            target = Target(port=server.port, ca_file=str(ca_file))
+            hits_before = answer_cache_hits(server.metrics_port)
+            phases: list[Phase] = []
+            for phase in PHASES:
+                if phases:
+                    time.sleep(SETTLE)
+                phases.append(run_phase(phase, args, server, target))
+                print(details(phases[-1]), flush=True)
+                if server.popen.poll() is not None:
+                    print(f"the server exited: {server.popen.returncode}")
+                    return 1
+            hits = answer_cache_hits(server.metrics_port) - hits_before
+    print()
+    print(table(phases))
+    print()
+    print("CPU seconds used in the window / seconds ready to run but waiting for a CPU:")
+    print(cpu_table(phases))
+    print()
+    print(f"answer cache hits during the run: {hits:.0f}")
+    found = missed(phases)
+    for line in found:
+        print(f"MISSED: {line}")
+    if not found:
+        print("every target met")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,273 @@
+"""The bounds of one source address: connections, TLS handshakes, review bytes in flight and
+the share of a core its large reviews take, on the real listener.
+
+Two loopback addresses play two sources: 127.0.0.1 the flood, 127.0.0.2 the API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests import server_helpers as h
+from webhook import certificates
+from webhook.transport import inflight, serving
+from webhook.transport import limits as limits_module
+from webhook.transport.limits import Limits
+
+FLOOD = "127.0.0.1"
+API_SERVER = "127.0.0.2"
+KIB = 1024
+
+LIMITS = Limits(
+    header_timeout=5.0,
+    body_timeout=5.0,
+    idle_timeout=30.0,
+    max_connections=16,
+    max_connections_per_source=2,
+    max_handshakes=2,
+    max_handshakes_per_source=1,
+    max_body_bytes=64 * KIB,
+    max_inflight_bytes=256 * KIB,
+    max_inflight_bytes_per_source=64 * KIB,
+)
+
+
+@pytest.fixture(autouse=True)
+def quick_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits_module.Connections, "SWEEP_SECONDS", 0.05)
+
+
+@pytest.fixture
+async def server(tmp_path: Path) -> AsyncIterator[serving.Running]:
+    settings = h.settings(tmp_path, host="127.0.0.1", port=0, metrics_port=0, limits=LIMITS)
+    async with serving.running(settings) as running:
+        yield running
+
+
+def ca_of(running: serving.Running) -> Path:
+    return running.state.settings.cert_dir / certificates.CA_FILE
+
+
+async def metrics(running: serving.Running) -> str:
+    async with aiohttp.ClientSession() as session:
+        url = f"http://127.0.0.1:{running.metrics_port}/metrics"
+        async with session.get(url) as response:
+            return await response.text()
+
+
+def closed(text: str, reason: str) -> float:
+    return h.metric(text, "gpu_share_webhook_connections_closed_total", reason=reason)
+
+
+def review(uid: str) -> bytes:
+    return h.review_body(h.shared_pod(), uid)
+
+
+@contextlib.asynccontextmanager
+async def silent(port: int, source: str, count: int) -> AsyncIterator[list[asyncio.StreamWriter]]:
+    """`count` TCP connections from `source` that never send a byte (a TLS slowloris)."""
+    writers = []
+    try:
+        for _ in range(count):
+            _, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+            writers.append(writer)
+        yield writers
+    finally:
+        for writer in writers:
+            writer.close()
+
+
+async def test_the_server_sees_the_two_loopback_addresses_as_two_sources(
+    server: serving.Running,
+) -> None:
+    connections = server.state.connections
+    assert connections is not None
+    ca = ca_of(server)
+    async with (
+        h.connect(server.port, ca, source=FLOOD),
+        h.connect(server.port, ca, source=API_SERVER),
+    ):
+        assert connections.sources == 2
+        assert sorted(connections._sources) == [FLOOD, API_SERVER]
+
+
+async def test_beyond_the_connections_of_one_address_its_own_idle_one_makes_room(
+    server: serving.Running,
+) -> None:
+    ca = ca_of(server)
+    async with (
+        h.connect(server.port, ca, source=API_SERVER) as other,
+        h.connect(server.port, ca, source=FLOOD) as oldest,
+        h.connect(server.port, ca, source=FLOOD) as second,
+    ):
+        for number, connection in enumerate((other, oldest, second)):
+            status, _, _ = await connection.post("/mutate", review(f"uid-{number}"))
+            assert status == 200
+        async with h.connect(server.port, ca, source=FLOOD) as newcomer:
+            status, _, _ = await newcomer.post("/mutate", review("uid-new"))
+            assert status == 200
+            # The flood's oldest made room, not the other address's (older still).
+            assert await oldest.reader.read() == b""
+            status, _, _ = await other.post("/mutate", review("uid-other"))
+            assert status == 200
+    assert closed(await metrics(server), "evicted") == 1
+
+
+async def test_beyond_the_connections_of_one_address_with_none_idle_it_is_refused_alone(
+    server: serving.Running,
+) -> None:
+    ca = ca_of(server)
+    body = review("uid-busy")
+    async with (
+        h.connect(server.port, ca, source=FLOOD) as a,
+        h.connect(server.port, ca, source=FLOOD) as b,
+    ):
+        for busy in (a, b):
+            await busy.send_head("/mutate", len(body))
+            await busy.send(body[:10])
+        with pytest.raises((ConnectionError, ssl.SSLError)):
+            async with h.connect(server.port, ca, source=FLOOD):
+                pytest.fail("a third connection of the address was served")
+        async with h.connect(server.port, ca, source=API_SERVER) as other:
+            status, _, _ = await other.post("/mutate", review("uid-other"))
+            assert status == 200
+    assert closed(await metrics(server), "source-refused") == 1
+
+
+async def test_handshakes_of_one_address_wait_their_turn_and_others_go_first(
+    server: serving.Running,
+) -> None:
+    connections = server.state.connections
+    assert connections is not None
+    # Beyond its two connections the flood is refused: with 16 in all, its silent ones
+    # would take the handshake slots; one address holds one of the two.
+    async with silent(server.port, FLOOD, 2):
+
+        async def waiting() -> bool:
+            return len(connections) == 2 and connections.handshaking == 1
+
+        await h.eventually(waiting, what="one handshake running, one waiting")
+        async with h.connect(server.port, ca_of(server), source=API_SERVER) as other:
+            status, _, _ = await other.post("/mutate", review("uid-other"))
+            assert status == 200
+        # Served while the flood's handshakes were still waiting, not once they timed out.
+        assert closed(await metrics(server), "tls-timeout") == 0
+        assert connections.handshaking == 1
+
+
+async def test_handshakes_that_never_come_are_closed_and_counted(tmp_path: Path) -> None:
+    limits = Limits(
+        header_timeout=0.5,
+        max_handshakes=1,
+        max_handshakes_per_source=1,
+        max_connections_per_source=8,
+    )
+    settings = h.settings(tmp_path, host="127.0.0.1", port=0, metrics_port=0, limits=limits)
+    async with serving.running(settings) as server, silent(server.port, FLOOD, 3):
+        # One timed out in its handshake, two while waiting for their turn.
+
+        async def all_three() -> bool:
+            return closed(await metrics(server), "tls-timeout") == 3
+
+        await h.eventually(all_three, what="three TLS timeouts counted")
+        connections = server.state.connections
+        assert connections is not None
+        assert len(connections) == 0
+        assert connections.handshaking == 0
+        assert connections.sources == 0
+
+
+async def test_a_failed_handshake_is_counted(server: serving.Running) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")  # plain HTTP to the TLS port
+    with contextlib.suppress(ConnectionError):
+        await asyncio.wait_for(reader.read(), 5)
+    writer.close()
+
+    async def counted() -> bool:
+        return closed(await metrics(server), "tls-failed") == 1
+
+    await h.eventually(counted, what="the failed handshake counted")
+
+
+async def test_one_address_holds_no_more_than_its_review_bytes(server: serving.Running) -> None:
+    ca = ca_of(server)
+    budget = server.state.budget
+    padding = 64 * KIB - len(h.review_body({**h.shared_pod(), "padding": ""}, "uid-big"))
+    big = h.review_body({**h.shared_pod(), "padding": "x" * padding}, "uid-big")
+    assert len(big) == LIMITS.max_body_bytes
+    async with h.connect(server.port, ca, source=FLOOD) as stalled:
+        await stalled.send_head("/mutate", len(big))
+        await stalled.send(big[:-10])  # all but the end: held until the body timeout
+
+        async def holding() -> bool:
+            return budget.by_source.get(FLOOD, 0) == len(big) - 10
+
+        await h.eventually(holding, what="the stalled body held")
+        async with h.connect(server.port, ca, source=FLOOD) as more:
+            status, _, text = await more.post("/mutate", review("uid-more"))
+        assert status == 429
+        assert b"from 127.0.0.1" in text
+        assert b"the limit per address is 65536" in text
+        async with h.connect(server.port, ca, source=API_SERVER) as other:
+            status, _, _ = await other.post("/mutate", review("uid-other"))
+            assert status == 200
+        await stalled.send(big[-10:])
+        status, _, _ = await stalled.response()
+        assert status == 200
+    assert budget.by_source == {}
+    text = await metrics(server)
+    assert (
+        h.metric(text, "gpu_share_webhook_requests_shed_total", reason="source-inflight-bytes") == 1
+    )
+
+
+async def test_an_address_whose_large_reviews_took_their_share_waits_and_no_other_does(
+    server: serving.Running,
+) -> None:
+    # Under these limits every body is small (up to 256 KiB): here above 16 KiB is large.
+    state = server.state
+    state.budget = inflight.Budget(
+        LIMITS.max_inflight_bytes,
+        small_bytes=16 * KIB,
+        per_source_bytes=LIMITS.max_inflight_bytes_per_source,
+    )
+    charged: list[tuple[str, float]] = []
+
+    class Recording(inflight.LargeShares):
+        __slots__ = ()
+
+        def charge(self, source: str, seconds: float, now: float | None = None) -> None:
+            charged.append((source, seconds))
+            super().charge(source, seconds, now)
+
+    state.budget.shares = Recording(0.5)
+    state.budget.shares.charge(FLOOD, 3.0)  # 2 s beyond the burst: 4 s at half a core
+    charged.clear()
+    bare = len(review("uid-0"))
+    large = h.review_body({**h.shared_pod(), "padding": "x" * (32 * KIB - bare)}, "uid-large")
+    ca = ca_of(server)
+    async with h.connect(server.port, ca, source=FLOOD) as flood:
+        status, headers, text = await flood.post("/mutate", large)
+    assert status == 429
+    assert headers["retry-after"] == "4"
+    assert b"the large reviews from 127.0.0.1 took more than 50% of a core lately" in text
+    async with h.connect(server.port, ca, source=FLOOD) as flood:
+        status, _, _ = await flood.post("/mutate", review("uid-small"))
+    assert status == 200  # its small ones go on
+    async with h.connect(server.port, ca, source=API_SERVER) as other:
+        status, _, _ = await other.post("/mutate", large)
+    assert status == 200
+    # ...and what that review cost was charged to its own address.
+    ((source, seconds),) = charged
+    assert source == API_SERVER
+    assert seconds > 0
+    text = await metrics(server)
+    assert h.metric(text, "gpu_share_webhook_requests_shed_total", reason="source-large-share") == 1
