@@ -864,7 +864,7 @@ def test_the_client_auth_component_adds_the_ca_and_the_servers_settings(
     env = _env(c)
     ca_file, client_names = CLIENT_AUTH_VARIABLES
     assert env[ca_file] == f"{mount['mountPath']}/{item['path']}"
-    assert env[client_names] == "kube-apiserver"
+    assert env[client_names] == ",".join(certificates.DEFAULT_CLIENT_NAMES)
     # The rest of the Deployment is the install's.
     (before,) = _pod_spec(built[install])["containers"]
     assert [e for e in c["env"] if e["name"] not in CLIENT_AUTH_VARIABLES] == before["env"]

@@ -1343,8 +1343,8 @@ def test_client_auth_is_off_by_default(rendered: dict[str, list[dict[str, Any]]]
 def test_the_variables_client_auth_sets_are_serves_options(
     chart: helm_python.Chart, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The chart sets the variables of the options --client-ca-file and --client-names, by the
-    rule every option of `serve` follows; once `serve` has the options, it reads the values."""
+    """The chart sets the variables of `serve`'s options --client-ca-file and --client-names,
+    and `serve` reads the values from them."""
     objects = _client_auth_render(chart, "existingConfigMap")
     (c,) = _pod(objects)["containers"]
     env = _env(c)
@@ -1353,12 +1353,17 @@ def test_the_variables_client_auth_sets_are_serves_options(
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     args = vars(cli.build_parser().parse_args(c["args"]))
-    if "client_ca_file" in args:
-        assert args["client_ca_file"] == env[CLIENT_CA_FILE_ENV]
-        names_read = args["client_names"]
-        if isinstance(names_read, str):
-            names_read = names_read.split(",")
-        assert list(names_read) == CLIENT_AUTH["existingConfigMap"]["names"]
+    assert args["client_ca_file"] == env[CLIENT_CA_FILE_ENV]
+    names_read = args["client_names"]
+    if isinstance(names_read, str):
+        names_read = names_read.split(",")
+    assert list(names_read) == CLIENT_AUTH["existingConfigMap"]["names"]
+
+
+def test_the_names_a_client_certificate_may_have_default_to_the_servers(
+    chart: helm_python.Chart,
+) -> None:
+    assert chart.values["clientAuth"]["names"] == list(certificates.DEFAULT_CLIENT_NAMES)
 
 
 @pytest.mark.parametrize("way", list(CLIENT_AUTH))
