@@ -13,6 +13,7 @@ import os
 import re
 import shlex
 import shutil
+import ssl
 import subprocess
 import sys
 import textwrap
@@ -28,6 +29,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests import deploy_helpers as dh
+from tests import server_helpers as sh
 from tests.certs_helpers import (
     MUTATING_PATH,
     VALIDATING_PATH,
@@ -37,6 +39,7 @@ from tests.certs_helpers import (
 )
 from webhook import __version__, certificates, cli, commands, policies, rendering
 from webhook.commands import DEFAULT_NAMESPACE, DEFAULT_SERVICE, DEFAULT_WEBHOOK_NAME
+from webhook.transport import serving
 
 NAMESPACE = DEFAULT_NAMESPACE
 TLS_SECRET = "gpu-share-webhook-tls"
@@ -956,24 +959,44 @@ def test_the_client_certificate_guide_points_the_api_server_at_the_installs_serv
         assert path.startswith(volume["mountPath"] + "/"), path
 
 
-@pytest.mark.slow  # two RSA keys
-def test_the_client_certificate_commands_make_what_the_guide_says(tmp_path: Path) -> None:
-    """The guide's openssl commands make a CA and a client certificate for kube-apiserver
-    that the CA verifies."""
+@pytest.mark.slow  # two RSA keys and a server
+async def test_the_client_certificate_the_guide_makes_is_accepted_by_the_server(
+    tmp_path: Path,
+) -> None:
+    """The guide's openssl commands make a CA and a client certificate for kube-apiserver;
+    the server, with that CA as --client-ca-file and the default --client-names, serves a
+    client that presents the certificate and refuses one that presents none."""
     if shutil.which("openssl") is None:
         pytest.skip("openssl is not installed")
     section = _client_certificates_section()
     (block,) = re.findall(r"\n((?:    openssl .*\n(?:      .*\n)*|    printf .*\n)+)", section)
-    script = textwrap.dedent(block)
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path,
+    made = tmp_path / "made"
+    made.mkdir()
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", textwrap.dedent(block)], cwd=made,
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "apiserver-webhook-client.crt: OK" in done.stdout
-    cert = x509.load_pem_x509_certificate((tmp_path / "apiserver-webhook-client.crt").read_bytes())
-    ca = x509.load_pem_x509_certificate((tmp_path / "client-ca.crt").read_bytes())
+    cert = x509.load_pem_x509_certificate((made / "apiserver-webhook-client.crt").read_bytes())
+    ca = x509.load_pem_x509_certificate((made / "client-ca.crt").read_bytes())
     names_ = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
     assert [n.value for n in names_] == ["kube-apiserver"]
     usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
     assert cert.issuer == ca.subject
-    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is True
+    settings = sh.settings(tmp_path, host="127.0.0.1", port=0, metrics_port=0,
+                           client_ca_file=made / "client-ca.crt",
+                           client_names=certificates.DEFAULT_CLIENT_NAMES)
+    client = (made / "apiserver-webhook-client.crt", made / "apiserver-webhook-client.key")
+    async with serving.running(settings) as running:
+        server_ca = running.state.settings.cert_dir / certificates.CA_FILE
+        async with sh.connect(running.port, server_ca, client=client) as connection:
+            status, _, _ = await asyncio.wait_for(
+                connection.post("/mutate", sh.review_body(sh.shared_pod(), "uid-1")), 10
+            )
+        assert status == 200
+        with pytest.raises((ConnectionError, ssl.SSLError, asyncio.IncompleteReadError,
+                            EOFError, IndexError)):
+            async with sh.connect(running.port, server_ca) as connection:
+                await asyncio.wait_for(
+                    connection.post("/mutate", sh.review_body(sh.shared_pod(), "uid-2")), 10
+                )
