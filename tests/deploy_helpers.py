@@ -87,6 +87,33 @@ def kustomize(directory: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(done.stdout) if doc is not None]
 
 
+# deploy/components/client-auth, and the file of CAs an admin puts next to it.
+CLIENT_AUTH = DEPLOY / "components" / "client-auth"
+CLIENT_CA_FILE = "client-ca.crt"
+
+
+def site(tmp_path: Path, overlay: str, *, client_ca: str | None) -> Path:
+    """A site kustomization as docs/install.md shows it: an install of a copy of deploy/ and
+    policies/ with deploy/components/client-auth, and client-ca.crt there when given (the
+    copy keeps the admin's file out of the repository; None leaves the component as the
+    repository has it)."""
+    for part in (DEPLOY, POLICIES):
+        shutil.copytree(part, tmp_path / part.name)
+    component = tmp_path / CLIENT_AUTH.relative_to(REPO)
+    if client_ca is not None:
+        (component / CLIENT_CA_FILE).write_text(client_ca, encoding="utf-8")
+    directory = tmp_path / "site"
+    directory.mkdir()
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [f"../{BUILDS[overlay].relative_to(REPO)}"],
+        "components": [f"../{CLIENT_AUTH.relative_to(REPO)}"],
+    }
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return directory
+
+
 def load_yaml(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
 

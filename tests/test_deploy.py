@@ -13,8 +13,10 @@ import os
 import re
 import shlex
 import shutil
+import ssl
 import subprocess
 import sys
+import textwrap
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +25,11 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests import deploy_helpers as dh
+from tests import server_helpers as sh
 from tests.certs_helpers import (
     MUTATING_PATH,
     VALIDATING_PATH,
@@ -32,8 +37,9 @@ from tests.certs_helpers import (
     webhook,
     write_kubeconfig,
 )
-from webhook import __version__, cli, policies, rendering
+from webhook import __version__, certificates, cli, commands, policies, rendering
 from webhook.commands import DEFAULT_NAMESPACE, DEFAULT_SERVICE, DEFAULT_WEBHOOK_NAME
+from webhook.transport import serving
 
 NAMESPACE = DEFAULT_NAMESPACE
 TLS_SECRET = "gpu-share-webhook-tls"
@@ -815,6 +821,73 @@ def test_a_wheel_builds_from_what_the_docker_build_copies(
     assert any(n.startswith("webhook/_embedded/policies/") for n in names)
 
 
+# --------------------------------------------------------------------------- client certificates
+
+
+CLIENT_AUTH_VARIABLES = (commands.env_name("client-ca-file"), commands.env_name("client-names"))
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["kind"], obj["metadata"]["name"]
+
+
+def _pod_spec(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    return dict(dh.find(objects, "Deployment", "gpu-share-webhook")["spec"]["template"]["spec"])
+
+
+@pytest.mark.slow  # two kustomize builds per install
+@pytest.mark.parametrize("install", install_params())
+def test_the_client_auth_component_adds_the_ca_and_the_servers_settings(
+    built: dict[str, list[dict[str, Any]]], install: str, tmp_path: Path
+) -> None:
+    """deploy/components/client-auth on an install: a ConfigMap of client-ca.crt, mounted as
+    a directory, and the two variables of `serve`; everything else as the install has it."""
+    ca = certificates.make_ca().cert_pem.decode("ascii")
+    objects = dh.kustomize(dh.site(tmp_path, install, client_ca=ca))
+    plain = {_key(o): o for o in built[install]}
+    added = {_key(o): o for o in objects}
+    (configmap_key,) = set(added) - set(plain)
+    assert configmap_key == ("ConfigMap", "gpu-share-webhook-client-ca")
+    configmap = added.pop(configmap_key)
+    assert configmap["data"] == {"ca.crt": ca}
+    assert configmap["metadata"]["namespace"] == NAMESPACE
+    deployment = ("Deployment", "gpu-share-webhook")
+    assert {k: v for k, v in added.items() if k != deployment} == {
+        k: v for k, v in plain.items() if k != deployment
+    }
+    pod = _pod_spec(objects)
+    (c,) = pod["containers"]
+    (mount,) = [m for m in c["volumeMounts"] if m["name"] == "client-ca"]
+    assert mount["readOnly"] is True
+    assert "subPath" not in mount
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "client-ca"]
+    assert volume["configMap"]["name"] == configmap["metadata"]["name"]
+    (item,) = volume["configMap"]["items"]
+    assert item["key"] in configmap["data"]
+    env = _env(c)
+    ca_file, client_names = CLIENT_AUTH_VARIABLES
+    assert env[ca_file] == f"{mount['mountPath']}/{item['path']}"
+    assert env[client_names] == ",".join(certificates.DEFAULT_CLIENT_NAMES)
+    # The rest of the Deployment is the install's.
+    (before,) = _pod_spec(built[install])["containers"]
+    assert [e for e in c["env"] if e["name"] not in CLIENT_AUTH_VARIABLES] == before["env"]
+    assert [m for m in c["volumeMounts"] if m is not mount] == before["volumeMounts"]
+    assert [v for v in pod["volumes"] if v is not volume] == _pod_spec(built[install])["volumes"]
+    for obj in (configmap, dh.find(objects, "Deployment", "gpu-share-webhook")):
+        kubernetes_validate.validate(obj, dh.VERSIONS[-1], strict=True)
+
+
+def test_the_client_auth_component_stops_without_the_ca_file(tmp_path: Path) -> None:
+    """The component ships no stand-in for the site's CA: the build names the file to add."""
+    directory = dh.site(tmp_path, "cert-manager", client_ca=None)
+    done = dh.run([dh.tool("kubectl"), *dh.KUSTOMIZE, str(directory)])
+    assert done.returncode != 0, (
+        f"{dh.CLIENT_AUTH.relative_to(dh.REPO)} holds a {dh.CLIENT_CA_FILE} (yours, left in"
+        " this checkout?): the build no longer stops without the site's CA"
+    )
+    assert f"client-auth/{dh.CLIENT_CA_FILE}: no such file" in done.stderr
+
+
 # --------------------------------------------------------------------------- the docs
 
 
@@ -826,3 +899,104 @@ def _paths_in_docs() -> Iterator[str]:
 @pytest.mark.parametrize("path", list(_paths_in_docs()))
 def test_every_path_the_install_guide_names_exists(path: str) -> None:
     assert (dh.REPO / path).exists()
+
+
+CLIENT_CERTIFICATES_SECTION = "## Authenticate the API server (client certificates)"
+
+
+def _client_certificates_section() -> str:
+    text = (dh.REPO / "docs" / "install.md").read_text(encoding="utf-8")
+    start = text.index(CLIENT_CERTIFICATES_SECTION + "\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end]
+
+
+def _yaml_blocks(text: str) -> dict[str, dict[str, Any]]:
+    """The section's YAML blocks: a file's by the path of its first comment line, the others
+    by their kind."""
+    blocks = {}
+    for block in re.findall(r"```yaml\n(.*?)```", text, flags=re.DOTALL):
+        first = block.splitlines()[0]
+        doc = yaml.safe_load(block)
+        blocks[first[2:] if first.startswith("# /") else doc["kind"]] = doc
+    return blocks
+
+
+def test_the_client_certificate_guide_points_the_api_server_at_the_installs_service(
+    built: dict[str, list[dict[str, Any]]],
+) -> None:
+    """The admission configuration, its kubeconfig and the kubeadm configuration of the
+    guide fit together, and the kubeconfig's user is the name under which the API server
+    looks up the Service the webhook configurations call."""
+    blocks = _yaml_blocks(_client_certificates_section())
+    (admission_path,) = [p for p in blocks if p.endswith("admission.yaml")]
+    (kubeconfig_path,) = [p for p in blocks if p.endswith("kubeconfig.yaml")]
+    admission = blocks[admission_path]
+    assert admission["kind"] == "AdmissionConfiguration"
+    plugins = {p["name"]: p["configuration"] for p in admission["plugins"]}
+    assert set(plugins) == {"ValidatingAdmissionWebhook", "MutatingAdmissionWebhook"}
+    for configuration in plugins.values():
+        assert configuration["kind"] == "WebhookAdmissionConfiguration"
+        assert configuration["kubeConfigFile"] == kubeconfig_path
+    (user,) = blocks[kubeconfig_path]["users"]
+    service = dh.find(built["cert-manager"], "Service", DEFAULT_SERVICE)
+    (https,) = [p for p in service["spec"]["ports"] if p["name"] == "https"]
+    # A Service port other than 443 is looked up with ":<port>".
+    assert https["port"] == 443
+    assert user["name"] == f"{DEFAULT_SERVICE}.{NAMESPACE}.svc"
+    for config in (o for o in built["cert-manager"] if o["kind"].endswith("Configuration")):
+        for entry in config["webhooks"]:
+            called = entry["clientConfig"]["service"]
+            assert (called["name"], called["namespace"]) == (DEFAULT_SERVICE, NAMESPACE)
+            assert called.get("port", 443) == https["port"]
+    kubeadm = blocks["ClusterConfiguration"]["apiServer"]
+    (flag,) = kubeadm["extraArgs"]
+    assert flag == {"name": "admission-control-config-file", "value": admission_path}
+    (volume,) = kubeadm["extraVolumes"]
+    assert volume["hostPath"] == volume["mountPath"]
+    assert volume["readOnly"] is True
+    for path in (admission_path, kubeconfig_path, *user["user"].values()):
+        assert path.startswith(volume["mountPath"] + "/"), path
+
+
+@pytest.mark.slow  # two RSA keys and a server
+async def test_the_client_certificate_the_guide_makes_is_accepted_by_the_server(
+    tmp_path: Path,
+) -> None:
+    """The guide's openssl commands make a CA and a client certificate for kube-apiserver;
+    the server, with that CA as --client-ca-file and the default --client-names, serves a
+    client that presents the certificate and refuses one that presents none."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed")
+    section = _client_certificates_section()
+    (block,) = re.findall(r"\n((?:    openssl .*\n(?:      .*\n)*|    printf .*\n)+)", section)
+    made = tmp_path / "made"
+    made.mkdir()
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", textwrap.dedent(block)], cwd=made,
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "apiserver-webhook-client.crt: OK" in done.stdout
+    cert = x509.load_pem_x509_certificate((made / "apiserver-webhook-client.crt").read_bytes())
+    ca = x509.load_pem_x509_certificate((made / "client-ca.crt").read_bytes())
+    names_ = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    assert [n.value for n in names_] == ["kube-apiserver"]
+    usage = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usage) == [ExtendedKeyUsageOID.CLIENT_AUTH]
+    assert cert.issuer == ca.subject
+    settings = sh.settings(tmp_path, host="127.0.0.1", port=0, metrics_port=0,
+                           client_ca_file=made / "client-ca.crt",
+                           client_names=certificates.DEFAULT_CLIENT_NAMES)
+    client = (made / "apiserver-webhook-client.crt", made / "apiserver-webhook-client.key")
+    async with serving.running(settings) as running:
+        server_ca = running.state.settings.cert_dir / certificates.CA_FILE
+        async with sh.connect(running.port, server_ca, client=client) as connection:
+            status, _, _ = await asyncio.wait_for(
+                connection.post("/mutate", sh.review_body(sh.shared_pod(), "uid-1")), 10
+            )
+        assert status == 200
+        with pytest.raises((ConnectionError, ssl.SSLError, asyncio.IncompleteReadError,
+                            EOFError, IndexError)):
+            async with sh.connect(running.port, server_ca) as connection:
+                await asyncio.wait_for(
+                    connection.post("/mutate", sh.review_body(sh.shared_pod(), "uid-2")), 10
+                )

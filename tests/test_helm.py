@@ -10,9 +10,13 @@ own policies, other switches, Ignore, extra excluded namespaces, monitoring on).
 from __future__ import annotations
 
 import base64
+import contextlib
+import copy
 import importlib
 import importlib.util
+import io
 import re
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType
@@ -22,9 +26,11 @@ import helm_python
 import kubernetes_validate
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests import deploy_helpers as dh
-from webhook import __version__, certificates, cli, names, policies, rendering
+from webhook import __version__, certificates, cli, commands, names, policies, rendering
 
 CHART = dh.REPO / "charts" / "gpu-share-webhook"
 INSTALL_GUIDE = dh.REPO / "docs" / "install.md"
@@ -618,6 +624,454 @@ def test_a_file_of_the_same_name_replaces_a_shipped_one(chart: helm_python.Chart
     assert _policy_set(objects).names == ["default", "not-renamed"]
 
 
+# --------------------------------------------------------------------------- checking policy files
+
+# A valid policy that sets every field the checks read, for the table to break one at a time.
+SITE_POLICY: dict[str, Any] = {
+    "apiVersion": "gpu-share.io/v1alpha1",
+    "kind": "SharingPolicy",
+    "metadata": {"name": "site"},
+    "spec": {
+        "mode": "enforce",
+        "ruleModes": {"privileged": "warn"},
+        "sharedResources": ["nvidia.com/gpu.shared", "nvidia.com/gpu"],
+        "runtimeClassName": "nvidia",
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "example.com/dedicated", "value": "gpu", "effect": "NoExecute",
+             "tolerationSeconds": 60},
+        ],
+        "nodeClasses": [
+            {"name": "l4-mps", "product": "NVIDIA-L4", "strategy": "mps", "replicas": 2,
+             "memoryMiB": 23034},
+            {"name": "t4", "product": "Tesla-T4", "strategy": "time-slicing", "renamed": False,
+             "replicas": 4, "gpusPerNode": 2},
+        ],
+        "profiles": {"half": {"activeThreadPercentage": 50, "pinnedMemoryMiB": 11517}},
+        "defaultProfile": "half",
+        "hostAccess": {"allowedHostPaths": [{"pathPrefix": "/models"}],
+                       "deniedHostPaths": ["/opt/gpu-runtime"]},
+        "rules": {"denyEnvFromOnGpuContainers": True},
+    },
+}
+DELETE = object()
+RENAME = object()
+
+
+def _broken(*edits: tuple[tuple[str | int, ...], Any]) -> dict[str, Any]:
+    """SITE_POLICY with each (path, value) set; DELETE removes the key, (RENAME, new) renames
+    it."""
+    doc: dict[str, Any] = yaml.safe_load(yaml.safe_dump(SITE_POLICY))
+    for path, value in edits:
+        *parents, last = path
+        node: Any = doc
+        for key in parents:
+            node = node[key]
+        if value is DELETE:
+            del node[last]
+        elif isinstance(value, tuple) and value[0] is RENAME:
+            node[value[1]] = node.pop(last)
+        else:
+            node[last] = value
+    return doc
+
+
+CLASS0 = ("spec", "nodeClasses", 0)
+CLASS1 = ("spec", "nodeClasses", 1)
+TOLERATION0 = ("spec", "tolerations", 0)
+HALF = ("spec", "profiles", "half")
+
+# id: (the policy, the fields both checks name). Every kind of problem `policy check` finds
+# that the chart can tell from the file alone.
+BAD_POLICIES: dict[str, tuple[dict[str, Any], set[str]]] = {
+    # Unknown fields: a typo is never ignored.
+    "typo-in-a-class": (_broken(((*CLASS0, "strategy"), (RENAME, "stratgy"))),
+                        {"spec.nodeClasses[0].stratgy", "spec.nodeClasses[0].strategy"}),
+    "unknown-spec-field": (_broken((("spec", "mod"), "warn")), {"spec.mod"}),
+    "unknown-top-field": (_broken((("specs",), {})), {"specs"}),
+    "unknown-rule-switch": (_broken((("spec", "rules", "denyEverything"), True)),
+                            {"spec.rules.denyEverything"}),
+    # Values not among those allowed.
+    "mode-enforced": (_broken((("spec", "mode"), "enforced")), {"spec.mode"}),
+    "strategy": (_broken(((*CLASS0, "strategy"), "MPS")), {"spec.nodeClasses[0].strategy"}),
+    "operator": (_broken(((*TOLERATION0, "operator"), "exists")),
+                 {"spec.tolerations[0].operator"}),
+    "effect": (_broken(((*TOLERATION0, "effect"), "NoExec")), {"spec.tolerations[0].effect"}),
+    "rule-mode": (_broken((("spec", "ruleModes", "privileged"), "block")),
+                  {"spec.ruleModes.privileged"}),
+    "api-version": (_broken((("apiVersion",), "gpu-share.io/v1")), {"apiVersion"}),
+    "kind": (_broken((("kind",), "Pod")), {"kind"}),
+    # Types.
+    "integer-as-word": (_broken(((*CLASS0, "replicas"), "two")), {"spec.nodeClasses[0].replicas"}),
+    "integer-with-fraction": (_broken(((*CLASS0, "memoryMiB"), 1.5)),
+                              {"spec.nodeClasses[0].memoryMiB"}),
+    "boolean-as-word": (_broken(((*CLASS1, "renamed"), "maybe")), {"spec.nodeClasses[1].renamed"}),
+    "boolean-as-number": (_broken((("spec", "hostAccess", "trustPodSecurity"), 2)),
+                          {"spec.hostAccess.trustPodSecurity"}),
+    "mapping-for-a-list": (_broken((("spec", "tolerations"), {"key": "nvidia.com/gpu"})),
+                           {"spec.tolerations"}),
+    "list-for-a-mapping": (_broken((("spec", "hostAccess"), [])), {"spec.hostAccess"}),
+    "list-for-a-string": (_broken(((*CLASS0, "product"), ["NVIDIA-L4"])),
+                          {"spec.nodeClasses[0].product"}),
+    "null": (_broken((("spec", "mode"), None)), {"spec.mode"}),
+    "spec-is-a-string": (_broken((("spec",), "default")), {"spec"}),
+    # Required fields.
+    "no-node-classes": (_broken((("spec", "nodeClasses"), DELETE)), {"spec.nodeClasses"}),
+    "no-strategy": (_broken(((*CLASS0, "strategy"), DELETE)), {"spec.nodeClasses[0].strategy"}),
+    "no-spec": (_broken((("spec",), DELETE)), {"spec"}),
+    "no-name": (_broken((("metadata", "name"), DELETE)), {"metadata.name"}),
+    # Patterns, lengths, bounds.
+    "resource-name": (_broken((("spec", "sharedResources", 0), "amd.com/gpu")),
+                      {"spec.sharedResources[0]"}),
+    "runtime-class": (_broken((("spec", "runtimeClassName"), "Nvidia_Runtime")),
+                      {"spec.runtimeClassName"}),
+    "policy-name": (_broken((("metadata", "name"), "Site")), {"metadata.name"}),
+    "long-policy-name": (_broken((("metadata", "name"), "s" * 64)), {"metadata.name"}),
+    "profile-name": (_broken((("spec", "profiles", "half"), (RENAME, "Half"))),
+                     {"spec.profiles.Half.[key]"}),
+    "empty-product": (_broken(((*CLASS0, "product"), "")), {"spec.nodeClasses[0].product"}),
+    "no-classes": (_broken((("spec", "nodeClasses"), [])), {"spec.nodeClasses"}),
+    "threads-0": (_broken(((*HALF, "activeThreadPercentage"), 0)),
+                  {"spec.profiles.half.activeThreadPercentage"}),
+    "threads-101": (_broken(((*HALF, "activeThreadPercentage"), 101)),
+                    {"spec.profiles.half.activeThreadPercentage"}),
+    "no-gpus": (_broken(((*CLASS1, "gpusPerNode"), 0)), {"spec.nodeClasses[1].gpusPerNode"}),
+    "no-memory": (_broken(((*CLASS0, "memoryMiB"), 0)), {"spec.nodeClasses[0].memoryMiB"}),
+    # The models' own checks: each class, profile, toleration and host path.
+    "one-replica": (_broken(((*CLASS1, "replicas"), 1)), {"spec.nodeClasses[1].replicas"}),
+    "mps-without-memory": (_broken(((*CLASS0, "memoryMiB"), DELETE)),
+                           {"spec.nodeClasses[0].memoryMiB"}),
+    "mps-replicas": (_broken(((*CLASS0, "replicas"), 64)), {"spec.nodeClasses[0].replicas"}),
+    "mps-on-mig": (_broken(((*CLASS0, "resource"), "nvidia.com/mig-1g.10gb")),
+                   {"spec.nodeClasses[0].strategy"}),
+    "shared-product-too-long": (_broken(((*CLASS1, "product"), "P" * 60)),
+                                {"spec.nodeClasses[1].product"}),
+    "empty-profile": (_broken((("spec", "profiles", "none"), {})), {"spec.profiles.none"}),
+    "exists-with-value": (_broken(((*TOLERATION0, "value"), "x")), {"spec.tolerations[0]"}),
+    "equal-without-key": (_broken(((*TOLERATION0, "operator"), "Equal"),
+                                  ((*TOLERATION0, "key"), DELETE)), {"spec.tolerations[0]"}),
+    "seconds-without-no-execute": (_broken(((*TOLERATION0, "tolerationSeconds"), 30)),
+                                   {"spec.tolerations[0]"}),
+    "relative-allowed-path": (
+        _broken((("spec", "hostAccess", "allowedHostPaths", 0, "pathPrefix"), "models")),
+        {"spec.hostAccess.allowedHostPaths[0]"}),
+    "unclean-allowed-path": (
+        _broken((("spec", "hostAccess", "allowedHostPaths", 0, "pathPrefix"), "/models/./x")),
+        {"spec.hostAccess.allowedHostPaths[0]"}),
+    "relative-denied-path": (_broken((("spec", "hostAccess", "deniedHostPaths"), ["opt/gpu"])),
+                             {"spec.hostAccess"}),
+    # The policy's coherence.
+    "unknown-rule": (_broken((("spec", "ruleModes", "no-such-rule"), "warn")),
+                     {"spec.ruleModes.no-such-rule"}),
+    "always-enforced-rule": (_broken((("spec", "ruleModes", "malformed-object"), "warn")),
+                             {"spec.ruleModes.malformed-object"}),
+    "two-classes-one-name": (_broken(((*CLASS1, "name"), "l4-mps")), {"spec.nodeClasses"}),
+    "resource-twice": (_broken((("spec", "sharedResources", 1), "nvidia.com/gpu.shared")),
+                       {"spec.sharedResources", "spec.nodeClasses[t4]"}),
+    "class-resource-not-shared": (_broken((("spec", "sharedResources"), ["nvidia.com/gpu.shared"])),
+                                  {"spec.nodeClasses[t4]"}),
+    "shared-resource-no-class": (
+        _broken((("spec", "sharedResources"),
+                 [*SITE_POLICY["spec"]["sharedResources"], "nvidia.com/mig-1g.10gb.shared"])),
+        {"spec.sharedResources"}),
+    "profiles-without-default": (_broken((("spec", "defaultProfile"), DELETE)),
+                                 {"spec.defaultProfile"}),
+    "default-not-a-profile": (_broken((("spec", "defaultProfile"), "full")),
+                              {"spec.defaultProfile"}),
+    "default-without-profiles": (_broken((("spec", "profiles"), DELETE)), {"spec.defaultProfile"}),
+    "profile-above-every-ceiling": (_broken(((*HALF, "activeThreadPercentage"), 60)),
+                                    {"spec.profiles.half"}),
+}
+# Policies both take, written as people write them: values pydantic converts, and plain
+# scalars Helm reads as another type than the server does (y, 1e3: true, a number).
+GOOD_POLICY_TEXTS = {
+    "quoted-numbers-and-words": """\
+apiVersion: gpu-share.io/v1alpha1
+kind: SharingPolicy
+metadata: {name: site}
+spec:
+  nodeClasses:
+    - {name: l4, product: NVIDIA-L4, strategy: mps, replicas: "2", memoryMiB: 23_034,
+       gpusPerNode: 2.0, renamed: "yes", failRequestsGreaterThanOne: 0}
+  profiles:
+    half: {activeThreadPercentage: " 50", pinnedMemoryMiB: "11517.0"}
+  defaultProfile: half
+  rules: {denyPrivileged: "on", denyHostAccess: "False"}
+  hostAccess: {trustPodSecurity: "n"}
+""",
+    "plain-scalars-helm-reads-otherwise": """\
+apiVersion: gpu-share.io/v1alpha1
+kind: SharingPolicy
+metadata: {name: site}
+spec:
+  sharedResources: [nvidia.com/gpu]
+  tolerations:
+    - {key: y, operator: Equal, value: 1e3, effect: NoSchedule}
+  nodeClasses:
+    - {name: n, product: 0o17, strategy: time-slicing, renamed: false, replicas: 4}
+""",
+}
+
+
+def _site_dir(tmp_path: Path, text: str) -> Path:
+    directory = tmp_path / "site"
+    directory.mkdir(exist_ok=True)
+    (directory / "site.yaml").write_text(text, encoding="utf-8")
+    return directory
+
+
+def _check_problems(directory: Path, capsys: pytest.CaptureFixture[str]) -> list[str]:
+    """`gpu-share-webhook policy check DIR`'s problems, each `<file>: <field>: <reason>`."""
+    capsys.readouterr()
+    code = cli.main(["policy", "check", str(directory)])
+    err = capsys.readouterr().err
+    lines = [
+        line.removeprefix("error: ").removeprefix(f"{directory}/")
+        for line in err.splitlines()
+        if line.startswith("error: ")
+    ]
+    assert (code == 0) == (lines == []), err
+    return lines
+
+
+def _chart_problems(chart: helm_python.Chart, content: str | Mapping[str, Any]) -> list[str]:
+    """The chart's problems with a file of policies.files, each `<file>: <field>: <reason>`
+    ([] when it renders)."""
+    values = {"policies": {"files": {"site.yaml": content}}}
+    try:
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    except helm_python.HelmError as error:
+        message = str(error)
+        assert "policies.files: the server would not load these policies" in message, message
+        return [
+            line.strip().removeprefix("policies.files.")
+            for line in message.splitlines()
+            if line.startswith("  policies.files.")
+        ]
+    return []
+
+
+def _fields(problems: Sequence[str]) -> set[tuple[str, str]]:
+    """(file, field) of each problem."""
+    return {tuple(p.split(": ", 2)[:2]) for p in problems}  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("form", ["text", "mapping"])
+def test_the_site_policy_and_the_shipped_ones_pass_the_charts_check(
+    chart: helm_python.Chart, form: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    texts = {p.name: p.read_text(encoding="utf-8") for p in policies.policy_files(dh.POLICIES)}
+    texts["site.yaml"] = yaml.safe_dump(SITE_POLICY, sort_keys=False)
+    assert _check_problems(_site_dir(tmp_path, texts["site.yaml"]), capsys) == []
+    files = {n: t if form == "text" else yaml.safe_load(t) for n, t in texts.items()}
+    objects = _render(chart, {"policies": {"files": files}}, RELEASE, NAMESPACE)
+    rendered = _policy_files(objects)
+    assert {n: yaml.safe_load(t) for n, t in rendered.items()} == {
+        n: yaml.safe_load(t) for n, t in texts.items()
+    }
+    assert _policy_set(objects).names == ["default", "not-renamed", "site"]
+
+
+@pytest.mark.slow  # two renders and a `policy check` for each of some sixty policies
+@pytest.mark.parametrize("form", ["text", "mapping"])
+def test_the_chart_refuses_a_bad_policy_where_policy_check_does(
+    chart: helm_python.Chart, form: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both name the same file and fields for every entry of the table."""
+    for name, (doc, fields) in BAD_POLICIES.items():
+        text = yaml.safe_dump(doc, sort_keys=False)
+        checked = _check_problems(_site_dir(tmp_path, text), capsys)
+        assert {f for _, f in _fields(checked)} == fields, (name, checked)
+        charted = _chart_problems(chart, text if form == "text" else doc)
+        assert _fields(charted) == _fields(checked), (name, charted, checked)
+
+
+@pytest.mark.parametrize("name", ["typo-in-a-class", "mode-enforced"])
+def test_the_chart_names_the_file_and_the_field(chart: helm_python.Chart, name: str) -> None:
+    doc, fields = BAD_POLICIES[name]
+    message = _refused(chart, {"policies": {"files": {"site.yaml": yaml.safe_dump(doc)}}})
+    for field in fields:
+        assert f"policies.files.site.yaml: {field}: " in message
+    if name == "mode-enforced":
+        assert '"enforced" is not one of: enforce, warn, dry-run' in message
+
+
+@pytest.mark.parametrize("name", list(GOOD_POLICY_TEXTS))
+def test_values_the_server_converts_or_reads_otherwise_than_helm_are_not_refused(
+    chart: helm_python.Chart, name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = GOOD_POLICY_TEXTS[name]
+    assert _check_problems(_site_dir(tmp_path, text), capsys) == []
+    assert _chart_problems(chart, text) == []
+
+
+@pytest.mark.parametrize(
+    ("plain", "field"),
+    [
+        # "y" to the server, which no integer is; true to Helm, and 1 MiB would put the
+        # profile above the class's ceiling.
+        ("memoryMiB: y", "spec.nodeClasses[0].memoryMiB"),
+        # "y" to the server, no resource name; true to Helm, and no class advertises true.
+        ("- nvidia.com/gpu.shared\n  - nvidia.com/gpu", "spec.sharedResources[1]"),
+    ],
+)
+def test_a_value_helm_reads_otherwise_leaves_the_cross_checks_to_the_server(
+    chart: helm_python.Chart, plain: str, field: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    text = yaml.safe_dump(SITE_POLICY, sort_keys=False, default_flow_style=False)
+    if plain.startswith("memoryMiB"):
+        assert "memoryMiB: 23034" in text
+        text = text.replace("memoryMiB: 23034", plain)
+    else:
+        assert plain in text
+        text = text.replace(plain, "- nvidia.com/gpu.shared\n  - y")
+    assert _fields(_check_problems(_site_dir(tmp_path, text), capsys)) == {("site.yaml", field)}
+    assert _chart_problems(chart, text) == []
+
+
+def test_a_mapping_is_checked_as_helm_read_it(chart: helm_python.Chart) -> None:
+    """What the server gets of a mapping is Helm's reading of it, written out: true where a
+    string belongs stays true, and is refused. In a file's text Helm reads y as true too,
+    where the server reads a string, so there the chart leaves both to the server."""
+    doc = _broken(((*CLASS0, "product"), True))
+    assert _chart_problems(chart, doc) == [
+        "site.yaml: spec.nodeClasses[0].product: expected a string, not true"
+    ]
+    text = yaml.safe_dump(doc)
+    assert "product: true" in text
+    assert _chart_problems(chart, text) == []
+    assert _chart_problems(chart, text.replace("product: true", "product: y")) == []
+
+
+def test_a_policy_name_helm_reads_as_true_or_false_must_be_quoted(
+    chart: helm_python.Chart,
+) -> None:
+    """The chart names the webhook entries after the policy, so it must read the name as the
+    server does; `policy check` would take a policy named n."""
+    text = yaml.safe_dump(SITE_POLICY).replace("name: site", "name: n")
+    assert _chart_problems(chart, text) == [
+        "site.yaml: metadata.name: Helm reads this name as false, not as text: put it in quotes"
+    ]
+    assert _chart_problems(chart, text.replace("name: n", "name: 'n'")) == []
+
+
+def test_problems_of_several_documents_are_numbered_as_policy_check_numbers_them(
+    chart: helm_python.Chart, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = yaml.safe_dump(SITE_POLICY)
+    bad = yaml.safe_dump(BAD_POLICIES["mode-enforced"][0]).replace("name: site", "name: other")
+    text = f"# the site's policies\n---\n{good}---\n---  # kept empty\n{bad}"
+    checked = _check_problems(_site_dir(tmp_path, text), capsys)
+    assert _fields(checked) == {("site.yaml (document 3)", "spec.mode")}
+    assert _fields(_chart_problems(chart, text)) == _fields(checked)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        # policy check: "a policy is a mapping, not list"
+        ("- apiVersion: gpu-share.io/v1alpha1\n", "a policy is a mapping"),
+        ("# nothing yet\n", "holds no policy document"),
+        ("apiVersion: [\n", "not valid YAML"),
+    ],
+)
+def test_files_that_hold_no_policy_are_refused_by_both(
+    chart: helm_python.Chart, text: str, says: str, tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    (checked,) = _check_problems(_site_dir(tmp_path, text), capsys)
+    (charted,) = _chart_problems(chart, text)
+    for problem in (checked, charted):
+        assert problem.startswith("site.yaml: ")
+        assert says in problem
+
+
+def test_every_problem_of_every_file_is_listed(chart: helm_python.Chart) -> None:
+    files = {
+        "a.yaml": BAD_POLICIES["mode-enforced"][0],
+        "b.yaml": yaml.safe_dump(
+            {**BAD_POLICIES["no-strategy"][0], "metadata": {"name": "other"}}
+        ),
+    }
+    message = _refused(chart, {"policies": {"files": files}})
+    assert "policies.files.a.yaml: spec.mode: " in message
+    assert "policies.files.b.yaml: spec.nodeClasses[0].strategy: " in message
+
+
+def _paths(node: Any, prefix: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
+    """Every place in a document: its keys and list items, at any depth."""
+    found: list[tuple[str | int, ...]] = []
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(
+        node, list) else ()
+    for key, value in items:
+        found.append((*prefix, key))
+        found.extend(_paths(value, (*prefix, key)))
+    return found
+
+
+# Values people and typos put in policies: words the models convert, words Helm reads as
+# another type, names, paths, bounds and their neighbours, shapes.
+ODD_VALUES = st.sampled_from([
+    "", "y", "n", "yes", "off", "4", " 4", "4.0", "1_000", "abc", "MPS", "mps", "Exists",
+    "NoExecute", "warn", "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb",
+    "/models", "models", "/a/../b", "half", "l4-mps", "P" * 60,
+    -1, 0, 1, 2, 3, 47, 48, 49, 50, 100, 101, 23034, 1.5, 2.0,
+    True, False, None, [], {}, ["x"], {"x": 1},
+])
+
+
+@st.composite
+def _mutated_policies(draw: st.DrawFn) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load(yaml.safe_dump(SITE_POLICY))
+    for _ in range(draw(st.integers(1, 3))):
+        places = _paths(doc)
+        if not places:
+            break
+        *parents, last = draw(st.sampled_from(places))
+        node: Any = doc
+        for key in parents:
+            node = node[key]
+        action = draw(st.sampled_from(["set", "set", "delete", "add"]))
+        if action == "delete":
+            del node[last]
+        elif action == "add" and isinstance(node, dict):
+            key = draw(st.sampled_from(["extra", "Name", "strategy", "mode"]))
+            node[key] = copy.deepcopy(draw(ODD_VALUES))
+        else:
+            node[last] = copy.deepcopy(draw(ODD_VALUES))
+    return doc
+
+
+def _check_fields(text: str) -> set[tuple[str, str]]:
+    with tempfile.TemporaryDirectory() as directory:
+        (Path(directory) / "site.yaml").write_text(text, encoding="utf-8")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            cli.main(["policy", "check", directory])
+        return _fields([
+            line.removeprefix("error: ").removeprefix(f"{directory}/")
+            for line in err.getvalue().splitlines()
+            if line.startswith("error: ")
+        ])
+
+
+@pytest.mark.slow  # some hundred renders
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(doc=_mutated_policies(), form=st.sampled_from(["text", "mapping"]))
+def test_the_chart_refuses_no_policy_that_policy_check_takes(
+    chart: helm_python.Chart, doc: dict[str, Any], form: str
+) -> None:
+    """The other direction of the table: a policy the server loads is never refused, and
+    where both refuse, the chart names no field `policy check` does not. (But for a policy
+    name Helm reads as true or false: see test_a_policy_name_helm_reads_as_true_or_false.)"""
+    text = yaml.safe_dump(doc, sort_keys=False)
+    problems = _chart_problems(chart, text if form == "text" else doc)
+    charted = _fields([p for p in problems if not p.endswith("not as text: put it in quotes")])
+    checked = _check_fields(text)
+    assert charted <= checked, (charted, checked)
+
+
 # --------------------------------------------------------------------------- certificates
 
 
@@ -801,6 +1255,153 @@ def test_no_scrapers_closes_the_metrics_port(chart: helm_python.Chart) -> None:
     policy = dh.find(objects, "NetworkPolicy", RELEASE)
     assert [r["ports"] for r in policy["spec"]["ingress"]] == [[{"port": 8443, "protocol": "TCP"}]]
     assert not dh.ingress_admits(policy, 8080, namespace=dh.MONITORING, pod={"app": "x"})
+
+
+# --------------------------------------------------------------------------- client certificates
+
+CLIENT_CA_DIR = "/etc/gpu-share-webhook/client-ca"
+# The `serve` options clientAuth sets, by their variables (`GPU_SHARE_WEBHOOK_<OPTION>`).
+CLIENT_CA_FILE_ENV = commands.env_name("client-ca-file")
+CLIENT_NAMES_ENV = commands.env_name("client-names")
+CLIENT_AUTH: dict[str, dict[str, Any]] = {
+    "caBundle": {"enabled": True, "caBundle": CA_PEM},
+    "existingConfigMap": {
+        "enabled": True,
+        "existingConfigMap": "site-apiserver-ca",
+        "names": ["kube-apiserver", "kube-apiserver-kubelet-client"],
+    },
+}
+
+
+def _client_auth_render(chart: helm_python.Chart, way: str) -> list[dict[str, Any]]:
+    return _render(chart, {"clientAuth": CLIENT_AUTH[way]}, RELEASE, NAMESPACE)
+
+
+@pytest.mark.parametrize("way", list(CLIENT_AUTH))
+def test_client_auth_mounts_the_ca_as_a_directory_and_names_it_to_the_server(
+    chart: helm_python.Chart, way: str
+) -> None:
+    objects = _client_auth_render(chart, way)
+    pod = _pod(objects)
+    (c,) = pod["containers"]
+    env = _env(c)
+    (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == CLIENT_CA_DIR]
+    # A directory, not a file: the kubelet then replaces the file when the ConfigMap changes
+    # (a subPath mount keeps the first version), and the server re-reads it.
+    assert mount["readOnly"] is True
+    assert "subPath" not in mount
+    assert "subPathExpr" not in mount
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    (item,) = volume["configMap"]["items"]
+    assert item == {"key": "ca.crt", "path": "ca.crt"}
+    assert env[CLIENT_CA_FILE_ENV] == f"{CLIENT_CA_DIR}/{item['path']}"
+    assert env[CLIENT_NAMES_ENV].split(",") == CLIENT_AUTH[way].get("names", ["kube-apiserver"])
+    configmaps = {o["metadata"]["name"]: o for o in objects if o["kind"] == "ConfigMap"}
+    if way == "caBundle":
+        assert volume["configMap"]["name"] == f"{RELEASE}-client-ca"
+        assert configmaps[volume["configMap"]["name"]]["data"] == {"ca.crt": CA_PEM}
+    else:
+        assert volume["configMap"]["name"] == "site-apiserver-ca"
+        assert "site-apiserver-ca" not in configmaps
+        assert not [n for n in configmaps if n.endswith("-client-ca")]
+    for obj in objects:
+        if obj["kind"] in ("ConfigMap", "Deployment"):
+            kubernetes_validate.validate(obj, dh.VERSIONS[-1], strict=True)
+
+
+@pytest.mark.slow  # a kustomize build of a copy of deploy/
+def test_the_chart_adds_what_the_client_auth_component_adds(
+    chart: helm_python.Chart, tmp_path: Path
+) -> None:
+    """clientAuth with its defaults and a caBundle gives the objects of
+    deploy/components/client-auth on deploy/overlays/cert-manager with that CA."""
+    values = {"namespace": {"create": True}, "certificates": {"mode": "certManager"},
+              "clientAuth": CLIENT_AUTH["caBundle"]}
+    ours = {
+        (o["kind"], o["metadata"]["name"]): o
+        for o in map(_as_deploy_writes_it, _render(chart, values, RELEASE, NAMESPACE))
+    }
+    theirs = {
+        (o["kind"], o["metadata"]["name"]): o
+        for o in map(_as_deploy_writes_it,
+                     dh.kustomize(dh.site(tmp_path, "cert-manager", client_ca=CA_PEM)))
+    }
+    assert ("ConfigMap", f"{RELEASE}-client-ca") in theirs
+    assert sorted(ours) == sorted(theirs)
+    for key, want in theirs.items():
+        assert ours[key] == want, f"{key[0]} {key[1]} differs from deploy/components/client-auth"
+
+
+def test_client_auth_is_off_by_default(rendered: dict[str, list[dict[str, Any]]]) -> None:
+    for objects in rendered.values():
+        (c,) = _pod(objects)["containers"]
+        assert not {CLIENT_CA_FILE_ENV, CLIENT_NAMES_ENV} & set(_env(c))
+        assert CLIENT_CA_DIR not in {m["mountPath"] for m in c["volumeMounts"]}
+        assert not [o for o in objects if o["metadata"]["name"].endswith("-client-ca")]
+
+
+def test_the_variables_client_auth_sets_are_serves_options(
+    chart: helm_python.Chart, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The chart sets the variables of `serve`'s options --client-ca-file and --client-names,
+    and `serve` reads the values from them."""
+    objects = _client_auth_render(chart, "existingConfigMap")
+    (c,) = _pod(objects)["containers"]
+    env = _env(c)
+    assert {CLIENT_CA_FILE_ENV, CLIENT_NAMES_ENV} <= set(env)
+    assert CLIENT_CA_FILE_ENV == "GPU_SHARE_WEBHOOK_CLIENT_CA_FILE"
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    args = vars(cli.build_parser().parse_args(c["args"]))
+    assert args["client_ca_file"] == env[CLIENT_CA_FILE_ENV]
+    names_read = args["client_names"]
+    if isinstance(names_read, str):
+        names_read = names_read.split(",")
+    assert list(names_read) == CLIENT_AUTH["existingConfigMap"]["names"]
+
+
+def test_the_names_a_client_certificate_may_have_default_to_the_servers(
+    chart: helm_python.Chart,
+) -> None:
+    assert chart.values["clientAuth"]["names"] == list(certificates.DEFAULT_CLIENT_NAMES)
+
+
+@pytest.mark.parametrize("way", list(CLIENT_AUTH))
+def test_helm_lint_is_clean_with_client_auth(way: str) -> None:
+    report = helm_python.lint(
+        CHART, {"clientAuth": CLIENT_AUTH[way]}, namespace=NAMESPACE, strict=True
+    )
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize(
+    ("client_auth", "message"),
+    [
+        ({"enabled": True}, "clientAuth.enabled is true, but no CA is given"),
+        ({"enabled": True, "caBundle": CA_PEM, "existingConfigMap": "site-apiserver-ca"},
+         "caBundle and existingConfigMap are both set"),
+        ({"enabled": True, "caBundle": "client-ca.crt"}, "clientAuth.caBundle: not a PEM"),
+        ({"enabled": True, "caBundle": CA_PEM, "names": ["kube-apiserver,other"]},
+         "/clientAuth/names/0"),
+        ({"enabled": True, "caBundle": CA_PEM, "names": [" kube-apiserver"]},
+         "/clientAuth/names/0"),
+        ({"enabled": True, "caBundle": CA_PEM, "names": []}, "/clientAuth/names"),
+        ({"enabled": True, "existingConfigMap": "Site_CA"}, "/clientAuth/existingConfigMap"),
+        ({"enabled": "yes"}, "/clientAuth/enabled"),
+        ({"enable": True}, "/clientAuth"),
+    ],
+)
+def test_client_auth_values_the_chart_refuses(
+    chart: helm_python.Chart, client_auth: dict[str, Any], message: str
+) -> None:
+    assert message in _refused(chart, {"clientAuth": client_auth})
+
+
+def test_extra_env_cannot_set_the_client_auth_variables(chart: helm_python.Chart) -> None:
+    for name in (CLIENT_CA_FILE_ENV, CLIENT_NAMES_ENV):
+        message = _refused(chart, {"extraEnv": [{"name": name, "value": "x"}]})
+        assert f"extraEnv: {name} is set by the chart" in message
 
 
 # --------------------------------------------------------------------------- monitoring

@@ -96,6 +96,11 @@ checkov.io/skip{{ $n }}: >-
 {{- end -}}
 {{- end }}
 
+{{/* The ConfigMap whose ca.crt holds the CAs of the API server's client certificate. */}}
+{{- define "gpu-share-webhook.clientCaConfigMap" -}}
+{{- .Values.clientAuth.existingConfigMap | default (printf "%s-client-ca" (include "gpu-share-webhook.fullname" .)) }}
+{{- end }}
+
 {{/* The bootstrap Job's account, and the name of its Role, ClusterRole and bindings. */}}
 {{- define "gpu-share-webhook.certsName" -}}
 {{ include "gpu-share-webhook.fullname" . }}-certs
@@ -133,10 +138,23 @@ every render runs them.
 {{- else if .Values.certificates.existingSecret.caBundle }}
 {{- fail (printf "certificates.existingSecret.caBundle is set, but certificates.mode is %s: set the mode to existingSecret, or leave caBundle empty (%s fills it in)" $mode (ternary "cert-manager's CA injector" "the bootstrap Job" (eq $mode "certManager"))) }}
 {{- end }}
-{{- $own := list "GPU_SHARE_WEBHOOK_POLICIES" "GPU_SHARE_WEBHOOK_CERT_DIR" "GPU_SHARE_WEBHOOK_PORT" "GPU_SHARE_WEBHOOK_METRICS_PORT" "GPU_SHARE_WEBHOOK_STATE_DIR" "GPU_SHARE_WEBHOOK_LOG_FORMAT" "GPU_SHARE_WEBHOOK_LOG_LEVEL" }}
+{{- $own := list "GPU_SHARE_WEBHOOK_POLICIES" "GPU_SHARE_WEBHOOK_CERT_DIR" "GPU_SHARE_WEBHOOK_PORT" "GPU_SHARE_WEBHOOK_METRICS_PORT" "GPU_SHARE_WEBHOOK_STATE_DIR" "GPU_SHARE_WEBHOOK_LOG_FORMAT" "GPU_SHARE_WEBHOOK_LOG_LEVEL" "GPU_SHARE_WEBHOOK_CLIENT_CA_FILE" "GPU_SHARE_WEBHOOK_CLIENT_NAMES" }}
 {{- range .Values.extraEnv }}
 {{- if has .name $own }}
-{{- fail (printf "extraEnv: %s is set by the chart (its mounts, ports and logFormat/logLevel values)" .name) }}
+{{- fail (printf "extraEnv: %s is set by the chart (its mounts, ports and the values logFormat, logLevel and clientAuth)" .name) }}
+{{- end }}
+{{- end }}
+{{- with .Values.clientAuth }}
+{{- if .enabled }}
+{{- if and .caBundle .existingConfigMap }}
+{{- fail "clientAuth: caBundle and existingConfigMap are both set; give the CA one way (the PEM, or your ConfigMap with it under ca.crt)" }}
+{{- end }}
+{{- if not (or .caBundle .existingConfigMap) }}
+{{- fail "clientAuth.enabled is true, but no CA is given: the server cannot check the API server's client certificate without the CA that signed it. Give its PEM (--set-file clientAuth.caBundle=client-ca.crt) or the name of your ConfigMap holding it under ca.crt (clientAuth.existingConfigMap)" }}
+{{- end }}
+{{- if and .caBundle (not (contains "-----BEGIN CERTIFICATE-----" .caBundle)) }}
+{{- fail "clientAuth.caBundle: not a PEM certificate (-----BEGIN CERTIFICATE-----): give the CA's certificate, --set-file clientAuth.caBundle=client-ca.crt" }}
+{{- end }}
 {{- end }}
 {{- end }}
 {{- end }}

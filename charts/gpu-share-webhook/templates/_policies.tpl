@@ -51,49 +51,75 @@ of .Values.policies.files are kept as given; only their names and switches are r
 {{- end }}
 {{- end }}
 {{- end }}
+{{- $problems := list }}
 {{- range $file, $content := $values.files }}
 {{- if or (not (regexMatch "^[-._a-zA-Z0-9]+\\.ya?ml$" $file)) (regexMatch "^kustomization\\.ya?ml$" $file) }}
 {{- fail (printf "policies.files: %q is not a name the server reads as a policy file (letters, digits, '-', '_' and '.', ending in .yaml or .yml; not kustomization.yaml)" $file) }}
 {{- end }}
+{{- $label := printf "policies.files.%s" $file }}
+{{- /* The documents to check, each with its label as `policy check` numbers them. A
+mapping is checked as Helm read it, which is what the server gets (toYaml). */}}
+{{- $docs := list }}
 {{- $text := $content }}
 {{- if kindIs "map" $content }}
 {{- $text = toYaml $content }}
-{{- end }}
-{{- if not (kindIs "string" $text) }}
-{{- fail (printf "policies.files.%s: a policy file's text, or one policy as a mapping" $file) }}
-{{- end }}
+{{- $docs = list (dict "doc" $content "label" $label "lenient" false) }}
+{{- else if not (kindIs "string" $content) }}
+{{- fail (printf "%s: a policy file's text, or one policy as a mapping" $label) }}
+{{- else }}
 {{- if regexMatch "(?m)^---[ \\t]*[^#\\s]" $text }}
-{{- fail (printf "policies.files.%s: put each document separator (---) on a line of its own" $file) }}
+{{- fail (printf "%s: put each document separator (---) on a line of its own" $label) }}
 {{- end }}
-{{- $found := 0 }}
-{{- range $part := regexSplit "(?m)^---[ \\t]*(#.*)?$" $text -1 }}
+{{- /* PyYAML's documents: what comes before the first separator is one when it holds
+more than comments; every separator starts one, empty or not. */}}
+{{- $parts := list }}
+{{- range $i, $part := regexSplit "(?m)^---[ \\t]*(#.*)?$" $text -1 }}
+{{- if or (gt $i 0) (regexMatch "(?m)^[ \\t]*[^#\\s]" $part) }}
+{{- $parts = append $parts $part }}
+{{- end }}
+{{- end }}
+{{- range $i, $part := $parts }}
+{{- $at := ternary (printf "%s (document %d)" $label (add1 $i)) $label (gt (len $parts) 1) }}
 {{- if regexMatch "(?m)^[ \\t]*[^#\\s]" $part }}
 {{- $doc := fromYaml $part }}
-{{- if hasKey $doc "Error" }}
-{{- fail (printf "policies.files.%s: not valid YAML: %s" $file $doc.Error) }}
+{{- if not (hasKey $doc "Error") }}
+{{- $docs = append $docs (dict "doc" $doc "label" $at "lenient" true) }}
+{{- else if regexMatch "cannot unmarshal (array|string|number|bool)" $doc.Error }}
+{{- $problems = append $problems (printf "%s: a policy is a mapping (of apiVersion, kind, metadata and spec), not a list or a single value" $at) }}
+{{- else }}
+{{- $problems = append $problems (printf "%s: not valid YAML: %s" $at $doc.Error) }}
 {{- end }}
-{{- if not (and (eq (get $doc "apiVersion") $gen.names.policyApiVersion) (eq (get $doc "kind") $gen.names.policyKind)) }}
-{{- fail (printf "policies.files.%s: every document must be apiVersion: %s, kind: %s" $file $gen.names.policyApiVersion $gen.names.policyKind) }}
 {{- end }}
-{{- $name := dig "metadata" "name" "" $doc }}
-{{- if not (and (kindIs "string" $name) (le (len $name) 63) (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $name)) }}
-{{- fail (printf "policies.files.%s: metadata.name %v is not a policy name (a DNS label)" $file $name) }}
 {{- end }}
+{{- if not $parts }}
+{{- $problems = append $problems (printf "%s: holds no policy document" $label) }}
+{{- end }}
+{{- end }}
+{{- range $docs }}
+{{- $doc := .doc }}
+{{- $at := .label }}
+{{- $found := include "gpu-share-webhook.policyDocument" (dict "doc" $doc "root" $ "lenient" .lenient) | fromJsonArray }}
+{{- range $found }}
+{{- $problems = append $problems (printf "%s: %s" $at .) }}
+{{- end }}
+{{- if not $found }}
+{{- $name := $doc.metadata.name }}
 {{- if hasKey $where $name }}
-{{- fail (printf "policies.files.%s: policy %q is already defined in %s (leave out a shipped file with policies.exclude, or replace it by giving a file of the same name)" $file $name (get $where $name)) }}
-{{- end }}
+{{- $problems = append $problems (printf "%s: metadata.name: policy %q is already defined in %s (leave out a shipped file with policies.exclude, or replace it by giving a file of the same name)" $at $name (get $where $name)) }}
+{{- else }}
 {{- $_ := set $where $name $file }}
 {{- $rules := dict }}
 {{- range $k, $v := $gen.ruleDefaults }}{{ $_ := set $rules $k $v }}{{ end }}
-{{- range $k, $v := (dig "spec" "rules" (dict) $doc) }}{{ $_ := set $rules $k $v }}{{ end }}
-{{- $_ := set $switches $name (dict "everyPod" (get $rules "voidVisibleDevicesWithoutGpu") "hostAccess" (get $rules "denyHostAccess") "trustPodSecurity" (dig "spec" "hostAccess" "trustPodSecurity" $gen.trustPodSecurityDefault $doc) "cdiUpdates" (get $rules "denyCdiAnnotations")) }}
-{{- $found = add1 $found }}
+{{- range $k, $v := (dig "spec" "rules" (dict) $doc) }}{{ $_ := set $rules $k (include "gpu-share-webhook.policyBool" $v | eq "true") }}{{ end }}
+{{- $trust := dig "spec" "hostAccess" "trustPodSecurity" $gen.trustPodSecurityDefault $doc }}
+{{- $_ := set $switches $name (dict "everyPod" (get $rules "voidVisibleDevicesWithoutGpu") "hostAccess" (get $rules "denyHostAccess") "trustPodSecurity" (include "gpu-share-webhook.policyBool" $trust | eq "true") "cdiUpdates" (get $rules "denyCdiAnnotations")) }}
 {{- end }}
 {{- end }}
-{{- if eq $found 0 }}
-{{- fail (printf "policies.files.%s: holds no policy" $file) }}
 {{- end }}
 {{- $_ := set $files $file $text }}
+{{- end }}
+{{- if $problems }}
+{{- fail (printf "policies.files: the server would not load these policies (`gpu-share-webhook policy check DIR` refuses them too, and checks what the chart cannot: see docs/install.md):\n  %s" (join "\n  " $problems)) }}
 {{- end }}
 {{- if not $files }}
 {{- fail "no policy files: policies.shipped is false (or every shipped file is excluded) and policies.files is empty" }}
