@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -493,3 +494,22 @@ async def test_a_body_announced_large_counts_as_large_from_its_first_byte(
             status, _, _ = await connection.response()
             assert status == 200
     assert budget.large_held == budget.small_held == 0
+
+
+async def test_a_client_that_goes_away_mid_body_is_a_line_not_an_internal_error(
+    server: serving.Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    body = review("uid-gone")
+    with caplog.at_level(logging.INFO):
+        async with h.connect(server.port, ca_of(server)) as leaving:
+            await leaving.send_head("/mutate", len(body))
+            await leaving.send(body[:10])
+            await asyncio.sleep(0.1)
+
+        async def said() -> bool:
+            return any("closed before the body arrived" in str(r.msg) for r in caplog.records)
+
+        await h.eventually(said, what="the refused request's line")
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    text = await metrics(server)
+    assert h.metric(text, "gpu_share_webhook_reviews_total", decision="error") == 0

@@ -177,6 +177,15 @@ class Route:
                 )
             except BadReview as exc:
                 return self.invalid(policy_name, started, 400, str(exc))
+            except ConnectionError:
+                # The client went away in the middle of its body: no one to answer, and
+                # nothing wrong here (a line, not an error with a trace).
+                return self.invalid(
+                    policy_name,
+                    started,
+                    400,
+                    "the connection closed before the body arrived",
+                )
             except Exception as exc:
                 return self.internal_error(policy_name, started, body, exc)
             finally:
