@@ -2,7 +2,7 @@
 short and very large requests pile up on it.
 
     python bench/soak.py [--minutes 2] [--rate 200] [--idle 2000] [--slowloris 100]
-                         [--partial 100] [--large 3] [--every 10]
+                         [--partial 100] [--large 3] [--every 10] [--steady-source 127.0.0.2]
                          [--server-arg=--flag=value ...] [--server-env K=V ...]
 
 Runs `python -m webhook serve` on free loopback ports in a directory of its own (its own CA,
@@ -12,7 +12,9 @@ variable in its environment only, e.g. MALLOC_ARENA_MAX=8 to undo the two arenas
 itself), then for
 --minutes, all at once, over TLS checked as the API server checks it:
 
-- steady load: --rate reviews/s of one pod asking for a shared GPU, open loop (each sent at
+- steady load, from --steady-source (127.0.0.2: the API server's address is not the
+  abusers', whose connections all come from 127.0.0.1; the server bounds each address
+  apart): --rate reviews/s of one pod asking for a shared GPU, open loop (each sent at
   its scheduled time on one of --steady-connections keep-alive connections, its latency
   counted from that time, so a stalled server shows as latency, not as a slower sender);
 - --idle connections that send one review and then stay open and silent, as a client's
@@ -78,6 +80,9 @@ POD: dict[str, Any] = {
     },
 }
 UID = "00000000-0000-0000-0000-000000000000"
+# The address the abusive connections come from; the steady load comes from --steady-source
+# (the API server's address is not the attackers'; the server bounds each address apart).
+ABUSE_SOURCE = "127.0.0.1"
 PATH = f"/mutate?{fuzzing.QUERY}"
 
 
@@ -150,8 +155,11 @@ class Soak:
         self.large_body = review_body(POD, pad=pad)
         self.stop = asyncio.Event()
 
-    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        async with self.opening:
+    async def connect(
+        self, source: str = ABUSE_SOURCE
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        # The abusers open at most OPENING at once; the steady load does not wait for them.
+        async with self.opening if source == ABUSE_SOURCE else contextlib.nullcontext():
             return await asyncio.wait_for(
                 asyncio.open_connection(
                     "127.0.0.1",
@@ -159,6 +167,7 @@ class Soak:
                     ssl=self.context,
                     server_hostname=h.HOST,
                     limit=1 << 20,
+                    local_addr=(source, 0),
                 ),
                 REVIEW_TIMEOUT_SECONDS,
             )
@@ -178,7 +187,7 @@ class Soak:
             body = self.steady_body.replace(UID.encode(), uid)
             try:
                 if connection is None:
-                    connection = await self.connect()
+                    connection = await self.connect(self.args.steady_source)
                 async with asyncio.timeout(REVIEW_TIMEOUT_SECONDS):
                     status, headers, answer = await exchange(*connection, head(len(body)) + body)
                 if headers.get("connection", "").lower() == "close":
@@ -527,6 +536,11 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=2.0)
     parser.add_argument("--rate", type=float, default=200.0, help="steady reviews a second")
     parser.add_argument("--steady-connections", type=int, default=4)
+    parser.add_argument(
+        "--steady-source",
+        default="127.0.0.2",
+        help="loopback address the steady load comes from (127.0.0.1: the abusers' own)",
+    )
     parser.add_argument("--idle", type=int, default=2000, help="idle keep-alive connections")
     parser.add_argument("--slowloris", type=int, default=100, help="connections dripping a head")
     parser.add_argument("--drip", type=float, default=5.0, help="seconds between their bytes")
