@@ -21,7 +21,7 @@ import pytest
 
 from tests import server_helpers as h
 from webhook import certificates
-from webhook.transport import inflight, serving
+from webhook.transport import inflight, logs, serving
 from webhook.transport import limits as limits_module
 from webhook.transport.limits import Limits
 
@@ -513,3 +513,37 @@ async def test_a_client_that_goes_away_mid_body_is_a_line_not_an_internal_error(
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     text = await metrics(server)
     assert h.metric(text, "gpu_share_webhook_reviews_total", decision="error") == 0
+
+
+async def test_malformed_requests_are_one_warning_a_while_not_a_trace_each(
+    server: serving.Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    server_log = logging.getLogger("aiohttp.server")
+    quiet = logs.MalformedRequests()
+    server_log.addFilter(quiet)
+    ca = ca_of(server)
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(5):
+            async with h.connect(server.port, ca) as bad:
+                await bad.send(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n")
+                status, _, _ = await asyncio.wait_for(bad.response(), 5)
+                assert status == 400
+    lines = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert len(lines) == 1
+    (line,) = lines
+    assert line.levelno == logging.WARNING
+    assert line.exc_info is None
+    assert "refused a malformed request from 127.0.0.1: BadHttpMessage" in line.getMessage()
+    server_log.removeFilter(quiet)
+
+
+def test_logging_as_serve_configures_it_quiets_malformed_requests() -> None:
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        logs.configure_logging("info", "text")
+        filters = logging.getLogger("aiohttp.server").filters
+        assert [f for f in filters if isinstance(f, logs.MalformedRequests)]
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)

@@ -243,7 +243,7 @@ async def test_a_large_review_returns_freed_memory_and_a_small_one_does_not(
     small = h.review_body(h.real_pods()[0], "uid-small")
     assert (await h.post_review(client, "/mutate", small)).status == 200
     assert trimmer.last is None
-    large = padded_review(admission.INLINE_REVIEW_BYTES + 1, "uid-large")
+    large = padded_review(admission.SMALL_REVIEW_BYTES + 1, "uid-large")
     assert (await h.post_review(client, "/mutate", large)).status == 200
     assert trimmer.last is not None
 

@@ -274,7 +274,7 @@ def _add_limit_arguments(parser: argparse.ArgumentParser, limits: Limits) -> Non
         (
             "large-review-share",
             number(positive=True),
-            "share of one core the reviews of large bodies (over 256 KiB) from one source"
+            "share of one core the reviews of bodies over 16 KiB from one source"
             " address may take on average (429 for its large ones beyond, until it comes down)",
         ),
     ):

@@ -561,8 +561,19 @@ def host_path_classes(path: str, policy: Policy) -> list[str]:
     return hostpaths.classes_of(path, policy.denied_host_paths)
 
 
-def _mounted_by(pod: pods.Pod, volume: str) -> str:
-    mounted = sorted({c.name for c in pod.containers for m in c.mounts if m.volume == volume})
+def _mounters(pod: pods.Pod) -> dict[str, list[str]]:
+    """The containers that mount each volume, by volume name, sorted: read once per pod (a
+    lookup per volume would be volumes x mounts, which a pod of thousands of each makes
+    seconds)."""
+    found: dict[str, set[str]] = {}
+    for c in pod.containers:
+        for m in c.mounts:
+            found.setdefault(m.volume, set()).add(c.name)
+    return {volume: sorted(names) for volume, names in found.items()}
+
+
+def _mounted_by(mounters: dict[str, list[str]], volume: str) -> str:
+    mounted = mounters.get(volume)
     return f" (mounted by {', '.join(mounted)})" if mounted else ""
 
 
@@ -571,12 +582,15 @@ def check_host_path(r: Pass) -> None:
     if pod.ephemeral_update:
         _check_host_path_mounts(r)
         return
+    mounters: dict[str, list[str]] | None = None
     for v in pod.volumes:
         if v.host_path is None:
             continue
         reached = host_path_classes(v.host_path, r.policy)
         if not reached:
             continue
+        if mounters is None:
+            mounters = _mounters(pod)
         more = ", and more (docs/security.md lists them)" if len(reached) > 1 else ""
         what = (
             "is relative: the runtime resolves it against its working directory, which"
@@ -591,7 +605,7 @@ def check_host_path(r: Pass) -> None:
             f"spec.volumes[{v.position}]",
             f'volume "{v.name}" (',
             FIELD,
-            f"): hostPath {shown(v.host_path)}{_mounted_by(pod, v.name)} {what}",
+            f"): hostPath {shown(v.host_path)}{_mounted_by(mounters, v.name)} {what}",
         )
 
 
@@ -758,8 +772,11 @@ def check_host_access(r: Pass) -> None:
                 FIELD,
                 f" {what}{_NOT_ENFORCED}. Remove {flag}",
             )
+    mounters: dict[str, list[str]] | None = None
     for v, allowed in volumes:
         if allowed is None:
+            if mounters is None:
+                mounters = _mounters(pod)
             listed = ", ".join(e for e, _ in policy.allowed_host_paths) or "none"
             r.deny(
                 "host-access",
@@ -767,7 +784,8 @@ def check_host_access(r: Pass) -> None:
                 f"spec.volumes[{v.position}]",
                 f'volume "{v.name}" (',
                 FIELD,
-                f"): hostPath {shown(v.host_path)}{_mounted_by(pod, v.name)} is not under a path"
+                f"): hostPath {shown(v.host_path)}{_mounted_by(mounters, v.name)} is not under a"
+                " path"
                 f' policy "{policy.name}" allows (allowedHostPaths: {listed}){_NOT_ENFORCED}.'
                 " Use a PersistentVolumeClaim, or ask the cluster admin to allow the path",
             )

@@ -34,12 +34,17 @@ from webhook.transport import deadlines, inflight, logs, metrics, states
 logger = logging.getLogger(__name__)
 review_log = logging.getLogger(logs.REVIEW_LOGGER)
 
-# Reviews of bodies up to this size take at most a few milliseconds (a typical pod: ~25 us),
-# so they run on the event loop. Larger ones (tens of ms near the limit) run on a thread:
-# the loop keeps answering other reviews and probes meanwhile, and the wait can be cut at
-# the deadline. It is the bound of a small review in the in-flight budget (`create_app`),
-# which the handler reads it from (`state.budget.small_bytes`): one value for both.
-INLINE_REVIEW_BYTES = 256 * 1024
+# Reviews of bodies up to this size take at most a millisecond or two (a typical pod of a
+# few KB: ~25 us; a review's cost grows with its bytes, ~90 us a KiB at worst, measured), so
+# they run on the event loop. Larger ones run on a thread: the loop keeps answering other
+# reviews and probes meanwhile, the wait can be cut at the deadline, and they are "large"
+# for the bounds of their address (they take turns, and count against its share of a core:
+# `inflight.LargeTurns`). 256 KiB, as it was, let one address send reviews of 20-30 ms each
+# (thousands of hostPath volumes) that held up the loop for everyone (found by an attack).
+INLINE_REVIEW_BYTES = 16 * 1024
+# The bound of a small review in the in-flight budget (`create_app`): bytes of reviews up
+# to this size have a reserve of their own beyond --max-inflight-bytes.
+SMALL_REVIEW_BYTES = 256 * 1024
 # A 4xx reason is one line of at most this many characters, whatever the body held.
 REASON_LENGTH = 300
 
@@ -105,13 +110,13 @@ class Route:
             )
         source = request.remote or ""
         budget = state.budget
-        large = length is None or length > budget.small_bytes
+        large = length is None or length > INLINE_REVIEW_BYTES
         if large:
             # Its address's large reviews take turns (`inflight.LargeTurns`): waiting for one
             # may take up to half of what the API server gives the review.
             within = deadlines.review_seconds(request.raw_path) / 2
             try:
-                await budget.turns.enter(source, within - (time.perf_counter() - started))
+                await budget.turns.enter(source, within - (time.perf_counter() - started), length)
             except inflight.Busy as busy:
                 budget.shares.charge(source, inflight.REFUSAL_SECONDS)
                 self.metrics.count_shed("source-large-share" if busy.share else "source-large-turn")
@@ -137,7 +142,7 @@ class Route:
                 # One read of the reference: reloads during this review do not change its
                 # policies.
                 policy_set = state.policy_watch.policies
-                if len(body) <= state.budget.small_bytes or state.executor is None:
+                if len(body) <= INLINE_REVIEW_BYTES or state.executor is None:
                     outcome = self.review(body, policy_set, policy_name)
                 else:
                     deadline = started + deadlines.review_seconds(request.raw_path)

@@ -59,7 +59,7 @@ def create_app(
     limits = settings.limits
     budget = inflight.Budget(
         limits.max_inflight_bytes,
-        small_bytes=admission.INLINE_REVIEW_BYTES,
+        small_bytes=admission.SMALL_REVIEW_BYTES,
         per_source_bytes=limits.max_inflight_bytes_per_source,
         large_share=limits.large_review_share,
     )

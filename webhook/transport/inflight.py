@@ -122,13 +122,15 @@ class Busy(Exception):
 
 
 class _Lane:
-    """The large reviews of one address: whether one has its turn, and who waits."""
+    """The large reviews of one address: whether one has its turn, and who waits (and what
+    they weigh)."""
 
-    __slots__ = ("busy", "waiters")
+    __slots__ = ("busy", "waiters", "weight")
 
     def __init__(self) -> None:
         self.busy = False
         self.waiters: deque[asyncio.Future[None]] = deque()
+        self.weight = 0
 
 
 class LargeTurns:
@@ -145,9 +147,11 @@ class LargeTurns:
 
     __slots__ = ("_lanes", "shares", "waiting")
 
-    # Waiting large reviews of one address: each holds a connection and what aiohttp and
-    # the TLS layer read of its body before they stop reading (a few hundred KiB).
-    WAITING = 16
+    # What the waiting reviews of one address may weigh: each holds what aiohttp and the TLS
+    # layer read of its body before they stop reading, at most its size and at most
+    # `WAITING_WEIGHT_CAP` (a few hundred KiB): 16 at the body limit, hundreds of 16 KiB.
+    WAITING = 8 * 1024 * 1024
+    WAITING_WEIGHT_CAP = 512 * 1024
 
     def __init__(self, shares: LargeShares, *, waiting: int = WAITING) -> None:
         self.shares = shares
@@ -157,14 +161,18 @@ class LargeTurns:
     def __len__(self) -> int:
         return len(self._lanes)
 
-    async def enter(self, source: str, within: float) -> None:
-        """Wait for `source`'s turn, at most `within` seconds; Busy when it cannot come in
-        time. Each `enter` that returns is followed by one `leave`."""
+    async def enter(self, source: str, within: float, size: int | None = None) -> None:
+        """Wait for `source`'s turn, at most `within` seconds, for a body of `size` bytes
+        (None: unknown, chunked); Busy when it cannot come in time. Each `enter` that returns
+        is followed by one `leave`."""
         lane = self._lanes.get(source)
         if lane is None:
             lane = self._lanes[source] = _Lane()
         if lane.busy:
-            if len(lane.waiters) >= self.waiting or within <= 0:
+            weight = min(
+                size if size is not None else self.WAITING_WEIGHT_CAP, self.WAITING_WEIGHT_CAP
+            )
+            if lane.weight + weight > self.waiting or within <= 0:
                 raise Busy(
                     f"{len(lane.waiters) + 1} large reviews from {source} are being received,"
                     " reviewed or waiting",
@@ -172,6 +180,7 @@ class LargeTurns:
                 )
             waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             lane.waiters.append(waiter)
+            lane.weight += weight
             try:
                 await asyncio.wait_for(asyncio.shield(waiter), within)
             except (TimeoutError, asyncio.CancelledError):
@@ -187,6 +196,8 @@ class LargeTurns:
                     f" within {within:.1f} s",
                     1.0,
                 ) from None
+            finally:
+                lane.weight -= weight
         else:
             lane.busy = True
         owed = self.shares.wait(source)

@@ -74,10 +74,12 @@ class Limits:
     # webhook client's MaxIdleConnsPerHost): at its default --max-requests-inflight and
     # --max-mutating-requests-inflight (400 + 200) that is at most ~600 from one address.
     max_connections_per_source: int = 1024
-    # A TLS 1.3 handshake costs this server ~1 ms of CPU; 32 at once is at most a few tens
-    # of milliseconds of the event loop's time in one turn, whatever arrives.
-    max_handshakes: int = 32
-    max_handshakes_per_source: int = 8
+    # A TLS 1.3 handshake costs this server ~0.5 ms of CPU; 64 at once is at most a few tens
+    # of milliseconds of the event loop's time in one turn, whatever arrives. A handshake
+    # that never comes holds its slot for --header-timeout: 16 addresses are needed to hold
+    # them all.
+    max_handshakes: int = 64
+    max_handshakes_per_source: int = 4
     # Handshakes begun per second for one address; a burst of twice as many passes at once.
     # The API server reuses its connections and opens new ones only beyond the idle ones it
     # keeps; a client that reconnects as fast as it can is held to a few % of a core.
@@ -98,7 +100,7 @@ class Limits:
     # What one address may hold of it, large and small reviews together: whatever one
     # address holds, the others keep at least the reserve of small reviews.
     max_inflight_bytes_per_source: int = 8 * MIB
-    # The share of one core that the reviews of large bodies (over 256 KiB) from one address
+    # The share of one core that the reviews of bodies over 16 KiB from one address
     # may take, on average (`inflight.LargeShares`): beyond it, that address's large reviews
     # are answered 429 before their body is read, until its use has come down.
     large_review_share: float = 0.2
@@ -167,6 +169,10 @@ CLOSE_REASONS = (
 # What a client may send between the end of its handshake and the connection being handed
 # to aiohttp (a TLS 1.3 client sends its request with its Finished message): a read or two.
 _EARLY_BYTES = 1 * MIB
+# A handshake in progress for longer than this may be closed to make room at
+# --max-connections (the API server's take milliseconds).
+_SLOW_HANDSHAKE_SECONDS = 1.0
+
 # What a client may send before its handshake starts: its ClientHello (a few hundred bytes
 # to a few KB; one TLS record is at most 16 KiB).
 _HELLO_BYTES = 64 * 1024
@@ -298,6 +304,8 @@ class _Guarded(asyncio.BufferedProtocol):
             hello += _READ_BUFFER[:nbytes]
             if raw is not None:
                 if len(hello) > _HELLO_BYTES:
+                    if phase == _WAITING:  # else the handshake's failure counts it
+                        self._connections.count(TLS_FAILED)
                     raw.abort()
                 elif phase == _WAITING:
                     raw.pause_reading()
@@ -682,8 +690,25 @@ class Connections:
         return True
 
     def _oldest_idle_of_largest(self) -> _Guarded | None:
+        """What makes room at --max-connections: of the address holding the most, the
+        oldest connection still waiting for its handshake (it has sent nothing that was
+        read), else one whose handshake has taken over a second, else its oldest idle one;
+        else the same of the next address."""
+        now = time.monotonic()
         for source in sorted(self._sources.values(), key=lambda s: len(s.open), reverse=True):
-            victim = next((c for c in source.established if c.idle), None)
+            victim = next((c for c in source.waiting if c.phase == _WAITING), None)
+            if victim is None:
+                # A handshake that has taken a second is not the API server's.
+                victim = next(
+                    (
+                        c
+                        for c in source.open
+                        if c.phase == _HANDSHAKE and now - c.opened > _SLOW_HANDSHAKE_SECONDS
+                    ),
+                    None,
+                )
+            if victim is None:
+                victim = next((c for c in source.established if c.idle), None)
             if victim is not None:
                 return victim
         return None
@@ -752,6 +777,8 @@ class Connections:
         self._start_handshakes()
 
     def handshake_failed(self, connection: _Guarded, exc: BaseException, timed_out: bool) -> None:
+        if connection not in self._open:
+            return  # closed by the server to make room, and counted then
         if timed_out and isinstance(exc, ConnectionAbortedError | TimeoutError):
             self._closed(TLS_TIMEOUT)
             return
@@ -877,6 +904,10 @@ class Connections:
             source.open.pop(connection, None)
             source.established.pop(connection, None)
         connection.close()
+        self._closed(why)
+
+    def count(self, why: str) -> None:
+        """Count a connection closed for `why` (the `reason` of connections_closed_total)."""
         self._closed(why)
 
     def _closed(self, why: str) -> None:

@@ -206,6 +206,46 @@ def _text_value(value: object) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
+class MalformedRequests(logging.Filter):
+    """aiohttp's lines about requests it could not parse (a bad Content-Length, a header too
+    long, not HTTP at all): one warning without the trace, at most one every `seconds`, with
+    how many were left out. aiohttp logs each as an error with a traceback, so any client that
+    reaches the port could fill the log with them (found by an attack: 300 requests, 300
+    traces). Installed on the `aiohttp.server` logger by `configure_logging`."""
+
+    def __init__(self, seconds: float = 10.0) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self._last = -seconds
+        self._left_out = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not record.getMessage().startswith("Error handling request") or not record.exc_info:
+            return True
+        exc = record.exc_info[1]
+        if isinstance(exc, Exception) and not _is_malformed(exc):
+            return True  # a fault of the server: the trace is wanted
+        now = time.monotonic()
+        if now - self._last < self.seconds:
+            self._left_out += 1
+            return False
+        left_out, self._left_out, self._last = self._left_out, 0, now
+        more = f" (and {left_out} more since the last such line)" if left_out else ""
+        record.msg = f"refused a malformed request from %s: {type(exc).__name__}: %s{more}"
+        args = record.args if isinstance(record.args, tuple) and record.args else ("unknown",)
+        record.args = (args[0], str(exc)[:300])
+        record.exc_info = None
+        record.exc_text = None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        return True
+
+
+def _is_malformed(exc: BaseException) -> bool:
+    from aiohttp import http_exceptions  # noqa: PLC0415 - only when aiohttp logs one
+
+    return isinstance(exc, http_exceptions.HttpProcessingError)
+
+
 def configure_logging(level: str, log_format: str = "json") -> None:
     """Log lines to stderr (where container runtimes collect them) at `level`."""
     handler = logging.StreamHandler(sys.stderr)
@@ -213,3 +253,6 @@ def configure_logging(level: str, log_format: str = "json") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    server_log = logging.getLogger("aiohttp.server")
+    if not any(isinstance(f, MalformedRequests) for f in server_log.filters):
+        server_log.addFilter(MalformedRequests())

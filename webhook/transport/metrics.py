@@ -202,7 +202,7 @@ class Metrics:
             " (--max-inflight-bytes-per-source reached by the request's address),"
             " source-large-share (the large reviews of the request's address took more than"
             " --large-review-share of a core lately), source-large-turn (its address had a"
-            " large review in progress and 16 waiting, or no turn came in time),"
+            " review over 16 KiB in progress and 8 MiB of them waiting, or no turn came in time),"
             " body-timeout (the body did not arrive within --body-timeout).",
             ["reason"],
             registry=own,

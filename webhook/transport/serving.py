@@ -75,6 +75,7 @@ async def running(
     probe_runner = web.AppRunner(
         app.create_probe_app(admission_app), access_log=None, shutdown_timeout=1.0
     )
+
     def owed(address: str) -> float:
         # Looked up each time: the budget is the state's to replace.
         return state.budget.shares.wait(address)
