@@ -317,6 +317,15 @@ async def test_a_large_review_that_outlasts_the_timeout_is_answered_before_the_d
     result = h.response_of(await response.json(), "uid-slow")
     assert result["allowed"] is False
     assert result["status"]["code"] == 500
+    # The thread still reads the body: its bytes stay counted in flight until it is done,
+    # so bodies cannot pile up beyond the bound behind busy threads.
+    budget = app[states.STATE].budget
+    assert budget.large_held + budget.small_held == len(body)
+
+    async def given_back() -> bool:
+        return budget.large_held + budget.small_held == 0
+
+    await h.eventually(given_back, what="the bytes given back when the thread is done")
 
 
 @pytest.mark.parametrize(

@@ -147,7 +147,7 @@ class Route:
                 else:
                     deadline = started + deadlines.review_seconds(request.raw_path)
                     outcome = await self.review_in_thread(
-                        body, policy_set, policy_name, deadline, source
+                        body, policy_set, policy_name, deadline, source=source, held=held
                     )
             except inflight.Exceeded as exceeded:
                 if exceeded.source is None:
@@ -254,23 +254,31 @@ class Route:
         policy_set: policies.PolicySet,
         policy_name: str,
         deadline: float,
+        *,
         source: str = "",
+        held: inflight.Hold | None = None,
     ) -> reviews.Outcome:
         """A large review, on a thread, cut off at `deadline` (see INLINE_REVIEW_BYTES); its
-        CPU time is charged to `source` (`inflight.LargeShares`)."""
+        CPU time is charged to `source` (`inflight.LargeShares`); the body's bytes in flight,
+        `held`, are given back when the thread is done with them."""
         state = self.state
         assert state.executor is not None
         remaining = deadline - time.perf_counter()
         if remaining <= 0:
             # Receiving took the whole budget (an overloaded server, a slow upload).
             raise ReviewTimeout("the API server's deadline passed before the review started")
-        work = asyncio.get_running_loop().run_in_executor(
-            state.executor, self.charged_review, body, policy_set, policy_name, source
-        )
+        loop = asyncio.get_running_loop()
+        running = state.executor.submit(self.charged_review, body, policy_set, policy_name, source)
         try:
-            return await asyncio.wait_for(work, remaining)
+            return await asyncio.wait_for(asyncio.wrap_future(running, loop=loop), remaining)
         except TimeoutError:
-            # The thread cannot be stopped; it finishes and its result is dropped.
+            # A review not started yet is cancelled; a running one cannot be stopped: it
+            # finishes and its result is dropped. Until then it holds the body, so the bytes
+            # stay counted in flight (`held`), or bodies would pile up beyond the bound
+            # behind threads still busy (found by an attack: 24 bodies of 7 MiB at once).
+            if held is not None and not running.done():
+                held.keep()
+                running.add_done_callback(lambda _done: loop.call_soon_threadsafe(held.release))
             raise ReviewTimeout(
                 "the review did not finish before the API server's deadline"
             ) from None

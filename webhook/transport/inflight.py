@@ -289,7 +289,7 @@ class Budget:
 class Hold:
     """The bytes one request holds of a `Budget`; all given back on leaving its `with`."""
 
-    __slots__ = ("_budget", "_released", "bytes", "small", "source")
+    __slots__ = ("_budget", "_kept", "_released", "bytes", "small", "source")
 
     def __init__(self, budget: Budget, *, small: bool, source: str = "") -> None:
         self._budget = budget
@@ -298,6 +298,8 @@ class Hold:
         # Every byte this request has held (still there once given back).
         self.bytes = 0
         self._released = False
+        # Leaving the `with` does not give the bytes back (`keep`).
+        self._kept = False
 
     def add(self, size: int) -> None:
         """Hold `size` more bytes; Exceeded when that takes this class past its limit (the
@@ -339,6 +341,11 @@ class Hold:
             else:
                 budget.by_source.pop(self.source, None)
 
+    def keep(self) -> None:
+        """Leaving the `with` gives nothing back: the bytes are still in use (a review on a
+        thread that outlived its request); `release` gives them back later."""
+        self._kept = True
+
     def __enter__(self) -> Hold:
         return self
 
@@ -348,4 +355,5 @@ class Hold:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.release()
+        if not self._kept:
+            self.release()
