@@ -10,12 +10,14 @@ reads glibc's own accounts (`mallinfo2` for mapped blocks, `malloc_info` for are
 from __future__ import annotations
 
 import ctypes.util
+import gc
 import json
 import os
 import platform
 import subprocess
 import sys
 import textwrap
+import weakref
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from typing import Any
@@ -246,3 +248,24 @@ def test_a_trim_after_shutdown_is_dropped_and_a_trim_runs() -> None:
     executor.shutdown()
     memory.Trimmer().after_large_review(executor)  # no RuntimeError
     memory.trim()
+
+
+def test_a_trim_frees_what_only_the_collector_frees() -> None:
+    # A body held in a reference cycle (as a future, its exception and a frame can hold one)
+    # is freed by the trim that follows large reviews, not whenever the collector runs.
+    class Node:
+        pass
+
+    body = Node()
+    cycle = Node()
+    cycle.self = cycle  # type: ignore[attr-defined]
+    cycle.body = body  # type: ignore[attr-defined]
+    alive = weakref.ref(body)
+    del body, cycle
+    gc.disable()
+    try:
+        assert alive() is not None
+        memory.trim()
+        assert alive() is None
+    finally:
+        gc.enable()

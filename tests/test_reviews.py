@@ -225,3 +225,12 @@ def test_an_internal_error_answer_still_echoes_the_uid() -> None:
     assert doc["response"]["allowed"] is False
     assert doc["response"]["status"]["code"] == 500
     assert "internal error ref-7" in doc["response"]["status"]["message"]
+
+
+def test_a_body_that_is_not_json_is_refused_without_keeping_it() -> None:
+    # orjson's error holds the whole body as a str: the refusal must not carry it along (as
+    # its context), or refused 7 MiB bodies stay alive with every reference to the refusal.
+    with pytest.raises(BadReview) as refused:
+        reviews.parse(b"x" * 100_000)
+    assert refused.value.__context__ is None
+    assert refused.value.__cause__ is None

@@ -116,10 +116,16 @@ class Outcome:
 
 def parse(body: bytes) -> Request:
     """Decode an AdmissionReview v1; raise BadReview with a one-line reason."""
+    # Raised outside the `except`: orjson's error holds the whole body as a `str`, and a
+    # BadReview raised in the handler would keep it alive as its context (7 MiB a refusal,
+    # piling up behind the review threads until the collector ran, found by an attack).
+    reason = None
     try:
         doc = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise BadReview(f"body is not JSON: {exc}") from None
+        reason = f"body is not JSON: {exc}"
+    if reason is not None:
+        raise BadReview(reason)
     if not isinstance(doc, dict):
         raise BadReview("body is not an AdmissionReview object")
     api_version = doc.get("apiVersion")

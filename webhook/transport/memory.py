@@ -41,6 +41,7 @@ import asyncio.sslproto
 import contextlib
 import ctypes
 import ctypes.util
+import gc
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -138,6 +139,15 @@ class Trimmer:
 
 
 def trim() -> None:
-    """Return the heap's free pages to the system, now."""
+    """Free what only the collector frees, then return the heap's free pages to the system.
+
+    A large review's body can outlive its request in a reference cycle (a future, the
+    exception it carries, that exception's traceback, a frame that holds the future and the
+    body): Python's collector frees such cycles only when enough new objects have been
+    made, which a server answering few, large reviews may not do for long. Measured with
+    100 connections of one address sending 7 MiB bodies: ~20 bodies alive at once after
+    their requests. The objects made at start-up are frozen (`serving.serve`), so a full
+    collection here takes milliseconds."""
+    gc.collect()
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
