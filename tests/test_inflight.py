@@ -166,7 +166,10 @@ async def test_an_address_over_its_share_waits_it_out_or_is_told_how_long() -> N
     shares = inflight.LargeShares(0.5, burst=1.0)
     turns = inflight.LargeTurns(shares)
     shares.charge("a", 1.05)  # 0.1 s to wait
+    loop = asyncio.get_running_loop()
+    started = loop.time()
     await asyncio.wait_for(turns.enter("a", 2.0), 1)
+    assert loop.time() - started >= 0.09  # it waited the owed time out
     turns.leave("a")
     shares.charge("a", 3.0)  # about 6 s to wait: more than it may
     with pytest.raises(inflight.Busy) as busy:
@@ -174,3 +177,20 @@ async def test_an_address_over_its_share_waits_it_out_or_is_told_how_long() -> N
     assert busy.value.share
     assert busy.value.wait > 2.0
     assert len(turns) == 0
+
+
+def test_a_refusal_at_the_total_bound_leaves_the_address_count_right() -> None:
+    shared = per_source()
+    with shared.hold(None, "a") as first:
+        first.add(45 * KIB)
+        with shared.hold(None, "b") as other:
+            other.add(50 * KIB)
+            with shared.hold(None, "a") as refused:
+                with pytest.raises(inflight.Exceeded) as exceeded:
+                    refused.add(10 * KIB)  # 105 KiB: past the 100 KiB of large reviews
+                assert exceeded.value.source is None
+        assert shared.by_source == {"a": 45 * KIB}
+        with shared.hold(None, "a") as more, pytest.raises(inflight.Exceeded) as per_address:
+            more.add(10 * KIB)  # 55 KiB of the address's 50
+        assert per_address.value.source == "a"
+    assert shared.by_source == {}

@@ -461,11 +461,17 @@ def test_a_collection_follows_every_so_many_closed_connections(
     class Closed:  # what `forget` is given: only its identity matters (and no address)
         source = None
 
+    def closed() -> None:
+        connection = Closed()
+        connections._open[connection] = None  # type: ignore[index]
+        connections.forget(connection)  # type: ignore[arg-type]
+        connections.forget(connection)  # type: ignore[arg-type]  # counted once
+
     for _ in range(2):
-        connections.forget(Closed())  # type: ignore[arg-type]
+        closed()
     assert connections.collect() is None
     assert collections == []
-    connections.forget(Closed())  # type: ignore[arg-type]
+    closed()
     assert connections.collect() is not None
     assert collections == [1]
     assert connections.collect() is None  # counted anew from there
@@ -540,10 +546,29 @@ async def test_malformed_requests_are_one_warning_a_while_not_a_trace_each(
 def test_logging_as_serve_configures_it_quiets_malformed_requests() -> None:
     root = logging.getLogger()
     handlers, level = root.handlers[:], root.level
+    server_log = logging.getLogger("aiohttp.server")
+    filters = server_log.filters[:]
     try:
         logs.configure_logging("info", "text")
-        filters = logging.getLogger("aiohttp.server").filters
-        assert [f for f in filters if isinstance(f, logs.MalformedRequests)]
+        assert [f for f in server_log.filters if isinstance(f, logs.MalformedRequests)]
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
+        server_log.filters[:] = filters
+
+
+async def test_a_request_refused_before_its_body_reads_no_more_of_it(
+    server: serving.Running,
+) -> None:
+    # A 413 by its Content-Length: the answer goes out, and what the client goes on sending
+    # is not read (nor decrypted): its TCP transport is given to a reader of nothing.
+    connections = server.state.connections
+    assert connections is not None
+    async with h.connect(server.port, ca_of(server)) as uploading:
+        await uploading.send_head("/mutate", SMALL.max_body_bytes + 1)
+        status, _, _ = await asyncio.wait_for(uploading.response(), 5)
+        assert status == 413
+        (refused,) = list(connections._open)
+        assert refused._raw is not None
+        assert isinstance(refused._raw.get_protocol(), limits_module._Refused)
+        assert not refused._raw.is_reading()

@@ -8,6 +8,7 @@ with connections waiting for a handshake turn and with client certificates.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import pytest
 
 from tests import server_helpers as h
 from webhook import certificates
+from webhook.transport import limits as limits_module
 from webhook.transport import serving
 from webhook.transport.limits import Limits
 
@@ -85,5 +87,48 @@ def test_client_certificates_are_asked_for_on_both_loops(tmp_path: Path, event_l
             assert await reviews_over_new_connections(server.port, ca, 5, client) == [200] * 5
             with pytest.raises((ConnectionError, OSError, IndexError)):
                 await reviews_over_new_connections(server.port, ca, 1)
+
+    run_on(event_loop, main)
+
+
+@pytest.mark.parametrize("event_loop", ["asyncio", "uvloop"])
+def test_a_connection_waiting_its_turn_keeps_at_most_one_record_of_what_it_sent(
+    tmp_path: Path, event_loop: str
+) -> None:
+    # uvloop reads once before the pause holds; what it read is kept for the TLS layer, up to
+    # one TLS record. More is no ClientHello: the connection is dropped and counted.
+    limits = Limits(max_handshakes=1, max_handshakes_per_source=1, header_timeout=5.0)
+
+    async def main() -> None:
+        settings = h.settings(tmp_path, host="127.0.0.1", port=0, metrics_port=0, limits=limits)
+        async with serving.running(settings) as server:
+            connections = server.state.connections
+            assert connections is not None
+            _, holder = await asyncio.open_connection("127.0.0.1", server.port)  # the one slot
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+
+            async def waiting() -> bool:
+                return len(connections) == 2 and connections.handshaking == 1
+
+            await h.eventually(waiting, what="the second connection waiting its turn")
+            (source,) = connections._sources.values()
+            (second,) = [c for c in source.open if c.phase == limits_module._WAITING]
+            writer.write(b"\x16\x03\x01" + b"\x00" * (20 * 1024))
+            await writer.drain()
+            if event_loop == "uvloop":
+                with contextlib.suppress(ConnectionError):
+                    await asyncio.wait_for(reader.read(), 5)
+            else:
+                await asyncio.sleep(0.2)  # asyncio reads nothing while it waits
+            kept = second._hello
+            assert kept is None or len(kept) <= limits_module._HELLO_BYTES
+            if event_loop == "uvloop":
+                # Read, found to be more than a record, dropped and counted.
+                assert second not in source.open
+                assert (
+                    server.state.metrics.connections_closed.labels("tls-failed")._value.get() == 1
+                )
+            writer.close()
+            holder.close()
 
     run_on(event_loop, main)

@@ -331,11 +331,20 @@ async def test_one_address_begins_handshakes_at_its_rate_and_others_at_theirs(
             await h.eventually(one_more, what="the next handshake once the rate allows")
 
 
-async def test_at_the_total_limit_a_connection_waiting_for_its_handshake_makes_room_first(
-    tmp_path: Path,
+@pytest.mark.parametrize("stage", ["waiting for its turn", "in a slow handshake"])
+async def test_at_the_total_limit_a_silent_connection_makes_room_before_an_idle_one(
+    tmp_path: Path, stage: str
 ) -> None:
     # Silent connections from a few addresses must not push out the API server's idle ones.
-    limits = Limits(max_connections=4, max_connections_per_source=3, header_timeout=5.0)
+    waiting = stage == "waiting for its turn"
+    limits = Limits(
+        max_connections=4,
+        max_connections_per_source=3,
+        header_timeout=5.0,
+        # One handshake of the flood at a time: its other two wait their turn; else all three
+        # are in their handshake, which takes over a second.
+        max_handshakes_per_source=1 if waiting else 4,
+    )
     settings = h.settings(tmp_path, host="127.0.0.1", port=0, metrics_port=0, limits=limits)
     async with serving.running(settings) as server:
         connections = server.state.connections
@@ -345,7 +354,15 @@ async def test_at_the_total_limit_a_connection_waiting_for_its_handshake_makes_r
             status, _, _ = await idle.post("/mutate", review("uid-1"))
             assert status == 200
             async with silent(server.port, FLOOD, 3):
-                await asyncio.sleep(1.2)  # their handshakes now slower than the API server's
+
+                async def accepted() -> bool:
+                    return len(connections) == 4
+
+                await h.eventually(accepted, what="the flood's three accepted")
+                flood = connections._sources[FLOOD]
+                assert len(flood.waiting) == (2 if waiting else 0)
+                if not waiting:
+                    await asyncio.sleep(1.2)  # their handshakes now slower than any real one
                 async with silent(server.port, "127.0.0.5", 1):
 
                     async def evicted() -> bool:
@@ -354,25 +371,8 @@ async def test_at_the_total_limit_a_connection_waiting_for_its_handshake_makes_r
                     await h.eventually(evicted, what="one connection evicted")
                     # One of the flood's (the address holding the most) went, not the API
                     # server's idle one.
+                    assert len(flood.open) == 2
                     status, _, _ = await idle.post("/mutate", review("uid-2"))
                     assert status == 200
                     text = await metrics(server)
                     assert closed(text, "tls-failed") == closed(text, "tls-timeout") == 0
-
-
-async def test_a_client_hello_beyond_its_bound_is_counted(server: serving.Running) -> None:
-    # Several connections of one address: the second and later wait for a handshake turn
-    # (one per address here) and have their first bytes kept, up to 64 KiB.
-    async with silent(server.port, FLOOD, 1):
-        reader, writer = await asyncio.open_connection(
-            "127.0.0.1", server.port, local_addr=(API_SERVER, 0)
-        )
-        writer.write(b"\x16\x03\x01" + b"\x00" * (70 * KIB))
-        with contextlib.suppress(ConnectionError):
-            await asyncio.wait_for(reader.read(), 5)
-        writer.close()
-
-        async def counted() -> bool:
-            return closed(await metrics(server), "tls-failed") == 1
-
-        await h.eventually(counted, what="the oversized hello counted")

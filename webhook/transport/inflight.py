@@ -183,7 +183,7 @@ class LargeTurns:
             lane.weight += weight
             try:
                 await asyncio.wait_for(asyncio.shield(waiter), within)
-            except (TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError) as ended:
                 if waiter.done() and not waiter.cancelled():
                     self.leave(source)  # the turn came just as the wait ended: pass it on
                 else:
@@ -191,6 +191,8 @@ class LargeTurns:
                     with contextlib.suppress(ValueError):
                         lane.waiters.remove(waiter)
                     self._forget(source, lane)
+                if isinstance(ended, asyncio.CancelledError):
+                    raise
                 raise Busy(
                     f"the large reviews from {source} before this one did not leave it a turn"
                     f" within {within:.1f} s",
@@ -314,14 +316,15 @@ class Hold:
             budget.large_held += size
             counted = budget.large_held
             limit = budget.max_bytes
+        # Each byte added here is given back by `release`: the address's count too, before
+        # any refusal.
+        from_source = 0
+        if size and budget.per_source_bytes is not None:
+            from_source = budget.by_source.get(self.source, 0) + size
+            budget.by_source[self.source] = from_source
         if counted > limit:
             raise Exceeded(counted - self.bytes, limit)
-        if not size or budget.per_source_bytes is None:
-            return
-        by_source = budget.by_source
-        from_source = by_source.get(self.source, 0) + size
-        by_source[self.source] = from_source
-        if from_source > budget.per_source_bytes:
+        if budget.per_source_bytes is not None and from_source > budget.per_source_bytes:
             raise Exceeded(from_source - self.bytes, budget.per_source_bytes, self.source)
 
     def release(self) -> None:

@@ -174,8 +174,11 @@ _EARLY_BYTES = 1 * MIB
 _SLOW_HANDSHAKE_SECONDS = 1.0
 
 # What a client may send before its handshake starts: its ClientHello (a few hundred bytes
-# to a few KB; one TLS record is at most 16 KiB).
-_HELLO_BYTES = 64 * 1024
+# to a few KB): one TLS record, at most 16 KiB and its 5-byte header. What a connection
+# waiting for its turn is offered to read into, so that no more is kept for it (uvloop reads
+# once before the pause holds: 64 KiB each, thousands of connections, would be hundreds of MB).
+_HELLO_BYTES = 16 * 1024 + 5
+_HELLO_BUFFER = memoryview(bytearray(_HELLO_BYTES + 1))
 
 _HANDLER_ATTRIBUTES = ("_request_count", "_request_in_progress", "_messages")
 
@@ -237,6 +240,7 @@ class _Guarded(asyncio.BufferedProtocol):
         "_inner",
         "_raw",
         "_transport",
+        "handshake_started",
         "last_active",
         "opened",
         "partial_since",
@@ -261,7 +265,7 @@ class _Guarded(asyncio.BufferedProtocol):
         # has it now.
         self._hello: bytearray | None = None
         self._fed = False
-        self.opened = self.last_active = time.monotonic()
+        self.opened = self.last_active = self.handshake_started = time.monotonic()
         # When the first byte of a request that has not been fully read yet arrived.
         self.partial_since: float | None = None
         self.requests_seen = 0
@@ -289,7 +293,8 @@ class _Guarded(asyncio.BufferedProtocol):
         connections.queue(self)
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return _READ_BUFFER
+        # Before the TLS layer has the transport, what is read is kept: at most a record.
+        return _READ_BUFFER if self._fed or self.phase == _OPEN else _HELLO_BUFFER
 
     def buffer_updated(self, nbytes: int) -> None:
         phase = self.phase
@@ -301,7 +306,7 @@ class _Guarded(asyncio.BufferedProtocol):
             # Bytes of the handshake, from the TCP transport before the TLS layer has it:
             # kept for it (`_feed`), and nothing more read until then.
             hello = self._hello = self._hello or bytearray()
-            hello += _READ_BUFFER[:nbytes]
+            hello += _HELLO_BUFFER[:nbytes]
             if raw is not None:
                 if len(hello) > _HELLO_BYTES:
                     if phase == _WAITING:  # else the handshake's failure counts it
@@ -363,6 +368,7 @@ class _Guarded(asyncio.BufferedProtocol):
 
     def start_handshake(self, context: ssl.SSLContext, timeout: float) -> None:
         self.phase = _HANDSHAKE
+        self.handshake_started = time.monotonic()
         self.task = asyncio.get_running_loop().create_task(self._handshake(context, timeout))
 
     async def _handshake(self, context: ssl.SSLContext, timeout: float) -> None:
@@ -696,14 +702,17 @@ class Connections:
         else the same of the next address."""
         now = time.monotonic()
         for source in sorted(self._sources.values(), key=lambda s: len(s.open), reverse=True):
-            victim = next((c for c in source.waiting if c.phase == _WAITING), None)
+            victim = next(
+                (c for c in source.waiting if c.phase == _WAITING and c in source.open), None
+            )
             if victim is None:
                 # A handshake that has taken a second is not the API server's.
                 victim = next(
                     (
                         c
                         for c in source.open
-                        if c.phase == _HANDSHAKE and now - c.opened > _SLOW_HANDSHAKE_SECONDS
+                        if c.phase == _HANDSHAKE
+                        and now - c.handshake_started > _SLOW_HANDSHAKE_SECONDS
                     ),
                     None,
                 )
@@ -769,8 +778,13 @@ class Connections:
                 break
             else:
                 break  # every address with connections waiting is at its own limit
-        if refill is not None and self._refill is None:
-            self._refill = asyncio.get_running_loop().call_later(refill, self._refilled)
+        if refill is not None:
+            loop = asyncio.get_running_loop()
+            timer = self._refill
+            if timer is None or loop.time() + refill < timer.when():
+                if timer is not None:
+                    timer.cancel()
+                self._refill = loop.call_later(refill, self._refilled)
 
     def _refilled(self) -> None:
         self._refill = None
@@ -810,13 +824,14 @@ class Connections:
         self._start_handshakes()
 
     def forget(self, connection: _Guarded) -> None:
-        self._open.pop(connection, None)
+        if connection in self._open:
+            del self._open[connection]
+            self._lost += 1
         source = connection.source
         if source is not None:
             source.open.pop(connection, None)
             source.established.pop(connection, None)
             self._release(source)
-        self._lost += 1
 
     def _release(self, source: _Source, now: float | None = None) -> None:
         """Forget an address once nothing of it is left, its handshake rate included (an

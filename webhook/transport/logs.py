@@ -223,7 +223,7 @@ class MalformedRequests(logging.Filter):
         if not record.getMessage().startswith("Error handling request") or not record.exc_info:
             return True
         exc = record.exc_info[1]
-        if isinstance(exc, Exception) and not _is_malformed(exc):
+        if exc is None or not _is_malformed(exc):
             return True  # a fault of the server: the trace is wanted
         now = time.monotonic()
         if now - self._last < self.seconds:
@@ -236,7 +236,8 @@ class MalformedRequests(logging.Filter):
         record.args = (args[0], str(exc)[:300])
         record.exc_info = None
         record.exc_text = None
-        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        if record.levelno > logging.WARNING:  # aiohttp's debug lines stay debug
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
         return True
 
 
