@@ -664,11 +664,6 @@ class ClientAuthority:
         self.source = source
         self._judged: dict[bytes, str | None] = {}
 
-    @property
-    def not_after(self) -> datetime:
-        """When the first of its CAs expires (UTC)."""
-        return min(c.not_valid_after_utc for c in self.certificates)
-
     def refusal(self, der: bytes | None) -> str | None:
         """Why a verified client certificate (DER) is not accepted, or None."""
         if der is None:

@@ -197,25 +197,26 @@ class ClientAuthorityWatch:
         """Take a changed CA file or serving pair into a new context; True when one is."""
         stamp = _stamp(self.ca_file)
         authority = self.authority
-        ca_changed = stamp != self._stamp_served
-        if ca_changed:
+        pair = self._served.pair
+        context = None
+        if stamp != self._stamp_served:
             try:
                 candidate = load_client_authority(self.ca_file, self.names)
                 if candidate.pem == authority.pem:
                     self._stamp_served, self._last_failure = stamp, None
                 else:
-                    context_for(self._served.pair, client=candidate, source=str(self.ca_file))
+                    context = context_for(pair, client=candidate, source=str(self.ca_file))
                     authority = candidate
             except CertificateError as exc:
                 self._refused(stamp, exc)
-        if authority is self.authority and self._served.pair is self._pair:
+        if authority is self.authority and pair is self._pair:
             return False
-        pair = self._served.pair
-        try:
-            context = context_for(pair, client=authority, source=str(self._served.cert_file))
-        except CertificateError as exc:  # pragma: no cover - both were checked on their own
-            self._refused(stamp, exc)
-            return False
+        if context is None:  # a new serving pair, the CAs in force
+            try:
+                context = context_for(pair, client=authority, source=str(self._served.cert_file))
+            except CertificateError as exc:  # pragma: no cover - the watch checked the pair
+                self._refused(stamp, exc)
+                return False
         if authority is not self.authority:
             self._stamp_served, self._last_failure = stamp, None
             logger.info(

@@ -51,6 +51,8 @@ from typing import Any
 
 from aiohttp.web_protocol import RequestHandler
 
+from webhook.transport import logs
+
 logger = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
@@ -584,27 +586,9 @@ class _Source:
     def empty(self) -> bool:
         return not self.open and not self.handshaking and not self.waiting
 
-
-class _EveryFew:
-    """Log one line now and then at most one every `seconds`, with how many were left out."""
-
-    __slots__ = ("_last", "_left_out", "seconds")
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self._last = -seconds
-        self._left_out = 0
-
-    def log(self, level: int, message: str, *args: object) -> None:
-        now = time.monotonic()
-        if now - self._last < self.seconds:
-            self._left_out += 1
-            return
-        if self._left_out:
-            message += " (and %d more like it since the last such line)"
-            args = (*args, self._left_out)
-        self._last, self._left_out = now, 0
-        logger.log(level, message, *args)
+    def tokens_now(self, now: float, rate: float) -> float:
+        """The handshakes it may begin at `now`, at `rate` a second, up to its burst."""
+        return min(HANDSHAKE_BURST * rate, self.tokens + (now - self.tokens_at) * rate)
 
 
 class Connections:
@@ -651,7 +635,7 @@ class Connections:
         # The timer that looks at the turns again once an address may begin a handshake.
         self._refill: asyncio.TimerHandle | None = None
         self._on_closed = on_closed
-        self._client_log = _EveryFew(self.CLIENT_LOG_SECONDS)
+        self._client_log = logs.EveryFew(logger, self.CLIENT_LOG_SECONDS)
         # Connections closed since the last collection (see `collect`).
         self._lost = 0
 
@@ -679,14 +663,14 @@ class Connections:
         if len(source.open) >= limits.max_connections_per_source:
             victim = next((c for c in source.established if c.idle), None)
             if victim is None:
-                self._closed(SOURCE_REFUSED)
+                self.count(SOURCE_REFUSED)
                 self._release(source)
                 return False
             self._drop(victim, EVICTED)
         if len(self._open) >= limits.max_connections:
             victim = self._oldest_idle_of_largest()
             if victim is None:
-                self._closed(REFUSED)
+                self.count(REFUSED)
                 self._release(source)
                 return False
             self._drop(victim, EVICTED)
@@ -748,9 +732,7 @@ class Connections:
                     source.queued = False
                     self._release(source)
                     continue
-                source.tokens = min(
-                    HANDSHAKE_BURST * rate, source.tokens + (now - source.tokens_at) * rate
-                )
+                source.tokens = source.tokens_now(now, rate)
                 source.tokens_at = now
                 owed = self.owed(source.address) if self.owed is not None else 0.0
                 if (
@@ -794,7 +776,7 @@ class Connections:
         if connection not in self._open:
             return  # closed by the server to make room, and counted then
         if timed_out and isinstance(exc, ConnectionAbortedError | TimeoutError):
-            self._closed(TLS_TIMEOUT)
+            self.count(TLS_TIMEOUT)
             return
         reason = getattr(exc, "reason", None)
         if self.check_peer is not None and (
@@ -804,10 +786,10 @@ class Connections:
             self.client_refused(connection, str(detail))
             return
         logger.debug("a TLS handshake from %s failed: %r", _address_of(connection), exc)
-        self._closed(TLS_FAILED)
+        self.count(TLS_FAILED)
 
     def client_refused(self, connection: _Guarded, why: str) -> None:
-        self._closed(CLIENT_CERTIFICATE)
+        self.count(CLIENT_CERTIFICATE)
         self._client_log.log(
             logging.WARNING,
             "refused a connection from %s: client certificate: %s",
@@ -839,7 +821,7 @@ class Connections:
         if source.empty and not source.queued and self._sources.get(source.address) is source:
             now = time.monotonic() if now is None else now
             rate = self.limits.handshakes_per_second_per_source
-            if source.tokens + (now - source.tokens_at) * rate >= HANDSHAKE_BURST * rate:
+            if source.tokens_now(now, rate) >= HANDSHAKE_BURST * rate:
                 del self._sources[source.address]
 
     async def run(self) -> None:
@@ -919,13 +901,10 @@ class Connections:
             source.open.pop(connection, None)
             source.established.pop(connection, None)
         connection.close()
-        self._closed(why)
+        self.count(why)
 
     def count(self, why: str) -> None:
         """Count a connection closed for `why` (the `reason` of connections_closed_total)."""
-        self._closed(why)
-
-    def _closed(self, why: str) -> None:
         if self._on_closed is not None:
             try:
                 self._on_closed(why)

@@ -206,6 +206,38 @@ def _text_value(value: object) -> str:
     return orjson.dumps(value, default=str).decode()
 
 
+class EveryFew:
+    """Log one line now and then at most one every `seconds` on `log`, with how many were
+    left out in between."""
+
+    __slots__ = ("_last", "_left_out", "_log", "seconds")
+
+    def __init__(self, log: logging.Logger, seconds: float) -> None:
+        self._log = log
+        self.seconds = seconds
+        self._last = -seconds
+        self._left_out = 0
+
+    def due(self) -> int | None:
+        """None when a line now would be too soon (it is counted as left out); else how
+        many were left out since the last one."""
+        now = time.monotonic()
+        if now - self._last < self.seconds:
+            self._left_out += 1
+            return None
+        left_out, self._left_out, self._last = self._left_out, 0, now
+        return left_out
+
+    def log(self, level: int, message: str, *args: object) -> None:
+        left_out = self.due()
+        if left_out is None:
+            return
+        if left_out:
+            message += " (and %d more like it since the last such line)"
+            args = (*args, left_out)
+        self._log.log(level, message, *args)
+
+
 class MalformedRequests(logging.Filter):
     """aiohttp's lines about requests it could not parse (a bad Content-Length, a header too
     long, not HTTP at all): one warning without the trace, at most one every `seconds`, with
@@ -215,9 +247,7 @@ class MalformedRequests(logging.Filter):
 
     def __init__(self, seconds: float = 10.0) -> None:
         super().__init__()
-        self.seconds = seconds
-        self._last = -seconds
-        self._left_out = 0
+        self._every = EveryFew(logging.getLogger("aiohttp.server"), seconds)
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not record.getMessage().startswith("Error handling request") or not record.exc_info:
@@ -225,11 +255,9 @@ class MalformedRequests(logging.Filter):
         exc = record.exc_info[1]
         if exc is None or not _is_malformed(exc):
             return True  # a fault of the server: the trace is wanted
-        now = time.monotonic()
-        if now - self._last < self.seconds:
-            self._left_out += 1
+        left_out = self._every.due()
+        if left_out is None:
             return False
-        left_out, self._left_out, self._last = self._left_out, 0, now
         more = f" (and {left_out} more since the last such line)" if left_out else ""
         record.msg = f"refused a malformed request from %s: {type(exc).__name__}: %s{more}"
         args = record.args if isinstance(record.args, tuple) and record.args else ("unknown",)
