@@ -74,6 +74,7 @@ except ImportError:  # not on every platform: the clients run on asyncio's loop
     uvloop = None  # type: ignore[assignment]
 
 import soak  # noqa: E402  bench/soak.py: the pod, the request, the exchange
+from soak import bump, percentile  # noqa: E402
 
 from tests import fuzzing  # noqa: E402
 from tests import server_helpers as h  # noqa: E402
@@ -147,10 +148,6 @@ async def sleep_until(moment: float) -> None:
     delay = moment - time.monotonic()
     if delay > 0:
         await asyncio.sleep(delay)
-
-
-def bump(counts: dict[str, int], key: str, n: int = 1) -> None:
-    counts[key] = counts.get(key, 0) + n
 
 
 def ordinary_body(worker: int, n: int) -> tuple[bytes, bytes]:
@@ -608,10 +605,6 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- the table
-
-
-def percentile(values: list[float], percent: float) -> float:
-    return soak.percentile(values, percent)
 
 
 def table(phases: list[Phase]) -> str:
