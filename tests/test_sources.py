@@ -271,7 +271,8 @@ async def test_an_address_whose_large_reviews_took_their_share_waits_and_no_othe
         charged.clear()
         status, headers, text = await first.post("/mutate", large)
         assert status == 429
-        assert headers["retry-after"] == "10"
+        # The whole seconds until it is back within its share: 10, less what has passed.
+        assert 8 <= int(headers["retry-after"]) <= 10
         assert b"the large reviews from 127.0.0.1 took more than 50% of a core lately" in text
         # The refusal is counted against the address too (what it cost).
         assert charged == [(FLOOD, inflight.REFUSAL_SECONDS)]
