@@ -149,6 +149,11 @@ def test_help_shows_options_with_their_environment_variables(
             ["--inject-ca", "--mutating-webhook", "", "--validating-webhook", ""],
             "--inject-ca needs --mutating-webhook or --validating-webhook",
         ),
+        (
+            ["--inject-ca", "--kubeconfig", "/nonexistent"],
+            "/nonexistent: no such kubeconfig file",
+        ),
+        (["--secret", "webhook-tls", "--kubeconfig", "/nonexistent"], "no such kubeconfig file"),
     ],
 )
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(

@@ -147,7 +147,8 @@ def test_a_directory_without_policies_is_refused(
     directory = tmp_path / "nothing"
     if kind == "empty":
         directory.mkdir()
-    assert cli.main(["policy", "check", str(directory)]) == 1
+    # No directory is bad usage (2, as every command says it); an empty one a failed check.
+    assert cli.main(["policy", "check", str(directory)]) == (2 if kind == "missing" else 1)
     reason = (
         "not a directory of policy files" if kind == "missing" else "holds no *.yaml policy file"
     )

@@ -176,6 +176,9 @@ def _request(args: argparse.Namespace) -> _Request:
         raise CertificateError(f"--secret {request.secret!r} is not a valid Secret name")
     if request.inject_ca and not (request.mutating or request.validating):
         raise CertificateError("--inject-ca needs --mutating-webhook or --validating-webhook")
+    if request.needs_cluster and request.kubeconfig and not Path(request.kubeconfig).exists():
+        # Bad input, found before anything is written (as cabundle.api_client would say it).
+        raise CertificateError(f"{request.kubeconfig}: no such kubeconfig file")
     return request
 
 

@@ -85,6 +85,10 @@ def run_check(args: argparse.Namespace) -> int:
                 message = f"{source}: {message}"
             print(f"error: {message}", file=sys.stderr)
             return EXIT_USAGE
+    if not directory.is_dir():
+        # Bad usage, as `serve` says it, not a check that failed.
+        print(f"error: {directory}: not a directory of policy files", file=sys.stderr)
+        return EXIT_USAGE
     try:
         loaded = policies.load_directory(directory)
     except PolicyError as exc:
