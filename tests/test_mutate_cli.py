@@ -203,7 +203,7 @@ def test_a_namespace_that_has_not_opted_in_is_left_alone_and_says_so(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     path = str(EXAMPLES / "denied" / "multi-replica.yaml")
-    code, out, err = run(capsys, "-f", path, "-l", "team=a", "-o", "patch")
+    code, out, err = run(capsys, "-f", path, "-l", "gpu-share.io/enabled=false", "-o", "patch")
     assert (code, out) == (0, "[]\n[]\n")
     reason = "the namespace: not opted in (no label gpu-share.io/enabled=true); left unchanged"
     assert err.splitlines() == [
@@ -385,6 +385,10 @@ def test_mutate_reviews_what_the_rendered_configurations_send_and_decides_as_the
     cluster = apiserver.ApiServer(configurations, apiserver.codec(shipped_policies))
     outcome = asyncio.run(cluster.admit(pod, labels=labels))
     pairs = [arg for k, v in labels.items() for arg in ("-l", f"{k}={v}")]
+    if "gpu-share.io/enabled" not in labels:
+        # mutate's namespace has opted in unless told otherwise: an empty value, which no
+        # entry's selector matches, stands for the label the cluster's namespace lacks.
+        pairs += ["-l", "gpu-share.io/enabled="]
     code, _, err = run(capsys, "-f", str(path), *pairs)
     pod_lines = [line for line in err.splitlines() if "Pod/" in line]
     reviewed = not any(line.startswith("not reviewed: ") for line in pod_lines)
@@ -489,3 +493,14 @@ def _fill_placeholders(obj: dict[str, Any]) -> dict[str, Any]:
     them as names, which is not the webhook's doing."""
     text = json.dumps(obj).replace("<GCSFUSE_KSA>", "gcsfuse-ksa")
     return dict(json.loads(text))
+
+
+def test_a_label_given_is_added_to_the_opt_in_not_put_in_its_place(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `-l gpu-share.io/policy=not-renamed` alone: the namespace opted in, with that policy.
+    path = str(EXAMPLES / "allowed" / "not-renamed.yaml")
+    code, out, err = run(capsys, "-f", path, "-l", "gpu-share.io/policy=not-renamed", "-o", "patch")
+    assert code == 0
+    assert "not reviewed" not in err
+    assert '"gpu-share.io/policy":"not-renamed"' in out.replace(" ", "")

@@ -87,8 +87,10 @@ def register(subparsers: Any) -> None:
         "-l",
         action="append",
         metavar="K=V",
-        help="a label of the namespace, repeatable (default: gpu-share.io/enabled=true, the"
-        " opt-in; add gpu-share.io/policy=NAME to pick a policy)",
+        help="a label of the namespace, repeatable, added to the opt-in label"
+        " gpu-share.io/enabled=true that the namespace has unless -l gives that label"
+        " another value (-l gpu-share.io/policy=NAME picks a policy;"
+        " -l gpu-share.io/enabled=false: a namespace that has not opted in)",
     )
     add_webhook_namespace_argument(parser)
     add_policies_argument(parser, "directory of policy files")
@@ -108,11 +110,11 @@ def register(subparsers: Any) -> None:
 
 
 def _labels(args: argparse.Namespace) -> dict[str, str]:
-    """The namespace's labels as given (its name is added per object, `_namespace_labels`)."""
-    given = args.namespace_label
-    pairs = given if given is not None else [f"{namespaces.ENABLED_LABEL}=true"]
-    labels: dict[str, str] = {}
-    for pair in pairs:
+    """The namespace's labels: the opt-in, and those given, which win (its name is added per
+    object, `_namespace_labels`). Given ones are added, not put in the opt-in's place: `-l
+    gpu-share.io/policy=gold` alone is a namespace that opted in with that policy."""
+    labels: dict[str, str] = {namespaces.ENABLED_LABEL: "true"}
+    for pair in args.namespace_label or ():
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise InputError(f"--namespace-label {pair!r}: expected KEY=VALUE")
