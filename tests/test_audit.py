@@ -671,6 +671,12 @@ def test_the_json_report_schema(
         ('{"kind": "List", "items": []}', (), "holds no Kubernetes object"),
         ('{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"}}',
          (), "no Namespace object in"),
+        # Namespaces but nothing to audit: a `kubectl get pods ...` that failed must not pass.
+        ('{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}}',
+         (), "no pod or workload in"),
+        ('{"kind": "List", "items": [{"apiVersion": "v1", "kind": "Namespace", "metadata":'
+         ' {"name": "a"}}, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c",'
+         ' "namespace": "a"}}]}', (), "nothing to audit"),
         ("", ("-o", "xml"), "argument -o/--output: invalid choice: 'xml'"),
         ("", ("--webhook-namespace", "Not_A_Name"), "expected a namespace name"),
     ],

@@ -108,10 +108,13 @@ def nodes_file(tmp_path: Path) -> Path:
 
 
 def namespaces_file(tmp_path: Path) -> Path:
-    """A dump of one namespace that has not opted in: nothing in it would be refused."""
+    """A dump of one namespace that has not opted in and a pod in it: nothing would be
+    refused (a dump with no pod or workload is bad input)."""
     path = tmp_path / "namespaces.json"
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}}]}))
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"},
+         "spec": {"containers": [{"name": "c", "image": "busybox"}]}}]}))
     return path
 
 

@@ -147,6 +147,15 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    if not report.total("objects"):
+        # An empty dump (a `kubectl get` that failed in CI, say) must not pass as "nothing
+        # would be refused".
+        print(
+            f"error: no pod or workload in {', '.join(files)}: nothing to audit; add the output"
+            " of `kubectl get pods,deployments,statefulsets,daemonsets,jobs,cronjobs -A -o json`",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     if report.malformed:
         ns, ref, violation = report.malformed[0]
         more = len(report.malformed) - 1
