@@ -74,7 +74,7 @@ except ImportError:  # not on every platform: the clients run on asyncio's loop
     uvloop = None  # type: ignore[assignment]
 
 import soak  # noqa: E402  bench/soak.py: the pod, the request, the exchange
-from soak import bump, percentile  # noqa: E402
+from soak import bump, percentile, probe_healthz  # noqa: E402
 
 from tests import fuzzing  # noqa: E402
 from tests import server_helpers as h  # noqa: E402
@@ -420,20 +420,7 @@ async def probe(port: int, window: Window) -> list[tuple[float, bool]]:
     tick = window.start
     while tick < window.end:
         await sleep_until(tick)
-        started = time.monotonic()
-        try:
-            async with asyncio.timeout(PROBE_TIMEOUT):
-                reader, writer = await asyncio.open_connection(
-                    SERVER_HOST, port, local_addr=(KUBELET, 0)
-                )
-                writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                answer = await reader.read()
-                writer.close()
-            good = answer.startswith(b"HTTP/1.1 200")
-        except (OSError, TimeoutError):
-            good = False
-        seconds = time.monotonic() - started
-        probes.append((seconds, good))
+        probes.append(await probe_healthz(port, PROBE_TIMEOUT, source=KUBELET))
         while tick <= time.monotonic():
             tick += PROBE_EVERY
     return probes

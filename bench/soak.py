@@ -324,19 +324,7 @@ class Soak:
 
     async def healthz(self) -> None:
         while not self.stop.is_set():
-            started = time.perf_counter()
-            try:
-                async with asyncio.timeout(HEALTHZ_TIMEOUT_SECONDS):
-                    reader, writer = await asyncio.open_connection(
-                        "127.0.0.1", self.server.metrics_port
-                    )
-                    writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                    answer = await reader.read()
-                    writer.close()
-                good = answer.startswith(b"HTTP/1.1 200")
-            except (OSError, TimeoutError):
-                good = False
-            seconds = time.perf_counter() - started
+            seconds, good = await probe_healthz(self.server.metrics_port, HEALTHZ_TIMEOUT_SECONDS)
             if not good:
                 self.window.healthz_missed += 1
             self.window.healthz_worst = max(self.window.healthz_worst, seconds)
@@ -402,6 +390,26 @@ def start_directory(directory: Path) -> Path:
     h.write_pair(directory / "certs", h.make_ca())
     h.copy_policies(directory / "policies")
     return directory / "certs" / certificates.CA_FILE
+
+
+async def probe_healthz(
+    port: int, timeout: float, *, source: str | None = None
+) -> tuple[float, bool]:
+    """One GET /healthz on a fresh connection to 127.0.0.1:`port` (from the loopback address
+    `source`, as a kubelet does): the seconds it took, and whether it was a 200 in time."""
+    started = time.perf_counter()
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, local_addr=(source, 0) if source else None
+            )
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            answer = await reader.read()
+            writer.close()
+        good = answer.startswith(b"HTTP/1.1 200")
+    except (OSError, TimeoutError):
+        good = False
+    return time.perf_counter() - started, good
 
 
 def percentile(values: list[float], percent: float) -> float:

@@ -34,6 +34,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from tests import apiserver, kube
 from webhook import certificates
 from webhook.transport import configuration, states
+from webhook.transport.serving import Running
 
 SERVICE = "gpu-share-webhook"
 NAMESPACE = "gpu-share-system"
@@ -240,6 +241,20 @@ def settings(tmp_path: Path, **overrides: Any) -> configuration.Settings:
     }
     values.update(overrides)
     return configuration.Settings(**values)
+
+
+def ca_of(running: Running) -> Path:
+    """The CA a running server's certificate comes from (what a caBundle holds)."""
+    return running.state.settings.cert_dir / certificates.CA_FILE
+
+
+async def scrape(running: Running) -> str:
+    """A running server's /metrics text, from its plain port."""
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(f"http://127.0.0.1:{running.metrics_port}/metrics") as response,
+    ):
+        return await response.text()
 
 
 def ca_file(app: web.Application) -> Path:

@@ -19,13 +19,9 @@ import pytest
 
 from tests import server_helpers as h
 from webhook import certificates
-from webhook.transport import limits as limits_module
 from webhook.transport import serving
 
-
-@pytest.fixture(autouse=True)
-def quick_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(limits_module.Connections, "SWEEP_SECONDS", 0.05)
+pytestmark = pytest.mark.usefixtures("quick_sweep")
 
 
 class Authorities:
@@ -77,15 +73,6 @@ async def server(tmp_path: Path, authorities: Authorities) -> AsyncIterator[serv
         yield running
 
 
-def ca_of(running: serving.Running) -> Path:
-    return running.state.settings.cert_dir / certificates.CA_FILE
-
-
-async def metrics(running: serving.Running) -> str:
-    async with aiohttp.ClientSession() as session:
-        url = f"http://127.0.0.1:{running.metrics_port}/metrics"
-        async with session.get(url) as response:
-            return await response.text()
 
 
 def refused_count(text: str) -> float:
@@ -98,7 +85,7 @@ async def review_status(
     """The status of one review over a new connection; 0 when the connection is refused
     (the handshake fails, or the server closes it before answering)."""
     try:
-        async with h.connect(running.port, ca_of(running), client=client) as connection:
+        async with h.connect(running.port, h.ca_of(running), client=client) as connection:
             status, _, _ = await asyncio.wait_for(
                 connection.post("/mutate", h.review_body(h.shared_pod(), uid)), 5
             )
@@ -118,7 +105,7 @@ async def test_a_certificate_of_the_ca_with_an_accepted_name_is_served(
     )
     assert await review_status(server, by_name) == 200
     assert await review_status(server, by_san) == 200
-    assert refused_count(await metrics(server)) == 0
+    assert refused_count(await h.scrape(server)) == 0
 
 
 @pytest.mark.parametrize(
@@ -151,11 +138,11 @@ async def test_a_connection_without_an_acceptable_certificate_is_refused_before_
         assert await review_status(server, client) == 0
 
         async def counted() -> bool:
-            return refused_count(await metrics(server)) == 1
+            return refused_count(await h.scrape(server)) == 1
 
         await h.eventually(counted, what="the refused connection counted")
     # No request was read, so none was reviewed or refused as a request.
-    text = await metrics(server)
+    text = await h.scrape(server)
     assert h.metric(text, "gpu_share_webhook_reviews_total") == 0
     (line,) = [r.getMessage() for r in caplog.records if "client certificate:" in r.getMessage()]
     assert "refused a connection from 127.0.0.1" in line
@@ -172,7 +159,7 @@ async def test_refusals_are_logged_at_a_bounded_rate(
             assert await review_status(server, None, f"uid-{number}") == 0
 
         async def counted() -> bool:
-            return refused_count(await metrics(server)) == 20
+            return refused_count(await h.scrape(server)) == 20
 
         await h.eventually(counted, what="20 refused connections counted")
     lines = [r for r in caplog.records if "client certificate:" in r.getMessage()]
@@ -235,7 +222,7 @@ async def test_a_broken_client_ca_file_keeps_the_cas_in_force(
     authorities.ca_file.write_bytes(b"-----BEGIN CERTIFICATE-----\nnot one\n")
 
     async def refused() -> bool:
-        text = await metrics(server)
+        text = await h.scrape(server)
         return h.metric(text, "gpu_share_webhook_certificate_reload_errors_total") == 1
 
     await h.eventually(refused, what="the broken CA file refused")

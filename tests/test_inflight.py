@@ -137,7 +137,7 @@ def test_retry_after_is_whole_seconds_and_at_least_one(seconds: float, header: s
 async def test_the_large_reviews_of_one_address_take_turns_and_others_do_not_wait() -> None:
     # Room for one waiting review of unknown size.
     turns = inflight.LargeTurns(
-        inflight.LargeShares(0.25), waiting=inflight.LargeTurns.WAITING_WEIGHT_CAP
+        inflight.LargeShares(0.25), waiting_bytes=inflight.LargeTurns.WAITING_WEIGHT_CAP
     )
     await turns.enter("a", 1.0)
     second = asyncio.create_task(turns.enter("a", 5.0))

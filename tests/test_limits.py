@@ -20,7 +20,6 @@ import aiohttp
 import pytest
 
 from tests import server_helpers as h
-from webhook import certificates
 from webhook.transport import inflight, logs, serving
 from webhook.transport import limits as limits_module
 from webhook.transport.limits import Limits
@@ -37,9 +36,7 @@ SMALL = Limits(
 )
 
 
-@pytest.fixture(autouse=True)
-def quick_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(limits_module.Connections, "SWEEP_SECONDS", 0.05)
+pytestmark = pytest.mark.usefixtures("quick_sweep")
 
 
 @pytest.fixture
@@ -48,9 +45,6 @@ async def server(tmp_path: Path) -> AsyncIterator[serving.Running]:
     async with serving.running(settings) as running:
         yield running
 
-
-def ca_of(running: serving.Running) -> Path:
-    return running.state.settings.cert_dir / certificates.CA_FILE
 
 
 async def closed_by_server(connection: h.Connection, within: float) -> float:
@@ -63,12 +57,6 @@ async def closed_by_server(connection: h.Connection, within: float) -> float:
     assert data in (b"", b"\n") or data.startswith(b"HTTP/1.1 "), data
     return time.monotonic() - started
 
-
-async def metrics(running: serving.Running) -> str:
-    async with aiohttp.ClientSession() as session:
-        url = f"http://127.0.0.1:{running.metrics_port}/metrics"
-        async with session.get(url) as response:
-            return await response.text()
 
 
 async def healthy(running: serving.Running) -> bool:
@@ -85,11 +73,11 @@ def review(uid: str) -> bytes:
 async def test_a_request_that_stops_half_way_through_its_headers_is_closed(
     server: serving.Running,
 ) -> None:
-    async with h.connect(server.port, ca_of(server)) as slow:
+    async with h.connect(server.port, h.ca_of(server)) as slow:
         await slow.send(b"POST /mutate HTTP/1.1\r\nHost: x\r\n")
         waited = await closed_by_server(slow, within=5)
     assert waited < 1.5  # the header timeout, well before the idle one
-    text = await metrics(server)
+    text = await h.scrape(server)
     assert h.metric(text, "gpu_share_webhook_connections_closed_total", reason="header") == 1
 
 
@@ -97,7 +85,7 @@ async def test_headers_sent_a_byte_at_a_time_do_not_keep_a_connection(
     server: serving.Running,
 ) -> None:
     # Slowloris: every byte resets no timer; the request must be whole in time.
-    async with h.connect(server.port, ca_of(server)) as slow:
+    async with h.connect(server.port, h.ca_of(server)) as slow:
         data = b"POST /mutate HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 100
         assert await trickle(slow, data, every=0.1) < 1.5  # 13 s if never closed
 
@@ -118,7 +106,7 @@ async def trickle(connection: h.Connection, data: bytes, *, every: float) -> flo
 
 
 async def test_a_connection_that_sends_nothing_is_closed(server: serving.Running) -> None:
-    async with h.connect(server.port, ca_of(server)) as silent:
+    async with h.connect(server.port, h.ca_of(server)) as silent:
         waited = await closed_by_server(silent, within=5)
     assert 0.4 < waited < 1.5
 
@@ -135,7 +123,7 @@ async def test_a_tcp_connection_that_never_starts_tls_is_closed(server: serving.
 
 async def test_a_body_that_stops_arriving_is_a_408(server: serving.Running) -> None:
     body = review("uid-stalled")
-    async with h.connect(server.port, ca_of(server)) as stalled:
+    async with h.connect(server.port, h.ca_of(server)) as stalled:
         await stalled.send_head("/mutate", len(body))
         await stalled.send(body[:10])
         started = time.monotonic()
@@ -150,7 +138,7 @@ async def test_a_body_that_stops_arriving_is_a_408(server: serving.Running) -> N
 async def test_idle_keep_alive_connections_last_the_idle_timeout_then_close(
     server: serving.Running,
 ) -> None:
-    async with h.connect(server.port, ca_of(server)) as connection:
+    async with h.connect(server.port, h.ca_of(server)) as connection:
         status, _, answer = await connection.post("/mutate", review("uid-idle"))
         assert status == 200
         h.response_of(json.loads(answer), "uid-idle")
@@ -165,7 +153,7 @@ async def test_idle_keep_alive_connections_last_the_idle_timeout_then_close(
 async def test_beyond_max_connections_the_longest_idle_one_makes_room(
     server: serving.Running,
 ) -> None:
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     async with (
         h.connect(server.port, ca) as oldest,
         h.connect(server.port, ca) as second,
@@ -181,7 +169,7 @@ async def test_beyond_max_connections_the_longest_idle_one_makes_room(
             await closed_by_server(oldest, within=2)
             status, _, _ = await second.post("/mutate", review("uid-second"))
             assert status == 200
-    text = await metrics(server)
+    text = await h.scrape(server)
     assert h.metric(text, "gpu_share_webhook_connections_closed_total", reason="evicted") == 1
 
 
@@ -195,7 +183,7 @@ async def refused_before_handshake(port: int, ca: Path) -> None:
 async def test_beyond_max_connections_with_none_idle_a_new_one_is_closed_before_its_handshake(
     server: serving.Running,
 ) -> None:
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     body = review("uid-busy")
     async with (
         h.connect(server.port, ca) as a,
@@ -213,7 +201,7 @@ async def test_beyond_max_connections_with_none_idle_a_new_one_is_closed_before_
             await busy.send(body[10:])
             status, _, _ = await busy.response()
             assert status == 200
-    text = await metrics(server)
+    text = await h.scrape(server)
     assert h.metric(text, "gpu_share_webhook_connections_closed_total", reason="refused") == 1
 
 
@@ -253,7 +241,7 @@ async def test_beyond_the_review_bytes_in_flight_a_large_request_is_a_429_a_smal
     server: serving.Running, large_above_16_kib: None
 ) -> None:
     # One address each: one address's large reviews take turns (tests/test_sources.py).
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     big = padded("uid-big", SMALL.max_body_bytes)
     ordinary = review("uid-ordinary")
     # Two large bodies all but arrived, and an ordinary review on top, pass the limit.
@@ -280,7 +268,7 @@ async def test_beyond_the_review_bytes_in_flight_a_large_request_is_a_429_a_smal
         await first.send(big[-100:])
         status, _, _ = await first.response()
         assert status == 200
-    text = await metrics(server)
+    text = await h.scrape(server)
     assert h.metric(text, "gpu_share_webhook_requests_shed_total", reason="inflight-bytes") == 1
 
 
@@ -292,7 +280,7 @@ async def test_the_reserve_of_small_reviews_is_bounded(
     server.state.budget = inflight.Budget(
         SMALL.max_inflight_bytes, small_bytes=SMALL_REVIEW_BYTES, reserve_bytes=reserve
     )
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     big = padded("uid-big", SMALL.max_body_bytes)
     small = padded("uid-small", 6 * 1024)
     last = padded("uid-last", 4 * 1024)
@@ -315,7 +303,7 @@ async def test_the_reserve_of_small_reviews_is_bounded(
             status, _, answer = await connection.response()
             assert status == 200
             assert h.response_of(json.loads(answer), uid)["allowed"] is True
-    text = await metrics(server)
+    text = await h.scrape(server)
     assert h.metric(text, "gpu_share_webhook_requests_shed_total", reason="inflight-bytes") == 1
     # Every byte counted is given back, the one left mid-body included.
     budget = server.state.budget
@@ -333,7 +321,7 @@ async def test_bodies_announced_but_not_sent_hold_no_review_bytes(
     # Announcing the largest body and sending a byte of it must not lock others out: bytes
     # in flight are counted as they arrive. Three announced bodies would hold 192 KiB of the
     # 128 KiB, and a fourth large one would be refused.
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     big = padded("uid-not-locked-out", SMALL.max_body_bytes)
     assert 4 * SMALL.max_body_bytes > SMALL.max_inflight_bytes
     async with (
@@ -350,12 +338,12 @@ async def test_bodies_announced_but_not_sent_hold_no_review_bytes(
             status, _, answer = await fine.post("/mutate", big)
         assert status == 200
         assert h.response_of(json.loads(answer), "uid-not-locked-out")["allowed"] is True
-    text = await metrics(server)
+    text = await h.scrape(server)
     assert h.metric(text, "gpu_share_webhook_requests_shed_total", reason="inflight-bytes") == 0
 
 
 async def test_a_chunked_body_over_the_limit_is_a_413(server: serving.Running) -> None:
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     async with h.connect(server.port, ca) as connection:
         head = (
             f"POST /mutate?{h.TIMEOUT} HTTP/1.1\r\nHost: {h.HOST}\r\n"
@@ -374,7 +362,7 @@ async def test_a_chunked_body_over_the_limit_is_a_413(server: serving.Running) -
 async def test_probes_and_reviews_answer_while_connections_are_abused(
     server: serving.Running,
 ) -> None:
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     async with h.connect(server.port, ca) as slow, h.connect(server.port, ca) as stalled:
         await slow.send(b"POST /mutate HTTP/1.1\r\n")
         body = review("uid-stalled")
@@ -435,7 +423,7 @@ async def test_an_aiohttp_without_what_the_guard_reads_stops_the_server_before_i
 
 async def test_a_closed_connection_lets_go_of_its_transport(server: serving.Running) -> None:
     # Its TLS state must not wait for the collector with aiohttp's objects.
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     connections = server.state.connections
     assert connections is not None
     async with h.connect(server.port, ca) as connection:
@@ -483,7 +471,7 @@ async def test_a_body_announced_large_counts_as_large_from_its_first_byte(
 ) -> None:
     # Otherwise every large upload would take its first 16 KiB (256 KiB as shipped) of the
     # reserve of the small ones, and a few dozen stalled ones would fill it.
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     budget = server.state.budget
     big = padded("uid-big", SMALL.max_body_bytes)
     small = padded("uid-small", 8 * 1024)
@@ -507,7 +495,7 @@ async def test_a_client_that_goes_away_mid_body_is_a_line_not_an_internal_error(
 ) -> None:
     body = review("uid-gone")
     with caplog.at_level(logging.INFO):
-        async with h.connect(server.port, ca_of(server)) as leaving:
+        async with h.connect(server.port, h.ca_of(server)) as leaving:
             await leaving.send_head("/mutate", len(body))
             await leaving.send(body[:10])
             await asyncio.sleep(0.1)
@@ -517,7 +505,7 @@ async def test_a_client_that_goes_away_mid_body_is_a_line_not_an_internal_error(
 
         await h.eventually(said, what="the refused request's line")
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
-    text = await metrics(server)
+    text = await h.scrape(server)
     assert h.metric(text, "gpu_share_webhook_reviews_total", decision="error") == 0
 
 
@@ -527,7 +515,7 @@ async def test_malformed_requests_are_one_warning_a_while_not_a_trace_each(
     server_log = logging.getLogger("aiohttp.server")
     quiet = logs.MalformedRequests()
     server_log.addFilter(quiet)
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     with caplog.at_level(logging.DEBUG):
         for _ in range(5):
             async with h.connect(server.port, ca) as bad:
@@ -564,7 +552,7 @@ async def test_a_request_refused_before_its_body_reads_no_more_of_it(
     # is not read (nor decrypted): its TCP transport is given to a reader of nothing.
     connections = server.state.connections
     assert connections is not None
-    async with h.connect(server.port, ca_of(server)) as uploading:
+    async with h.connect(server.port, h.ca_of(server)) as uploading:
         await uploading.send_head("/mutate", SMALL.max_body_bytes + 1)
         status, _, _ = await asyncio.wait_for(uploading.response(), 5)
         assert status == 413

@@ -12,13 +12,10 @@ import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import aiohttp
 import pytest
 
 from tests import server_helpers as h
-from webhook import certificates
 from webhook.transport import inflight, serving
-from webhook.transport import limits as limits_module
 from webhook.transport.limits import Limits
 
 FLOOD = "127.0.0.1"
@@ -39,9 +36,7 @@ LIMITS = Limits(
 )
 
 
-@pytest.fixture(autouse=True)
-def quick_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(limits_module.Connections, "SWEEP_SECONDS", 0.05)
+pytestmark = pytest.mark.usefixtures("quick_sweep")
 
 
 @pytest.fixture
@@ -51,15 +46,6 @@ async def server(tmp_path: Path) -> AsyncIterator[serving.Running]:
         yield running
 
 
-def ca_of(running: serving.Running) -> Path:
-    return running.state.settings.cert_dir / certificates.CA_FILE
-
-
-async def metrics(running: serving.Running) -> str:
-    async with aiohttp.ClientSession() as session:
-        url = f"http://127.0.0.1:{running.metrics_port}/metrics"
-        async with session.get(url) as response:
-            return await response.text()
 
 
 def closed(text: str, reason: str) -> float:
@@ -89,7 +75,7 @@ async def test_the_server_sees_the_two_loopback_addresses_as_two_sources(
 ) -> None:
     connections = server.state.connections
     assert connections is not None
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     async with (
         h.connect(server.port, ca, source=FLOOD),
         h.connect(server.port, ca, source=API_SERVER),
@@ -101,7 +87,7 @@ async def test_the_server_sees_the_two_loopback_addresses_as_two_sources(
 async def test_beyond_the_connections_of_one_address_its_own_idle_one_makes_room(
     server: serving.Running,
 ) -> None:
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     async with (
         h.connect(server.port, ca, source=API_SERVER) as other,
         h.connect(server.port, ca, source=FLOOD) as oldest,
@@ -117,13 +103,13 @@ async def test_beyond_the_connections_of_one_address_its_own_idle_one_makes_room
             assert await oldest.reader.read() == b""
             status, _, _ = await other.post("/mutate", review("uid-other"))
             assert status == 200
-    assert closed(await metrics(server), "evicted") == 1
+    assert closed(await h.scrape(server), "evicted") == 1
 
 
 async def test_beyond_the_connections_of_one_address_with_none_idle_it_is_refused_alone(
     server: serving.Running,
 ) -> None:
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     body = review("uid-busy")
     async with (
         h.connect(server.port, ca, source=FLOOD) as a,
@@ -138,7 +124,7 @@ async def test_beyond_the_connections_of_one_address_with_none_idle_it_is_refuse
         async with h.connect(server.port, ca, source=API_SERVER) as other:
             status, _, _ = await other.post("/mutate", review("uid-other"))
             assert status == 200
-    assert closed(await metrics(server), "source-refused") == 1
+    assert closed(await h.scrape(server), "source-refused") == 1
 
 
 async def test_handshakes_of_one_address_wait_their_turn_and_others_go_first(
@@ -154,11 +140,11 @@ async def test_handshakes_of_one_address_wait_their_turn_and_others_go_first(
             return len(connections) == 2 and connections.handshaking == 1
 
         await h.eventually(waiting, what="one handshake running, one waiting")
-        async with h.connect(server.port, ca_of(server), source=API_SERVER) as other:
+        async with h.connect(server.port, h.ca_of(server), source=API_SERVER) as other:
             status, _, _ = await other.post("/mutate", review("uid-other"))
             assert status == 200
         # Served while the flood's handshakes were still waiting, not once they timed out.
-        assert closed(await metrics(server), "tls-timeout") == 0
+        assert closed(await h.scrape(server), "tls-timeout") == 0
         assert connections.handshaking == 1
 
 
@@ -174,7 +160,7 @@ async def test_handshakes_that_never_come_are_closed_and_counted(tmp_path: Path)
         # One timed out in its handshake, two while waiting for their turn.
 
         async def all_three() -> bool:
-            return closed(await metrics(server), "tls-timeout") == 3
+            return closed(await h.scrape(server), "tls-timeout") == 3
 
         await h.eventually(all_three, what="three TLS timeouts counted")
         connections = server.state.connections
@@ -198,13 +184,13 @@ async def test_a_failed_handshake_is_counted(server: serving.Running) -> None:
     writer.close()
 
     async def counted() -> bool:
-        return closed(await metrics(server), "tls-failed") == 1
+        return closed(await h.scrape(server), "tls-failed") == 1
 
     await h.eventually(counted, what="the failed handshake counted")
 
 
 async def test_one_address_holds_no_more_than_its_review_bytes(server: serving.Running) -> None:
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     budget = server.state.budget
     padding = 64 * KIB - len(h.review_body({**h.shared_pod(), "padding": ""}, "uid-big"))
     big = h.review_body({**h.shared_pod(), "padding": "x" * padding}, "uid-big")
@@ -229,7 +215,7 @@ async def test_one_address_holds_no_more_than_its_review_bytes(server: serving.R
         status, _, _ = await stalled.response()
         assert status == 200
     assert budget.by_source == {}
-    text = await metrics(server)
+    text = await h.scrape(server)
     assert (
         h.metric(text, "gpu_share_webhook_requests_shed_total", reason="source-inflight-bytes") == 1
     )
@@ -257,7 +243,7 @@ async def test_an_address_whose_large_reviews_took_their_share_waits_and_no_othe
     state.budget.shares = state.budget.turns.shares = Recording(0.5)
     bare = len(review("uid-0"))
     large = h.review_body({**h.shared_pod(), "padding": "x" * (32 * KIB - bare)}, "uid-large")
-    ca = ca_of(server)
+    ca = h.ca_of(server)
     connections = state.connections
     assert connections is not None
     # The address's two connections (its limit here), made before it took its share.
@@ -297,7 +283,7 @@ async def test_an_address_whose_large_reviews_took_their_share_waits_and_no_othe
     # and what receiving it cost.
     assert [source for source, _ in charged] == [API_SERVER, API_SERVER]
     assert min(seconds for _, seconds in charged) > 0
-    text = await metrics(server)
+    text = await h.scrape(server)
     assert h.metric(text, "gpu_share_webhook_requests_shed_total", reason="source-large-share") == 1
 
 
@@ -322,7 +308,7 @@ async def test_one_address_begins_handshakes_at_its_rate_and_others_at_theirs(
             # A burst of four (two seconds of its rate), then one every half second: not six
             # at once.
             assert connections.handshaking == 4
-            async with h.connect(server.port, ca_of(server), source=API_SERVER) as other:
+            async with h.connect(server.port, h.ca_of(server), source=API_SERVER) as other:
                 status, _, _ = await other.post("/mutate", review("uid-other"))
                 assert status == 200
 
@@ -350,7 +336,7 @@ async def test_at_the_total_limit_a_silent_connection_makes_room_before_an_idle_
     async with serving.running(settings) as server:
         connections = server.state.connections
         assert connections is not None
-        ca = ca_of(server)
+        ca = h.ca_of(server)
         async with h.connect(server.port, ca, source=API_SERVER) as idle:
             status, _, _ = await idle.post("/mutate", review("uid-1"))
             assert status == 200
@@ -367,7 +353,7 @@ async def test_at_the_total_limit_a_silent_connection_makes_room_before_an_idle_
                 async with silent(server.port, "127.0.0.5", 1):
 
                     async def evicted() -> bool:
-                        return closed(await metrics(server), "evicted") == 1
+                        return closed(await h.scrape(server), "evicted") == 1
 
                     await h.eventually(evicted, what="one connection evicted")
                     # One of the flood's (the address holding the most) went, not the API
@@ -375,5 +361,5 @@ async def test_at_the_total_limit_a_silent_connection_makes_room_before_an_idle_
                     assert len(flood.open) == 2
                     status, _, _ = await idle.post("/mutate", review("uid-2"))
                     assert status == 200
-                    text = await metrics(server)
+                    text = await h.scrape(server)
                     assert closed(text, "tls-failed") == closed(text, "tls-timeout") == 0

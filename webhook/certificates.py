@@ -242,38 +242,17 @@ def make_serving_certificate(
 
     It never outlives its CA: a certificate valid longer than its issuer fails to verify.
     """
-    _require_days(days)
     names = subject_alt_names(service=service, namespace=namespace, extra_sans=extra_sans)
-    now = _utc(now)
-    key = ec.generate_private_key(ec.SECP256R1())
     common_name = service_host(service=service, namespace=namespace)
     if len(common_name) > _MAX_COMMON_NAME:
         common_name = service  # only informative: clients match the SANs
-    ca_key_id = ca.certificate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-        .issuer_name(ca.certificate.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - CLOCK_SKEW)
-        .not_valid_after(min(now + timedelta(days=days), ca.certificate.not_valid_after_utc))
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        # ECDSA keys sign the handshake; key encipherment is an RSA notion.
-        .add_extension(_key_usage(digital_signature=True), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_key_id.value),
-            critical=False,
-        )
-        .sign(ca.key, hashes.SHA256())
-    )
-    return ServingPair(
-        cert_pem=certificate.public_bytes(serialization.Encoding.PEM),
-        key_pem=_key_pem(key),
-        certificate=certificate,
+    return _sign_leaf(
+        ca,
+        common_name=common_name,
+        usage=ExtendedKeyUsageOID.SERVER_AUTH,
+        sans=names,
+        days=days,
+        now=now,
     )
 
 
@@ -287,6 +266,28 @@ def make_client_certificate(
 ) -> ServingPair:
     """A TLS client certificate (extendedKeyUsage clientAuth) for `common_name`, signed by
     `ca`: what the API server presents to a server started with --client-ca-file."""
+    return _sign_leaf(
+        ca,
+        common_name=common_name,
+        usage=ExtendedKeyUsageOID.CLIENT_AUTH,
+        sans=[x509.DNSName(n) for n in dns_names],
+        days=days,
+        now=now,
+    )
+
+
+def _sign_leaf(
+    ca: Authority,
+    *,
+    common_name: str,
+    usage: x509.ObjectIdentifier,
+    sans: list[x509.GeneralName],
+    days: int,
+    now: datetime | None,
+) -> ServingPair:
+    """A leaf certificate for one TLS use (serverAuth or clientAuth) and a new ECDSA P-256
+    key, signed by `ca`; it never outlives its CA (a certificate valid longer than its issuer
+    fails to verify)."""
     _require_days(days)
     now = _utc(now)
     key = ec.generate_private_key(ec.SECP256R1())
@@ -300,18 +301,23 @@ def make_client_certificate(
         .not_valid_before(now - CLOCK_SKEW)
         .not_valid_after(min(now + timedelta(days=days), ca.certificate.not_valid_after_utc))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        # ECDSA keys sign the handshake; key encipherment is an RSA notion.
         .add_extension(_key_usage(digital_signature=True), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    certificate = (
+        builder.add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False
+        )
         # Which CA signed it, when two CAs of one name are trusted during a rotation.
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_key_id.value),
             critical=False,
         )
+        .sign(ca.key, hashes.SHA256())
     )
-    dns = [x509.DNSName(n) for n in dns_names]
-    if dns:
-        builder = builder.add_extension(x509.SubjectAlternativeName(dns), critical=False)
-    certificate = builder.sign(ca.key, hashes.SHA256())
     return ServingPair(
         cert_pem=certificate.public_bytes(serialization.Encoding.PEM),
         key_pem=_key_pem(key),

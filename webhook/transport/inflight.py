@@ -135,7 +135,7 @@ class _Lane:
 
 class LargeTurns:
     """Large reviews take turns per source address: one at a time for each address, at most
-    `waiting` more waiting (429 beyond), and none started while its address owes more than
+    `waiting_bytes` of them waiting (429 beyond), and none started while its address owes more than
     the burst of its share (`LargeShares`), which it then waits out when it can.
 
     Waiting costs nothing but the connection: the body is not read until the turn comes
@@ -145,17 +145,17 @@ class LargeTurns:
     holding part of the in-flight budget until none of them fits (which refused them all).
     """
 
-    __slots__ = ("_lanes", "shares", "waiting")
+    __slots__ = ("_lanes", "shares", "waiting_bytes")
 
     # What the waiting reviews of one address may weigh: each holds what aiohttp and the TLS
     # layer read of its body before they stop reading, at most its size and at most
     # `WAITING_WEIGHT_CAP` (a few hundred KiB): 16 at the body limit, hundreds of 16 KiB.
-    WAITING = 8 * 1024 * 1024
+    WAITING_BYTES = 8 * 1024 * 1024
     WAITING_WEIGHT_CAP = 512 * 1024
 
-    def __init__(self, shares: LargeShares, *, waiting: int = WAITING) -> None:
+    def __init__(self, shares: LargeShares, *, waiting_bytes: int = WAITING_BYTES) -> None:
         self.shares = shares
-        self.waiting = waiting
+        self.waiting_bytes = waiting_bytes
         self._lanes: dict[str, _Lane] = {}
 
     def __len__(self) -> int:
@@ -172,7 +172,7 @@ class LargeTurns:
             weight = min(
                 size if size is not None else self.WAITING_WEIGHT_CAP, self.WAITING_WEIGHT_CAP
             )
-            if lane.weight + weight > self.waiting or within <= 0:
+            if lane.weight + weight > self.waiting_bytes or within <= 0:
                 raise Busy(
                     f"{len(lane.waiters) + 1} large reviews from {source} are being received,"
                     " reviewed or waiting",

@@ -76,8 +76,8 @@ class Limits:
     # webhook client's MaxIdleConnsPerHost): at its default --max-requests-inflight and
     # --max-mutating-requests-inflight (400 + 200) that is at most ~600 from one address.
     max_connections_per_source: int = 1024
-    # A TLS 1.3 handshake costs this server ~0.5 ms of CPU; 64 at once is at most a few tens
-    # of milliseconds of the event loop's time in one turn, whatever arrives. A handshake
+    # A TLS 1.3 handshake costs this server about a millisecond of CPU; 64 at once are some
+    # tens of milliseconds of the event loop's time in one turn, whatever arrives. A handshake
     # that never comes holds its slot for --header-timeout: 16 addresses are needed to hold
     # them all.
     max_handshakes: int = 64
