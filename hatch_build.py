@@ -39,6 +39,7 @@ COMPILED = (
     "webhook/core/facts.py",
     "webhook/core/rules.py",
     "webhook/core/recording.py",
+    "webhook/core/nearmisses.py",
     "webhook/core/reviewing.py",
     "webhook/reviews.py",
 )

@@ -8,6 +8,7 @@ same choice here from the labels it is given.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 
 from webhook import policies
@@ -25,6 +26,7 @@ __all__ = [
     "NAME_LABEL",
     "POLICY_LABEL",
     "enforces_pod_security",
+    "label_near_misses",
     "opted_in",
     "policy_name",
     "policy_path",
@@ -56,3 +58,31 @@ def policy_path(labels: Mapping[str, str]) -> str | None:
     if name is None:
         return None
     return policies.policy_path(name, pod_security=enforces_pod_security(labels))
+
+
+# Values people write for "yes" that a label selector does not take for "true".
+_TRUE_LOOKING = frozenset({"true", "yes", "y", "on", "1", "enabled", "enable"})
+_OUR_LABELS = (ENABLED_LABEL, POLICY_LABEL)
+
+
+def label_near_misses(labels: Mapping[str, str]) -> list[str]:
+    """What in a namespace's labels looks like the opt-in or the policy label but is not
+    (label keys and values are matched exactly by the webhook configurations' selectors):
+    one line each, saying what the namespace gets instead and what to write."""
+    out: list[str] = []
+    value = labels.get(ENABLED_LABEL)
+    if value is not None and value != "true" and value.strip().lower() in _TRUE_LOOKING:
+        out.append(
+            f"label {ENABLED_LABEL}={value} is not {ENABLED_LABEL}=true (values are"
+            " case-sensitive): the namespace has not opted in"
+        )
+    for key in labels:
+        if key in _OUR_LABELS or key == NAME_LABEL:
+            continue
+        lower = key.lower()
+        if "share" not in lower and "gpu" not in lower:
+            continue
+        close = difflib.get_close_matches(lower, _OUR_LABELS, n=1, cutoff=0.8)
+        if close:
+            out.append(f"label {key} is not one gpu-share reads: did you mean {close[0]}?")
+    return out

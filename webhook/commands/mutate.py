@@ -38,7 +38,7 @@ from webhook.commands import (
     namespace_name,
     policies_directory,
 )
-from webhook.core import pods, reviewing
+from webhook.core import nearmisses, pods, reviewing
 from webhook.core.decisions import MALFORMED, Decision
 from webhook.errors import InputError, PolicyError
 
@@ -161,6 +161,21 @@ def decide(
     return reviewing.review(obj, policy=loaded.governing(path), mutate=True, kinds=workload_kinds)
 
 
+def _unchanged(
+    obj: dict[str, Any],
+    labels: dict[str, str],
+    loaded: policies.PolicySet,
+    workload_kinds: pods.Kinds,
+) -> str:
+    """Why an allowed object comes out as it went in, in a few words."""
+    found, _ = pods.templates(obj, workload_kinds)
+    path = namespaces.policy_path(labels)
+    policy = loaded.governing(path) if path is not None else None
+    if policy is None:
+        return "the namespace has not opted in"
+    return "; ".join(dict.fromkeys(nearmisses.unchanged(pods.read(t), policy) for t in found))
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         labels = _labels(args)
@@ -183,6 +198,9 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     results: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     denied = malformed = False
+    reviewed = False  # whether a line told of one object: else one line says why none is
+    for line in namespaces.label_near_misses(labels):
+        print(f"Warning: namespace: {line}", file=sys.stderr)
     for obj in objects:
         what = documents.describe(obj)
         seen = _namespace_labels(labels, obj, args.namespace)
@@ -191,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
             name = seen.get(namespaces.NAME_LABEL)
             which = f"namespace {name}" if name else "the namespace"
             print(f"not reviewed: {what}: {which}: {unsent}; left unchanged", file=sys.stderr)
+            reviewed = True
             results.append((obj, []))
             continue
         decision = decide(obj, labels=seen, loaded=loaded, workload_kinds=workload_kinds)
@@ -207,10 +226,22 @@ def run(args: argparse.Namespace) -> int:
             for v in decision.violations:
                 print(f"denied: {what}: {v.text}", file=sys.stderr)
             continue
+        if not decision.patch and pods.templates(obj, workload_kinds)[0]:
+            reviewed = True
+            why = _unchanged(obj, seen, loaded, workload_kinds)
+            print(f"no change: {what}: {why}", file=sys.stderr)
+        elif decision.patch:
+            reviewed = True
         # The decision is this review's own: the object is copied, the patch used as it is.
         patched = jsonpatch.apply_patch(copy.deepcopy(obj), decision.patch, in_place=True)
         results.append((patched, decision.patch))
     _print(results, args.output)
+    if objects and not reviewed and not denied and not malformed:
+        print(
+            f"no change: {source}: no pod, and no workload kind whose pod template the webhook"
+            " reviews",
+            file=sys.stderr,
+        )
     if malformed:
         return EXIT_BAD_INPUT
     return EXIT_DENIED if denied else EXIT_ALLOWED

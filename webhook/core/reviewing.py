@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
 from webhook import names
-from webhook.core import facts, pods, recording, rules
+from webhook.core import facts, nearmisses, pods, recording, rules
 from webhook.core.decisions import OBJECT, Decision
 from webhook.policies import Policy
 
@@ -167,6 +167,14 @@ def review(
             if rule not in decision.mutations and rule != rules.ANNOTATIONS:
                 decision.mutations.append(rule)
         decision.audit.update(r.audit)
+        if not require:
+            # Told once: a Pod's validating review sees what the mutating one told of.
+            for w in nearmisses.resource_warnings(pod, policy) + nearmisses.annotation_warnings(
+                pod, policy
+            ):
+                decision.warn(f"{label}: {w}" if label else w)
+    for w in nearmisses.workload_warnings(obj, found):
+        decision.warn(w)
     if decision.violations:
         decision.patch = []
         decision.mutations = []

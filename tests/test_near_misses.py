@@ -1,0 +1,395 @@
+"""Near misses: what looks like something the webhook reads, but is not, is told.
+
+Each near miss of issue 21 is a case of `NEAR_MISSES`, with the warning a user must read.
+Three doors: the core (`reviewing.admit`, both endpoints), the HTTP server (the real app over
+TLS, through the rendered configurations: a near miss the API server never sends is one the
+server cannot tell), and `mutate` (stderr). Then the other side: none of the published
+manifests or the examples is taken for a near miss, and a result without a change says why.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import web
+from aiohttp.test_utils import TestClient
+
+from tests import apiserver, corpus, kube
+from tests import server_helpers as h
+from webhook import cli, namespaces, policies, rendering
+from webhook.core import reviewing
+from webhook.transport import app as server
+
+ROOT = Path(__file__).resolve().parents[1]
+POLICIES = ROOT / "policies"
+OPTED_IN = {namespaces.ENABLED_LABEL: "true", namespaces.NAME_LABEL: "team-a"}
+
+
+def _pod(
+    limits: dict[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
+    requests: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {}
+    if limits is not None:
+        resources["limits"] = limits
+    if requests is not None:
+        resources["requests"] = requests
+    meta: dict[str, Any] = {"name": "train", "namespace": "team-a"}
+    if annotations:
+        meta["annotations"] = annotations
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {
+            "containers": [
+                {"name": "cuda", "image": corpus.CUDA, "resources": resources},
+            ]
+        },
+    }
+
+
+def _deployment(pod: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "train", "namespace": "team-a"}
+    if annotations:
+        meta["annotations"] = annotations
+    template = {"metadata": {"labels": {"app": "train"}}, "spec": pod["spec"]}
+    if pod["metadata"].get("annotations"):
+        template["metadata"]["annotations"] = pod["metadata"]["annotations"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "train"}},
+            "template": template,
+        },
+    }
+
+
+SHARED = {"nvidia.com/gpu.shared": 1}
+
+
+@dataclass(frozen=True)
+class NearMiss:
+    obj: dict[str, Any]
+    # The warning, whole (as the server sends it, at most 120 characters).
+    warning: str
+    labels: dict[str, str] = field(default_factory=lambda: dict(OPTED_IN))
+
+
+NEAR_MISSES: dict[str, NearMiss] = {
+    "resource-dash-for-dot": NearMiss(
+        _pod({"nvidia.com/gpu-shared": 1}),
+        'container "cuda": no GPU resource nvidia.com/gpu-shared; did you mean'
+        " nvidia.com/gpu.shared? (no node offers it)",
+    ),
+    "resource-plural": NearMiss(
+        _pod({"nvidia.com/gpus": 1}),
+        'container "cuda": no GPU resource nvidia.com/gpus; did you mean nvidia.com/gpu?'
+        " (no node offers it)",
+    ),
+    "resource-in-requests-only": NearMiss(
+        _pod(requests={"nvidia.com/gpu.share": 1}),
+        'container "cuda": no GPU resource nvidia.com/gpu.share; did you mean'
+        " nvidia.com/gpu.shared? (no node offers it)",
+    ),
+    "resource-mig-without-dot": NearMiss(
+        _pod({"nvidia.com/mig-1g5gb": 1}),
+        'container "cuda": no GPU resource nvidia.com/mig-1g5gb; MIG devices are named like'
+        " nvidia.com/mig-1g.5gb",
+    ),
+    "resource-case": NearMiss(
+        _pod({"nvidia.com/GPU.shared": 1}),
+        'container "cuda": nvidia.com/GPU.shared: names are case-sensitive; did you mean'
+        " nvidia.com/gpu.shared?",
+    ),
+    "resource-domain-typo": NearMiss(
+        _pod({"nvida.com/gpu.shared": 1}),
+        'container "cuda": no GPU resource nvida.com/gpu.shared; did you mean'
+        " nvidia.com/gpu.shared?",
+    ),
+    "profile-annotation-typo": NearMiss(
+        _pod(SHARED, {"gpu-share.io/profle": "small"}),
+        "annotation gpu-share.io/profle is ignored: did you mean gpu-share.io/profile?"
+        ' (default profile "medium" applies)',
+    ),
+    "profile-annotation-case": NearMiss(
+        _pod(SHARED, {"gpu-share.io/Profile": "small"}),
+        "annotation gpu-share.io/Profile is ignored: did you mean gpu-share.io/profile?"
+        ' (default profile "medium" applies)',
+    ),
+    "profile-annotation-domain": NearMiss(
+        _pod(SHARED, {"gpushare.io/profile": "small"}),
+        "annotation gpushare.io/profile is ignored: did you mean gpu-share.io/profile?"
+        ' (default profile "medium" applies)',
+    ),
+    "unknown-annotation-of-ours": NearMiss(
+        _pod(SHARED, {"gpu-share.io/mps-profile": "small"}),
+        "annotation gpu-share.io/mps-profile is ignored: did you mean gpu-share.io/profile?"
+        ' (default profile "medium" applies)',
+    ),
+    "profile-on-the-deployment": NearMiss(
+        _deployment(_pod(SHARED), {"gpu-share.io/profile": "small"}),
+        "gpu-share.io/profile on the Deployment's metadata never reaches its pods: move it"
+        " to spec.template.metadata.annotations",
+    ),
+    "profile-typo-in-the-template": NearMiss(
+        _deployment(_pod(SHARED, {"gpu-share.io/profil": "small"})),
+        "annotation gpu-share.io/profil is ignored: did you mean gpu-share.io/profile?"
+        ' (default profile "medium" applies)',
+    ),
+}
+
+# What is no near miss: each must pass with no warning of this module.
+NOT_NEAR_MISSES = {
+    "exclusive-gpu": _pod({"nvidia.com/gpu": 1}),
+    "mig-device": _pod({"nvidia.com/mig-1g.5gb": 1}),
+    "mig-media-extensions": _pod({"nvidia.com/mig-1g.10gb+me": 1}),
+    "another-vendor": _pod({"amd.com/gpu": 1}),
+    "intel": _pod({"gpu.intel.com/i915": 1}),
+    "profile": _pod(SHARED, {"gpu-share.io/profile": "small"}),
+    "profile-on-both": _deployment(
+        _pod(SHARED, {"gpu-share.io/profile": "small"}), {"gpu-share.io/profile": "small"}
+    ),
+    "other-annotations": _pod(
+        SHARED, {"prometheus.io/scrape": "true", "sidecar.istio.io/inject": "false"}
+    ),
+}
+
+# The words of this module's warnings, to tell them from the others'.
+_MARKS = ("no GPU resource", "case-sensitive", "is ignored", "never reaches its pods")
+
+
+def _ours(warnings: list[str]) -> list[str]:
+    return [w for w in warnings if any(m in w for m in _MARKS)]
+
+
+@pytest.fixture(scope="module")
+def loaded() -> policies.PolicySet:
+    return policies.load_directory(POLICIES)
+
+
+def _core(obj: dict[str, Any], policy: policies.Policy) -> list[str]:
+    group = str(obj["apiVersion"]).rpartition("/")[0]
+    served = kube.as_served(obj)
+    warnings: list[str] = []
+    for endpoint in ("mutate", "validate"):
+        d = reviewing.admit(
+            served,
+            policy=policy,
+            endpoint=endpoint,
+            group=group,
+            kind=obj["kind"],
+            operation="CREATE",
+        )
+        assert d.allowed, d.message
+        warnings += d.warnings
+        if endpoint == "mutate":
+            served = kube.apply(served, d.patch)
+    return warnings
+
+
+# --------------------------------------------------------------------------- door 1: core
+
+
+@pytest.mark.parametrize("name", sorted(NEAR_MISSES))
+def test_the_core_warns_of_each_near_miss(name: str, loaded: policies.PolicySet) -> None:
+    case = NEAR_MISSES[name]
+    assert len(case.warning) <= 120, "longer warnings are cut"
+    warnings = _core(copy.deepcopy(case.obj), loaded.governing("default"))
+    assert case.warning in warnings
+    assert len(_ours(warnings)) == len(set(_ours(warnings))) == 1
+
+
+@pytest.mark.parametrize("name", sorted(NOT_NEAR_MISSES))
+def test_what_is_no_near_miss_is_not_warned_of(name: str, loaded: policies.PolicySet) -> None:
+    assert _ours(_core(copy.deepcopy(NOT_NEAR_MISSES[name]), loaded.governing("default"))) == []
+
+
+def test_no_published_manifest_or_example_is_taken_for_a_near_miss(
+    loaded: policies.PolicySet,
+) -> None:
+    objects = [*corpus.objects()] + [
+        doc
+        for path in sorted((ROOT / "examples").rglob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc
+    ]
+    assert objects
+    for name in loaded.names:
+        policy = loaded.governing(name)
+        for obj in objects:
+            found = _ours(list(reviewing.review(kube.as_served(obj), policy=policy).warnings))
+            assert found == [], (obj["metadata"].get("name"), found)
+
+
+# --------------------------------------------------------------------------- door 2: HTTP
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> web.Application:
+    return server.create_app(h.settings(tmp_path))
+
+
+async def test_the_server_sends_each_near_miss_as_a_warning(
+    aiohttp_server: Any,
+    aiohttp_client: Any,
+    app: web.Application,
+    loaded: policies.PolicySet,
+) -> None:
+    """Through the rendered configurations (their CEL decides what reaches the webhook) into
+    the real application over TLS: the user's `kubectl apply` prints each warning."""
+    client: TestClient[Any, Any] = await h.start(aiohttp_server, aiohttp_client, app)
+
+    async def send(path: str, body: bytes) -> dict[str, Any]:
+        response = await h.post_review(client, path, body)
+        assert response.status == 200, await response.text()
+        return await response.json()  # type: ignore[no-any-return]
+
+    configurations = rendering.render(
+        loaded,
+        service="gpu-share-webhook",
+        namespace="gpu-share-system",
+        name="gpu-share-webhook",
+    )
+    cluster = apiserver.ApiServer(configurations, send)
+    for name, case in sorted(NEAR_MISSES.items()):
+        outcome = await cluster.admit(copy.deepcopy(case.obj), labels=case.labels)
+        assert outcome.allowed, (name, outcome.message)
+        assert outcome.calls, f"{name}: never reaches the webhook"
+        assert case.warning in outcome.warnings, (name, outcome.warnings)
+
+
+# --------------------------------------------------------------------------- door 3: mutate
+
+
+def _mutate(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    objects: list[dict[str, Any]],
+    *args: str,
+) -> tuple[int, str, str]:
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    code = cli.main(["mutate", "-f", str(path), "--policies", str(POLICIES), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("name", sorted(NEAR_MISSES))
+def test_mutate_prints_each_near_miss_on_stderr(
+    name: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    case = NEAR_MISSES[name]
+    code, _, err = _mutate(capsys, tmp_path, [case.obj])
+    kind, obj_name = case.obj["kind"], case.obj["metadata"]["name"]
+    assert code == 0
+    assert f"Warning: {kind}/{obj_name}: {case.warning}\n" in err
+
+
+# Namespace labels: the API server matches them exactly, so the webhook never sees a namespace
+# whose opt-in is misspelt; `mutate -l` (and `explain`) tell.
+LABEL_NEAR_MISSES = {
+    "True": (
+        ["-l", "gpu-share.io/enabled=True"],
+        "label gpu-share.io/enabled=True is not gpu-share.io/enabled=true (values are"
+        " case-sensitive): the namespace has not opted in",
+    ),
+    "yes": (
+        ["-l", "gpu-share.io/enabled=yes"],
+        "label gpu-share.io/enabled=yes is not gpu-share.io/enabled=true (values are"
+        " case-sensitive): the namespace has not opted in",
+    ),
+    "key-typo": (
+        ["-l", "gpu-share.io/enable=true"],
+        "label gpu-share.io/enable is not one gpu-share reads: did you mean gpu-share.io/enabled?",
+    ),
+    "policy-key-typo": (
+        ["-l", "gpushare.io/policy=gold"],
+        "label gpushare.io/policy is not one gpu-share reads: did you mean gpu-share.io/policy?",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LABEL_NEAR_MISSES))
+def test_mutate_tells_a_namespace_label_near_miss(
+    name: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args, line = LABEL_NEAR_MISSES[name]
+    _, _, err = _mutate(capsys, tmp_path, [_pod(SHARED)], *args)
+    assert f"Warning: namespace: {line}\n" in err
+
+
+def test_correct_labels_are_no_near_miss() -> None:
+    assert (
+        namespaces.label_near_misses(
+            {
+                "gpu-share.io/enabled": "true",
+                "gpu-share.io/policy": "gold",
+                "kubernetes.io/metadata.name": "gpu-team",
+                "team": "gpu-research",
+            }
+        )
+        == []
+    )
+    assert namespaces.label_near_misses({"gpu-share.io/enabled": "false"}) == []
+
+
+# A result with no change says why, in one line.
+UNCHANGED = {
+    "exclusive-gpu": (
+        _pod({"nvidia.com/gpu": 1}),
+        'it asks for nvidia.com/gpu, no shared GPU of policy "default" (it shares'
+        " nvidia.com/gpu.shared): an exclusive GPU, which the webhook leaves as it is",
+    ),
+    "near-miss": (
+        _pod({"nvidia.com/gpu-shared": 1}),
+        "it asks for nvidia.com/gpu-shared, which no node offers (see the warning)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNCHANGED))
+def test_a_result_without_change_says_why(
+    name: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    obj, why = UNCHANGED[name]
+    code, out, err = _mutate(capsys, tmp_path, [obj], "-o", "patch")
+    assert (code, out) == (0, "[]\n")
+    assert f"no change: {obj['kind']}/train: {why}\n" in err
+
+
+def test_its_own_output_says_it_is_already_as_the_webhook_leaves_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = _mutate(capsys, tmp_path, [_pod(SHARED)], "-o", "json")
+    assert code == 0
+    assert "no change" not in err
+    again = json.loads(out)
+    code, out, err = _mutate(capsys, tmp_path, [again], "-o", "patch")
+    assert (code, out) == (0, "[]\n")
+    assert err == "no change: Pod/train: it is already as the webhook leaves it\n"
+
+
+def test_a_file_without_pods_or_workloads_says_so_once(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "train"}}
+    code, _, err = _mutate(capsys, tmp_path, [config, config], "-o", "patch")
+    assert code == 0
+    assert err == (
+        f"no change: {tmp_path / 'in.yaml'}: no pod, and no workload kind whose pod template"
+        " the webhook reviews\n"
+    )
+    # Next to a pod, a ConfigMap is not told of.
+    code, _, err = _mutate(capsys, tmp_path, [config, _pod(SHARED)], "-o", "patch")
+    assert (code, err) == (0, "")

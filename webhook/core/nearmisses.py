@@ -1,0 +1,197 @@
+"""Near misses: what a user wrote that looks like something the webhook reads, but is not.
+
+A typo in a name the webhook reads changes nothing the API server checks: an extended
+resource may have any name, an annotation any key. So `nvidia.com/gpu-shared: 1` is admitted
+and waits in Pending for a node that offers it, and `gpu-share.io/profle: small` is ignored
+and the pod runs with the default profile, each with nothing said. Each is told here, as a
+warning (kubectl prints it at `kubectl apply`; `mutate` on stderr), never a refusal: the
+pod is exactly what was written, and nothing in it reaches more GPU than the policy grants.
+
+- `resource_warnings(pod, policy)`: a resource name in a container's limits or requests that
+  starts like an NVIDIA GPU resource (`nvidia.com/gpu`, `nvidia.com/mig-`), or is close to one
+  the policy knows, but is none the device plugin advertises: not `nvidia.com/gpu`, not a MIG
+  profile (`nvidia.com/mig-1g.5gb`), not a shared resource of the policy (an unknown
+  `.shared` one is refused by rule `resource-not-allowed`).
+- `annotation_warnings(pod, policy)`: an annotation key under `gpu-share.io/` that the webhook
+  does not read, or a key close to one it reads (`gpu-share.io/Profile`,
+  `gpushare.io/profile`).
+- `workload_warnings(obj, templates)`: `gpu-share.io/profile` on a workload's own metadata,
+  which its pods never see (they get their template's annotations).
+
+`unchanged(pod, policy)` says in one line why a review left a pod as it was (for `mutate`).
+The checks cost a pass over the names the pod has; the fuzzy match runs only on a name that
+passed a cheap filter.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from webhook import names
+from webhook.core import pods
+from webhook.policies import Policy
+
+# The annotations the webhook reads or writes on a pod.
+KNOWN_ANNOTATIONS = (names.ANNOTATION_PROFILE, names.ANNOTATION_POLICY, names.ANNOTATION_MUTATIONS)
+_DOMAIN_PREFIX = names.DOMAIN + "/"
+# The exclusive GPU resource of the device plugin, and its MIG devices: `mig-<g>g.<m>gb`,
+# with a suffix for the profiles with media extensions or graphics (`+me`, `+gfx`) and a
+# compute-instance part on some (`mig-1c.2g.10gb`).
+GPU = "nvidia.com/gpu"
+_MIG = re.compile(r"nvidia\.com/mig-(\d+c\.)?\d+g\.\d+gb([.+-][a-z]+)*")
+_MIG_PREFIX = "nvidia.com/mig-"
+_MIG_EXAMPLE = "nvidia.com/mig-1g.5gb"
+# How close a name must be to a known one to be taken for a typo of it (difflib's ratio).
+_CLOSE = 0.8
+
+
+def resource_warnings(pod: pods.Pod, policy: Policy) -> list[str]:
+    """Warnings for resource names that look like an NVIDIA GPU resource but are none."""
+    out: list[str] = []
+    for c in pod.containers:
+        if not c.judged:
+            continue
+        seen: set[str] = set()
+        for part in (c.limits.value, c.requests.value):
+            for name in part if isinstance(part, Mapping) else ():
+                if not isinstance(name, str) or name in seen:
+                    continue
+                seen.add(name)
+                meant = _meant_resource(name, policy)
+                if meant is not None:
+                    out.append(f'container "{c.name}": {meant}')
+    return out
+
+
+def _known_resource(name: str, policy: Policy) -> bool:
+    return (
+        name == GPU
+        or name in policy.shared_resources
+        # An unknown `.shared` one is refused by rule resource-not-allowed.
+        or (name.startswith(names.GPU_RESOURCE_PREFIXES) and name.endswith(names.SHARED_SUFFIX))
+        or _MIG.fullmatch(name) is not None
+    )
+
+
+def _meant_resource(name: str, policy: Policy) -> str | None:
+    """None when `name` is no near miss; else its warning (short: what was meant first)."""
+    if _known_resource(name, policy):
+        return None
+    lower = name.lower()
+    candidates = sorted({GPU, *policy.shared_resources})
+    if lower != name and _known_resource(lower, policy):
+        return f"{name}: names are case-sensitive; did you mean {lower}?"
+    if not lower.startswith(names.GPU_RESOURCE_PREFIXES):
+        if "nvidia" not in lower and "gpu" not in lower:
+            return None
+        close = difflib.get_close_matches(lower, candidates, n=1, cutoff=_CLOSE)
+        if not close:
+            return None
+        return f"no GPU resource {name}; did you mean {close[0]}?"
+    if lower.startswith(_MIG_PREFIX):
+        return f"no GPU resource {name}; MIG devices are named like {_MIG_EXAMPLE}"
+    close = difflib.get_close_matches(lower, candidates, n=1, cutoff=0.6)
+    if close:
+        return f"no GPU resource {name}; did you mean {close[0]}? (no node offers it)"
+    return f"no GPU resource {name} (no node offers it); ask for {policy.preferred_resource}"
+
+
+def annotation_warnings(pod: pods.Pod, policy: Policy) -> list[str]:
+    """Warnings for annotation keys that look like one the webhook reads but are not."""
+    out: list[str] = []
+    for key, _ in pod.annotations:
+        meant = _meant_annotation(key)
+        if meant is None:
+            continue
+        effect = _profile_effect(pod, policy) if meant == names.ANNOTATION_PROFILE else ""
+        out.append(f"annotation {key} is ignored: did you mean {meant}?{effect}")
+    return out
+
+
+def _meant_annotation(key: str) -> str | None:
+    if key in KNOWN_ANNOTATIONS:
+        return None
+    lower = key.lower()
+    if lower in KNOWN_ANNOTATIONS:
+        return lower
+    ours = key.startswith(_DOMAIN_PREFIX)
+    if not ours and "share" not in lower and "profile" not in lower and "gpu" not in lower:
+        return None
+    close = difflib.get_close_matches(lower, KNOWN_ANNOTATIONS, n=1, cutoff=_CLOSE)
+    if close:
+        return close[0]
+    return names.ANNOTATION_PROFILE if ours else None
+
+
+def _profile_effect(pod: pods.Pod, policy: Policy) -> str:
+    if pods.annotation(pod, names.ANNOTATION_PROFILE) is None and policy.default_profile:
+        return f' (default profile "{policy.default_profile}" applies)'
+    return ""
+
+
+def workload_warnings(obj: Mapping[str, Any], found: list[pods.Template]) -> list[str]:
+    """`gpu-share.io/profile` (or a near miss of it) on a workload's own metadata: its pods
+    never see it."""
+    kind = obj.get("kind")
+    if kind == "Pod" or not found:
+        return []
+    meta = obj.get("metadata")
+    own = meta.get("annotations") if isinstance(meta, Mapping) else None
+    if not isinstance(own, Mapping):
+        return []
+    out: list[str] = []
+    for key in own:
+        if not isinstance(key, str):
+            continue
+        meant = key if key == names.ANNOTATION_PROFILE else _meant_annotation(key)
+        if meant != names.ANNOTATION_PROFILE:
+            continue
+        if all(_template_annotation(t.node, names.ANNOTATION_PROFILE) is not None for t in found):
+            continue
+        where = found[0].place.field or "spec.template"
+        what = "move it" if key == names.ANNOTATION_PROFILE else f"set {meant}"
+        out.append(
+            f"{key} on the {kind}'s metadata never reaches its pods:"
+            f" {what} to {where}.metadata.annotations"
+        )
+    return out
+
+
+def _template_annotation(node: Mapping[str, Any], key: str) -> Any:
+    meta = node.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
+    return annotations.get(key) if isinstance(annotations, Mapping) else None
+
+
+def unchanged(pod: pods.Pod, policy: Policy) -> str:
+    """Why a review that refused nothing left `pod` as it was, in a few words."""
+    wanted: list[str] = []
+    for c in pod.containers:
+        for part in (c.limits.value, c.requests.value):
+            for name in part if isinstance(part, Mapping) else ():
+                if (
+                    isinstance(name, str)
+                    and name.startswith(names.GPU_RESOURCE_PREFIXES)
+                    and name not in wanted
+                ):
+                    wanted.append(name)
+    shared = sorted(policy.shared_resources)
+    shares = f"it shares {', '.join(shared)}" if shared else "it shares no GPU"
+    if policy.mode == names.DRY_RUN:
+        return f'policy "{policy.name}" is in dry-run mode: it changes nothing'
+    if any(name in policy.shared_resources for name in wanted):
+        return "it is already as the webhook leaves it"
+    if not wanted and policy.rules.void_visible_devices_without_gpu:
+        return "it asks for no GPU, and its containers already hide the GPUs"
+    missed = [name for name in wanted if _meant_resource(name, policy) is not None]
+    if missed:
+        return f"it asks for {', '.join(missed)}, which no node offers (see the warning)"
+    if wanted:
+        return (
+            f"it asks for {', '.join(wanted)}, no shared GPU of policy"
+            f' "{policy.name}" ({shares}): an exclusive GPU, which the webhook leaves as it is'
+        )
+    return f'it asks for no GPU, and policy "{policy.name}" changes only pods that do ({shares})'
