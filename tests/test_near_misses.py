@@ -301,21 +301,26 @@ def test_mutate_prints_each_near_miss_on_stderr(
 LABEL_NEAR_MISSES = {
     "True": (
         ["-l", "gpu-share.io/enabled=True"],
-        "label gpu-share.io/enabled=True is not gpu-share.io/enabled=true (values are"
-        " case-sensitive): the namespace has not opted in",
+        "not reviewed: Pod/train: namespace team-a: not opted in (no label"
+        " gpu-share.io/enabled=true; label gpu-share.io/enabled=True does not opt in: only"
+        ' "true" does (label values are case-sensitive)); left unchanged',
     ),
     "yes": (
         ["-l", "gpu-share.io/enabled=yes"],
-        "label gpu-share.io/enabled=yes is not gpu-share.io/enabled=true (values are"
-        " case-sensitive): the namespace has not opted in",
+        "not reviewed: Pod/train: namespace team-a: not opted in (no label"
+        " gpu-share.io/enabled=true; label gpu-share.io/enabled=yes does not opt in: only"
+        ' "true" does (label values are case-sensitive)); left unchanged',
     ),
     "key-typo": (
-        ["-l", "gpu-share.io/enable=true"],
-        "label gpu-share.io/enable is not one gpu-share reads: did you mean gpu-share.io/enabled?",
+        ["-l", "gpu-share.io/enabled=false", "-l", "gpu-share.io/enable=true"],
+        "not reviewed: Pod/train: namespace team-a: not opted in (no label"
+        " gpu-share.io/enabled=true; label gpu-share.io/enable is not one gpu-share reads:"
+        " did you mean gpu-share.io/enabled?); left unchanged",
     ),
     "policy-key-typo": (
         ["-l", "gpushare.io/policy=gold"],
-        "label gpushare.io/policy is not one gpu-share reads: did you mean gpu-share.io/policy?",
+        "Warning: namespace: label gpushare.io/policy is not one gpu-share reads: did you"
+        " mean gpu-share.io/policy?",
     ),
 }
 
@@ -326,7 +331,7 @@ def test_mutate_tells_a_namespace_label_near_miss(
 ) -> None:
     args, line = LABEL_NEAR_MISSES[name]
     _, _, err = _mutate(capsys, tmp_path, [_pod(SHARED)], *args)
-    assert f"Warning: namespace: {line}\n" in err
+    assert f"{line}\n" in err, err
 
 
 def test_correct_labels_are_no_near_miss() -> None:

@@ -73,8 +73,8 @@ def label_near_misses(labels: Mapping[str, str]) -> list[str]:
     value = labels.get(ENABLED_LABEL)
     if value is not None and value != "true" and value.strip().lower() in _TRUE_LOOKING:
         out.append(
-            f"label {ENABLED_LABEL}={value} is not {ENABLED_LABEL}=true (values are"
-            " case-sensitive): the namespace has not opted in"
+            f'label {ENABLED_LABEL}={value} does not opt in: only "true" does (label values'
+            " are case-sensitive)"
         )
     for key in labels:
         if key in _OUR_LABELS or key == NAME_LABEL:

@@ -309,9 +309,7 @@ def _entries(policies: PolicySet, settings: _Settings) -> list[dict[str, Any]]:
     return out
 
 
-def entry_condition(
-    policies: PolicySet, path: str, kinds: Sequence[pods.Kind]
-) -> dict[str, str]:
+def entry_condition(policies: PolicySet, path: str, kinds: Sequence[pods.Kind]) -> dict[str, str]:
     """The condition of the entry at `path` (`<name>` or `<name>/baseline`): what the
     policy the server applies there can refuse or change. A namespace whose policy is not in
     force is guarded as if by a policy with the default switches (see `rules.Rule.always`)."""
@@ -658,7 +656,10 @@ class Routes:
                 True, "the webhook's own namespace is never sent to it; see --webhook-namespace"
             )
         if not namespaces.opted_in(labels):
-            return Unsent(False, f"no label {names.ENABLED_LABEL}=true")
+            missed = namespaces.label_near_misses(labels)
+            return Unsent(
+                False, f"no label {names.ENABLED_LABEL}=true" + "".join(f"; {m}" for m in missed)
+            )
         return Unsent(True, "no entry of the webhook configurations selects it")
 
 
@@ -674,9 +675,7 @@ class Unsent:
         return f"{'never reviewed' if self.left_out else 'not opted in'} ({self.reason})"
 
 
-def routes(
-    policies: PolicySet, kinds: Sequence[pods.Kind], *, webhook_namespace: str
-) -> Routes:
+def routes(policies: PolicySet, kinds: Sequence[pods.Kind], *, webhook_namespace: str) -> Routes:
     """The routes of the configurations `render` makes for `policies`; ValueError for a
     namespace name Kubernetes would refuse. Both configurations select namespaces alike."""
     configuration = render(

@@ -199,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
     results: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     denied = malformed = False
     reviewed = False  # whether a line told of one object: else one line says why none is
-    for line in namespaces.label_near_misses(labels):
+    # Where the namespace has not opted in, each object's "not reviewed" line tells them.
+    for line in namespaces.label_near_misses(labels) if namespaces.opted_in(labels) else ():
         print(f"Warning: namespace: {line}", file=sys.stderr)
     for obj in objects:
         what = documents.describe(obj)
