@@ -78,15 +78,16 @@ def _known_resource(name: str, policy: Policy) -> bool:
 
 def _meant_resource(name: str, policy: Policy) -> str | None:
     """None when `name` is no near miss; else its warning (short: what was meant first)."""
+    lower = name.lower()
+    # Cheap first: most names (cpu, memory, other vendors' devices) are none of this.
+    if "gpu" not in lower and "nvidia" not in lower:
+        return None
     if _known_resource(name, policy):
         return None
-    lower = name.lower()
     candidates = sorted({GPU, *policy.shared_resources})
     if lower != name and _known_resource(lower, policy):
         return f"{name}: names are case-sensitive; did you mean {lower}?"
     if not lower.startswith(names.GPU_RESOURCE_PREFIXES):
-        if "nvidia" not in lower and "gpu" not in lower:
-            return None
         close = difflib.get_close_matches(lower, candidates, n=1, cutoff=_CLOSE)
         if not close:
             return None
