@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from webhook import __version__
-from webhook.commands import Parser, audit, certs, discover, mutate, policy, render, serve
+from webhook.commands import Parser, audit, certs, discover, explain, mutate, policy, render, serve
 
 # Each adds its command's parser; `--help` lists the commands in this order.
 _REGISTER = (
@@ -20,6 +20,7 @@ _REGISTER = (
     audit.register,
     policy.register,
     discover.register,
+    explain.register,
     certs.register,
     render.register,
 )
