@@ -11,8 +11,15 @@
 # bookworm: one ABI, one C library, so the compiled modules run in the final image.
 # Dependencies come as binary wheels only (each ships them for linux/amd64 and linux/arm64),
 # so none is built against a library that only the builder has.
+#
+# Reproducible: the base images are pinned to an exact Python release (add `@sha256:<digest>`
+# of `docker buildx imagetools inspect <image>` to pin their contents too), and every runtime
+# dependency, transitive ones included, comes from requirements/image.txt: one version each,
+# with the sha256 of its wheels for both architectures (pip refuses any other file). Make that
+# file again with `python3 hack/pin-image-requirements.py` after changing the ranges in
+# pyproject.toml.
 
-FROM python:3.12-bookworm AS builder
+FROM python:3.12.12-bookworm AS builder
 
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1
@@ -23,6 +30,7 @@ ARG GPU_SHARE_WEBHOOK_PURE_PYTHON=
 WORKDIR /src
 # hatch_build.py is the wheel's build hook (pyproject.toml enables it): no wheel without it.
 COPY pyproject.toml README.md hatch_build.py ./
+COPY requirements/image.txt requirements/image.txt
 COPY webhook/ webhook/
 # The wheel embeds the shipped policies (pyproject: force-include).
 COPY policies/ policies/
@@ -31,7 +39,9 @@ COPY policies/ policies/
 # Python with a warning), so a pure-Python wheel is refused here, unless it was asked for:
 # an image that is only slower would otherwise ship unnoticed.
 # The virtualenv has no pip of its own: the builder's pip installs into it (--python).
-# Versions come from the ranges in pyproject.toml.
+# The dependencies are exactly those of requirements/image.txt, checked by their hashes; the
+# wheel built here (no published hash) goes in without dependencies of its own, and pip check
+# fails the build when the pinned set does not satisfy the ranges in pyproject.toml.
 RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist . \
     && if [ -z "$GPU_SHARE_WEBHOOK_PURE_PYTHON" ] \
         && [ -n "$(find /dist -name '*-none-any.whl')" ]; then \
@@ -39,10 +49,13 @@ RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /dist . \
     fi \
     && python -m venv --without-pip /opt/gpu-share-webhook \
     && python -m pip --python /opt/gpu-share-webhook/bin/python install --no-cache-dir \
-        --no-compile --only-binary=:all: /dist/gpu_share_webhook-*.whl
+        --no-compile --only-binary=:all: --require-hashes -r requirements/image.txt \
+    && python -m pip --python /opt/gpu-share-webhook/bin/python install --no-cache-dir \
+        --no-compile --no-deps /dist/gpu_share_webhook-*.whl \
+    && python -m pip --python /opt/gpu-share-webhook/bin/python check
 
 
-FROM python:3.12-slim-bookworm
+FROM python:3.12.12-slim-bookworm
 
 LABEL org.opencontainers.image.title="gpu-share-webhook" \
       org.opencontainers.image.description="Kubernetes admission webhook for shared NVIDIA GPUs" \
