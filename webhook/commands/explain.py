@@ -52,8 +52,6 @@ OUTPUTS = ("text", "json")
 OPT_IN_VALUE = "true"
 # A label value as Kubernetes takes it (at most 63 characters).
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-# Values a person may mean as "yes" (YAML 1.1 booleans, flags).
-_YES = frozenset({"true", "yes", "y", "on", "1", "enabled"})
 
 
 def register(subparsers: Any) -> None:
@@ -190,29 +188,15 @@ def _class(node_class: policies.NodeClass) -> dict[str, Any]:
 
 
 def _near_misses(labels: Mapping[str, str], loaded: policies.PolicySet) -> list[str]:
-    """What the labels may have meant: a label key close to one of the webhook's, an opt-in
-    value that is not exactly "true", a policy name close to one that exists."""
-    hints: list[str] = []
-    ours = (names.ENABLED_LABEL, names.POLICY_LABEL)
-    for key in labels:
-        if key in ours:
-            continue
-        close = difflib.get_close_matches(key.strip().lower(), ours, n=1, cutoff=0.8)
-        if close:
-            hints.append(f"label {key!r} is not {close[0]!r}: label keys are matched exactly")
+    """What the labels may have meant: those of `namespaces.label_near_misses` (an opt-in
+    value that looks like yes, a key close to one of the webhook's), an opt-in value the API
+    server would not even take, and a policy name close to one that exists."""
+    hints = namespaces.label_near_misses(labels)
     value = labels.get(names.ENABLED_LABEL)
-    if value is not None and value != OPT_IN_VALUE:
-        meant = value.strip().lower() in _YES
-        kind = "means yes to a person but not to the API server: " if meant else ""
-        invalid = (
-            "; it is not even a valid label value (the API server refuses it)"
-            if not _LABEL_VALUE.fullmatch(value) or len(value) > 63
-            else ""
-        )
+    if value is not None and (not _LABEL_VALUE.fullmatch(value) or len(value) > 63):
         hints.append(
-            f"{names.ENABLED_LABEL}={value!r} {kind}the configurations select exactly"
-            f' "{OPT_IN_VALUE}" (lower case, no spaces){invalid}; in YAML write'
-            f' {names.ENABLED_LABEL}: "{OPT_IN_VALUE}" (quoted)'
+            f"{names.ENABLED_LABEL}={value!r} is not a valid label value: the API server"
+            f' refuses it; write {names.ENABLED_LABEL}: "{OPT_IN_VALUE}" (quoted in YAML)'
         )
     policy = labels.get(names.POLICY_LABEL)
     if policy and policy not in loaded.names:
