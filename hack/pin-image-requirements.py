@@ -8,8 +8,10 @@ images).
     python3 hack/pin-image-requirements.py --check    # exit 1 when the file is not what
                                                       # pip resolves today (a CI job may run it)
 
-Only pip is used: `pip install --dry-run --report` resolves pyproject.toml's
-`[project].dependencies` for each platform (binary wheels only, as the Dockerfile installs
+Run it with the Python of the project's virtualenv (`pip install -e '.[test]'`: it needs
+`packaging`, which pytest brings) and access to the package index. Only pip is used:
+`pip install --dry-run --report` resolves pyproject.toml's `[project].dependencies` for each
+platform (binary wheels only, as the Dockerfile installs
 them) from the package index pip is configured for, and its report gives each wheel's version,
 sha256 and metadata. Both platforms must resolve to the same versions. pip evaluates
 environment markers against the interpreter that runs it, not the target Python, so the
