@@ -193,7 +193,7 @@ def test_help_lists_every_command_in_the_order_of_use(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert listed_commands(capsys) == [
-        "serve", "mutate", "audit", "policy", "discover", "certs", "render"]
+        "serve", "mutate", "audit", "policy", "discover", "explain", "certs", "render"]
 
 
 def test_no_two_commands_share_a_variable_that_means_different_things(

@@ -715,7 +715,7 @@ def test_the_image_is_multi_stage_slim_and_runs_serve_as_a_numeric_non_root_user
     assert len(froms) == 2
     assert steps[froms[0]][1].endswith(" AS builder")
     final = steps[froms[-1] :]
-    assert re.fullmatch(r"python:3\.1[1-9]-slim(-\w+)?", final[0][1])
+    assert re.fullmatch(r"python:3\.1[1-9](\.\d+)?-slim(-\w+)?(@sha256:[0-9a-f]{64})?", final[0][1])
     # Nothing of the builder but the virtualenv; no package manager runs in the final stage.
     copies = [args for word, args in final if word == "COPY"]
     assert copies == ["--from=builder /opt/gpu-share-webhook /opt/gpu-share-webhook"]
@@ -745,7 +745,10 @@ def test_the_build_context_holds_what_the_dockerfile_copies_and_no_secrets(
     ]
     assert patterns[0] == "*"
     included = {p[1:].rstrip("/") for p in patterns if p.startswith("!")}
-    assert included == {"pyproject.toml", "README.md", "hatch_build.py", "webhook", "policies"}
+    assert included == {
+        "pyproject.toml", "README.md", "hatch_build.py", "webhook", "policies",
+        "requirements/image.txt",
+    }
     for word, args in _instructions(dockerfile):
         if word == "COPY" and not args.startswith("--from"):
             for source in shlex.split(args)[:-1]:
@@ -772,9 +775,10 @@ def test_the_builder_has_a_compiler_and_the_final_image_the_same_python_without_
     # The full python image ships gcc, libc6-dev and Python's headers (mypyc needs all
     # three); a slim builder would have to install them.
     installs = " ".join(args for word, args in builder if word == "RUN")
-    full = re.fullmatch(r"python:(3\.1[1-9])-(\w+)", builder_image)
+    digest = r"(?:@sha256:[0-9a-f]{64})?"
+    full = re.fullmatch(rf"python:(3\.1[1-9](?:\.\d+)?)-(\w+){digest}", builder_image)
     assert full or re.search(r"apt-get install .*\bgcc\b.*\blibc6-dev\b", installs)
-    slim = re.fullmatch(r"python:(3\.1[1-9])-slim-(\w+)", final_image)
+    slim = re.fullmatch(rf"python:(3\.1[1-9](?:\.\d+)?)-slim-(\w+){digest}", final_image)
     assert slim, final_image
     if full:
         # One Python ABI and one C library: what was compiled runs in the final image.
