@@ -29,6 +29,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests import deploy_helpers as dh
+from tests import nodes
 from tests import server_helpers as sh
 from tests.certs_helpers import (
     MUTATING_PATH,
@@ -1068,7 +1069,8 @@ def test_the_monitoring_objects_have_the_operators_shape() -> None:
         assert group["rules"]
         for entry in group["rules"]:
             assert set(entry) <= ALERT_FIELDS, entry
-            assert entry["alert"] and entry["expr"]
+            assert entry["alert"]
+            assert entry["expr"]
             assert PROMETHEUS_DURATION.match(entry["for"]), entry["for"]
             for key in ("labels", "annotations"):
                 assert all(isinstance(v, str) for v in entry[key].values()), entry
@@ -1123,7 +1125,8 @@ def test_the_site_example_installs_only_the_sites_policies(tmp_path: Path) -> No
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         (configuration,) = [o for o in objects if o["kind"] == kind]
         entries = [w["name"] for w in configuration["webhooks"]]
-        paths = {w["clientConfig"]["service"]["path"].split("/")[2] for w in configuration["webhooks"]}
+        paths = {w["clientConfig"]["service"]["path"].split("/")[2]
+                 for w in configuration["webhooks"]}
         assert paths == {*names, "_unknown"}, paths
         assert not [e for e in entries if e.startswith("not-renamed.")], entries
         assert "training.policies.gpu-share.io" in entries
@@ -1163,8 +1166,6 @@ def test_the_site_examples_policies_and_its_file_list_agree() -> None:
 def test_the_site_examples_policies_pass_their_own_check(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from tests import nodes
-
     h100 = nodes.Gpu("NVIDIA-H100-80GB-HBM3", "time-slicing", 2, memory=81559, count=8)
     dump = nodes.write(tmp_path, [
         nodes.node("gpu-t4-1", nodes.T4_MPS), nodes.node("gpu-a10g-1", nodes.A10G_TS),

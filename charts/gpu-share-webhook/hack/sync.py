@@ -285,7 +285,7 @@ KUSTOMIZE_EXPIRY_ADVICE = (
 def monitoring_rule() -> dict[str, Any]:
     """The chart's PrometheusRule with its default values (the ServiceMonitor's alert
     included), as deploy/optional/monitoring installs it."""
-    import helm_python  # a test dependency: only this file needs it
+    import helm_python  # noqa: PLC0415 (a test dependency: only this file needs it)
 
     values = {"monitoring": {"serviceMonitor": {"enabled": True},
                              "prometheusRule": {"enabled": True}}}
