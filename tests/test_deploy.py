@@ -1173,3 +1173,23 @@ def test_the_site_examples_policies_pass_their_own_check(
     ])
     code = cli.main(["policy", "check", str(SITE_EXAMPLE / "policies"), "--nodes", str(dump)])
     assert code == commands.EXIT_OK, capsys.readouterr()
+
+
+def test_the_install_guides_monitoring_kustomization_labels_both_objects(tmp_path: Path) -> None:
+    """docs/install.md ("Metrics"): the kustomization it shows builds, next to a clone, and
+    gives the ServiceMonitor and the PrometheusRule the label it says."""
+    guide = (dh.REPO / "docs" / "install.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", guide, flags=re.DOTALL)
+                if "deploy/optional/monitoring" in b]
+    clone = tmp_path / "gpu-share-webhook"
+    for part in (dh.DEPLOY, dh.POLICIES):
+        shutil.copytree(part, clone / part.name)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "kustomization.yaml").write_text(block, encoding="utf-8")
+    objects = dh.kustomize(site)
+    monitoring = [o for o in objects if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert sorted(dh.kinds(monitoring)) == ["PrometheusRule", "ServiceMonitor"]
+    for obj in monitoring:
+        assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert "Deployment" in dh.kinds(objects)

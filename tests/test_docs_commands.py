@@ -198,8 +198,11 @@ def _examples(kind: str) -> list[dict[str, Any]]:
 
 
 def _namespace(name: str, **labels: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, **labels}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name, **labels}},
+    }
 
 
 def _listing(objects: Sequence[Mapping[str, Any]]) -> str:
@@ -215,11 +218,16 @@ def workspace(root: Path) -> Path:
         shutil.copytree(REPO / part, repo / part)
     # A cluster whose device plugin renames shared GPUs: T4s with MPS, A10Gs time-sliced,
     # a CPU node and a node whose labels disagree (discover leaves it out).
-    nodes.write(repo, [
-        nodes.node("gpu-1", nodes.T4_MPS), nodes.node("gpu-2", nodes.T4_MPS),
-        nodes.node("gpu-3", nodes.A10G_TS), nodes.node("cpu-1"),
-        nodes.node("bad-1", nodes.T4_MPS, drop=("nvidia.com/gpu.count",)),
-    ])
+    nodes.write(
+        repo,
+        [
+            nodes.node("gpu-1", nodes.T4_MPS),
+            nodes.node("gpu-2", nodes.T4_MPS),
+            nodes.node("gpu-3", nodes.A10G_TS),
+            nodes.node("cpu-1"),
+            nodes.node("bad-1", nodes.T4_MPS, drop=("nvidia.com/gpu.count",)),
+        ],
+    )
     team = "team-a"
     pods = [dict(o, metadata={**o["metadata"], "namespace": team}) for o in _examples("allowed")]
     namespaces = [_namespace(team, **{"gpu-share.io/enabled": "true"})]
@@ -359,8 +367,10 @@ async def test_the_readyz_samples_are_what_the_server_answers(
     app = server.create_app(settings)
     await h.start(aiohttp_server, aiohttp_client, app)
     target = settings.policies_dir / "default.yaml"
-    target.write_text(target.read_text(encoding="utf-8").replace("replicas: 4", "replicas: 1", 1),
-                      encoding="utf-8")
+    target.write_text(
+        target.read_text(encoding="utf-8").replace("replicas: 4", "replicas: 1", 1),
+        encoding="utf-8",
+    )
     app[states.STATE].check_policies()
     probes = await aiohttp_client(server.create_probe_app(app))
     response = await probes.get("/readyz")
@@ -405,12 +415,14 @@ def _rules(objects: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _chart_rules() -> dict[str, dict[str, Any]]:
-    values = {"monitoring": {"serviceMonitor": {"enabled": True},
-                             "prometheusRule": {"enabled": True}}}
+    values = {
+        "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
+    }
     with helm_python.Chart.load(CHART) as chart:
         manifests = chart.render(values, name="gpu-share-webhook", namespace="gpu-share-system")
-    objects = [d for p, t in manifests.items() if p.endswith(".yaml")
-               for d in yaml.safe_load_all(t) if d]
+    objects = [
+        d for p, t in manifests.items() if p.endswith(".yaml") for d in yaml.safe_load_all(t) if d
+    ]
     return _rules(objects)
 
 
@@ -424,8 +436,11 @@ def _duration(text: str) -> str:
 
 @pytest.mark.parametrize("source", ["chart", "kustomize"])
 def test_the_alerts_are_the_ones_operations_md_describes(source: str) -> None:
-    rules = (_chart_rules() if source == "chart"
-             else _rules(dh.kustomize(REPO / "deploy" / "optional" / "monitoring")))
+    rules = (
+        _chart_rules()
+        if source == "chart"
+        else _rules(dh.kustomize(REPO / "deploy" / "optional" / "monitoring"))
+    )
     rows = [r for r in _watch_table() if r[2] != "none"]
     assert sorted(r[2] for r in rows) == sorted(rules), "a shipped alert missing from the table"
     for metric, when, alert in rows:
@@ -452,8 +467,11 @@ def test_the_latency_alert_is_a_tenth_of_the_timeout_the_configurations_set() ->
     timeout = values["webhook"]["timeoutSeconds"]
     threshold = values["monitoring"]["prometheusRule"]["latency"]["thresholdSeconds"]
     assert threshold == timeout / 10
-    rendered = [w["timeoutSeconds"] for c in dh.load_yaml(dh.COMMITTED_CONFIGURATIONS)
-                for w in c["webhooks"]]
+    rendered = [
+        w["timeoutSeconds"]
+        for c in dh.load_yaml(dh.COMMITTED_CONFIGURATIONS)
+        for w in c["webhooks"]
+    ]
     assert set(rendered) == {timeout}
     when = next(r[1] for r in _watch_table() if r[2] == "GpuShareWebhookSlowReviews")
     assert f"`timeoutSeconds` ({timeout} s)" in when
