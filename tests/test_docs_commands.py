@@ -486,3 +486,45 @@ def test_the_kustomize_alerts_are_generated_from_the_chart() -> None:
     for name, rule in chart.items():
         for key in ("expr", "for", "labels"):
             assert kustomize[name][key] == rule[key], (name, key)
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def test_every_timeout_the_docs_quote_is_the_shipped_one() -> None:
+    """`timeoutSeconds` as README.md and docs/ quote it is what the configurations set (the
+    log of earlier runs excepted: it describes its own days)."""
+    (shipped,) = {
+        w["timeoutSeconds"]
+        for c in dh.load_yaml(dh.COMMITTED_CONFIGURATIONS)
+        for w in c["webhooks"]
+    }
+    quoted = []
+    for doc in (REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))):
+        if doc.name == "robustness-log.md":
+            continue
+        text = doc.read_text(encoding="utf-8")
+        for found in re.finditer(r"timeoutSeconds`?(?::| is| \(|=)\s*\(?(\d+)", text):
+            quoted.append((doc.name, int(found.group(1))))
+    assert len(quoted) >= 4
+    assert all(value == shipped for _, value in quoted), quoted
+
+
+def test_the_robustness_log_is_dated_in_order_and_the_current_page_names_its_runs() -> None:
+    heading = re.compile(r"^## (\d{4}-\d{2}-\d{2}), ([0-9a-f]{7})\b", flags=re.MULTILINE)
+    log = (REPO / "docs" / "robustness-log.md").read_text(encoding="utf-8")
+    entries = heading.findall(log)
+    assert len(entries) >= 5
+    dates = [date for date, _ in entries]
+    assert dates == sorted(dates)
+    every_section = re.findall(r"^## .*$", log, flags=re.MULTILINE)
+    assert len(every_section) == len(entries), "an entry of the log without a date and commit"
+    current = (REPO / "docs" / "robustness.md").read_text(encoding="utf-8")
+    sections = re.findall(r"^## (.*)$", current, flags=re.MULTILINE)
+    figures = [s for s in sections if s != "Left open"]
+    assert figures
+    for section in figures:
+        assert re.search(r"\((\d{4}-\d{2}-\d{2}), [0-9a-f]{7}\)$", section), section
+    # The current page keeps no superseded figure: each of its runs is the newest of its tool.
+    assert "712" not in current
+    assert "16 MiB" not in current
