@@ -29,6 +29,7 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from tests import deploy_helpers as dh
+from tests import nodes
 from tests import server_helpers as sh
 from tests.certs_helpers import (
     MUTATING_PATH,
@@ -1004,3 +1005,195 @@ async def test_the_client_certificate_the_guide_makes_is_accepted_by_the_server(
                 await asyncio.wait_for(
                     connection.post("/mutate", sh.review_body(sh.shared_pod(), "uid-2")), 10
                 )
+
+
+# --------------------------------------------------------------------------- monitoring (kustomize)
+
+MONITORING = dh.DEPLOY / "optional" / "monitoring"
+
+# The Prometheus Operator's CRDs (monitoring.coreos.com/v1), as its API reference gives them:
+# ServiceMonitor.spec requires `selector` (a label selector); `namespaceSelector` has
+# `matchNames` (a list) or `any`; an endpoint names the Service's port by `port` (its name),
+# with `path`, `scheme` (http or https), `interval` and `scrapeTimeout` (Prometheus
+# durations). PrometheusRule.spec.groups[] requires `name` and holds `rules`; a rule has
+# `expr` and either `alert` or `record`, with `for`, `labels` and `annotations` (strings)
+# for an alert.
+SERVICE_MONITOR_SPEC = {"selector", "namespaceSelector", "endpoints", "jobLabel"}
+ENDPOINT_FIELDS = {"port", "path", "scheme", "interval", "scrapeTimeout"}
+GROUP_FIELDS = {"name", "rules", "interval"}
+ALERT_FIELDS = {"alert", "expr", "for", "labels", "annotations"}
+PROMETHEUS_DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
+
+
+def _monitoring_and_base() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    return dh.kustomize(MONITORING), dh.kustomize(dh.DEPLOY / "base")
+
+
+def test_the_monitoring_overlay_scrapes_the_metrics_port_of_the_service() -> None:
+    monitoring, base = _monitoring_and_base()
+    assert sorted(dh.kinds(monitoring)) == ["PrometheusRule", "ServiceMonitor"]
+    monitor = dh.find(monitoring, "ServiceMonitor")
+    service = dh.find(base, "Service")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["namespace"] == service["metadata"]["namespace"]
+    assert dh.selector_matches(monitor["spec"]["selector"], service["metadata"]["labels"])
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+    container = dh.find(base, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports[port["targetPort"]] == 8080
+    assert (endpoint["path"], endpoint["scheme"]) == ("/metrics", "http")
+    # The job label is the Service's name: what GpuShareWebhookDown looks for.
+    rule = dh.find(monitoring, "PrometheusRule")
+    (down,) = [r for g in rule["spec"]["groups"] for r in g["rules"]
+               if r.get("alert") == "GpuShareWebhookDown"]
+    assert f'job="{service["metadata"]["name"]}"' in down["expr"]
+    assert "jobLabel" not in monitor["spec"]
+
+
+def test_the_monitoring_objects_have_the_operators_shape() -> None:
+    monitoring, _ = _monitoring_and_base()
+    monitor = dh.find(monitoring, "ServiceMonitor")
+    assert set(monitor["spec"]) <= SERVICE_MONITOR_SPEC
+    assert "selector" in monitor["spec"]
+    assert set(monitor["spec"]["selector"]) <= {"matchLabels", "matchExpressions"}
+    for endpoint in monitor["spec"]["endpoints"]:
+        assert set(endpoint) <= ENDPOINT_FIELDS
+        assert isinstance(endpoint["port"], str)
+        assert endpoint["scheme"] in ("http", "https")
+        for key in ("interval", "scrapeTimeout"):
+            assert PROMETHEUS_DURATION.match(endpoint[key]), endpoint[key]
+    rule = dh.find(monitoring, "PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert set(rule["spec"]) == {"groups"}
+    for group in rule["spec"]["groups"]:
+        assert set(group) <= GROUP_FIELDS
+        assert group["name"]
+        assert group["rules"]
+        for entry in group["rules"]:
+            assert set(entry) <= ALERT_FIELDS, entry
+            assert entry["alert"]
+            assert entry["expr"]
+            assert PROMETHEUS_DURATION.match(entry["for"]), entry["for"]
+            for key in ("labels", "annotations"):
+                assert all(isinstance(v, str) for v in entry[key].values()), entry
+    for obj in monitoring:
+        assert obj["metadata"]["namespace"] == NAMESPACE
+        assert obj["metadata"]["labels"] == dh.find(_monitoring_and_base()[1], "Service")[
+            "metadata"]["labels"]
+
+
+def test_the_network_policy_admits_the_prometheus_the_monitoring_docs_name() -> None:
+    """docs/install.md: the metrics port is open to Prometheus pods in `monitoring`; the
+    ServiceMonitor is useless to any other."""
+    _, base = _monitoring_and_base()
+    policy = dh.find(base, "NetworkPolicy")
+    prometheus_pod = {"app.kubernetes.io/name": "prometheus"}
+    assert dh.ingress_admits(policy, port=8080, namespace=dh.namespace_labels("monitoring"),
+                             pod=prometheus_pod)
+
+
+# --------------------------------------------------------------------------- a site's policies
+
+SITE_EXAMPLE = dh.DEPLOY / "examples" / "site-policies"
+
+
+def _site_copy(tmp_path: Path) -> Path:
+    """The example as a site copies it: deploy/ and policies/ of a clone, the example where
+    the repository has it (its install/ names ../../../overlays/cert-manager)."""
+    for part in (dh.DEPLOY, dh.POLICIES):
+        shutil.copytree(part, tmp_path / part.name)
+    return tmp_path / SITE_EXAMPLE.relative_to(dh.REPO)
+
+
+def _site_policy_names(directory: Path) -> list[str]:
+    return policies.load_directory(directory / "policies").names
+
+
+def test_the_site_example_installs_only_the_sites_policies(tmp_path: Path) -> None:
+    site = _site_copy(tmp_path)
+    objects = dh.kustomize(site)
+    shipped = dh.kustomize(tmp_path / "deploy" / "overlays" / "cert-manager")
+    mine = sorted(p.name for p in (site / "policies").glob("*.yaml"))
+    (configmap,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert sorted(configmap["data"]) == mine
+    for name in mine:
+        assert configmap["data"][name] == (site / "policies" / name).read_text(encoding="utf-8")
+    # The Deployment mounts the replaced ConfigMap, by its new hashed name.
+    volumes = dh.find(objects, "Deployment")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "policies", "configMap": {"name": configmap["metadata"]["name"]}} in volumes
+    # One copy of each configuration, with entries of the site's policies only.
+    names = _site_policy_names(site)
+    assert names == ["default", "training"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        (configuration,) = [o for o in objects if o["kind"] == kind]
+        entries = [w["name"] for w in configuration["webhooks"]]
+        paths = {w["clientConfig"]["service"]["path"].split("/")[2]
+                 for w in configuration["webhooks"]}
+        assert paths == {*names, "_unknown"}, paths
+        assert not [e for e in entries if e.startswith("not-renamed.")], entries
+        assert "training.policies.gpu-share.io" in entries
+        assert configuration["metadata"]["annotations"] == {
+            "cert-manager.io/inject-ca-from": f"{NAMESPACE}/gpu-share-webhook"}
+    # Everything else is the shipped install's.
+    others = sorted((o["kind"], o["metadata"]["name"]) for o in objects
+                    if o["kind"] != "ConfigMap" and not o["kind"].endswith("Configuration"))
+    assert others == sorted((o["kind"], o["metadata"]["name"]) for o in shipped
+                            if o["kind"] != "ConfigMap"
+                            and not o["kind"].endswith("Configuration"))
+
+
+def test_the_site_examples_entries_are_what_render_prints_for_its_policies(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(SITE_EXAMPLE)  # as its kustomization.yaml says to run it
+    code = cli.main(["render", "--policies", "policies/",
+                     "--cert-manager-certificate", f"{NAMESPACE}/gpu-share-webhook"])
+    assert code == commands.EXIT_OK
+    printed = capsys.readouterr().out
+    committed = (SITE_EXAMPLE / "webhook-configurations.yaml").read_text(encoding="utf-8")
+    assert printed == committed, (
+        "deploy/examples/site-policies/webhook-configurations.yaml is stale: render it again"
+        " (the command is in its kustomization.yaml)"
+    )
+
+
+def test_the_site_examples_policies_and_its_file_list_agree() -> None:
+    (kustomization,) = dh.load_yaml(SITE_EXAMPLE / "kustomization.yaml")
+    (generator,) = kustomization["configMapGenerator"]
+    assert generator["behavior"] == "replace"
+    assert sorted(generator["files"]) == sorted(
+        f"policies/{p.name}" for p in (SITE_EXAMPLE / "policies").glob("*.yaml"))
+
+
+def test_the_site_examples_policies_pass_their_own_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    h100 = nodes.Gpu("NVIDIA-H100-80GB-HBM3", "time-slicing", 2, memory=81559, count=8)
+    dump = nodes.write(tmp_path, [
+        nodes.node("gpu-t4-1", nodes.T4_MPS), nodes.node("gpu-a10g-1", nodes.A10G_TS),
+        nodes.node("gpu-h100-1", h100),
+    ])
+    code = cli.main(["policy", "check", str(SITE_EXAMPLE / "policies"), "--nodes", str(dump)])
+    assert code == commands.EXIT_OK, capsys.readouterr()
+
+
+def test_the_install_guides_monitoring_kustomization_labels_both_objects(tmp_path: Path) -> None:
+    """docs/install.md ("Metrics"): the kustomization it shows builds, next to a clone, and
+    gives the ServiceMonitor and the PrometheusRule the label it says."""
+    guide = (dh.REPO / "docs" / "install.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", guide, flags=re.DOTALL)
+                if "deploy/optional/monitoring" in b]
+    clone = tmp_path / "gpu-share-webhook"
+    for part in (dh.DEPLOY, dh.POLICIES):
+        shutil.copytree(part, clone / part.name)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "kustomization.yaml").write_text(block, encoding="utf-8")
+    objects = dh.kustomize(site)
+    monitoring = [o for o in objects if o["apiVersion"].startswith("monitoring.coreos.com/")]
+    assert sorted(dh.kinds(monitoring)) == ["PrometheusRule", "ServiceMonitor"]
+    for obj in monitoring:
+        assert obj["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert "Deployment" in dh.kinds(objects)

@@ -16,6 +16,7 @@ import importlib
 import importlib.util
 import io
 import re
+import shlex
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -30,7 +31,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests import deploy_helpers as dh
+from tests import nodes
 from webhook import __version__, certificates, cli, commands, names, policies, rendering
+from webhook import names as names_mod
 
 CHART = dh.REPO / "charts" / "gpu-share-webhook"
 INSTALL_GUIDE = dh.REPO / "docs" / "install.md"
@@ -1529,3 +1532,111 @@ def test_every_value_the_install_guide_sets_exists(chart: helm_python.Chart) -> 
 def test_every_chart_path_the_install_guide_names_exists() -> None:
     for path in sorted(set(re.findall(r"\bcharts/[\w./-]*\w", _helm_section()))):
         assert (dh.REPO / Path(path)).exists(), path
+
+
+# --------------------------------------------------------------------------- the Values example
+
+
+def _values_example() -> tuple[list[str], dict[str, Any]]:
+    """docs/install.md's "Values" example: the words of its `helm upgrade` and the YAML of
+    its site-values.yaml."""
+    section = _helm_section().split("### Values", 1)[1]
+    command = re.search(r"^\s+helm upgrade .*?(?<!\\)$", section, flags=re.DOTALL | re.MULTILINE)
+    assert command, "the Values example has no helm upgrade"
+    words = shlex.split(command.group(0).replace("\\\n", " "))
+    block = re.search(r"with `site-values.yaml`:\n\n```yaml\n(.*?)```", section, flags=re.DOTALL)
+    assert block, "the Values example has no site-values.yaml"
+    return words, yaml.safe_load(block.group(1))
+
+
+def _helm_values(words: Sequence[str], files: Mapping[str, Any], texts: Mapping[str, str],
+                 ) -> dict[str, Any]:
+    """The values of `-f`, `--set` and `--set-file` options, as Helm merges them (in order)."""
+    values: dict[str, Any] = {}
+
+    def put(key: str, value: Any) -> None:
+        parts = [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", key)]
+        node = values
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+
+    def merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
+        for k, v in extra.items():
+            if isinstance(v, Mapping) and isinstance(into.get(k), dict):
+                merge(into[k], v)
+            else:
+                into[k] = copy.deepcopy(v)
+
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word in ("-f", "--values"):
+            merge(values, files[words[i + 1]])
+            i += 2
+        elif word in ("--set", "--set-file"):
+            key, _, value = words[i + 1].partition("=")
+            put(key, texts[value] if word == "--set-file" else yaml.safe_load(value))
+            i += 2
+        else:
+            i += 1
+    return values
+
+
+def test_the_values_example_installs_what_its_text_says(
+    chart: helm_python.Chart, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Rendered with the real chart: the release runs the site's policy alone (the one its
+    `policy check --nodes` checked, so no shipped class fails on the site's nodes), and each
+    value shown changes the release."""
+    words, site_values = _values_example()
+    site_file = dh.DEPLOY / "examples" / "site-policies" / "policies" / "default.yaml"
+    (path,) = [w.split("=", 1)[1] for w in words if w.startswith("policies.files.")]
+    texts = {path: site_file.read_text(encoding="utf-8")}
+    values = _helm_values(words, {"site-values.yaml": site_values}, texts)
+    objects = _render(chart, values, RELEASE, NAMESPACE)
+    installed = _policy_files(objects)
+    assert installed == {"default.yaml": texts[path]}
+    names = _policy_set(objects).names
+    assert names == ["default"]
+    for configuration in _configurations(objects):
+        policies_of_entries = {w["clientConfig"]["service"]["path"].split("/")[2]
+                               for w in configuration["webhooks"]}
+        assert policies_of_entries == {"default", names_mod.UNKNOWN_POLICY_PATH}
+    # What the release installs passes the check the text runs first, on nodes of the site.
+    directory = tmp_path / "installed"
+    directory.mkdir()
+    for name, text in installed.items():
+        (directory / name).write_text(text, encoding="utf-8")
+    dump = nodes.write(tmp_path, [nodes.node("gpu-t4-1", nodes.T4_MPS),
+                                  nodes.node("gpu-a10g-1", nodes.A10G_TS)])
+    code = cli.main(["policy", "check", str(directory), "--nodes", str(dump)])
+    assert code == commands.EXIT_OK, capsys.readouterr()
+    # Monitoring on, with the labels shown; scrapes from the namespace shown.
+    assert dh.find(objects, "ServiceMonitor")["metadata"]["labels"]["release"] == (
+        "kube-prometheus-stack")
+    assert dh.find(objects, "PrometheusRule")["metadata"]["labels"]["release"] == (
+        "kube-prometheus-stack")
+    assert dh.ingress_admits(dh.find(objects, "NetworkPolicy", RELEASE), 8080,
+                             namespace=dh.namespace_labels("observability"),
+                             pod={"app.kubernetes.io/name": "prometheus"})
+    # Every value shown has an effect: without it the release differs.
+    baseline = yaml.safe_dump_all(objects)
+    for key in _leaf_keys(site_values):
+        fewer = copy.deepcopy(values)
+        node = fewer
+        for part in key[:-1]:
+            node = node[part]
+        del node[key[-1]]
+        assert yaml.safe_dump_all(_render(chart, fewer, RELEASE, NAMESPACE)) != baseline, key
+
+
+def _leaf_keys(node: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The keys of a values mapping down to its lists and scalars."""
+    out = []
+    for key, value in node.items():
+        if isinstance(value, Mapping):
+            out += _leaf_keys(value, (*prefix, key))
+        else:
+            out.append((*prefix, key))
+    return out
