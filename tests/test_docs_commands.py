@@ -233,6 +233,9 @@ def workspace(root: Path) -> Path:
     namespaces = [_namespace(team, **{"gpu-share.io/enabled": "true"})]
     (repo / "dump.json").write_text(_listing(namespaces + pods), encoding="utf-8")
     (repo / "namespaces.json").write_text(_listing(namespaces), encoding="utf-8")
+    # `kubectl get namespace team-b -o json`: one object, not a list.
+    team_b = _namespace("team-b", **{"gpu-share.io/enabled": "true"})
+    (repo / "team-b.json").write_text(json.dumps(team_b), encoding="utf-8")
     (repo / "workloads.json").write_text(_listing(pods), encoding="utf-8")
     shutil.copy(REPO / "examples" / "allowed" / "mps-limits.yaml", repo / "train.yaml")
     return repo
