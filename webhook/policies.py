@@ -22,8 +22,10 @@ review repeats none of that work.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
-from collections.abc import Iterable, Mapping
+import typing
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -76,12 +78,7 @@ class TolerationSpec(_Model):
 
     @model_validator(mode="after")
     def _as_the_api_server_wants(self) -> TolerationSpec:
-        if self.operator == "Exists" and self.value:
-            raise ValueError("value must be empty when operator is 'Exists'")
-        if not self.key and self.operator != "Exists":
-            raise ValueError("operator must be 'Exists' when key is empty")
-        if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise ValueError("tolerationSeconds is only allowed with effect NoExecute")
+        _refuse(_toleration_problems(_view(self)))
         return self
 
     def as_k8s(self) -> dict[str, Any]:
@@ -119,21 +116,7 @@ class NodeClassSpec(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> NodeClassSpec:
-        if self.replicas < 2:
-            raise ValueError(
-                f"replicas: {self.replicas} is not sharing; the device plugin needs at least 2"
-            )
-        if self.strategy == "mps":
-            if self.resource.startswith("nvidia.com/mig-"):
-                raise ValueError(
-                    "strategy: the device plugin refuses MPS on MIG devices (use time-slicing)"
-                )
-            if self.memory_mib is None:
-                raise ValueError("memoryMiB: required for an mps class (it sets the ceiling)")
-            if self.replicas > MPS_MAX_REPLICAS:
-                raise ValueError(f"replicas: MPS allows at most {MPS_MAX_REPLICAS} per GPU")
-        if not self.renamed and len(self.product) + len(PRODUCT_SHARED_SUFFIX) > 63:
-            raise ValueError("product: with the -SHARED suffix it is longer than a label value")
+        _refuse(_class_problems(_view(self)))
         return self
 
 
@@ -147,8 +130,7 @@ class ProfileSpec(_Model):
 
     @model_validator(mode="after")
     def _not_empty(self) -> ProfileSpec:
-        if self.active_thread_percentage is None and self.pinned_memory_mib is None:
-            raise ValueError("a profile sets activeThreadPercentage, pinnedMemoryMiB or both")
+        _refuse(_profile_problems(_view(self)))
         return self
 
 
@@ -243,9 +225,7 @@ class HostAccessSpec(_Model):
         for i, denied in enumerate(self.denied_host_paths):
             _host_path(denied, f"deniedHostPaths[{i}]")
         for i, allowed in enumerate(self.allowed_host_paths):
-            if any(
-                hostpaths.classes_of(allowed.path_prefix, [d]) for d in self.denied_host_paths
-            ):
+            if any(hostpaths.classes_of(allowed.path_prefix, [d]) for d in self.denied_host_paths):
                 raise ValueError(
                     f"allowedHostPaths[{i}]: {allowed.path_prefix!r} reaches a path of"
                     " deniedHostPaths"
@@ -283,52 +263,7 @@ class PolicySpecModel(_Model):
 
     @model_validator(mode="after")
     def _coherent(self) -> PolicySpecModel:
-        problems: list[str] = []
-        for rule in sorted(set(self.rule_modes) - set(names.RULES)):
-            problems.append(
-                f"ruleModes.{rule}: no rule has this name (rules: {', '.join(names.RULES)})"
-            )
-        for rule in sorted(set(self.rule_modes) & names.ALWAYS_ENFORCED):
-            problems.append(f"ruleModes.{rule}: always enforced (it refuses bad input)")
-        class_names = [c.name for c in self.node_classes]
-        for dup in sorted({n for n in class_names if class_names.count(n) > 1}):
-            problems.append(f"nodeClasses: two classes named {dup!r}")
-        shared = set(self.shared_resources)
-        if len(shared) != len(self.shared_resources):
-            problems.append("sharedResources: a resource is listed twice")
-        served = {advertised_resource(c.resource, c.renamed) for c in self.node_classes}
-        for c in self.node_classes:
-            adv = advertised_resource(c.resource, c.renamed)
-            if adv not in shared:
-                problems.append(
-                    f"nodeClasses[{c.name}]: advertises {adv}, which is not in sharedResources"
-                )
-        for res in sorted(shared - served):
-            problems.append(f"sharedResources: no node class advertises {res}")
-        if self.profiles:
-            if self.default_profile is None:
-                problems.append("defaultProfile: required when profiles are defined")
-            elif self.default_profile not in self.profiles:
-                problems.append(
-                    f"defaultProfile: {self.default_profile!r} is not one of the profiles"
-                    f" ({', '.join(sorted(self.profiles))})"
-                )
-        elif self.default_profile is not None:
-            problems.append("defaultProfile: set, but no profiles are defined")
-        mps = [c for c in self.node_classes if c.strategy == "mps"]
-        if mps:
-            for pname, prof in sorted(self.profiles.items()):
-                if not any(_fits(prof, c) for c in mps):
-                    ceilings = ", ".join(
-                        f"{c.name}: {100 // c.replicas}% / {(c.memory_mib or 0) // c.replicas} MiB"
-                        for c in mps
-                    )
-                    problems.append(
-                        f"profiles.{pname}: above the MPS ceiling of every class ({ceilings})"
-                    )
-        if problems:
-            # One ValueError carries them all; `_describe` splits them back into lines.
-            raise ValueError("\n".join(problems))
+        _refuse(_spec_problems(_view(self)))
         return self
 
 
@@ -349,13 +284,304 @@ def advertised_resource(resource: str, renamed: bool) -> str:
     return resource + SHARED_SUFFIX if renamed else resource
 
 
-def _fits(profile: ProfileSpec, cls: NodeClassSpec) -> bool:
-    threads = profile.active_thread_percentage
-    memory = profile.pinned_memory_mib
-    if threads is not None and threads > 100 // cls.replicas:
+# --------------------------------------------------------------------------- cross-field rules
+#
+# The models' own validators, written over a *view*: a mapping of a model's fields (by their
+# Python names) to their values, nested models as views too. A field whose value is not valid
+# is missing from the view, and each rule skips what it cannot judge. So the same rules serve
+# the validators (every field valid) and `unreached_problems`, which finds what they would say
+# of a document whose other fields are wrong: pydantic runs a model's validator only when all
+# its fields are valid, and a person fixing a policy should not meet its errors in two rounds.
+
+View = Mapping[str, Any]
+
+
+class _Refusal(typing.NamedTuple):
+    """A rule's problem, `<field>: <reason>` or a reason about the whole model."""
+
+    text: str
+    # The fields (Python names) whose values it refuses, which the rules of the models
+    # above then do not judge; none: the whole model.
+    fields: tuple[str, ...] = ()
+
+
+def _refuse(problems: list[_Refusal]) -> None:
+    if problems:
+        # One ValueError carries them all; `_describe` splits them back into lines.
+        raise ValueError("\n".join(p.text for p in problems))
+
+
+def _view(value: Any) -> Any:
+    """A model as a view (see above), with its nested models, lists and mappings."""
+    if isinstance(value, BaseModel):
+        return {name: _view(getattr(value, name)) for name in type(value).model_fields}
+    if isinstance(value, list):
+        return [_view(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _view(v) for k, v in value.items()}
+    return value
+
+
+def _toleration_problems(v: View) -> list[_Refusal]:
+    problems: list[str] = []
+    operator = v.get("operator")
+    if operator == "Exists" and v.get("value"):
+        problems.append("value must be empty when operator is 'Exists'")
+    if "key" in v and not v["key"] and operator is not None and operator != "Exists":
+        problems.append("operator must be 'Exists' when key is empty")
+    if v.get("toleration_seconds") is not None and "effect" in v and v["effect"] != "NoExecute":
+        problems.append("tolerationSeconds is only allowed with effect NoExecute")
+    return [_Refusal(p) for p in problems]
+
+
+def _class_problems(v: View) -> list[_Refusal]:
+    problems: list[_Refusal] = []
+    replicas = v.get("replicas")
+    if replicas is not None and replicas < 2:
+        problems.append(
+            _Refusal(
+                f"replicas: {replicas} is not sharing; the device plugin needs at least 2",
+                ("replicas",),
+            )
+        )
+    if v.get("strategy") == "mps":
+        if str(v.get("resource", "")).startswith("nvidia.com/mig-"):
+            problems.append(
+                _Refusal(
+                    "strategy: the device plugin refuses MPS on MIG devices (use time-slicing)",
+                    ("strategy", "resource"),
+                )
+            )
+        if "memory_mib" in v and v["memory_mib"] is None:
+            problems.append(
+                _Refusal(
+                    "memoryMiB: required for an mps class (it sets the ceiling)", ("memory_mib",)
+                )
+            )
+        if replicas is not None and replicas > MPS_MAX_REPLICAS:
+            problems.append(
+                _Refusal(f"replicas: MPS allows at most {MPS_MAX_REPLICAS} per GPU", ("replicas",))
+            )
+    product, renamed = v.get("product"), v.get("renamed")
+    if product is None or renamed is None:
+        return problems
+    if product.endswith(PRODUCT_SHARED_SUFFIX):
+        # GFD appends -SHARED once, and only where the plugin shares without renaming; the
+        # webhook appends it itself for such a class. Either way no node carries this label.
+        plain = product.removesuffix(PRODUCT_SHARED_SUFFIX)
+        if renamed:
+            text = (
+                f"product: {product} never matches a node: GFD writes {PRODUCT_SHARED_SUFFIX}"
+                f" only on GPUs shared without renaming, and this class is renamed. Write"
+                f" {plain} (or renamed: false, if the device plugin runs renameByDefault: false)"
+            )
+        else:
+            text = (
+                f"product: {product} never matches a node: the webhook adds"
+                f" {PRODUCT_SHARED_SUFFIX} itself for a class that is not renamed, and GFD never"
+                f" writes {product}{PRODUCT_SHARED_SUFFIX}. Write {plain}"
+            )
+        problems.append(_Refusal(text, ("product",)))
+    elif not renamed and len(product) + len(PRODUCT_SHARED_SUFFIX) > names.MAX_LABEL_LENGTH:
+        problems.append(
+            _Refusal(
+                "product: with the -SHARED suffix it is longer than a label value", ("product",)
+            )
+        )
+    return problems
+
+
+def _profile_problems(v: View) -> list[_Refusal]:
+    # A missing key is a value that did not validate: only two that are absent are empty.
+    if v.get("active_thread_percentage", 0) is None and v.get("pinned_memory_mib", 0) is None:
+        return [_Refusal("a profile sets activeThreadPercentage, pinnedMemoryMiB or both")]
+    return []
+
+
+def _spec_problems(v: View) -> list[_Refusal]:
+    problems: list[str] = []
+    rule_modes = v.get("rule_modes")
+    if rule_modes is not None:
+        for rule in sorted(set(rule_modes) - set(names.RULES)):
+            problems.append(
+                f"ruleModes.{rule}: no rule has this name (rules: {', '.join(names.RULES)})"
+            )
+        for rule in sorted(set(rule_modes) & names.ALWAYS_ENFORCED):
+            problems.append(f"ruleModes.{rule}: always enforced (it refuses bad input)")
+    classes: list[View] | None = v.get("node_classes")
+    if classes is not None:
+        class_names = [c["name"] for c in classes if "name" in c]
+        for dup in sorted({n for n in class_names if class_names.count(n) > 1}):
+            problems.append(f"nodeClasses: two classes named {dup!r}")
+    listed: list[str] | None = v.get("shared_resources")
+    if listed is not None and len(set(listed)) != len(listed):
+        problems.append("sharedResources: a resource is listed twice")
+    if classes is not None and listed is not None:
+        shared = set(listed)
+        known = [c for c in classes if {"name", "resource", "renamed"} <= c.keys()]
+        for c in known:
+            adv = advertised_resource(c["resource"], c["renamed"])
+            if adv not in shared:
+                problems.append(
+                    f"nodeClasses[{c['name']}]: advertises {adv}, which is not in sharedResources"
+                )
+        # Only when every class is known: one that is not may be the one that advertises it.
+        if len(known) == len(classes):
+            served = {advertised_resource(c["resource"], c["renamed"]) for c in known}
+            for res in sorted(shared - served):
+                problems.append(f"sharedResources: no node class advertises {res}")
+    profiles: dict[str, View] | None = v.get("profiles")
+    if profiles is not None and "default_profile" in v:
+        default = v["default_profile"]
+        if profiles:
+            if default is None:
+                problems.append("defaultProfile: required when profiles are defined")
+            elif default not in profiles:
+                problems.append(
+                    f"defaultProfile: {default!r} is not one of the profiles"
+                    f" ({', '.join(sorted(profiles))})"
+                )
+        elif default is not None:
+            problems.append("defaultProfile: set, but no profiles are defined")
+    if classes is not None and profiles is not None and all(_ceiling_known(c) for c in classes):
+        mps = [c for c in classes if c["strategy"] == "mps"]
+        ceilings = ", ".join(
+            f"{c['name']}: {100 // c['replicas']}% / {(c['memory_mib'] or 0) // c['replicas']} MiB"
+            for c in mps
+        )
+        for pname, prof in sorted(profiles.items()):
+            if not {"active_thread_percentage", "pinned_memory_mib"} <= prof.keys():
+                continue
+            if mps and not any(_fits(prof, c) for c in mps):
+                problems.append(
+                    f"profiles.{pname}: above the MPS ceiling of every class ({ceilings})"
+                )
+    return [_Refusal(p) for p in problems]
+
+
+def _ceiling_known(c: View) -> bool:
+    """Whether a class's view says whether it is MPS, and if so its ceilings."""
+    if "strategy" not in c:
         return False
-    ceiling = cls.memory_mib // cls.replicas if cls.memory_mib is not None else None
+    return c["strategy"] != "mps" or {"name", "replicas", "memory_mib"} <= c.keys()
+
+
+def _fits(profile: View, cls: View) -> bool:
+    threads = profile["active_thread_percentage"]
+    memory = profile["pinned_memory_mib"]
+    if threads is not None and threads > 100 // cls["replicas"]:
+        return False
+    ceiling = cls["memory_mib"] // cls["replicas"] if cls["memory_mib"] is not None else None
     return memory is None or ceiling is None or memory <= ceiling
+
+
+# The models whose validators `unreached_problems` runs over what is valid of a document.
+_RULES: dict[type[BaseModel], Callable[[View], list[_Refusal]]] = {
+    TolerationSpec: _toleration_problems,
+    NodeClassSpec: _class_problems,
+    ProfileSpec: _profile_problems,
+    PolicySpecModel: _spec_problems,
+}
+_INVALID = object()
+
+
+def unreached_problems(doc: Any) -> list[str]:
+    """The problems the models' validators would find in `doc`, a policy document that does
+    not validate, where its invalid fields kept pydantic from running them (each as
+    `<field path>: <reason>`). None of them is one pydantic reported: a validator that ran is
+    not run again."""
+    _, problems = _unreached(PolicyDocument, doc, ())
+    return problems
+
+
+def _unreached(
+    model: type[BaseModel], raw: Any, loc: tuple[int | str, ...]
+) -> tuple[Any, list[str]]:
+    """(the view of what is valid of `raw` as `model`, or _INVALID; the problems pydantic did
+    not reach in it)."""
+    if not isinstance(raw, dict):
+        return _INVALID, []
+    try:
+        return _view(model.model_validate(raw)), []
+    except pydantic.ValidationError as exc:
+        # An error at the model itself comes from its validator, which therefore ran.
+        reached = all(not err["loc"] for err in exc.errors())
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, info in model.model_fields.items():
+        key = info.alias or name
+        if key not in raw:
+            key = name
+        if key not in raw:
+            if not info.is_required():
+                values[name] = _view(info.get_default(call_default_factory=True))
+            continue
+        value, found = _unreached_value(model, name, raw[key], (*loc, key))
+        problems.extend(found)
+        if value is not _INVALID:
+            values[name] = value
+    rules = _RULES.get(model)
+    refused = rules(values) if rules is not None else []
+    if not reached:
+        for refusal in refused:
+            problems.extend(_placed(loc, refusal.text))
+    # A value a rule refuses is not valid either: the rules of the models above do not judge
+    # it (a class with 64 MPS replicas says nothing of the profiles' ceilings).
+    for refusal in refused:
+        if not refusal.fields:
+            return _INVALID, problems
+        for name in refusal.fields:
+            values.pop(name, None)
+    return values, problems
+
+
+def _unreached_value(
+    model: type[BaseModel], name: str, raw: Any, loc: tuple[int | str, ...]
+) -> tuple[Any, list[str]]:
+    """A field's value as a view (or _INVALID), and the problems pydantic did not reach in the
+    models it holds (a model, a list or a mapping of them)."""
+    info = model.model_fields[name]
+    annotation = info.annotation
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return _unreached(annotation, raw, loc)
+    try:
+        return _view(_field_adapter(model, name).validate_python(raw)), []
+    except pydantic.ValidationError as exc:
+        errors = exc.errors()
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    item = args[-1] if args else None
+    if not (isinstance(item, type) and issubclass(item, BaseModel)):
+        return _INVALID, []
+    # The container itself is wrong (a mapping for a list, too few items): no view of it,
+    # but its items may still say something.
+    whole = any(not err["loc"] for err in errors)
+    problems: list[str] = []
+    if origin is list and isinstance(raw, list):
+        items = []
+        for i, entry in enumerate(raw):
+            view, found = _unreached(item, entry, (*loc, i))
+            problems.extend(found)
+            items.append({} if view is _INVALID else view)
+        return (_INVALID if whole else items), problems
+    if origin is dict and isinstance(raw, dict):
+        bad_keys = {err["loc"][0] for err in errors if err["loc"][1:2] == ("[key]",)}
+        entries = {}
+        for key, entry in raw.items():
+            view, found = _unreached(item, entry, (*loc, key))
+            problems.extend(found)
+            entries[key] = {} if view is _INVALID else view
+        # A key that is not valid leaves the mapping's keys unknown (a default profile may
+        # name the one meant).
+        return (_INVALID if whole or bad_keys else entries), problems
+    return _INVALID, []
+
+
+@functools.cache
+def _field_adapter(model: type[BaseModel], name: str) -> pydantic.TypeAdapter[Any]:
+    info = model.model_fields[name]
+    # The field's type with its constraints (ge=1, min_length=1, ...), as the model checks it.
+    form: Any = Annotated[info.annotation, *info.metadata] if info.metadata else info.annotation
+    return pydantic.TypeAdapter(form)
 
 
 # --------------------------------------------------------------------------- compiled form
@@ -456,9 +682,7 @@ class PolicySet:
     broken: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     # The policies as they govern namespaces that enforce Pod Security, made once each.
-    _under_pod_security: dict[str, Policy] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    _under_pod_security: dict[str, Policy] = field(default_factory=dict, compare=False, repr=False)
 
     def get(self, path: str) -> Policy | None:
         """The policy in force at the webhook path `path` (`<name>`, or `<name>/baseline` for
@@ -649,15 +873,22 @@ def _describe(exc: pydantic.ValidationError) -> list[str]:
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
         loc = tuple(p for p in err["loc"] if p not in ("function-after[_coherent()]",))
-        # Model validators report at the model's location, several problems joined by
-        # newlines, each naming its field first: put that field into the location.
-        for part in msg.split("\n"):
-            field = _FIELD_FIRST.match(part)
-            if field and loc:
-                problems.append(f"{_location(loc)}.{field.group(1)}: {field.group(2)}")
-            else:
-                problems.append(f"{_location(loc)}: {part}")
+        problems.extend(_placed(loc, msg))
     return problems
+
+
+def _placed(loc: tuple[int | str, ...], message: str) -> list[str]:
+    """A model validator's message at the model's location `loc`, as `<field path>: <reason>`
+    lines: several problems come joined by newlines, each naming its field first, and that
+    field goes into the path."""
+    out = []
+    for part in message.split("\n"):
+        field = _FIELD_FIRST.match(part)
+        if field and loc:
+            out.append(f"{_location(loc)}.{field.group(1)}: {field.group(2)}")
+        else:
+            out.append(f"{_location(loc)}: {part}")
+    return out
 
 
 def parse_documents(text: str, source: str) -> tuple[list[Policy], list[str]]:
@@ -683,6 +914,8 @@ def parse_documents(text: str, source: str) -> tuple[list[Policy], list[str]]:
             model = PolicyDocument.model_validate(doc)
         except pydantic.ValidationError as exc:
             problems.extend(f"{label}: {p}" for p in _describe(exc))
+            # And what the validators that did not run would say: all of it in one round.
+            problems.extend(f"{label}: {p}" for p in unreached_problems(doc))
             continue
         policies.append(compile_policy(model, label))
     return policies, problems
@@ -780,8 +1013,10 @@ def assemble(files: Iterable[FileLoad]) -> tuple[PolicySet, list[str]]:
             by_name[p.name] = f.source
         good.extend(f.policies)
     loaded = build_set(good)
-    return PolicySet(loaded.policies, MappingProxyType(
-        {n: r for n, r in broken.items() if n not in loaded.policies})), problems
+    return PolicySet(
+        loaded.policies,
+        MappingProxyType({n: r for n, r in broken.items() if n not in loaded.policies}),
+    ), problems
 
 
 def build_set(policies: Iterable[Policy], problems: list[str] | None = None) -> PolicySet:

@@ -1,11 +1,14 @@
 """`gpu-share-webhook policy check [DIR] [--nodes FILE]`: validate policy files, and match them
 against the nodes of a cluster dump.
 
-With `--nodes` (the output of `kubectl get nodes -o json`; no cluster access), every class of
-every policy is matched against the nodes by the labels the webhook pins, and the check fails
-when a class matches no node or a shared GPU node (as `gpu-share-webhook discover` reads the
-labels) matches no class. Exit 0: all good; 1: a policy does not load or does not fit the
-nodes (each problem on stderr); 2: the node file cannot be used.
+Every problem of every file in one run (webhook/checking.py), and warnings for what the
+server loads but can never happen. With `--nodes` (the output of `kubectl get nodes -o json`;
+no cluster access), every class of every policy that loads is matched against the nodes by
+the labels the webhook pins, and the check fails when a class matches no node, when taints
+its pods do not tolerate keep them off every node it matches, or when a shared GPU node (as
+`gpu-share-webhook discover` reads the labels) matches no class. Exit 0: all good, or
+warnings only; 1: a policy does not load or does not fit the nodes (each problem on stderr);
+2: the node file or a policy file cannot be read.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import argparse
 import sys
 from typing import Any
 
-from webhook import discovering, documents, policies
+from webhook import checking, discovering, documents, policies
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
@@ -24,7 +27,7 @@ from webhook.commands import (
     help_text,
     policies_directory,
 )
-from webhook.errors import InputError, PolicyError
+from webhook.errors import InputError
 
 # The node dump, for this command and `discover -f` alike.
 NODES_OPTION = "nodes"
@@ -39,9 +42,11 @@ def register(subparsers: Any) -> None:
         "check",
         help="validate the policies in a directory (and match them against nodes)",
         description=(
-            "Validate every policy in DIR; print each problem as file: field: reason. With"
-            " --nodes, also say how many nodes each class matches, and fail when a class"
-            " matches none or a shared GPU node matches no class."
+            "Validate every policy in DIR; print every problem of every file as file: field:"
+            " reason, and warnings for what can never happen. With --nodes, also say how many"
+            " nodes each class matches, and fail when a class matches none, when taints its"
+            " pods do not tolerate keep them off all of them, or when a shared GPU node matches"
+            " no class."
         ),
     )
     check.add_argument(
@@ -90,32 +95,51 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"error: {directory}: not a directory of policy files", file=sys.stderr)
         return EXIT_USAGE
     try:
-        loaded = policies.load_directory(directory)
-    except PolicyError as exc:
-        for problem in exc.problems:
-            print(f"error: {problem}", file=sys.stderr)
-        count = len(exc.problems)
-        print(f"{directory}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
-        return EXIT_FAILED
-    for name in loaded.names:
-        p = loaded.policies[name]
+        report = checking.check_directory(directory)
+    except OSError as exc:
+        print(f"error: {directory}: cannot be read: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE
+    # Every problem of every file, then what the policies that load say to the nodes: all in
+    # one round, so that fixing one problem never uncovers another kind.
+    for problem in report.errors:
+        print(f"error: {problem}", file=sys.stderr)
+    for warning in report.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    for name in report.loaded.names:
+        p = report.loaded.policies[name]
         classes = ", ".join(c.name for c in p.classes)
         print(f"ok: policy {name} ({p.source}): classes {classes}")
-    if nodes is None:
-        return EXIT_OK
-    if others:
-        print(f"warning: {source}: ignored {others} objects that are not Nodes", file=sys.stderr)
-    return check_nodes(loaded, discovering.survey(nodes, others=others), source=source)
+    failed = bool(report.errors)
+    if report.errors:
+        count = len(report.errors)
+        print(f"{directory}: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
+    if nodes is not None:
+        if others:
+            print(
+                f"warning: {source}: ignored {others} objects that are not Nodes", file=sys.stderr
+            )
+        found = discovering.survey(nodes, others=others)
+        if check_nodes(report, found, source=source) != EXIT_OK:
+            failed = True
+    for line in report.unreadable:
+        print(f"error: {line}", file=sys.stderr)
+    if report.unreadable:
+        return EXIT_USAGE
+    return EXIT_FAILED if failed else EXIT_OK
 
 
-def check_nodes(loaded: policies.PolicySet, found: discovering.Survey, *, source: str) -> int:
-    """Print how many nodes each class matches; EXIT_FAILED when a class matches none or a
-    shared GPU node matches no class."""
+def check_nodes(report: checking.DirectoryReport, found: discovering.Survey, *, source: str) -> int:
+    """Print how many nodes each class matches; EXIT_FAILED when a class matches none, when
+    taints its pods do not tolerate keep them off every node it matches, or when a shared GPU
+    node matches no class (judged only when every policy loaded: one that did not may be the
+    one whose class it is)."""
+    loaded = report.loaded
     failures = 0
     by_name = {n.name: n for n in found.nodes}
     matched: set[tuple[str, str]] = set()
     for name in loaded.names:
-        for cls in loaded.policies[name].classes:
+        policy = loaded.policies[name]
+        for cls in policy.classes:
             hits = sorted(discovering.matching(cls.selector, found.nodes))
             where = f"policy {name} class {cls.name}"
             if not hits:
@@ -127,16 +151,27 @@ def check_nodes(loaded: policies.PolicySet, found: discovering.Survey, *, source
                 continue
             print(f"ok: {where} matches {_count(hits)}: {_listing(hits)}")
             matched.update((n, cls.resource) for n in hits)
-            for warning in _disagreements(cls, [by_name[n] for n in hits]):
+            hit_nodes = [by_name[n] for n in hits]
+            for warning in _disagreements(cls, hit_nodes):
                 print(f"warning: {where}: {warning}", file=sys.stderr)
-    for gpu in found.shared:
-        if (gpu.node, gpu.resource) not in matched:
-            print(
-                f"error: node {gpu.node}: {gpu.describe()} matches no class of any policy"
-                " (`gpu-share-webhook discover` prints one)",
-                file=sys.stderr,
-            )
-            failures += 1
+            blocked = checking.untolerated(checking.class_tolerations(policy, cls), hit_nodes)
+            if blocked.nodes:
+                failures += _report_taints(where, blocked, len(hits))
+    if report.complete:
+        for gpu in found.shared:
+            if (gpu.node, gpu.resource) not in matched:
+                print(
+                    f"error: node {gpu.node}: {gpu.describe()} matches no class of any policy"
+                    " (`gpu-share-webhook discover` prints one)",
+                    file=sys.stderr,
+                )
+                failures += 1
+    elif found.shared:
+        print(
+            f"warning: {source}: whether every shared GPU node matches a class is not judged"
+            " while a policy file does not load",
+            file=sys.stderr,
+        )
     for problem in found.problems:
         print(f"warning: labels disagree, not judged: {problem}", file=sys.stderr)
     summary = (
@@ -148,8 +183,34 @@ def check_nodes(loaded: policies.PolicySet, found: discovering.Survey, *, source
     if failures:
         print(f"{summary}: {failures} problem{'s' if failures != 1 else ''}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"ok: {summary}: every class matches a node, every shared GPU node a class")
+    if report.complete:
+        print(f"ok: {summary}: every class matches a node, every shared GPU node a class")
+    else:
+        print(f"ok: {summary}: every class of the policies that load matches a node")
     return EXIT_OK
+
+
+def _report_taints(where: str, blocked: checking.Untolerated, matched: int) -> int:
+    """Print the taints that keep a class's pods off its nodes: a warning while some node is
+    left, else an error (1: the problems counted)."""
+    taints = "; ".join(f"{t} on {_listing(list(ns))}" for t, ns in blocked.taints)
+    fix = (
+        "add a toleration for it to the policy's spec.tolerations, or remove the taint"
+        " (pods that do not tolerate it themselves cannot land there)"
+    )
+    if len(blocked.nodes) == matched:
+        print(
+            f"error: {where}: its pods can land on none of its {_count(blocked.nodes)}: the"
+            f" policy's tolerations do not tolerate {taints}; {fix}",
+            file=sys.stderr,
+        )
+        return 1
+    print(
+        f"warning: {where}: its pods cannot land on {_listing(list(blocked.nodes))}: the"
+        f" policy's tolerations do not tolerate {taints}; {fix}",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def _disagreements(cls: policies.NodeClass, nodes: list[discovering.Node]) -> list[str]:

@@ -207,19 +207,21 @@ the server. (dict "doc" D "checks" C)
 {{- $checks := .checks }}
 {{- $spec := .doc.spec }}
 {{- $nested := list }}
-{{- /* TolerationSpec: the first problem of each, as the API server would refuse it. */}}
+{{- /* TolerationSpec: every problem of each, as the API server would refuse it. */}}
 {{- range $i, $t := $spec.tolerations | default list }}
 {{- $at := printf "spec.tolerations[%d]" $i }}
 {{- $operator := $t.operator | default $checks.defaultOperator }}
 {{- if and (eq $operator "Exists") $t.value }}
 {{- $nested = append $nested (printf "%s: value must be empty when operator is 'Exists'" $at) }}
-{{- else if and (or (not (hasKey $t "key")) (eq (kindOf $t.key) "invalid") (eq (toJson $t.key) "\"\"")) (ne $operator "Exists") }}
+{{- end }}
+{{- if and (or (not (hasKey $t "key")) (eq (kindOf $t.key) "invalid") (eq (toJson $t.key) "\"\"")) (ne $operator "Exists") }}
 {{- $nested = append $nested (printf "%s: operator must be 'Exists' when key is empty" $at) }}
-{{- else if and (ne (include "gpu-share-webhook.policyInt" $t.tolerationSeconds) "") (ne (toString $t.effect) "NoExecute") }}
+{{- end }}
+{{- if and (ne (include "gpu-share-webhook.policyInt" $t.tolerationSeconds) "") (ne (toString $t.effect) "NoExecute") }}
 {{- $nested = append $nested (printf "%s: tolerationSeconds is only allowed with effect NoExecute" $at) }}
 {{- end }}
 {{- end }}
-{{- /* NodeClassSpec._consistent: the first problem of each class. */}}
+{{- /* NodeClassSpec._consistent: every problem of each class. */}}
 {{- $classes := list }}
 {{- range $i, $c := $spec.nodeClasses }}
 {{- $at := printf "spec.nodeClasses[%d]" $i }}
@@ -230,12 +232,26 @@ the server. (dict "doc" D "checks" C)
 {{- $mps := eq $c.strategy "mps" }}
 {{- if and (ne $replicas "") (lt (int64 $replicas) 2) }}
 {{- $nested = append $nested (printf "%s.replicas: %s is not sharing; the device plugin needs at least 2" $at $replicas) }}
-{{- else if and $mps (kindIs "string" $resource) (hasPrefix "nvidia.com/mig-" $resource) }}
+{{- end }}
+{{- if and $mps (kindIs "string" $resource) (hasPrefix "nvidia.com/mig-" $resource) }}
 {{- $nested = append $nested (printf "%s.strategy: the device plugin refuses MPS on MIG devices (use time-slicing)" $at) }}
-{{- else if and $mps (eq $memory "none") }}
+{{- end }}
+{{- if and $mps (eq $memory "none") }}
 {{- $nested = append $nested (printf "%s.memoryMiB: required for an mps class (it sets the ceiling)" $at) }}
-{{- else if and $mps (ne $replicas "") (gt (int64 $replicas) (int64 $checks.mpsMaxReplicas)) }}
+{{- end }}
+{{- if and $mps (ne $replicas "") (gt (int64 $replicas) (int64 $checks.mpsMaxReplicas)) }}
 {{- $nested = append $nested (printf "%s.replicas: MPS allows at most %d per GPU" $at (int64 $checks.mpsMaxReplicas)) }}
+{{- end }}
+{{- /* GFD writes the -SHARED suffix once, only where the plugin shares without renaming, and
+the webhook adds it itself for a class that is not renamed: a product that ends with it
+matches no node either way. */}}
+{{- if and (kindIs "string" $c.product) (ne $renamed "") (hasSuffix $checks.productSharedSuffix $c.product) }}
+{{- $plain := trimSuffix $checks.productSharedSuffix $c.product }}
+{{- if eq $renamed "true" }}
+{{- $nested = append $nested (printf "%s.product: %s never matches a node: GFD writes %s only on GPUs shared without renaming, and this class is renamed. Write %s (or renamed: false, if the device plugin runs renameByDefault: false)" $at $c.product $checks.productSharedSuffix $plain) }}
+{{- else }}
+{{- $nested = append $nested (printf "%s.product: %s never matches a node: the webhook adds %s itself for a class that is not renamed, and GFD never writes %s%s. Write %s" $at $c.product $checks.productSharedSuffix $c.product $checks.productSharedSuffix $plain) }}
+{{- end }}
 {{- else if and (eq $renamed "false") (kindIs "string" $c.product) (gt (add (len $c.product) (len $checks.productSharedSuffix)) (int $checks.maxLabelValue)) }}
 {{- $nested = append $nested (printf "%s.product: with the %s suffix it is longer than a label value" $at $checks.productSharedSuffix) }}
 {{- end }}

@@ -1,0 +1,209 @@
+"""What `gpu-share-webhook policy check` finds in a directory of policies, and in a node dump.
+
+Every problem of every file in one round: a file that does not load does not stop the others,
+a document whose fields are wrong is still judged by the validators pydantic did not run
+(`policies.unreached_problems`), and two files that declare one name clash whether or not they
+load. Then, of the policies that load, what can never happen although the server loads it
+(warnings), and, with a node dump, the taints that keep a class's pods off its nodes.
+
+Two levels, as the command prints them: an *error* is something the server refuses (the file
+does not load) or a class that can place no pod on the nodes given: exit 1. A *warning* is
+something the server loads and an admin should know of: exit 0. A file that cannot be read is
+bad input (exit 2), after everything else has been said.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from webhook import discovering, policies
+
+# Taints Kubernetes itself puts on nodes for their state (cordoned, not ready, under pressure):
+# not a policy's to tolerate, and gone when the node is well (discover ignores them too).
+SYSTEM_TAINT_PREFIX = "node.kubernetes.io/"
+
+
+@dataclass(frozen=True, slots=True)
+class DirectoryReport:
+    """A directory of policy files, checked."""
+
+    # The policies that load (the first file of a name, where two declare it).
+    loaded: policies.PolicySet
+    errors: tuple[str, ...]
+    warnings: tuple[str, ...]
+    # Files that cannot be read: bad input.
+    unreadable: tuple[str, ...]
+
+    @property
+    def complete(self) -> bool:
+        """Whether every policy of the directory loaded (so the set covers all of them)."""
+        return not self.errors and not self.unreadable
+
+
+def check_directory(directory: Path) -> DirectoryReport:
+    """Every problem of every policy file of `directory` (a directory), and the warnings of
+    the policies that load."""
+    files = policies.policy_files(directory)
+    if not files:
+        return DirectoryReport(
+            policies.PolicySet({}), (f"{directory}: holds no *.yaml policy file",), (), ()
+        )
+    errors: list[str] = []
+    unreadable: list[str] = []
+    loads: list[policies.FileLoad] = []
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            unreadable.append(f"{file}: cannot be read: {exc.strerror or exc}")
+            continue
+        except UnicodeDecodeError as exc:
+            errors.append(f"{file}: not UTF-8 text: {exc.reason}")
+            continue
+        load = policies.FileLoad.of(text, str(file))
+        loads.append(load)
+        errors.extend(load.problems)
+    # A name declared twice is an error wherever it is, even in a file that does not load:
+    # else it shows only once that file is fixed.
+    first: dict[str, str] = {}
+    good: list[policies.Policy] = []
+    for load in loads:
+        declared = (
+            [(p.source, p.name, p) for p in load.policies]
+            if load.policies
+            else [(load.source, n, None) for n in load.names]
+        )
+        for source, name, policy in declared:
+            if name in first:
+                errors.append(
+                    f"{source}: metadata.name: policy {name!r} is already defined in {first[name]}"
+                )
+                continue
+            first[name] = source
+            if policy is not None:
+                good.append(policy)
+    loaded = policies.build_set(good)
+    warnings = [w for name in loaded.names for w in policy_warnings(loaded.policies[name])]
+    return DirectoryReport(loaded, tuple(errors), tuple(warnings), tuple(unreadable))
+
+
+# --------------------------------------------------------------------------- loads, never matches
+
+
+def policy_warnings(policy: policies.Policy) -> list[str]:
+    """What a policy the server loads says that can never happen, each as
+    `<file>: <field path>: <reason and what to do>`."""
+    out: list[str] = []
+    where = policy.source
+    mps = [c for c in policy.classes if c.mps]
+    if policy.profiles and not mps:
+        out.append(
+            f"{where}: spec.profiles: no node class is mps, so no profile limits anything"
+            " (time-slicing nodes ignore CUDA_MPS_*); remove them, or add the MPS class they"
+            " are meant for"
+        )
+    if policy.profiles:
+        default = policy.profiles.get(policy.default_profile or "")
+        for c in mps:
+            ceiling = _ceiling(c)
+            if not any(_fits(p, c) for p in policy.profiles.values()):
+                out.append(
+                    f"{where}: spec.nodeClasses[{c.index}]: class {c.name} takes no pod that"
+                    f" uses a profile: every profile is above its MPS ceiling ({ceiling});"
+                    " add a profile within it, or remove the class"
+                )
+            elif default is not None and not _fits(default, c):
+                out.append(
+                    f"{where}: spec.defaultProfile: {default.name} is above the MPS ceiling of"
+                    f" class {c.name} ({ceiling}): pods that name no profile never land there"
+                )
+    seen: dict[tuple[tuple[str, str], ...], policies.NodeClass] = {}
+    for c in policy.classes:
+        other = seen.setdefault(c.selector, c)
+        if other is not c:
+            out.append(
+                f"{where}: spec.nodeClasses[{c.index}]: class {c.name} selects the nodes class"
+                f" {other.name} selects (the same {_labels(c)}); the webhook cannot tell them"
+                " apart: merge them into one"
+            )
+    return out
+
+
+def _ceiling(c: policies.NodeClass) -> str:
+    return f"{c.thread_ceiling}% / {c.memory_ceiling_mib or 0} MiB"
+
+
+def _fits(profile: policies.Profile, c: policies.NodeClass) -> bool:
+    threads, memory = profile.active_thread_percentage, profile.pinned_memory_mib
+    if threads is not None and c.thread_ceiling is not None and threads > c.thread_ceiling:
+        return False
+    return memory is None or c.memory_ceiling_mib is None or memory <= c.memory_ceiling_mib
+
+
+def _labels(c: policies.NodeClass) -> str:
+    return ", ".join(f"{k}={v}" for k, v in c.selector)
+
+
+# --------------------------------------------------------------------------- taints
+
+
+def class_tolerations(policy: policies.Policy, cls: policies.NodeClass) -> list[dict[str, Any]]:
+    """The tolerations a pod of `cls` gets from the webhook (core.placing.tolerations): the
+    policy's, and the one for the advertised resource's own taint where the policy says so."""
+    out = [dict(t) for t in policy.tolerations]
+    if policy.tolerate_resource_taint:
+        out.append({"key": cls.advertised, "operator": "Exists", "effect": "NoSchedule"})
+    return out
+
+
+def tolerates(toleration: Mapping[str, Any], key: str, value: str, effect: str) -> bool:
+    """Whether `toleration` tolerates the taint key=value:effect, as the scheduler and the
+    taint manager decide it: an empty effect matches every effect; an empty key (with
+    operator Exists) every key and value; Exists any value of its key; Equal (the default)
+    only the same value, an absent one being empty."""
+    tol_effect = toleration.get("effect") or ""
+    if tol_effect and tol_effect != effect:
+        return False
+    tol_key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if not tol_key:
+        return operator == "Exists"
+    if tol_key != key:
+        return False
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == value
+
+
+@dataclass(frozen=True, slots=True)
+class Untolerated:
+    """The nodes of a class whose taints its pods do not tolerate."""
+
+    # Each taint (as `key=value:effect`) and the nodes that carry it.
+    taints: tuple[tuple[str, tuple[str, ...]], ...]
+    nodes: tuple[str, ...]
+
+
+def untolerated(
+    tolerations: Sequence[Mapping[str, Any]], nodes: Sequence[discovering.Node]
+) -> Untolerated:
+    """The NoSchedule and NoExecute taints of `nodes` that none of `tolerations` tolerates
+    (those Kubernetes puts on for a node's state aside)."""
+    found: dict[str, list[str]] = {}
+    blocked: set[str] = set()
+    for node in nodes:
+        for key, value, effect in node.taints:
+            if key.startswith(SYSTEM_TAINT_PREFIX):
+                continue
+            if any(tolerates(t, key, value, effect) for t in tolerations):
+                continue
+            text = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
+            found.setdefault(text, []).append(node.name)
+            blocked.add(node.name)
+    return Untolerated(
+        tuple((t, tuple(sorted(ns))) for t, ns in sorted(found.items())),
+        tuple(sorted(blocked)),
+    )
