@@ -39,6 +39,7 @@ BUILDS = {
     "bootstrap": DEPLOY / "overlays" / "bootstrap",
     "cert-manager": DEPLOY / "overlays" / "cert-manager",
     "runtimeclass-nvidia": DEPLOY / "optional" / "runtimeclass-nvidia",
+    "site-policies": DEPLOY / "examples" / "site-policies",
 }
 INSTALLS = ("bootstrap", "cert-manager")
 # The kinds that live outside any namespace.

@@ -716,6 +716,8 @@ BAD_POLICIES: dict[str, tuple[dict[str, Any], set[str]]] = {
     "list-for-a-mapping": (_broken((("spec", "hostAccess"), [])), {"spec.hostAccess"}),
     "list-for-a-string": (_broken(((*CLASS0, "product"), ["NVIDIA-L4"])),
                           {"spec.nodeClasses[0].product"}),
+    "shared-suffix-in-product": (_broken(((*CLASS0, "product"), "NVIDIA-L4-SHARED")),
+                                 {"spec.nodeClasses[0].product"}),
     "null": (_broken((("spec", "mode"), None)), {"spec.mode"}),
     "spec-is-a-string": (_broken((("spec",), "default")), {"spec"}),
     # Required fields.
