@@ -26,6 +26,8 @@ import celpy
 import kubernetes_validate
 import pytest
 import yaml
+
+from webhook import rendering
 from celpy import celtypes
 from celpy.adapter import json_to_cel
 
@@ -392,10 +394,20 @@ def api_request(method: str, path: str) -> dict[str, str]:
     if rest[0] == "namespaces" and len(rest) > 2:
         namespace, rest = rest[1], rest[2:]
     resource, name = rest[0], (rest[1] if len(rest) > 1 else "")
-    verb = {"GET": "get" if name else "list", "POST": "create", "PUT": "update",
-            "PATCH": "patch", "DELETE": "delete" if name else "deletecollection"}[method]
-    return {"verb": verb, "apiGroup": group, "resource": resource, "namespace": namespace,
-            "name": name}
+    verb = {
+        "GET": "get" if name else "list",
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "patch",
+        "DELETE": "delete" if name else "deletecollection",
+    }[method]
+    return {
+        "verb": verb,
+        "apiGroup": group,
+        "resource": resource,
+        "namespace": namespace,
+        "name": name,
+    }
 
 
 def rule_allows(rule: Mapping[str, Any], request: Mapping[str, str]) -> bool:
@@ -459,18 +471,32 @@ def secret_policy_refuses(
         ):
             continue
         if not any(
-            "" in rule["apiGroups"] and "secrets" in rule["resources"]
+            "" in rule["apiGroups"]
+            and "secrets" in rule["resources"]
             and "CREATE" in rule["operations"]
             for rule in constraints["resourceRules"]
         ):
             continue
-        request = {"userInfo": {"username": username}, "operation": "CREATE",
-                   "namespace": namespace, "name": secret["metadata"]["name"]}
-        if not all(cel(c["expression"], object=secret, request=request)
-                   for c in spec.get("matchConditions") or []):
+        request = {
+            "userInfo": {"username": username},
+            "operation": "CREATE",
+            "namespace": namespace,
+            "name": secret["metadata"]["name"],
+        }
+        if not all(
+            cel(c["expression"], object=secret, request=request)
+            for c in spec.get("matchConditions") or []
+        ):
             continue
         assert spec["failurePolicy"] == "Fail"
-        if not all(cel(v["expression"], object=secret, request=request)
-                   for v in spec["validations"]):
+        if not all(
+            cel(v["expression"], object=secret, request=request) for v in spec["validations"]
+        ):
             refused = True
     return refused
+
+
+def pod_entries(configuration: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The entries of a rendered configuration that review pods and workloads: all but the
+    one that warns of near misses of the namespace labels (`rendering.namespace_entry`)."""
+    return [e for e in configuration["webhooks"] if e["name"] != rendering.NAMESPACE_ENTRY]

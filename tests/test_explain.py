@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from tests import deploy_helpers as dh
 from webhook import cli, names, policies, rendering
 from webhook.commands import explain
 
@@ -245,7 +246,7 @@ def test_the_entry_named_is_the_one_whose_selector_kubernetes_would_match() -> N
             )
             matching = [
                 w["name"]
-                for w in validating["webhooks"]
+                for w in dh.pod_entries(validating)
                 if explain.selector_matches(w["namespaceSelector"], labels)
             ]
             assert matching == [found.validating_entry], labels

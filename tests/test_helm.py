@@ -493,7 +493,7 @@ def test_switches_and_own_policies_change_the_entries_as_render_does(
     mutating, validating = _configurations(rendered["custom"])
     every, rules = rendering.CONDITION_EVERY_POD, rendering.CONDITION_RULES
     for config in (mutating, validating):
-        conditions = {e["name"]: e["matchConditions"][1]["name"] for e in config["webhooks"]}
+        conditions = {e["name"]: e["matchConditions"][1]["name"] for e in dh.pod_entries(config)}
         assert conditions == {
             # No default policy: its entry takes every pod, as for a policy not in force.
             "default.gpu-share.io": every,
@@ -510,7 +510,7 @@ def test_switches_and_own_policies_change_the_entries_as_render_does(
             "unknown-policy.gpu-share.io": every,
             "unknown-policy.baseline.gpu-share.io": every,
         }
-        by_name = {e["name"]: e["matchConditions"][1]["expression"] for e in config["webhooks"]}
+        by_name = {e["name"]: e["matchConditions"][1]["expression"] for e in dh.pod_entries(config)}
         # Host access (route 9): sent where the webhook stands in for Pod Security baseline;
         # team-a trusts no Pod Security label, team-b leaves host access alone.
         for name, host_access in (

@@ -398,3 +398,91 @@ def test_a_file_without_pods_or_workloads_says_so_once(
     # Next to a pod, a ConfigMap is not told of.
     code, _, err = _mutate(capsys, tmp_path, [config, _pod(SHARED)], "-o", "patch")
     assert (code, err) == (0, "")
+
+
+# --------------------------------------------------------------------------- namespaces
+
+# A namespace whose labels miss: the API server matches them exactly, so its pods never reach
+# the pod entries; the namespace-labels entry tells whoever labels it.
+NAMESPACE_CASES = {
+    "True": (
+        {"gpu-share.io/enabled": "True"},
+        [
+            'label gpu-share.io/enabled=True does not opt in: only "true" does (label values are'
+            " case-sensitive)"
+        ],
+    ),
+    "key-typo": (
+        {"gpu-share.io/enable": "true"},
+        [
+            "label gpu-share.io/enable is not one gpu-share reads: did you mean"
+            " gpu-share.io/enabled?"
+        ],
+    ),
+    "no-such-policy": (
+        {"gpu-share.io/enabled": "true", "gpu-share.io/policy": "gold"},
+        [
+            "label gpu-share.io/policy=gold names no policy (there are: default, not-renamed):"
+            " GPU pods here are refused"
+        ],
+    ),
+    "right": ({"gpu-share.io/enabled": "true", "gpu-share.io/policy": "not-renamed"}, []),
+}
+# Namespaces whose writes never reach the webhook at all.
+NOT_SENT = {
+    "opted-in": {"gpu-share.io/enabled": "true"},
+    "unrelated": {"team": "research", "env": "prod"},
+    "none": {},
+}
+
+
+def _namespace(labels: dict[str, str]) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "team-a", "labels": {**labels, namespaces.NAME_LABEL: "team-a"}}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+async def test_the_server_warns_of_near_misses_when_a_namespace_is_labelled(
+    aiohttp_server: Any,
+    aiohttp_client: Any,
+    app: web.Application,
+    loaded: policies.PolicySet,
+) -> None:
+    client: TestClient[Any, Any] = await h.start(aiohttp_server, aiohttp_client, app)
+
+    async def send(path: str, body: bytes) -> dict[str, Any]:
+        response = await h.post_review(client, path, body)
+        assert response.status == 200, await response.text()
+        return await response.json()  # type: ignore[no-any-return]
+
+    configurations = rendering.render(
+        loaded,
+        service="gpu-share-webhook",
+        namespace="gpu-share-system",
+        name="gpu-share-webhook",
+        failure_policy="Fail",
+    )
+    entry = next(
+        e for c in configurations for e in c["webhooks"] if e["name"] == rendering.NAMESPACE_ENTRY
+    )
+    assert entry["failurePolicy"] == "Ignore", "no namespace write may wait on a warning"
+    cluster = apiserver.ApiServer(configurations, send)
+    for name, (labels, expected) in sorted(NAMESPACE_CASES.items()):
+        obj = _namespace(labels)
+        for operation in ("CREATE", "UPDATE"):
+            old = _namespace({}) if operation == "UPDATE" else None
+            outcome = await cluster.admit(
+                copy.deepcopy(obj),
+                labels=obj["metadata"]["labels"],
+                operation=operation,
+                old=old,
+            )
+            assert outcome.allowed, (name, outcome.message)
+            assert outcome.entries == [
+                ("ValidatingWebhookConfiguration", rendering.NAMESPACE_ENTRY)
+            ]
+            assert outcome.warnings == expected, (name, operation)
+    for name, labels in sorted(NOT_SENT.items()):
+        obj = _namespace(labels)
+        outcome = await cluster.admit(copy.deepcopy(obj), labels=obj["metadata"]["labels"])
+        assert outcome.allowed
+        assert outcome.calls == [], name

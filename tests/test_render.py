@@ -75,7 +75,7 @@ def validating_config(configurations: dict[str, dict[str, Any]]) -> dict[str, An
 
 
 def entries(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {e["name"]: e for e in config["webhooks"]}
+    return {e["name"]: e for e in dh.pod_entries(config)}
 
 
 def entry_path(entry: dict[str, Any]) -> str:
@@ -90,7 +90,7 @@ def conditions(
     return {
         (config["kind"], e["name"]): dh.Conditions(e)
         for config in (mutating_config, validating_config)
-        for e in config["webhooks"]
+        for e in dh.pod_entries(config)
     }
 
 
@@ -137,7 +137,7 @@ def test_entry_names_are_fully_qualified_and_unique(
     configurations: dict[str, dict[str, Any]],
 ) -> None:
     for config in configurations.values():
-        names = [e["name"] for e in config["webhooks"]]
+        names = [e["name"] for e in dh.pod_entries(config)]
         assert len(names) == len(set(names))
         for name in names:
             assert _FQDN.fullmatch(name), name
@@ -169,7 +169,7 @@ def test_every_entry_has_the_settings_the_spec_asks_for(
     configurations: dict[str, dict[str, Any]],
 ) -> None:
     for kind, config in configurations.items():
-        for e in config["webhooks"]:
+        for e in dh.pod_entries(config):
             assert e["admissionReviewVersions"] == ["v1"]
             assert e["sideEffects"] == "None"
             assert e["failurePolicy"] == "Fail"
@@ -206,7 +206,7 @@ POD_RULES = [
 def test_mutation_sees_pods_on_create_and_update_and_their_ephemeral_containers_on_update(
     mutating_config: dict[str, Any],
 ) -> None:
-    for e in mutating_config["webhooks"]:
+    for e in dh.pod_entries(mutating_config):
         assert e["rules"] == POD_RULES
 
 
@@ -214,7 +214,7 @@ def test_validation_also_sees_the_workloads_on_create_and_update(
     validating_config: dict[str, Any],
 ) -> None:
     expected = {(k.group, k.resource): list(k.versions) for k in kinds.all_kinds()}
-    for e in validating_config["webhooks"]:
+    for e in dh.pod_entries(validating_config):
         assert e["rules"][:len(POD_RULES)] == POD_RULES
         seen: dict[tuple[str, str], list[str]] = {}
         for rule in e["rules"][len(POD_RULES):]:
@@ -234,7 +234,7 @@ def test_match_conditions_are_few_and_well_named(
     configurations: dict[str, dict[str, Any]],
 ) -> None:
     for config in configurations.values():
-        for e in config["webhooks"]:
+        for e in dh.pod_entries(config):
             names = [c["name"] for c in e["matchConditions"]]
             assert 1 <= len(names) <= 64
             assert len(set(names)) == len(names)
@@ -296,7 +296,7 @@ def test_a_namespace_reaches_exactly_the_entry_of_its_policy(
     ):
         matched = [
             entry_path(e)
-            for e in configurations[kind]["webhooks"]
+            for e in dh.pod_entries(configurations[kind])
             if dh.selector_matches(e["namespaceSelector"], labels)
         ]
         assert matched == ([] if expected is None else [f"/{endpoint}/{expected}"])
@@ -363,7 +363,7 @@ def test_the_selectors_are_disjoint_and_cover_every_opted_in_namespace(
     wanted = namespaces.opted_in(labels) and not excluded
     for config in configurations.values():
         matched = [
-            e for e in config["webhooks"] if dh.selector_matches(e["namespaceSelector"], labels)
+            e for e in dh.pod_entries(config) if dh.selector_matches(e["namespaceSelector"], labels)
         ]
         assert len(matched) == (1 if wanted else 0), [e["name"] for e in matched]
         if matched:
@@ -569,7 +569,7 @@ def _switched(
 
 
 def _conditions_of(configs: list[dict[str, Any]]) -> dict[tuple[str, str], dh.Conditions]:
-    return {(c["kind"], e["name"]): dh.Conditions(e) for c in configs for e in c["webhooks"]}
+    return {(c["kind"], e["name"]): dh.Conditions(e) for c in configs for e in dh.pod_entries(c)}
 
 
 @pytest.fixture(scope="module")
@@ -818,7 +818,7 @@ def judged(
         for loaded in (shipped_policies, filtered_policies, distrusting_policies,
                        cdi_off_policies)
         for config in render(loaded)
-        for e in config["webhooks"]
+        for e in dh.pod_entries(config)
     ]
 
 
@@ -1122,7 +1122,7 @@ def _ca_pem() -> bytes:
 def test_a_ca_bundle_goes_base64_into_every_entry(shipped_policies: policies.PolicySet) -> None:
     pem = _ca_pem()
     for config in render(shipped_policies, ca_bundle=pem):
-        for e in config["webhooks"]:
+        for e in dh.pod_entries(config):
             assert base64.b64decode(e["clientConfig"]["caBundle"]) == pem
 
 
@@ -1148,7 +1148,7 @@ def test_failure_policy_timeout_service_and_namespace_are_options(
     )
     for config in objects:
         assert config["metadata"]["name"] == "other"
-        for e in config["webhooks"]:
+        for e in dh.pod_entries(config):
             assert e["failurePolicy"] == "Ignore"
             assert e["timeoutSeconds"] == 12
             assert e["clientConfig"]["service"]["name"] == "svc"
@@ -1226,7 +1226,7 @@ def test_render_takes_every_option(tmp_path: Path, capsys: pytest.CaptureFixture
     ]
     assert cli.main(argv) == 0
     for config in json.loads(capsys.readouterr().out)["items"]:
-        for e in config["webhooks"]:
+        for e in dh.pod_entries(config):
             assert base64.b64decode(e["clientConfig"]["caBundle"]) == pem.read_bytes()
             assert e["failurePolicy"] == "Ignore"
             assert e["timeoutSeconds"] == 3
@@ -1242,7 +1242,7 @@ def test_render_reads_options_from_the_environment(
     assert cli.main(["render", "-o", "json"]) == 0
     for config in json.loads(capsys.readouterr().out)["items"]:
         assert config["metadata"]["annotations"] == {"cert-manager.io/inject-ca-from": "ns/cert"}
-        assert {e["failurePolicy"] for e in config["webhooks"]} == {"Ignore"}
+        assert {e["failurePolicy"] for e in dh.pod_entries(config)} == {"Ignore"}
 
 
 def test_render_outside_a_checkout_uses_the_shipped_policies(

@@ -88,6 +88,8 @@ UNKNOWN_ENTRY = f"unknown-policy.{DOMAIN}"
 BASELINE = names.POD_SECURITY_SEGMENT
 DEFAULT_BASELINE_ENTRY = f"{DEFAULT_POLICY}.{BASELINE}.{DOMAIN}"
 UNKNOWN_BASELINE_ENTRY = f"unknown-policy.{BASELINE}.{DOMAIN}"
+# The validating entry that warns of near misses of the namespace labels (`namespace_entry`).
+NAMESPACE_ENTRY = f"namespace-labels.{DOMAIN}"
 
 SERVICE_PORT = 443
 
@@ -102,6 +104,7 @@ TIMEOUT_RANGE = range(1, 31)
 CONDITION_NOT_MIRROR = "not-a-mirror-pod"
 CONDITION_EVERY_POD = "every-pod-or-what-a-rule-can-refuse"
 CONDITION_RULES = "what-a-rule-can-refuse"
+CONDITION_NAMESPACE_LABELS = "a-label-like-gpu-shares"
 
 _DNS_LABEL = re.compile(names.DNS1123_LABEL)
 _DNS_SUBDOMAIN = re.compile(names.DNS1123_SUBDOMAIN)
@@ -178,6 +181,7 @@ def render(
     validating_entries = _entries(
         policies, settings("validate", _pod_rules() + _workload_rules(kinds))
     )
+    validating_entries.append(namespace_entry(settings("validate", [])))
     metadata: dict[str, Any] = {"name": name, "labels": dict(LABELS)}
     if cert_manager_certificate:
         metadata["annotations"] = {names.CERT_MANAGER_ANNOTATION: cert_manager_certificate}
@@ -367,6 +371,76 @@ def _entry(
         # mutating webhooks changed it, and re-check what they added.
         entry["reinvocationPolicy"] = "IfNeeded"
     return entry
+
+
+def namespace_entry(settings: _Settings) -> dict[str, Any]:
+    """The entry that tells whoever labels a namespace about a near miss of the opt-in or
+    policy label (`gpu-share.io/enabled=True`), or a policy label that names no policy: the
+    API server matches those labels exactly, so such a namespace never reaches the other
+    entries, and its pods pass or are refused with nobody told why. Warnings only, and
+    `failurePolicy: Ignore` whatever the others say: no namespace write ever waits on it."""
+    client: dict[str, Any] = {
+        "service": {
+            "name": settings.service,
+            "namespace": settings.namespace,
+            "path": f"/validate/{DEFAULT_POLICY}",
+            "port": SERVICE_PORT,
+        }
+    }
+    if settings.ca_bundle is not None:
+        client["caBundle"] = base64.b64encode(settings.ca_bundle).decode("ascii")
+    return {
+        "name": NAMESPACE_ENTRY,
+        **namespace_entry_fields(),
+        "clientConfig": client,
+        "namespaceSelector": {
+            "matchExpressions": [
+                {
+                    "key": names.NAME_LABEL,
+                    "operator": "NotIn",
+                    "values": sorted({names.SYSTEM_NAMESPACE, settings.namespace}),
+                }
+            ]
+        },
+        "timeoutSeconds": settings.timeout_seconds,
+    }
+
+
+def namespace_entry_fields() -> dict[str, Any]:
+    """What the namespace-labels entry has whatever the options (the chart takes it whole)."""
+    return {
+        "admissionReviewVersions": ["v1"],
+        "failurePolicy": "Ignore",
+        "matchPolicy": "Equivalent",
+        "rules": [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["namespaces"],
+                "scope": "Cluster",
+            }
+        ],
+        "sideEffects": "None",
+        "matchConditions": [namespace_condition()],
+    }
+
+
+def namespace_condition() -> dict[str, str]:
+    """CEL: a label whose key has "share" or "gpu" in it (any case), other than the opt-in
+    label with its right value: what `namespaces.label_near_misses` and the policy-label
+    check can have something to say about. Any other namespace write never reaches the
+    webhook."""
+    enabled = cel_string(names.ENABLED_LABEL)
+    return {
+        "name": CONDITION_NAMESPACE_LABELS,
+        "expression": (
+            "has(object.metadata) && has(object.metadata.labels) &&\n"
+            "object.metadata.labels.exists(k,\n"
+            "  k.matches('(?i)share|gpu') &&\n"
+            f"  !(k == {enabled} && object.metadata.labels[k] == 'true'))"
+        ),
+    }
 
 
 def _pod_rules() -> list[dict[str, Any]]:
@@ -693,6 +767,7 @@ def routes(policies: PolicySet, kinds: Sequence[pods.Kind], *, webhook_namespace
             tuple(w["namespaceSelector"]["matchExpressions"]),
         )
         for w in validating["webhooks"]
+        if w["name"] != NAMESPACE_ENTRY
     )
     return Routes(entries, webhook_namespace)
 

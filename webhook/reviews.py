@@ -178,7 +178,12 @@ def decide(
 ) -> Decision:
     """What the webhook at `/<endpoint>/<policy_name>` decides about `request` (see
     `reviewing.admit`). A policy that is not in force (an unknown name, a file that does not
-    load) is stood in for by one that refuses GPU pods, saying why (`PolicySet.governing`)."""
+    load) is stood in for by one that refuses GPU pods, saying why (`PolicySet.governing`).
+    A Namespace (the validating entry that sends relabelled namespaces) gets warnings only."""
+    if request.kind == "Namespace" and request.group == "":
+        if endpoint != "validate" or request.operation not in ("CREATE", "UPDATE"):
+            return Decision()
+        return reviewing.namespace_labels(request.object, policies.names)
     return reviewing.admit(
         request.object,
         policy=policies.governing(policy_name),

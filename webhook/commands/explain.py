@@ -165,6 +165,8 @@ def _selecting(configuration: Mapping[str, Any], labels: Mapping[str, str]) -> d
     """The first entry of a configuration whose namespaceSelector selects `labels` (the
     rendered selectors are disjoint: there is at most one); {} when none does."""
     for entry in configuration["webhooks"]:
+        if entry["name"] == rendering.NAMESPACE_ENTRY:
+            continue  # it sends Namespace objects, not pods
         if selector_matches(entry.get("namespaceSelector"), labels):
             return dict(entry)
     return {}

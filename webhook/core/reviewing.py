@@ -10,10 +10,10 @@ reviewed as its pods will be (`mutate=False` for the validating webhook, which o
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
-from webhook import names
+from webhook import names, namespaces
 from webhook.core import facts, nearmisses, pods, recording, rules
 from webhook.core.decisions import OBJECT, Decision
 from webhook.policies import Policy
@@ -91,6 +91,28 @@ def admit(
         kept = Decision(warnings=list(decision.warnings))
         kept.warn("the pod template breaks gpu-share rules; its new pods will be refused")
         return kept
+    return decision
+
+
+def namespace_labels(obj: Mapping[str, Any] | None, known: Sequence[str]) -> Decision:
+    """A Namespace created or relabelled: near misses of the opt-in and policy labels, and a
+    policy label that names no policy (`known`), as warnings; never a refusal (the entry
+    that sends namespaces is `failurePolicy: Ignore`, and this one never refuses anyway)."""
+    meta = obj.get("metadata") if obj is not None else None
+    raw = meta.get("labels") if isinstance(meta, dict) else None
+    if not isinstance(raw, dict):
+        return Decision()
+    labels = {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
+    decision = Decision()
+    for line in namespaces.label_near_misses(labels):
+        decision.warn(line)
+    wanted = labels.get(names.POLICY_LABEL)
+    if wanted and wanted not in known:
+        there = ", ".join(known) or "none"
+        decision.warn(
+            f"label {names.POLICY_LABEL}={wanted} names no policy (there are: {there}):"
+            " GPU pods here are refused"
+        )
     return decision
 
 

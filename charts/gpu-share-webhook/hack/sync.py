@@ -73,6 +73,8 @@ def _shared_fields(configuration: dict[str, Any]) -> dict[str, Any]:
     """The fields every entry of a rendered configuration has in common (asserted)."""
     shared = None
     for entry in configuration["webhooks"]:
+        if entry["name"] == rendering.NAMESPACE_ENTRY:
+            continue  # taken whole: `namespaceEntry`
         rest = {k: v for k, v in entry.items() if k not in PER_ENTRY}
         if shared is None:
             shared = rest
@@ -149,7 +151,11 @@ def generated() -> dict[str, Any]:
             "certManagerAnnotation": names.CERT_MANAGER_ANNOTATION,
             "policyApiVersion": policies.API_VERSION,
             "policyKind": policies.KIND,
+            "namespaceEntry": rendering.NAMESPACE_ENTRY,
         },
+        # The validating entry that warns of near misses of the namespace labels: all but
+        # its name, clientConfig, namespaceSelector and timeoutSeconds.
+        "namespaceEntry": rendering.namespace_entry_fields(),
         # spec.rules switches of a policy, and their values when a policy does not set them.
         "ruleDefaults": policies.RulesSpec().model_dump(by_alias=True),
         # spec.hostAccess.trustPodSecurity when a policy does not set it.
