@@ -297,6 +297,10 @@ def test_serve_reads_what_the_deployment_mounts(
     assert "emptyDir" in volumes[mounts[args.state_dir]]
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert (args.port, args.metrics_port) == (ports["https"], ports["metrics"])
+    # The server alone listens on 127.0.0.1, which neither the Service nor the kubelet's
+    # probes reach: the Deployment sets every address.
+    assert env["GPU_SHARE_WEBHOOK_HOST"] == "0.0.0.0"
+    assert args.host == "0.0.0.0"
     # Only /tmp and the state directory are written; the others are read-only mounts.
     written = {"/tmp", args.state_dir}
     assert all(m.get("readOnly") for m in c["volumeMounts"] if m["mountPath"] not in written)

@@ -114,6 +114,7 @@ CA_PEM = certificates.make_ca().cert_pem.decode("ascii")
 
 CUSTOM_VALUES: dict[str, Any] = {
     "namespace": {"create": True},
+    "listenAddress": "::",
     "image": {"repository": "registry.example.com/gpu-share-webhook", "digest": DIGEST},
     "replicas": 3,
     "resources": {"requests": {"cpu": "200m", "memory": "256Mi"},
@@ -408,6 +409,9 @@ def test_serve_reads_what_the_deployment_mounts(
     assert secret == _serving_secret(objects)
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert (args.port, args.metrics_port) == (ports["https"], ports["metrics"])
+    # The server alone listens on 127.0.0.1, which neither the Service nor the kubelet's
+    # probes reach: the chart sets every address (or the values' listenAddress).
+    assert args.host == (CUSTOM_VALUES["listenAddress"] if name == "custom" else "0.0.0.0")
     writable = {p for p, m in mounts.items() if not m.get("readOnly")}
     assert writable == {"/tmp", STATE_DIR}
     assert c["securityContext"]["readOnlyRootFilesystem"] is True

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -267,16 +268,32 @@ async def test_a_rollout_that_brings_a_bad_policy_stalls_while_the_old_replica_s
     for d in (old_dir, new_dir):
         d.mkdir()
     old_policies = h.copy_policies(old_dir / "policies")
-    bad = "apiVersion: gpu-share.io/v1alpha1\nkind: SharingPolicy\nmetadata: {name: default}\n" \
-          "spec: {nodeClasses: [{name: t4, product: Tesla-T4, stratgy: mps, replicas: 4}]}\n"
-    with h.serving(old_dir, "--state-dir", str(old_dir / "state"), "--drain-seconds", "0.2",
-                   "--policies", str(old_policies)) as old:
+    bad = (
+        "apiVersion: gpu-share.io/v1alpha1\nkind: SharingPolicy\nmetadata: {name: default}\n"
+        "spec: {nodeClasses: [{name: t4, product: Tesla-T4, stratgy: mps, replicas: 4}]}\n"
+    )
+    with h.serving(
+        old_dir,
+        "--state-dir",
+        str(old_dir / "state"),
+        "--drain-seconds",
+        "0.2",
+        "--policies",
+        str(old_policies),
+    ) as old:
         await old.ready()
         new_policies = h.copy_policies(new_dir / "policies")
         (new_policies / "default.yaml").write_text(bad)
         (old_policies / "default.yaml").write_text(bad)
-        with h.serving(new_dir, "--state-dir", str(new_dir / "state"), "--drain-seconds", "0.2",
-                       "--policies", str(new_policies)) as new:
+        with h.serving(
+            new_dir,
+            "--state-dir",
+            str(new_dir / "state"),
+            "--drain-seconds",
+            "0.2",
+            "--policies",
+            str(new_policies),
+        ) as new:
             await new.answering()
             # Polled as the kubelet would, for a while: never ready; the old one always is.
             for _ in range(10):
@@ -383,3 +400,99 @@ def test_review_lines_go_to_standard_error_itself() -> None:
     assert len(written) == 3
     assert json.loads(written[0])["n"] == 1
     assert written[1:] == ["between", "descriptor 2 still open"]
+
+
+# --------------------------------------------------------------------------- Ctrl-C, address
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+async def test_a_second_ctrl_c_stops_at_once_without_finishing_the_drain(
+    tmp_path: Path, workers: str
+) -> None:
+    # A drain far longer than the test waits, and a request in flight that never ends: only
+    # the second SIGINT can end the process in time.
+    with h.serving(tmp_path, "--drain-seconds", "120", "--workers", workers) as serve:
+        ca = tmp_path / "certs" / certificates.CA_FILE
+        await serve.ready()
+        body = h.review_body(h.real_pods()[0], "uid-in-flight")
+        async with h.connect(serve.port, ca) as in_flight:
+            await in_flight.send_head("/mutate", len(body))
+            await in_flight.send(body[: len(body) // 2])
+            await asyncio.sleep(0.1)
+            serve.popen.send_signal(signal.SIGINT)
+
+            async def draining() -> bool:
+                return (await _readyz(serve))[0] == 503
+
+            await h.eventually(draining, seconds=10, what="readiness false after Ctrl-C")
+            assert serve.popen.poll() is None  # the first Ctrl-C drains
+            started = time.monotonic()
+            serve.popen.send_signal(signal.SIGINT)
+            code = await asyncio.to_thread(serve.wait, 10)
+            assert time.monotonic() - started < 5
+            # The request in flight is cut off, not answered.
+            assert await in_flight.reader.read() == b""
+    assert code == 130
+    said = [line for line in serve.log.splitlines() if "interrupted again" in line]
+    assert len(said) == 1, serve.log
+    assert "without finishing the drain" in said[0]
+
+
+async def test_sigterm_after_ctrl_c_does_not_cut_the_drain_short(tmp_path: Path) -> None:
+    with h.serving(tmp_path, "--drain-seconds", "1.5") as serve:
+        await serve.ready()
+        serve.popen.send_signal(signal.SIGINT)
+        await h.eventually(
+            lambda: _readyz_is(serve, 503), seconds=10, what="readiness false after Ctrl-C"
+        )
+        serve.terminate()
+        assert await asyncio.to_thread(serve.wait) == 0
+    assert "interrupted again" not in serve.log
+    assert [line["message"] for line in serve.log_lines()][-1] == "stopped"
+
+
+async def _readyz_is(serve: h.Process, status: int) -> bool:
+    return (await _readyz(serve))[0] == status
+
+
+async def test_serve_listens_on_this_machine_only_unless_told(tmp_path: Path) -> None:
+    port, metrics_port = h.free_port(), h.free_port()
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SHARE_WEBHOOK_")}
+    log_file = tmp_path / "serve.log"
+    with log_file.open("wb") as log:
+        # No --host: the default.
+        popen = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "webhook",
+                "serve",
+                "--port",
+                str(port),
+                "--metrics-port",
+                str(metrics_port),
+                "--drain-seconds",
+                "0",
+            ],
+            cwd=tmp_path,
+            env=environment,
+            stdout=log,
+            stderr=log,
+        )
+    try:
+
+        async def started() -> bool:
+            assert popen.poll() is None, log_file.read_text()
+            return "serving admission reviews" in log_file.read_text()
+
+        await h.eventually(started, seconds=30, what="serve started")
+        assert f"on https://127.0.0.1:{port}" in log_file.read_text()
+        # 127.0.0.2 is this machine too, but not the address listened on: 0.0.0.0 would
+        # answer there (as it would on every other interface).
+        for each in (port, metrics_port):
+            socket.create_connection(("127.0.0.1", each), timeout=2).close()
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection(("127.0.0.2", each), timeout=2).close()
+    finally:
+        popen.send_signal(signal.SIGTERM)
+        assert popen.wait(30) == 0

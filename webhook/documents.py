@@ -3,9 +3,11 @@
 
 The rules:
 
-- JSON is one value (`kubectl get ... -o json`) or several one after another, separated by
-  blanks only (`jq` output, or dumps appended to one file). orjson reads kubectl's dump of
-  ten thousand pods in a fraction of a second.
+- The text is UTF-8; a byte-order mark before it is dropped, as kubectl's `-f` drops it.
+- JSON is one value (`kubectl get ... -o json`) or several one after another, with or without
+  blanks between (`jq` output, `cat a.json b.json`, or `kubectl get ... -o json >> dump`), as
+  kubectl's `-f` reads a JSON stream. orjson reads kubectl's dump of ten thousand pods in a
+  fraction of a second.
 - Anything else is YAML, one or more documents (JSON is YAML: a flow mapping such as
   `{a: 1}` is read here), with the values PyYAML's safe loader gives (YAML 1.1: `yes` is
   true, `017` is 15, `2026-11-01` a date), built ten times as fast (`_build`). One exception:
@@ -14,8 +16,11 @@ The rules:
 - An empty document is skipped. A document whose `kind` ends in `List` (`List`, `PodList`,
   ...) and whose `items` is a list stands for its items (those of a `PodList` are Pods of its
   apiVersion: the API leaves that out); any other document must be an object.
-- What cannot be used is an InputError of one line naming the file, and for YAML the line
-  and column, in the words of PyYAML's own (pure-Python) parser.
+- What cannot be used is an InputError of one line naming the file, the line and column and,
+  in a file of several documents, the document: for a JSON stream in the words of Python's
+  JSON decoder, for YAML in those of PyYAML's own (pure-Python) parser. Values nested deeper
+  than Python can follow are refused in one line too (orjson stops at 1,024 levels; no
+  Kubernetes object comes near).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import json
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,18 +45,33 @@ STDIN = "-"
 def read_text(path: str) -> tuple[str, str]:
     """The text of `path` ("-" for standard input) and a name for messages."""
     if path == STDIN:
-        return sys.stdin.read(), "<stdin>"
-    p = Path(path)
+        binary = getattr(sys.stdin, "buffer", None)
+        if binary is None:  # a text stream with no bytes under it (tests, embedding)
+            return sys.stdin.read().removeprefix(_BOM), "<stdin>"
+        data, source = binary.read(), "<stdin>"
+    else:
+        source = path
+        try:
+            data = Path(path).read_bytes()
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such file") from None
+        except IsADirectoryError:
+            raise InputError(f"{path}: is a directory, not a file") from None
+        except OSError as exc:
+            raise InputError(f"{path}: cannot be read: {exc.strerror}") from None
+    return _decode(data, source), source
+
+
+_BOM = "\ufeff"
+
+
+def _decode(data: bytes, source: str) -> str:
+    """UTF-8, without the byte-order mark some Windows editors put first (kubectl drops it
+    too)."""
     try:
-        return p.read_text(encoding="utf-8"), path
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a directory, not a file") from None
+        return data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise InputError(f"{path}: is not UTF-8 text") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read: {exc.strerror}") from None
+        raise InputError(f"{source}: is not UTF-8 text") from None
 
 
 def read(paths: Sequence[str]) -> list[dict[str, Any]]:
@@ -82,8 +103,8 @@ def load(text: str, source: str) -> list[Any]:
         return [orjson.loads(text)]
     except orjson.JSONDecodeError:
         pass
-    values = _json_stream(text)
-    if values is not None:
+    values, broken = _json_stream(text, source)
+    if broken is None:
         return values
     try:
         try:
@@ -92,6 +113,8 @@ def load(text: str, source: str) -> list[Any]:
             return list(yaml.load_all(text, Loader=_FastLoader))
     except (yaml.YAMLError, *_MISTAGGED):
         pass
+    except RecursionError:
+        raise InputError(_too_deep(source)) from None
     # libyaml's messages are terser and its marks less exact (`{items: [` is "line 2,
     # column 1" to it, "line 1, column 10" here); the pure-Python parser reads the text
     # again to say where and what. The rare text only libyaml refuses is read on from here.
@@ -99,14 +122,23 @@ def load(text: str, source: str) -> list[Any]:
         return list(yaml.load_all(text, Loader=_Loader))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         reason = getattr(exc, "problem", None) or "cannot be parsed"
+        # JSON documents one after another, one of them broken: YAML stops where the second
+        # begins (it wants `---`), which is not where the fault is; JSON's decoder says that.
+        if broken.reason and (values or reason.startswith("expected '<document start>'")):
+            raise InputError(f"{source}: not valid JSON{broken.where}: {broken.reason}") from None
+        where = ""
+        if mark:
+            where = f" at line {mark.line + 1}, column {mark.column + 1}"
+            number = _yaml_document(text, mark.index)
+            where += f" of document {number}" if number > 1 else ""
         raise InputError(f"{source}: not valid YAML or JSON{where}: {reason}") from None
+    except RecursionError:
+        raise InputError(_too_deep(source)) from None
     except _MISTAGGED as exc:
         detail = f": {exc}" if isinstance(exc, ValueError) else ""
         raise InputError(
-            f"{source}: not valid YAML: a value its tag does not take (such as !!int abc)"
-            + detail
+            f"{source}: not valid YAML: a value its tag does not take (such as !!int abc)" + detail
         ) from None
 
 
@@ -169,9 +201,19 @@ def _after_blanks(text: str, position: int) -> int:
     return found.start() if found else len(text)
 
 
-def _json_stream(text: str) -> list[Any] | None:
-    """The values of JSON objects or arrays one after another, or None when `text` is not
-    that (then it is YAML's to read, or to refuse).
+@dataclass(frozen=True)
+class _Stop:
+    """Where and why a JSON stream stopped: `reason` is empty when what follows the last
+    value is no JSON at all (YAML's to read, or to refuse)."""
+
+    where: str = ""
+    reason: str = ""
+
+
+def _json_stream(text: str, source: str) -> tuple[list[Any], _Stop | None]:
+    """The values of JSON objects or arrays one after another, and None; or the values read
+    before the stream stopped, and where and why it stopped (then the text is YAML's to read,
+    or to refuse).
 
     Only objects and arrays: after `"key"` or `12` may come YAML (`"key": value`), after a
     closing brace only another JSON value or the end, which YAML cannot read either.
@@ -180,14 +222,24 @@ def _json_stream(text: str) -> list[Any] | None:
     position = _after_blanks(text, 0)
     while position < len(text):
         if text[position] not in "{[":
-            return None
+            return values, _Stop()
         try:
             value, position = _JSON.raw_decode(text, position)
-        except ValueError:  # JSONDecodeError, or `_not_json`
-            return None
+        except json.JSONDecodeError as exc:
+            where = f" at line {exc.lineno}, column {exc.colno} of document {len(values) + 1}"
+            return values, _Stop(where, exc.msg)
+        except RecursionError:
+            raise InputError(_too_deep(source)) from None
+        except ValueError as exc:  # `_not_json`
+            line = text.count("\n", 0, position) + 1
+            return values, _Stop(f" in document {len(values) + 1} (line {line})", str(exc))
         values.append(value)
         position = _after_blanks(text, position)
-    return values or None
+    return values, (None if values else _Stop())
+
+
+def _too_deep(source: str) -> str:
+    return f"{source}: values nested deeper than can be read (no Kubernetes object is)"
 
 
 # --------------------------------------------------------------------------- YAML
@@ -304,3 +356,21 @@ def _build(text: str) -> list[Any]:
 
 
 _NO_KEY = object()
+
+
+def _yaml_document(text: str, index: int) -> int:
+    """Which document of `text` (counting from 1) holds the character at `index`, where
+    PyYAML stopped."""
+    number, ended = 0, False
+    try:
+        for event in yaml.parse(text, Loader=_Loader):
+            if event.start_mark is not None and event.start_mark.index > index:
+                break
+            if isinstance(event, yaml.DocumentStartEvent):
+                number, ended = number + 1, False
+            elif isinstance(event, yaml.DocumentEndEvent):
+                ended = True
+    except yaml.YAMLError:
+        # The parser stopped after a document ended: what it found is a new one's start.
+        return number + 1 if ended else max(number, 1)
+    return max(number, 1)

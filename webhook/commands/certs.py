@@ -8,11 +8,16 @@ bootstrap Job runs all of it in one go:
 
 Every run is idempotent: a pair that still fits (same names, signed by its ca.crt, more than
 30 days left) is kept, so running the Job again writes nothing; --force makes a new one.
+
+Exit 0 when done; 1 when a step fails (the API refuses or does not answer, a file cannot be
+written); 2 for bad options or a kubeconfig that is missing or no kubeconfig (nothing was
+tried yet).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
 import sys
 from dataclasses import dataclass
@@ -143,7 +148,14 @@ def run(args: argparse.Namespace) -> int:
     except CertificateError as exc:
         return _fail(exc, EXIT_USAGE)
     try:
-        _carry_out(request)
+        # No usable configuration (a kubeconfig that is no kubeconfig) is bad input: nothing
+        # was tried yet. What fails after it (the API, the files) is a failed step.
+        api = cabundle.connect(request.kubeconfig) if request.needs_cluster else None
+    except CertificateError as exc:
+        return _fail(exc, EXIT_USAGE)
+    try:
+        with api if api is not None else contextlib.nullcontext():
+            _carry_out(request, api)
     except CertificateError as exc:
         return _fail(exc, EXIT_FAILED)
     return EXIT_OK
@@ -176,35 +188,37 @@ def _request(args: argparse.Namespace) -> _Request:
         raise CertificateError(f"--secret {request.secret!r} is not a valid Secret name")
     if request.inject_ca and not (request.mutating or request.validating):
         raise CertificateError("--inject-ca needs --mutating-webhook or --validating-webhook")
-    if request.needs_cluster and request.kubeconfig and not Path(request.kubeconfig).exists():
-        # Bad input, found before anything is written (as cabundle.api_client would say it).
+    if request.kubeconfig and not Path(request.kubeconfig).exists():
+        # Bad input, found before anything is written (as cabundle.connect would say it);
+        # a typo too where nothing needs the cluster.
         raise CertificateError(f"{request.kubeconfig}: no such kubeconfig file")
     return request
 
 
-def _carry_out(request: _Request) -> None:
+def _carry_out(request: _Request, api: Any) -> None:
+    """Every step, with `api` (a `cabundle.connect` client) where the request needs the
+    cluster."""
     local = certificates.read_bundle(request.directory)
     candidates = [(f"in {request.directory}", local)]
-    if not request.needs_cluster:
+    if api is None:
         _write_local(request, _choose(request, candidates, previous=local), local)
         return
-    with cabundle.connect(request.kubeconfig) as api:
-        previous = local
-        if request.secret:
-            stored = cabundle.read_secret(api, namespace=request.namespace, name=request.secret)
-            candidates.insert(0, (f"in {_secret_name(request)}", stored))
-            # The CA to keep trusting is that of the certificate the servers present now,
-            # which is the Secret's.
-            previous = stored
-        bundle = _choose(request, candidates, previous=previous)
-        _write_local(request, bundle, local)
-        if request.secret and bundle != previous:
-            _store(request, api, bundle)
-        if request.inject_ca:
-            for installed in cabundle.install_ca_bundle(
-                api, bundle.ca_pem, mutating=request.mutating, validating=request.validating
-            ):
-                _say(str(installed))
+    previous = local
+    if request.secret:
+        stored = cabundle.read_secret(api, namespace=request.namespace, name=request.secret)
+        candidates.insert(0, (f"in {_secret_name(request)}", stored))
+        # The CA to keep trusting is that of the certificate the servers present now,
+        # which is the Secret's.
+        previous = stored
+    bundle = _choose(request, candidates, previous=previous)
+    _write_local(request, bundle, local)
+    if request.secret and bundle != previous:
+        _store(request, api, bundle)
+    if request.inject_ca:
+        for installed in cabundle.install_ca_bundle(
+            api, bundle.ca_pem, mutating=request.mutating, validating=request.validating
+        ):
+            _say(str(installed))
 
 
 def _store(request: _Request, api: Any, bundle: certificates.Bundle) -> None:

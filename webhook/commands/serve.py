@@ -6,7 +6,10 @@ a serving certificate for the Service and localhost) when there are none. Every 
 reads `GPU_SHARE_WEBHOOK_<OPTION>`.
 
 Ports: admission on --port (HTTPS, 8443); `/healthz`, `/readyz` and `/metrics` on
---metrics-port (plain HTTP, 8080).
+--metrics-port (plain HTTP, 8080); both on --host, 127.0.0.1 unless told otherwise (this
+machine only: /metrics has no TLS). In a pod, --host 0.0.0.0 (deploy/ and the chart set it).
+
+Ctrl-C (SIGINT) drains as SIGTERM does; a second Ctrl-C stops at once, exit code 130.
 
 --workers N runs N server processes on the same ports (SO_REUSEPORT; the kernel spreads
 connections over them) under this process, which restarts a worker that dies, passes
@@ -74,6 +77,9 @@ _CRASH_LOOP_SECONDS = 10.0
 _RESTART_DELAY_SECONDS = 1.0
 # How often a worker looks whether its supervisor is still there.
 _SUPERVISOR_CHECK_SECONDS = 1.0
+# Where `serve` listens unless told otherwise: plain-HTTP /metrics is not for every network a
+# laptop joins. A pod sets 0.0.0.0 (deploy/base/deployment.yaml, the chart's listenAddress).
+DEFAULT_HOST = "127.0.0.1"
 
 
 def register(subparsers: Any) -> None:
@@ -86,8 +92,12 @@ def register(subparsers: Any) -> None:
     defaults = Settings(policies_dir=Path())
     parser.add_argument(
         "--host",
-        default=from_env("host", defaults.host),
-        help=help_text("address to listen on, for both ports", "host"),
+        default=from_env("host", DEFAULT_HOST),
+        help=help_text(
+            "address to listen on, for both ports: 0.0.0.0 for every IPv4 address (in a pod),"
+            " :: for every IPv6 one",
+            "host",
+        ),
     )
     parser.add_argument(
         "--port",
@@ -378,19 +388,30 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _serve(settings: Settings, *, reuse_port: bool, log_level: str, log_format: str) -> int:
+def _serve(
+    settings: Settings,
+    *,
+    reuse_port: bool,
+    log_level: str,
+    log_format: str,
+    interrupt: bool = True,
+) -> int:
     # JSON review lines skip `logging` (see `logs.JsonLines`); text ones are for reading.
     review_log = None
     if log_format == "json" and logging.getLevelName(log_level.upper()) <= logging.INFO:
         review_log = logs.JsonLines(_review_stream())
     try:
-        serving.run(settings, reuse_port=reuse_port, review_log=review_log)
+        serving.run(settings, reuse_port=reuse_port, review_log=review_log, interrupt=interrupt)
     except (PolicyError, CertificateError) as exc:
         # The files changed between the checks above and the worker's start.
         logger.error("cannot serve: %s", exc)
         return EXIT_USAGE
     except RuntimeError as exc:
         logger.error("cannot serve: %s", exc)
+        return EXIT_USAGE
+    except socket.gaierror as exc:
+        # --host names no address of this machine: a usage error, not a failed start.
+        logger.error("--host %r: not an address to listen on: %s", settings.host, exc.strerror)
         return EXIT_USAGE
     except OSError as exc:
         logger.error(
@@ -429,7 +450,7 @@ def supervise(settings: Settings, *, log_level: str, log_format: str) -> int:
     workers: dict[int, BaseProcess] = {}
     started: dict[int, float] = {}
     stopping = False
-    failed = False
+    failed = abandoned = False
 
     def start(index: int) -> None:
         process = context.Process(
@@ -444,6 +465,8 @@ def supervise(settings: Settings, *, log_level: str, log_format: str) -> int:
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
         nonlocal stopping
+        if stopping and signum == signal.SIGINT:
+            raise _Abandoned
         if not stopping:
             logger.info("%s: stopping %d workers", signal.Signals(signum).name, len(workers))
         stopping = True
@@ -487,6 +510,8 @@ def supervise(settings: Settings, *, log_level: str, log_format: str) -> int:
                 time.sleep(_RESTART_DELAY_SECONDS)
                 if not stopping:
                     start(index)
+    except _Abandoned:
+        abandoned = True
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -495,15 +520,33 @@ def supervise(settings: Settings, *, log_level: str, log_format: str) -> int:
             process.join()
         if own_dir:
             shutil.rmtree(metrics_dir, ignore_errors=True)
+    if abandoned:
+        logger.error("interrupted again: stopped the workers without finishing the drain")
+        return serving.EXIT_INTERRUPTED
     logger.info("all workers stopped")
     return EXIT_FAILED if failed else EXIT_OK
+
+
+class _Abandoned(Exception):
+    """A second Ctrl-C while the workers drain: end them now."""
 
 
 def _worker(settings: Settings, log_level: str, log_format: str, supervisor: int) -> None:
     """A worker process: one server on the shared ports."""
     configure_logging(log_level, log_format)
+    # Ctrl-C reaches every process of the terminal's group: the supervisor answers it (the
+    # first with SIGTERM to each worker, the second by ending them all); a worker does not.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _stop_without(supervisor)
-    sys.exit(_serve(settings, reuse_port=True, log_level=log_level, log_format=log_format))
+    sys.exit(
+        _serve(
+            settings,
+            reuse_port=True,
+            log_level=log_level,
+            log_format=log_format,
+            interrupt=False,
+        )
+    )
 
 
 def _stop_without(supervisor: int) -> None:

@@ -5,6 +5,9 @@ see `limits`), and for probes and metrics with aiohttp's own site. On SIGTERM or
 readiness turns false at once, the admission port keeps answering (with
 `Connection: close`, so clients reconnect elsewhere) for `drain_seconds`, then stops
 listening, closes idle connections, waits for the requests still in flight, and returns.
+A SIGINT after that has begun (Ctrl-C again: a person who will not wait) ends the process at
+once with exit code 130 and one line saying the drain was not finished; a second SIGTERM
+changes nothing (the kubelet follows its SIGTERM with SIGKILL, not another SIGTERM).
 
 Before it listens, `serve` makes the process's memory settings (`memory.tune`, once).
 
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import resource
 import signal
 from collections.abc import AsyncIterator, Coroutine
@@ -38,6 +42,8 @@ logger = logging.getLogger(__name__)
 # 30 s (the largest timeoutSeconds) for any of them anyway.
 SHUTDOWN_TIMEOUT_SECONDS = 30.0
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+# How a shell reports a process ended by SIGINT (128 + 2): what a second Ctrl-C exits with.
+EXIT_INTERRUPTED = 128 + signal.SIGINT
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,18 +131,29 @@ async def serve(
     *,
     reuse_port: bool = False,
     review_log: logs.ReviewLog | None = None,
+    interrupt: bool = True,
 ) -> None:
     """Serve until SIGTERM or SIGINT, then drain and return (see the module docstring).
 
     `reuse_port` lets several worker processes listen on the same ports (SO_REUSEPORT);
-    the kernel spreads new connections over them.
+    the kernel spreads new connections over them. Without `interrupt`, SIGINT is left as it
+    is (a worker leaves Ctrl-C to its supervisor, which passes SIGTERM on).
     """
     _raise_open_files_limit()
     loop = asyncio.get_running_loop()
     memory_settings = memory.tune(loop)
     stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
+    signals = (signal.SIGTERM, signal.SIGINT) if interrupt else (signal.SIGTERM,)
+
+    def on_signal(signum: signal.Signals) -> None:
+        if stop.is_set() and signum == signal.SIGINT:
+            _abandon(review_log)
+        stop.set()
+        if signum == signal.SIGINT:
+            logger.info("interrupted: draining (Ctrl-C again to stop at once)")
+
+    for signum in signals:
+        loop.add_signal_handler(signum, on_signal, signum)
     try:
         async with running(settings, reuse_port=reuse_port, review_log=review_log) as server:
             state = server.state
@@ -169,9 +186,22 @@ async def serve(
             await asyncio.sleep(settings.drain_seconds)
             logger.info("drained; closing once the requests in flight are answered")
     finally:
-        for signum in (signal.SIGTERM, signal.SIGINT):
+        for signum in signals:
             loop.remove_signal_handler(signum)
     logger.info("stopped")
+
+
+def _abandon(review_log: logs.ReviewLog | None) -> None:
+    """End the process now, requests in flight and all: the second Ctrl-C."""
+    flush = getattr(review_log, "flush", None)
+    if flush is not None:
+        with contextlib.suppress(Exception):
+            flush()
+    logger.error("interrupted again: stopped without finishing the drain")
+    for handler in logging.getLogger().handlers:
+        with contextlib.suppress(Exception):
+            handler.flush()
+    os._exit(EXIT_INTERRUPTED)
 
 
 def run(
@@ -179,9 +209,13 @@ def run(
     *,
     reuse_port: bool = False,
     review_log: logs.ReviewLog | None = None,
+    interrupt: bool = True,
 ) -> None:
     """`serve` on the event loop `settings.event_loop` names."""
-    _run(serve(settings, reuse_port=reuse_port, review_log=review_log), settings.event_loop)
+    _run(
+        serve(settings, reuse_port=reuse_port, review_log=review_log, interrupt=interrupt),
+        settings.event_loop,
+    )
 
 
 def _run(main: Coroutine[Any, Any, None], event_loop: str) -> None:
