@@ -26,10 +26,10 @@ import celpy
 import kubernetes_validate
 import pytest
 import yaml
-
-from webhook import rendering
 from celpy import celtypes
 from celpy.adapter import json_to_cel
+
+from webhook import rendering
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"

@@ -21,8 +21,9 @@ class Settings:
 
     policies_dir: Path
     cert_dir: Path = Path("certs")
-    # A server in a pod listens on all its addresses.
-    host: str = "0.0.0.0"
+    # Loopback unless told (`serve --host`): plain-HTTP /metrics is not for every network a
+    # laptop joins. A pod is told 0.0.0.0 (deploy/, the chart's listenAddress).
+    host: str = "127.0.0.1"
     port: int = 8443
     metrics_port: int = 8080
     # The Service the API server calls: the names the serving certificate is made for.

@@ -138,10 +138,10 @@ every render runs them.
 {{- else if .Values.certificates.existingSecret.caBundle }}
 {{- fail (printf "certificates.existingSecret.caBundle is set, but certificates.mode is %s: set the mode to existingSecret, or leave caBundle empty (%s fills it in)" $mode (ternary "cert-manager's CA injector" "the bootstrap Job" (eq $mode "certManager"))) }}
 {{- end }}
-{{- $own := list "GPU_SHARE_WEBHOOK_POLICIES" "GPU_SHARE_WEBHOOK_CERT_DIR" "GPU_SHARE_WEBHOOK_PORT" "GPU_SHARE_WEBHOOK_METRICS_PORT" "GPU_SHARE_WEBHOOK_STATE_DIR" "GPU_SHARE_WEBHOOK_LOG_FORMAT" "GPU_SHARE_WEBHOOK_LOG_LEVEL" "GPU_SHARE_WEBHOOK_CLIENT_CA_FILE" "GPU_SHARE_WEBHOOK_CLIENT_NAMES" }}
+{{- $own := list "GPU_SHARE_WEBHOOK_POLICIES" "GPU_SHARE_WEBHOOK_CERT_DIR" "GPU_SHARE_WEBHOOK_PORT" "GPU_SHARE_WEBHOOK_METRICS_PORT" "GPU_SHARE_WEBHOOK_STATE_DIR" "GPU_SHARE_WEBHOOK_LOG_FORMAT" "GPU_SHARE_WEBHOOK_LOG_LEVEL" "GPU_SHARE_WEBHOOK_CLIENT_CA_FILE" "GPU_SHARE_WEBHOOK_CLIENT_NAMES" "GPU_SHARE_WEBHOOK_HOST" }}
 {{- range .Values.extraEnv }}
 {{- if has .name $own }}
-{{- fail (printf "extraEnv: %s is set by the chart (its mounts, ports and the values logFormat, logLevel and clientAuth)" .name) }}
+{{- fail (printf "extraEnv: %s is set by the chart (its mounts, ports and the values listenAddress, logFormat, logLevel and clientAuth)" .name) }}
 {{- end }}
 {{- end }}
 {{- with .Values.clientAuth }}
