@@ -631,7 +631,8 @@ def test_the_json_report_schema(
             assert ns["hostAccess"] is None
         for e in ns["objects"]:
             assert set(e) == {"verdict", "kind", "apiVersion", "name", "owner", "note", "count",
-                              "members", "violations", "mutations", "adds", "warnings"}
+                              "members", "violations", "mutations", "adds", "warnings",
+                              "unchanged"}
             assert e["verdict"] in auditing.VERDICTS
             assert e["count"] == 1 + len(e["members"])
             for v in e["violations"]:

@@ -35,6 +35,7 @@ def _pod(
     limits: dict[str, Any] | None = None,
     annotations: dict[str, str] | None = None,
     requests: dict[str, Any] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     resources: dict[str, Any] = {}
     if limits is not None:
@@ -44,6 +45,8 @@ def _pod(
     meta: dict[str, Any] = {"name": "train", "namespace": "team-a"}
     if annotations:
         meta["annotations"] = annotations
+    if labels:
+        meta["labels"] = labels
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -71,6 +74,21 @@ def _deployment(pod: dict[str, Any], annotations: dict[str, str] | None = None) 
             "replicas": 1,
             "selector": {"matchLabels": {"app": "train"}},
             "template": template,
+        },
+    }
+
+
+def _cronjob(pod: dict[str, Any], job_annotations: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "CronJob",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {
+            "schedule": "0 * * * *",
+            "jobTemplate": {
+                "metadata": {"annotations": job_annotations},
+                "spec": {"template": {"spec": {**pod["spec"], "restartPolicy": "Never"}}},
+            },
         },
     }
 
@@ -112,6 +130,11 @@ NEAR_MISSES: dict[str, NearMiss] = {
         'container "cuda": nvidia.com/GPU.shared: names are case-sensitive; did you mean'
         " nvidia.com/gpu.shared?",
     ),
+    "resource-case-in-a-deployment": NearMiss(
+        _deployment(_pod({"nvidia.com/GPU.shared": 1})),
+        'container "cuda": nvidia.com/GPU.shared: names are case-sensitive; did you mean'
+        " nvidia.com/gpu.shared?",
+    ),
     "resource-domain-typo": NearMiss(
         _pod({"nvida.com/gpu.shared": 1}),
         'container "cuda": no GPU resource nvida.com/gpu.shared; did you mean'
@@ -139,8 +162,31 @@ NEAR_MISSES: dict[str, NearMiss] = {
     ),
     "profile-on-the-deployment": NearMiss(
         _deployment(_pod(SHARED), {"gpu-share.io/profile": "small"}),
-        "gpu-share.io/profile on the Deployment's metadata never reaches its pods: move it"
-        " to spec.template.metadata.annotations",
+        "gpu-share.io/profile in the Deployment's metadata is ignored: move it to"
+        " spec.template.metadata",
+    ),
+    "profile-on-the-cronjobs-job-template": NearMiss(
+        _cronjob(_pod(SHARED), {"gpu-share.io/profile": "small"}),
+        "gpu-share.io/profile in spec.jobTemplate.metadata is ignored: move it to"
+        " spec.jobTemplate.spec.template.metadata",
+    ),
+    "profile-as-a-label": NearMiss(
+        _pod(SHARED, labels={"gpu-share.io/profile": "small"}),
+        "label gpu-share.io/profile is not read: set gpu-share.io/profile as an annotation"
+        ' (default profile "medium" applies)',
+    ),
+    "opt-in-as-a-pod-label": NearMiss(
+        _pod(SHARED, labels={"gpu-share.io/enabled": "true"}),
+        "label gpu-share.io/enabled belongs on the namespace, not the pod: label the namespace",
+    ),
+    "opt-in-as-a-pod-annotation": NearMiss(
+        _pod(SHARED, {"gpu-share.io/enabled": "true"}),
+        "gpu-share.io/enabled is a namespace label, not a pod annotation: label the namespace",
+    ),
+    "policy-as-a-pod-annotation": NearMiss(
+        _pod(SHARED, {"gpu-share.io/policy": "training"}),
+        "annotation gpu-share.io/policy=training is not read: the namespace's label picks the"
+        ' policy (here "default")',
     ),
     "profile-typo-in-the-template": NearMiss(
         _deployment(_pod(SHARED, {"gpu-share.io/profil": "small"})),
@@ -160,13 +206,29 @@ NOT_NEAR_MISSES = {
     "profile-on-both": _deployment(
         _pod(SHARED, {"gpu-share.io/profile": "small"}), {"gpu-share.io/profile": "small"}
     ),
+    "the-webhooks-own-record": _pod(
+        SHARED,
+        {
+            "gpu-share.io/policy": "default",
+            "gpu-share.io/profile": "small",
+            "gpu-share.io/mutations": "runtime-class",
+        },
+    ),
+    "unrelated-labels": _pod(SHARED, labels={"app": "train", "team": "gpu-research"}),
     "other-annotations": _pod(
         SHARED, {"prometheus.io/scrape": "true", "sidecar.istio.io/inject": "false"}
     ),
 }
 
 # The words of this module's warnings, to tell them from the others'.
-_MARKS = ("no GPU resource", "case-sensitive", "is ignored", "never reaches its pods")
+_MARKS = (
+    "no GPU resource",
+    "case-sensitive",
+    "is ignored",
+    "is not read",
+    "namespace label",
+    "belongs on the namespace",
+)
 
 
 def _ours(warnings: list[str]) -> list[str]:
@@ -312,9 +374,15 @@ LABEL_NEAR_MISSES = {
         ' "true" does (label values are case-sensitive)); left unchanged',
     ),
     "key-typo": (
-        ["-l", "gpu-share.io/enabled=false", "-l", "gpu-share.io/enable=true"],
+        ["-l", "gpu-share.io/enable=true"],
         "not reviewed: Pod/train: namespace team-a: not opted in (no label"
         " gpu-share.io/enabled=true; label gpu-share.io/enable is not one gpu-share reads:"
+        " did you mean gpu-share.io/enabled?); left unchanged",
+    ),
+    "unknown-key-of-ours": (
+        ["-l", "gpu-share.io/opt-in=true"],
+        "not reviewed: Pod/train: namespace team-a: not opted in (no label"
+        " gpu-share.io/enabled=true; label gpu-share.io/opt-in is not one gpu-share reads:"
         " did you mean gpu-share.io/enabled?); left unchanged",
     ),
     "policy-key-typo": (
@@ -486,3 +554,73 @@ async def test_the_server_warns_of_near_misses_when_a_namespace_is_labelled(
         outcome = await cluster.admit(copy.deepcopy(obj), labels=obj["metadata"]["labels"])
         assert outcome.allowed
         assert outcome.calls == [], name
+
+
+def test_the_webhooks_record_keeps_only_rule_names(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A user's own `gpu-share.io/mutations` is not merged into what the webhook says it did."""
+    pod = _pod(SHARED, {"gpu-share.io/mutations": "none,runtime-class,my-own-words"})
+    code, out, _ = _mutate(capsys, tmp_path, [pod], "-o", "json")
+    assert code == 0
+    recorded = json.loads(out)["metadata"]["annotations"]["gpu-share.io/mutations"]
+    assert recorded == "mps-limits,node-selection,runtime-class,tolerations"
+
+
+def _audit(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    objects: list[dict[str, Any]],
+    *args: str,
+) -> tuple[int, str, str]:
+    path = tmp_path / "dump.yaml"
+    path.write_text(yaml.safe_dump_all(objects))
+    code = cli.main(["audit", "-f", str(path), "--policies", str(POLICIES), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_audit_lists_near_misses_whatever_show_says(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    namespace = _namespace({"gpu-share.io/enabled": "true", "gpu-share.io/polcy": "gold"})
+    typo = _pod({"nvidia.com/gpu-shared": 1})
+    typo["metadata"]["name"] = "typo"
+    exclusive = _pod({"nvidia.com/gpu": 1})
+    exclusive["metadata"]["name"] = "exclusive"
+    code, out, _ = _audit(capsys, tmp_path, [namespace, typo, exclusive])
+    assert code == 0
+    assert (
+        'namespace team-a: policy "default" (no gpu-share.io/policy label; label'
+        " gpu-share.io/polcy is not one gpu-share reads: did you mean gpu-share.io/policy?)"
+    ) in out
+    # The untouched pod with a near miss is listed by default; the other only with --show all.
+    assert (
+        "    Pod/typo: it asks for nvidia.com/gpu-shared, which no node offers (see the warning)\n"
+        '      ! container "cuda": no GPU resource nvidia.com/gpu-shared; did you mean'
+        " nvidia.com/gpu.shared? (no node offers it)\n"
+    ) in out
+    assert "Pod/exclusive" not in out
+    assert "Warnings: 1 object (listed above with !)" in out
+    code, out, _ = _audit(capsys, tmp_path, [namespace, typo, exclusive], "--show", "all")
+    assert (
+        '    Pod/exclusive: it asks for nvidia.com/gpu, no shared GPU of policy "default"'
+    ) in out
+    code, out, _ = _audit(capsys, tmp_path, [namespace, typo, exclusive], "-o", "json")
+    listed = [o["name"] for ns in json.loads(out)["namespaces"] for o in ns["objects"]]
+    assert listed == ["typo"]
+
+
+def test_explain_tells_an_empty_policy_label_from_none(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["explain", "namespace", "team-a", "--policies", str(POLICIES), "-l", OPT_IN]
+    assert cli.main([*args, "-l", "gpu-share.io/policy="]) == 0
+    assert "its label gpu-share.io/policy is empty, which means the default policy" in (
+        capsys.readouterr().out
+    )
+    assert cli.main(args) == 0
+    assert "no gpu-share.io/policy label, so the default policy" in capsys.readouterr().out
+
+
+OPT_IN = "gpu-share.io/enabled=true"

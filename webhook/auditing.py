@@ -43,7 +43,7 @@ from types import MappingProxyType
 from typing import Any
 
 from webhook import hostpaths, names, namespaces, rendering
-from webhook.core import pods, reviewing, rules
+from webhook.core import nearmisses, pods, reviewing, rules
 from webhook.core.decisions import MALFORMED, OBJECT, Violation
 from webhook.policies import Policy, PolicySet
 
@@ -143,6 +143,8 @@ class Verdict:
     adds: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
     key: tuple[Any, ...] = field(default=(), compare=False, repr=False)
+    # Why an untouched object is left as it is (`nearmisses.unchanged`), in a few words.
+    unchanged: str = ""
 
 
 @dataclass(slots=True)
@@ -428,6 +430,7 @@ def _meet(
     wanted = namespaces.policy_name(labels) or names.DEFAULT_POLICY
     label = labels.get(names.POLICY_LABEL)
     how = f"label {names.POLICY_LABEL}={label}" if label else f"no {names.POLICY_LABEL} label"
+    how += "".join(f"; {line}" for line in namespaces.label_near_misses(labels))
     policy = policies.get(path)
     if policy is None:
         known = ", ".join(policies.names) or "none"
@@ -513,7 +516,10 @@ def _judge(
         adds,
         tuple(w.removeprefix(label) for w in warnings) if label else warnings,
     )
-    item.verdict = Verdict(status, refusals, mutations, adds, warnings, key)
+    why = ""
+    if status == UNTOUCHED and found:
+        why = "; ".join(dict.fromkeys(nearmisses.unchanged(pods.read(t), enforcing) for t in found))
+    item.verdict = Verdict(status, refusals, mutations, adds, warnings, (*key, why), why)
     return None
 
 

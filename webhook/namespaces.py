@@ -63,6 +63,7 @@ def policy_path(labels: Mapping[str, str]) -> str | None:
 # Values people write for "yes" that a label selector does not take for "true".
 _TRUE_LOOKING = frozenset({"true", "yes", "y", "on", "1", "enabled", "enable"})
 _OUR_LABELS = (ENABLED_LABEL, POLICY_LABEL)
+_DOMAIN_PREFIX = ENABLED_LABEL.partition("/")[0] + "/"
 
 
 def label_near_misses(labels: Mapping[str, str]) -> list[str]:
@@ -77,12 +78,24 @@ def label_near_misses(labels: Mapping[str, str]) -> list[str]:
             " are case-sensitive)"
         )
     for key in labels:
-        if key in _OUR_LABELS or key == NAME_LABEL:
-            continue
-        lower = key.lower()
-        if "share" not in lower and "gpu" not in lower:
-            continue
-        close = difflib.get_close_matches(lower, _OUR_LABELS, n=1, cutoff=0.8)
-        if close:
-            out.append(f"label {key} is not one gpu-share reads: did you mean {close[0]}?")
+        meant = meant_label(key)
+        if meant is not None:
+            out.append(f"label {key} is not one gpu-share reads: did you mean {meant}?")
     return out
+
+
+def meant_label(key: str) -> str | None:
+    """The label of ours a key that is none of them looks like (a misspelling, or an
+    unknown key under `gpu-share.io/`: taken for the opt-in unless closer to the policy
+    label); None when it looks like none."""
+    if key in _OUR_LABELS or key == NAME_LABEL:
+        return None
+    lower = key.lower()
+    if "share" not in lower and "gpu" not in lower:
+        return None
+    close = difflib.get_close_matches(lower, _OUR_LABELS, n=1, cutoff=0.8)
+    if close:
+        return close[0]
+    if key.startswith(_DOMAIN_PREFIX):
+        return ENABLED_LABEL
+    return None

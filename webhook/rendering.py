@@ -631,6 +631,12 @@ def _path_list(node: str, path: pods.Path) -> str:
     return f"({_present(node, path)} ? [{'.'.join((node, *path))}] : [])"
 
 
+# RE2 (the API server's) and Python's `re` (the tests') read it alike.
+_ANY_CASE_GPU = (
+    "(?i)^(" + "|".join(p.replace(".", "\\.") for p in names.GPU_RESOURCE_PREFIXES) + ")"
+)
+
+
 def _refusable(resources: Sequence[str], *, host_access: bool) -> str:
     """The CEL test of a pod template `t` that one of the rules could refuse or change
     (`host_access`: rule host-access too)."""
@@ -638,6 +644,9 @@ def _refusable(resources: Sequence[str], *, host_access: bool) -> str:
         f"k.startsWith({cel_string(p)})"
         for p in (*names.GPU_RESOURCE_PREFIXES, names.DRA_EXTENDED_RESOURCE_PREFIX)
     ]
+    # Any case of them too: `nvidia.com/GPU.shared` is no resource a node offers, but its pod
+    # (or template) comes to the webhook, whose warning says what was meant.
+    tests.append(f"k.matches({cel_string(_ANY_CASE_GPU)})")
     extra = [r for r in resources if not r.startswith(names.GPU_RESOURCE_PREFIXES)]
     if extra:
         tests.insert(0, f"k in [{', '.join(cel_string(n) for n in extra)}]")

@@ -106,6 +106,7 @@ def register(subparsers: Any) -> None:
         default=from_env(SHOW_OPTION, "changed"),
         help=help_text(
             "the objects listed: refused; changed (refused and changed); all (untouched too)."
+            " Objects with warnings (near misses) are listed whatever it says."
             " Counts always cover every object",
             SHOW_OPTION,
         ),
@@ -222,8 +223,11 @@ def as_text(report: auditing.Report, *, listed: Sequence[str]) -> str:
         if ns.status == auditing.JUDGED:
             out += _namespace_text(ns, listed)
         elif ns.status == auditing.NOT_IN_FILES:
-            out += [f"namespace {ns.name or '(no namespace)'}: {ns.reason}",
-                    f"  not judged: {_objects(ns.objects)}", ""]
+            out += [
+                f"namespace {ns.name or '(no namespace)'}: {ns.reason}",
+                f"  not judged: {_objects(ns.objects)}",
+                "",
+            ]
         elif ns.objects:  # an empty namespace the webhook never sees: nothing to say
             out += [f"namespace {ns.name}: {ns.reason}; {_objects(ns.objects)} untouched", ""]
     out += _without_pod_security_text(report)
@@ -232,8 +236,16 @@ def as_text(report: auditing.Report, *, listed: Sequence[str]) -> str:
     ignored = sum(report.ignored.values())
     if ignored:
         kinds_seen = ", ".join(k for k, _ in report.ignored.most_common(5))
-        out.append(f"Ignored: {_objects(ignored)} of kinds the webhook never reviews"
-                   f" ({kinds_seen}{', ...' if len(report.ignored) > 5 else ''}).")
+        out.append(
+            f"Ignored: {_objects(ignored)} of kinds the webhook never reviews"
+            f" ({kinds_seen}{', ...' if len(report.ignored) > 5 else ''})."
+        )
+    warned = sum(e.count for ns in report.namespaces for e in ns.entries if e.verdict.warnings)
+    if warned:
+        out.append(
+            f"Warnings: {_objects(warned)} (listed above with !): near misses, and what"
+            " `kubectl apply` would print."
+        )
     refused = report.refused
     if refused:
         relaxed = sum(
@@ -244,9 +256,7 @@ def as_text(report: auditing.Report, *, listed: Sequence[str]) -> str:
             and all(f.mode != names.ENFORCE for f in e.verdict.refusals)
         )
         today = (
-            f"; {relaxed:,} of them only by rules in warn or dry-run mode today"
-            if relaxed
-            else ""
+            f"; {relaxed:,} of them only by rules in warn or dry-run mode today" if relaxed else ""
         )
         out.append(f"Would be refused: {_objects(refused)}{today}. Fix them before enforcing.")
     else:
@@ -277,6 +287,11 @@ def _namespace_text(ns: auditing.NamespaceReport, listed: Sequence[str]) -> list
         if verdict not in listed:
             wider = "changed" if verdict == auditing.CHANGED else "all"
             out.append(f"  {title}: {_objects(count)} (--show {wider} lists them)")
+            # ...but those with warnings (near misses: a typo that leaves a pod untouched)
+            # are listed whatever --show says.
+            for entry in ns.entries:
+                if entry.verdict.status == verdict and entry.verdict.warnings:
+                    out += _entry_text(entry)
             continue
         out.append(f"  {title}: {_objects(count)}")
         for entry in ns.entries:
@@ -293,6 +308,8 @@ def _entry_text(entry: auditing.Entry) -> list[str]:
         line += f" ({entry.note})"
     if v.mutations:
         line += ": " + _mutations(v.mutations)
+    elif v.unchanged:
+        line += f": {v.unchanged}"
     out = [line]
     for f in v.refusals:
         today = f" ({_TODAY[f.mode]})" if f.mode in _TODAY else ""
@@ -477,7 +494,9 @@ def _namespace_json(ns: auditing.NamespaceReport, listed: Sequence[str]) -> dict
             "untouched": ns.counts[auditing.UNTOUCHED],
             "notJudged": ns.objects if ns.status == auditing.NOT_IN_FILES else 0,
         },
-        "objects": [_entry_json(e) for e in ns.entries if e.verdict.status in listed],
+        "objects": [
+            _entry_json(e) for e in ns.entries if e.verdict.status in listed or e.verdict.warnings
+        ],
     }
 
 
@@ -506,6 +525,7 @@ def _entry_json(entry: auditing.Entry) -> dict[str, Any]:
         "mutations": [{"rule": rule, "mode": mode} for rule, mode in v.mutations],
         "adds": list(v.adds),
         "warnings": list(v.warnings),
+        "unchanged": v.unchanged,
     }
 
 

@@ -265,11 +265,12 @@ def explain(
     found.classes = [_class(c) for c in policy.classes]
     found.profiles = list(policy.profiles)
     found.default_profile = policy.default_profile
-    why = (
-        f"its label {names.POLICY_LABEL}={labels[names.POLICY_LABEL]}"
-        if found.policy_from_label
-        else f"no {names.POLICY_LABEL} label, so the default policy"
-    )
+    if found.policy_from_label:
+        why = f"its label {names.POLICY_LABEL}={labels[names.POLICY_LABEL]}"
+    elif names.POLICY_LABEL in labels:
+        why = f"its label {names.POLICY_LABEL} is empty, which means the default policy"
+    else:
+        why = f"no {names.POLICY_LABEL} label, so the default policy"
     found.reason = f"governed by policy {policy.name!r} ({why})"
     return found
 

@@ -89,7 +89,7 @@ def register(subparsers: Any) -> None:
         metavar="K=V",
         help="a label of the namespace, repeatable, added to the opt-in label"
         " gpu-share.io/enabled=true that the namespace has unless -l gives that label"
-        " another value (-l gpu-share.io/policy=NAME picks a policy;"
+        " another value or a misspelling of it (-l gpu-share.io/policy=NAME picks a policy;"
         " -l gpu-share.io/enabled=false: a namespace that has not opted in)",
     )
     add_webhook_namespace_argument(parser)
@@ -113,13 +113,19 @@ def _labels(args: argparse.Namespace) -> dict[str, str]:
     """The namespace's labels: the opt-in, and those given, which win (its name is added per
     object, `_namespace_labels`). Given ones are added, not put in the opt-in's place: `-l
     gpu-share.io/policy=gold` alone is a namespace that opted in with that policy."""
-    labels: dict[str, str] = {namespaces.ENABLED_LABEL: "true"}
+    given: dict[str, str] = {}
     for pair in args.namespace_label or ():
         key, sep, value = pair.partition("=")
         if not sep or not key:
             raise InputError(f"--namespace-label {pair!r}: expected KEY=VALUE")
-        labels[key] = value
-    return labels
+        given[key] = value
+    if namespaces.ENABLED_LABEL not in given and any(
+        namespaces.meant_label(key) == namespaces.ENABLED_LABEL for key in given
+    ):
+        # A misspelt opt-in (`-l gpu-share.io/enable=true`) stands where the opt-in would:
+        # the namespace is judged as the cluster would judge it, not opted in.
+        return given
+    return {namespaces.ENABLED_LABEL: "true", **given}
 
 
 def _namespace_labels(

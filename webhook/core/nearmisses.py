@@ -36,6 +36,8 @@ from webhook.policies import Policy
 
 # The annotations the webhook reads or writes on a pod.
 KNOWN_ANNOTATIONS = (names.ANNOTATION_PROFILE, names.ANNOTATION_POLICY, names.ANNOTATION_MUTATIONS)
+# The namespace's labels (the policy label's key is also the pod annotation the webhook writes).
+NAMESPACE_LABELS = frozenset({names.ENABLED_LABEL})
 _DOMAIN_PREFIX = names.DOMAIN + "/"
 # The exclusive GPU resource of the device plugin, and its MIG devices: `mig-<g>g.<m>gb`,
 # with a suffix for the profiles with media extensions or graphics (`+me`, `+gfx`) and a
@@ -101,14 +103,52 @@ def _meant_resource(name: str, policy: Policy) -> str | None:
 
 
 def annotation_warnings(pod: pods.Pod, policy: Policy) -> list[str]:
-    """Warnings for annotation keys that look like one the webhook reads but are not."""
+    """Warnings for annotation keys that look like one the webhook reads but are not, a
+    namespace label written as a pod annotation, and a policy annotation the webhook will
+    overwrite (the namespace's label picks the policy)."""
     out: list[str] = []
-    for key, _ in pod.annotations:
+    for key, value in pod.annotations:
+        if key == names.ANNOTATION_POLICY:
+            if isinstance(value, str) and value != policy.name:
+                out.append(
+                    f"annotation {key}={value} is not read: the namespace's label picks the"
+                    f' policy (here "{policy.name}")'
+                )
+            continue
+        if key.lower() in NAMESPACE_LABELS:
+            out.append(f"{key} is a namespace label, not a pod annotation: label the namespace")
+            continue
         meant = _meant_annotation(key)
         if meant is None:
             continue
         effect = _profile_effect(pod, policy) if meant == names.ANNOTATION_PROFILE else ""
         out.append(f"annotation {key} is ignored: did you mean {meant}?{effect}")
+    return out
+
+
+def label_warnings(node: Mapping[str, Any], pod: pods.Pod, policy: Policy) -> list[str]:
+    """Warnings for the pod's labels (`node` is the pod spec's object) that are one of the
+    webhook's annotations, or a namespace label, set in the wrong place."""
+    meta = node.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None
+    if not isinstance(labels, Mapping):
+        return []
+    out: list[str] = []
+    for key in labels:
+        if not isinstance(key, str):
+            continue
+        lower = key.lower()
+        if "share" not in lower and "profile" not in lower and "gpu" not in lower:
+            continue
+        if lower in NAMESPACE_LABELS:
+            out.append(f"label {key} belongs on the namespace, not the pod: label the namespace")
+            continue
+        meant = key if key in KNOWN_ANNOTATIONS else _meant_annotation(key)
+        if meant == names.ANNOTATION_PROFILE:
+            out.append(
+                f"label {key} is not read: set {meant} as an annotation"
+                + _profile_effect(pod, policy)
+            )
     return out
 
 
@@ -134,30 +174,61 @@ def _profile_effect(pod: pods.Pod, policy: Policy) -> str:
 
 
 def workload_warnings(obj: Mapping[str, Any], found: list[pods.Template]) -> list[str]:
-    """`gpu-share.io/profile` (or a near miss of it) on a workload's own metadata: its pods
-    never see it."""
+    """`gpu-share.io/profile` (or a near miss of it) in a workload's own metadata, or in the
+    metadata of a level between it and its pod template (a CronJob's `jobTemplate`): its pods
+    never see it, they get their template's annotations."""
     kind = obj.get("kind")
     if kind == "Pod" or not found:
         return []
-    meta = obj.get("metadata")
-    own = meta.get("annotations") if isinstance(meta, Mapping) else None
-    if not isinstance(own, Mapping):
-        return []
     out: list[str] = []
-    for key in own:
-        if not isinstance(key, str):
+    seen: set[str] = set()
+    for t in found:
+        if _template_annotation(t.node, names.ANNOTATION_PROFILE) is not None:
             continue
-        meant = key if key == names.ANNOTATION_PROFILE else _meant_annotation(key)
-        if meant != names.ANNOTATION_PROFILE:
-            continue
-        if all(_template_annotation(t.node, names.ANNOTATION_PROFILE) is not None for t in found):
-            continue
-        where = found[0].place.field or "spec.template"
-        what = "move it" if key == names.ANNOTATION_PROFILE else f"set {meant}"
-        out.append(
-            f"{key} on the {kind}'s metadata never reaches its pods:"
-            f" {what} to {where}.metadata.annotations"
-        )
+        target = f"{t.place.field or 'spec.template'}.metadata"
+        for where, node in _levels(obj, t.place.field):
+            meta = node.get("metadata")
+            own = meta.get("annotations") if isinstance(meta, Mapping) else None
+            if not isinstance(own, Mapping):
+                continue
+            for key in own:
+                if not isinstance(key, str):
+                    continue
+                meant = key if key == names.ANNOTATION_PROFILE else _meant_annotation(key)
+                if meant != names.ANNOTATION_PROFILE:
+                    continue
+                place = f"the {kind}'s metadata" if not where else f"{where}.metadata"
+                what = "move it to" if key == names.ANNOTATION_PROFILE else f"set {meant} in"
+                line = f"{key} in {place} is ignored: {what} {target}"
+                if line not in seen:
+                    seen.add(line)
+                    out.append(line)
+    return out
+
+
+_STEP = re.compile(r"([^.\[]+)|\[(\d+)\]")
+
+
+def _levels(obj: Mapping[str, Any], field: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """The objects on the way from `obj` to its template at `field` ("spec.jobTemplate.spec.
+    template"), the template itself left out, each with its field path ("" for `obj`)."""
+    out: list[tuple[str, Mapping[str, Any]]] = [("", obj)]
+    node: Any = obj
+    path = ""
+    steps = [m.group(1) or int(m.group(2)) for m in _STEP.finditer(field)]
+    for step in steps[:-1]:
+        if isinstance(step, int):
+            if not isinstance(node, list) or step >= len(node):
+                break
+            node = node[step]
+            path = f"{path}[{step}]"
+        else:
+            if not isinstance(node, Mapping):
+                break
+            node = node.get(step)
+            path = f"{path}.{step}" if path else step
+        if isinstance(node, Mapping) and path.split(".")[-1] != "spec":
+            out.append((path, node))
     return out
 
 

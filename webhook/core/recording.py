@@ -50,8 +50,9 @@ def record(
     ):
         wanted[names.ANNOTATION_PROFILE] = profile.name
     if steps:
-        done = set(str(recorded_steps).split(",")) if recorded_steps else set()
-        done.discard("")
+        # What an earlier pass recorded, and nothing else: a name that is no rule's was
+        # written by someone else, not by the webhook.
+        done = set(str(recorded_steps).split(",")) & _RULES if recorded_steps else set()
         merged = ",".join(sorted(done.union(steps)))
         if merged != recorded_steps:
             wanted[names.ANNOTATION_MUTATIONS] = merged
@@ -72,6 +73,9 @@ def record(
         return [(ANNOTATIONS, _add(f"{pointer}/metadata/annotations", wanted))], audit
     base = f"{pointer}/metadata/annotations/"
     return [(ANNOTATIONS, _add(base + pods.escape(k), v)) for k, v in wanted.items()], audit
+
+
+_RULES = frozenset(names.RULES)
 
 
 def _add(path: str, value: Any) -> dict[str, Any]:

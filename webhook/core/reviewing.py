@@ -177,7 +177,7 @@ def review(
     found, problems = pods.templates(obj, kinds)
     views = [pods.read(template, old=old) for template in found]
     decision = Decision(violations=[rules.malformed(p, OBJECT) for p in problems])
-    for pod in views:
+    for template, pod in zip(found, views, strict=True):
         r, ops = run(pod, policy, mutate=mutate, require=require)
         label = pod.place.label
         decision.violations += r.violations
@@ -191,8 +191,10 @@ def review(
         decision.audit.update(r.audit)
         if not require:
             # Told once: a Pod's validating review sees what the mutating one told of.
-            for w in nearmisses.resource_warnings(pod, policy) + nearmisses.annotation_warnings(
-                pod, policy
+            for w in (
+                nearmisses.resource_warnings(pod, policy)
+                + nearmisses.annotation_warnings(pod, policy)
+                + nearmisses.label_warnings(template.node, pod, policy)
             ):
                 decision.warn(f"{label}: {w}" if label else w)
     for w in nearmisses.workload_warnings(obj, found):
