@@ -46,6 +46,9 @@ GPU = "nvidia.com/gpu"
 _MIG = re.compile(r"nvidia\.com/mig-(\d+c\.)?\d+g\.\d+gb([.+-][a-z]+)*")
 _MIG_PREFIX = "nvidia.com/mig-"
 _MIG_EXAMPLE = "nvidia.com/mig-1g.5gb"
+# What a name must have in it, in any case, to be looked at further.
+_SUSPECT_RESOURCE = re.compile("gpu|nvidia", re.IGNORECASE)
+_SUSPECT_KEY = re.compile("share|profile|gpu", re.IGNORECASE)
 # How close a name must be to a known one to be taken for a typo of it (difflib's ratio).
 _CLOSE = 0.8
 
@@ -53,18 +56,27 @@ _CLOSE = 0.8
 def resource_warnings(pod: pods.Pod, policy: Policy) -> list[str]:
     """Warnings for resource names that look like an NVIDIA GPU resource but are none."""
     out: list[str] = []
+    shared = policy.shared_resources
     for c in pod.containers:
         if not c.judged:
             continue
-        seen: set[str] = set()
         for part in (c.limits.value, c.requests.value):
-            for name in part if isinstance(part, Mapping) else ():
-                if not isinstance(name, str) or name in seen:
+            if not part or not isinstance(part, Mapping):
+                continue
+            for name in part:
+                # Cheap first: most names (cpu, memory, the policy's own, other vendors'
+                # devices) are none of this.
+                if (
+                    name == GPU
+                    or name in shared
+                    or not isinstance(name, str)
+                    or _SUSPECT_RESOURCE.search(name) is None
+                ):
                     continue
-                seen.add(name)
                 meant = _meant_resource(name, policy)
-                if meant is not None:
-                    out.append(f'container "{c.name}": {meant}')
+                line = f'container "{c.name}": {meant}'
+                if meant is not None and line not in out:
+                    out.append(line)
     return out
 
 
@@ -81,7 +93,6 @@ def _known_resource(name: str, policy: Policy) -> bool:
 def _meant_resource(name: str, policy: Policy) -> str | None:
     """None when `name` is no near miss; else its warning (short: what was meant first)."""
     lower = name.lower()
-    # Cheap first: most names (cpu, memory, other vendors' devices) are none of this.
     if "gpu" not in lower and "nvidia" not in lower:
         return None
     if _known_resource(name, policy):
@@ -135,11 +146,9 @@ def label_warnings(node: Mapping[str, Any], pod: pods.Pod, policy: Policy) -> li
         return []
     out: list[str] = []
     for key in labels:
-        if not isinstance(key, str):
+        if not isinstance(key, str) or _SUSPECT_KEY.search(key) is None:
             continue
         lower = key.lower()
-        if "share" not in lower and "profile" not in lower and "gpu" not in lower:
-            continue
         if lower in NAMESPACE_LABELS:
             out.append(f"label {key} belongs on the namespace, not the pod: label the namespace")
             continue
