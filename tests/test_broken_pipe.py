@@ -52,9 +52,7 @@ def inputs(tmp_path: Path, copies: int) -> dict[str, list[str]]:
     objects = tmp_path / "pods.json"
     objects.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": pods}))
     dump = tmp_path / "dump.json"
-    dump.write_text(
-        json.dumps({"apiVersion": "v1", "kind": "List", "items": [NAMESPACE, *pods]})
-    )
+    dump.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [NAMESPACE, *pods]}))
     return {
         "policy check": ["policy", "check", str(REPO / "policies"), "--nodes", str(node_dump)],
         "explain": ["explain", "namespace", "t", "-l", "gpu-share.io/enabled=true", "-o", "json"],
