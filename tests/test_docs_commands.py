@@ -39,6 +39,7 @@ from tests import deploy_helpers as dh
 from tests import nodes
 from tests import server_helpers as h
 from webhook import cli, commands
+from webhook.core import pods
 from webhook.transport import app as server
 from webhook.transport import states
 
@@ -336,6 +337,55 @@ def test_an_unknown_command_or_flag_fails_the_check(tmp_path: Path) -> None:
     assert _parses(found[1])
     code, _ = _run(found[2], workspace(tmp_path / "ws"))
     assert code not in found[2].expected_exits()
+
+
+# --------------------------------------------------------------------------- cluster dumps
+
+# What `audit` reviews of a cluster: pods and the built-in workload kinds (their plural
+# resource names, as `kubectl get` takes them).
+AUDITED = frozenset({"pods", *(k.resource for k in pods.BUILTIN_KINDS)})
+
+
+def _dump_commands(doc: Path) -> Iterator[tuple[str, int, list[str], set[str]]]:
+    """Each `kubectl get` of pods in a doc's shell blocks: where, its words, and what the
+    other `kubectl get` lines of its block fetch."""
+    blocks: dict[int, list[tuple[int, list[str]]]] = {}
+    for number, block, line in _shell_lines(doc.read_text(encoding="utf-8")):
+        code, _ = _split_comment(line)
+        if not code.startswith("kubectl get "):
+            continue
+        words = shlex.split(code)
+        if len(words) > 2:
+            blocks.setdefault(block, []).append((number, words))
+    for commands_of_block in blocks.values():
+        fetched = {r for _, w in commands_of_block for r in w[2].split(",") if r}
+        for number, words in commands_of_block:
+            if "pods" in words[2].split(","):
+                yield f"{doc.relative_to(REPO)}:{number}", number, words, fetched
+
+
+def test_every_cluster_dump_the_docs_show_holds_every_kind_audit_reviews() -> None:
+    """A dump the docs tell an admin to make for `audit` fetches every built-in kind audit
+    reviews, in every namespace, and the Namespaces (in that command or another of its
+    block): a kind left out is a workload never judged, and no warning says so.
+
+    The kinds of other projects (the shipped WorkloadKinds file: JobSet, RayCluster, ...) are
+    not required: `kubectl get` of a resource whose CRD is not installed fails the whole
+    command, so docs/audit.md says to add the ones a cluster has."""
+    found = [c for doc in (REPO / "README.md", *sorted((REPO / "docs").glob("*.md")))
+             for c in _dump_commands(doc)]
+    assert {where.split(":")[0] for where, *_ in found} >= {"README.md", "docs/audit.md"}
+    problems = []
+    for where, _, words, fetched in found:
+        resources = set(words[2].split(","))
+        missing = sorted(AUDITED - resources)
+        if missing:
+            problems.append(f"{where}: `{shlex.join(words)}` leaves out {', '.join(missing)}")
+        if not {"-A", "--all-namespaces"} & set(words):
+            problems.append(f"{where}: `{shlex.join(words)}` reads one namespace only (-A)")
+        if "namespaces" not in fetched:
+            problems.append(f"{where}: no `kubectl get namespaces` beside it")
+    assert not problems, "\n".join(problems)
 
 
 # --------------------------------------------------------------------------- /readyz samples

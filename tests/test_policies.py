@@ -82,7 +82,10 @@ def test_the_shipped_policies_say_what_the_spec_asks_for() -> None:
                      "spec.nodeClasses[0].memoryMiB: required for an mps class (it sets the"
                      " ceiling)", id="mps-without-memory"),
         pytest.param(T4 + "colour: blue\n",
-                     "spec.colour: unknown field (a typo? unknown fields are refused, not ignored)",
+                     "spec.colour: unknown field (a typo? unknown fields are refused, not ignored);"
+                     " the fields known here: mode, ruleModes, sharedResources, runtimeClassName,"
+                     " tolerations, tolerateResourceTaint, nodeClasses, profiles, hostAccess,"
+                     " defaultProfile, rules",
                      id="unknown-field"),
         pytest.param(T4.replace("mps,", "mpss,"),
                      "spec.nodeClasses[0].strategy: Input should be 'mps' or 'time-slicing'",
@@ -127,7 +130,9 @@ def test_two_policies_with_one_name_are_an_error(
         pytest.param(HEAD.replace("v1alpha1", "v9") + "metadata: {name: a}\nspec:\n  " + T4,
                      "apiVersion: Input should be 'gpu-share.io/v1alpha1'", id="wrong-apiVersion"),
         pytest.param(HEAD + "metadata: {name: Team_A}\nspec:\n  " + T4,
-                     "metadata.name: String should match pattern '^[a-z0-9]([-a-z0-9]*[a-z0-9])?$'",
+                     "metadata.name: 'Team_A' is not a DNS-1123 label (lower-case letters,"
+                     " digits and '-', starting and ending with a letter or digit, at most 63"
+                     " characters)",
                      id="name-not-a-dns-label"),
     ],
 )

@@ -225,7 +225,8 @@ def test_every_problem_of_every_file_comes_in_one_run(
         f"error: {b}: spec.tolerations[0]: tolerationSeconds is only allowed with effect"
         " NoExecute",
         f"error: {b}: spec.nodeClasses[0].colour: unknown field (a typo? unknown fields are"
-        " refused, not ignored)",
+        " refused, not ignored); the fields known here: name, resource, product, strategy,"
+        " renamed, replicas, memoryMiB, gpusPerNode, failRequestsGreaterThanOne",
         f"error: {b}: spec.ruleModes.no-such-rule: no rule has this name (rules:"
         f" {', '.join(policies.names.RULES)})",
         f"error: {b}: spec.defaultProfile: 'full' is not one of the profiles (half)",
@@ -477,3 +478,83 @@ def test_each_class_is_judged_by_what_its_pods_get(
         f" policy's tolerations do not tolerate nvidia.com/gpu.shared:NoSchedule on l4-1; {FIX}",
         f"{nodes}: 2 nodes, 2 with shared GPUs: 1 problem",
     ])
+
+
+# --------------------------------------------------------------------------- in words
+
+DEVICE_PLUGIN_NAMES = (
+    " is not a resource the NVIDIA device plugin advertises (nvidia.com/gpu.shared, renamed as"
+    " by default; nvidia.com/gpu with renameByDefault: false; a MIG profile's, such as"
+    " nvidia.com/mig-1g.5gb.shared)"
+)
+BEFORE_RENAMING = (
+    " is not a device plugin resource before renaming (nvidia.com/gpu, or a MIG profile's such"
+    " as nvidia.com/mig-1g.5gb; renamed: true adds .shared itself)"
+)
+DNS_LABEL = (
+    " is not a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a"
+    " letter or digit, at most 63 characters)"
+)
+REFUSED = " (unknown fields are refused, not ignored)"
+MIG = ("{name: m, resource: nvidia.com/mig-1g.5gb, product: A100, strategy: time-slicing,"
+       " replicas: 2}")
+
+# (the policy's spec, or a whole document; the field; what `policy check` says of it): a name
+# that does not match its pattern is said in words, with the valid one closest to it; an
+# unknown field with the known field of its object closest to it.
+IN_WORDS = [
+    pytest.param(f"nodeClasses: [{T4_TS}]\nsharedResources: [nvidia.com/gpu-shared]\n",
+                 "spec.sharedResources[0]", "'nvidia.com/gpu-shared'" + DEVICE_PLUGIN_NAMES
+                 + "; did you mean nvidia.com/gpu.shared?", id="resource-dash-for-dot"),
+    pytest.param(f"nodeClasses: [{T4_TS}]\nsharedResources: [NVIDIA.com/GPU.shared]\n",
+                 "spec.sharedResources[0]", "'NVIDIA.com/GPU.shared'" + DEVICE_PLUGIN_NAMES
+                 + "; did you mean nvidia.com/gpu.shared?", id="resource-upper-case"),
+    pytest.param(f"nodeClasses: [{MIG}]\nsharedResources: [nvidia.com/mig-1g.5gb_shared]\n",
+                 "spec.sharedResources[0]", "'nvidia.com/mig-1g.5gb_shared'" + DEVICE_PLUGIN_NAMES
+                 + "; did you mean nvidia.com/mig-1g.5gb.shared?", id="mig-resource"),
+    pytest.param(f"nodeClasses: [{T4_TS}]\nsharedResources: [gpu]\n",
+                 "spec.sharedResources[0]", "'gpu'" + DEVICE_PLUGIN_NAMES,
+                 id="resource-nothing-close"),
+    pytest.param("nodeClasses:\n  - {name: t4, resource: nvidia.com/gpu.shared, product: Tesla-T4,"
+                 " strategy: time-slicing, replicas: 4}\n",
+                 "spec.nodeClasses[0].resource", "'nvidia.com/gpu.shared'" + BEFORE_RENAMING
+                 + "; did you mean nvidia.com/gpu?", id="class-resource-renamed"),
+    pytest.param("nodeClasses:\n  - {name: T4, product: Tesla-T4, strategy: time-slicing,"
+                 " replicas: 4}\n", "spec.nodeClasses[0].name", "'T4'" + DNS_LABEL,
+                 id="class-name"),
+    pytest.param("nodeClasses:\n  - {name: t4, product: Tesla T4, strategy: time-slicing,"
+                 " replicas: 4}\n", "spec.nodeClasses[0].product",
+                 "'Tesla T4' is not a label value as gpu-feature-discovery writes one (letters,"
+                 " digits, '-', '_' and '.', starting and ending with a letter or digit, at most"
+                 " 63 characters)", id="product-with-a-space"),
+    pytest.param(f"nodeClasses: [{T4_TS}]\nruntimeClassName: Nvidia_\n",
+                 "spec.runtimeClassName", "'Nvidia_' is not a DNS-1123 subdomain (lower-case"
+                 " letters, digits, '-' and '.', each part starting and ending with a letter or"
+                 " digit, at most 253 characters)", id="runtime-class"),
+    pytest.param(f"nodeClasses: [{T4_TS}]\nnodeClass: []\n", "spec.nodeClass",
+                 "unknown field: did you mean nodeClasses?" + REFUSED, id="nodeClass"),
+    pytest.param(f"nodeClasses: [{T4_TS}]\nProfiles: {{}}\n", "spec.Profiles",
+                 "unknown field: did you mean profiles?" + REFUSED, id="upper-case-field"),
+    pytest.param("nodeClasses:\n  - {name: t4, product: Tesla-T4, strategy: mps, replicas: 4,"
+                 " memoryMib: 15360}\n", "spec.nodeClasses[0].memoryMib",
+                 "unknown field: did you mean memoryMiB?" + REFUSED, id="class-field"),
+    pytest.param(f"nodeClasses: [{T4_TS}]\nhostAccess:\n  allowedHostPaths:\n"
+                 "    - {pathPrefix: /models, readonly: true}\n",
+                 "spec.hostAccess.allowedHostPaths[0].readonly",
+                 "unknown field: did you mean readOnly?" + REFUSED, id="nested-field"),
+    pytest.param(f"nodeClasses: [{T4_TS}]\nrules: {{denyPriviledged: false}}\n",
+                 "spec.rules.denyPriviledged",
+                 "unknown field: did you mean denyPrivileged?" + REFUSED, id="switch"),
+    pytest.param(HEAD + "metadata: {name: site}\nspecs: {}\n", "specs",
+                 "unknown field: did you mean spec?" + REFUSED, id="top-level"),
+]
+
+
+@pytest.mark.parametrize(("text", "field", "reason"), IN_WORDS)
+def test_a_name_or_field_that_is_wrong_is_said_in_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, field: str, reason: str
+) -> None:
+    directory, path = one_file(tmp_path, text if text.startswith(HEAD) else policy("site", text))
+    code, _, err = check(capsys, str(directory))
+    assert code == 1
+    assert f"error: {path}: {field}: {reason}" in err, err

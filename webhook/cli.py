@@ -4,12 +4,16 @@ Every command exits 0 when all is well, 1 when something is refused or a problem
 a step fails), and 2 for bad input or usage (`commands.EXIT_*`). A bad option or a bad value
 in a command's environment variable is a usage error: one line on stderr, exit 2
 (`commands.Parser`). Only the command being run reads its variables. Ctrl-C is 130, as a
-shell reports it.
+shell reports it. When the reader of the output goes away (`... | head`), the command stops
+quietly with 141, what a shell reports for a program that SIGPIPE ended (128 + 13): Python
+ignores SIGPIPE, so a write to a closed pipe is a BrokenPipeError, which `main` catches once
+for every command.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -25,6 +29,15 @@ from webhook.commands import (
     policy,
     render,
     serve,
+)
+
+# 128 + SIGPIPE (13): what a shell reports for a program that SIGPIPE ended, as `head` makes
+# of the programs before it in a pipeline. Python ignores SIGPIPE; its write fails instead.
+EXIT_BROKEN_PIPE = 141
+
+EPILOG = (
+    "Exit codes: 0 ok; 1 something refused or a problem found; 2 bad input or usage;"
+    " 130 Ctrl-C; 141 the reader of the output went away (`| head`), as for SIGPIPE."
 )
 
 # Each adds its command's parser; `--help` lists the commands in this order.
@@ -44,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="gpu-share-webhook",
         description="Admission webhook that makes shared NVIDIA GPUs safe and transparent.",
+        epilog=EPILOG,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -53,6 +67,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        try:
+            return _run(argv)
+        finally:
+            # The last of the output is written here, not at the interpreter's exit, so that
+            # a reader gone is seen here too (`--help` and usage errors included).
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_output()
+        return EXIT_BROKEN_PIPE
+
+
+def _discard_output() -> None:
+    """Point stdout at /dev/null, so that the interpreter's own flush at exit, with what is
+    still buffered, does not fail again (Python's documented recipe for SIGPIPE)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):
+        return  # not a real file (a test's capture): nothing is flushed at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)

@@ -22,8 +22,10 @@ review repeats none of that work.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import re
+import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -861,6 +863,94 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return out or "(document)"
 
 
+# What a name of each pattern is, in words, for `policy check` (pydantic says only that a
+# string should match the pattern).
+_IN_WORDS = {
+    rf"^{_DNS_LABEL}$": "a DNS-1123 label (lower-case letters, digits and '-', starting and"
+    " ending with a letter or digit, at most 63 characters)",
+    rf"^{_DNS_SUBDOMAIN}$": "a DNS-1123 subdomain (lower-case letters, digits, '-' and '.',"
+    " each part starting and ending with a letter or digit, at most 253 characters)",
+    rf"^{_LABEL_VALUE}$": "a label value as gpu-feature-discovery writes one (letters, digits,"
+    " '-', '_' and '.', starting and ending with a letter or digit, at most 63 characters)",
+    rf"^{_RESOURCE_NAME}$": "a resource the NVIDIA device plugin advertises"
+    " (nvidia.com/gpu.shared, renamed as by default; nvidia.com/gpu with renameByDefault:"
+    " false; a MIG profile's, such as nvidia.com/mig-1g.5gb.shared)",
+    rf"^{_BASE_RESOURCE}$": "a device plugin resource before renaming (nvidia.com/gpu, or a MIG"
+    " profile's such as nvidia.com/mig-1g.5gb; renamed: true adds .shared itself)",
+}
+# A MIG profile in a name, however the rest of it is misspelt: 1g.5gb, 3g.40gb, 1g.10gb+me.
+_MIG_PROFILE = re.compile(r"mig-(\d+g\.\d+gb(?:\+me)?)")
+
+
+def _not_matching(pattern: str, value: Any) -> str:
+    """A pattern failure in words, with the valid name closest to `value` where one is."""
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    words = _IN_WORDS.get(pattern)
+    if words is None:
+        return f"{shown} does not match {pattern}"
+    said = f"{shown} is not {words}"
+    resources = {rf"^{_RESOURCE_NAME}$": True, rf"^{_BASE_RESOURCE}$": False}
+    if pattern not in resources or not isinstance(value, str):
+        return said
+    # The candidates: the plain GPU's names, or those of the MIG profile the value names.
+    lower = value.strip().lower()
+    profile = _MIG_PROFILE.search(lower)
+    base = f"nvidia.com/mig-{profile.group(1)}" if profile else "nvidia.com/gpu"
+    candidates = [base + SHARED_SUFFIX, base] if resources[pattern] else [base]
+    close = difflib.get_close_matches(lower, candidates, n=1, cutoff=0.6)
+    return f"{said}; did you mean {close[0]}?" if close else said
+
+
+def _known_fields(loc: tuple[int | str, ...]) -> list[str]:
+    """The fields, as a policy file writes them, of the object at `loc` of a policy document;
+    none where that is not an object of the models."""
+    current: Any = PolicyDocument
+    for part in loc:
+        current = _unoptional(current)
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            found = [
+                info.annotation
+                for name, info in current.model_fields.items()
+                if (info.alias or name) == part
+            ]
+            if not found:
+                return []
+            current = found[0]
+        elif typing.get_origin(current) in (list, dict):
+            current = typing.get_args(current)[-1]  # an item's index, a mapping's key
+        else:
+            return []
+    current = _unoptional(current)
+    if not (isinstance(current, type) and issubclass(current, BaseModel)):
+        return []
+    return [info.alias or name for name, info in current.model_fields.items()]
+
+
+def _unoptional(annotation: Any) -> Any:
+    """`X | None` as X."""
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        return args[0]
+    return annotation
+
+
+def _unknown_field(loc: tuple[int | str, ...]) -> str:
+    """An unknown field: the known one it is closest to, else the ones its object takes."""
+    *where, key = loc
+    known = _known_fields(tuple(where))
+    close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.6)
+    if not close:  # a case slip (NodeClasses) is close whatever its length
+        close = [k for k in known if k.lower() == str(key).lower()][:1]
+    if close:
+        return f"unknown field: did you mean {close[0]}? (unknown fields are refused, not ignored)"
+    if known:
+        return (
+            "unknown field (a typo? unknown fields are refused, not ignored); the fields"
+            f" known here: {', '.join(known)}"
+        )
+    return "unknown field (a typo? unknown fields are refused, not ignored)"
+
+
 _FIELD_FIRST = re.compile(r"^([A-Za-z][\w.\[\]-]*): (.*)$", re.DOTALL)
 
 
@@ -868,11 +958,13 @@ def _describe(exc: pydantic.ValidationError) -> list[str]:
     problems = []
     for err in exc.errors(include_url=False):
         msg = err["msg"]
+        loc = tuple(p for p in err["loc"] if p not in ("function-after[_coherent()]",))
         if err["type"] == "extra_forbidden":
-            msg = "unknown field (a typo? unknown fields are refused, not ignored)"
+            msg = _unknown_field(loc)
+        elif err["type"] == "string_pattern_mismatch":
+            msg = _not_matching(err.get("ctx", {}).get("pattern", ""), err["input"])
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
-        loc = tuple(p for p in err["loc"] if p not in ("function-after[_coherent()]",))
         problems.extend(_placed(loc, msg))
     return problems
 

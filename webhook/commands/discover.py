@@ -147,10 +147,11 @@ def render(
     out += _comment(
         "The labels of gpu-feature-discovery give product, strategy, renaming, replicas,"
         " memory and GPUs per node; what they cannot tell is left at its default, and the"
-        " comments below say so. Review it, save it in policies/ and check it against the"
+        " comments below say so. Review it, save it in a directory of your site's policies"
+        " (site/policies/, not the shipped examples of policies/) and check it against the"
         " nodes:"
     )
-    out.append(f"#   gpu-share-webhook policy check policies/ --nodes {nodes_file}")
+    out.append(f"#   gpu-share-webhook policy check site/policies/ --nodes {nodes_file}")
     if found.problems:
         out.append("#")
         out += _comment(
