@@ -239,6 +239,13 @@ def workspace(root: Path) -> Path:
     (repo / "team-b.json").write_text(json.dumps(team_b), encoding="utf-8")
     (repo / "workloads.json").write_text(_listing(pods), encoding="utf-8")
     shutil.copy(REPO / "examples" / "allowed" / "mps-limits.yaml", repo / "train.yaml")
+    # The site's own policies, as the first steps make them (discover from the nodes).
+    site = repo / "site" / "policies"
+    site.mkdir(parents=True)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["discover", "-f", str(repo / "nodes.json")]) == 0
+    (site / "default.yaml").write_text(out.getvalue(), encoding="utf-8")
     return repo
 
 

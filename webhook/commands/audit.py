@@ -4,8 +4,8 @@ as it stands, per namespace, from files alone (no cluster access).
 Make the files with
 
     kubectl get namespaces -o json > namespaces.json
-    kubectl get pods,deployments,statefulsets,daemonsets,jobs,cronjobs,replicasets,\\
-        replicationcontrollers -A -o json > workloads.json
+    kubectl get -A -o json > workloads.json \\
+        pods,deployments,statefulsets,daemonsets,jobs,cronjobs,replicasets,replicationcontrollers
 
 (JSON or YAML, `kind: List`, the API's own lists such as PodList, or single objects, JSON
 ones also one after another; several files, `-` for standard input; add the kinds of the
@@ -153,7 +153,8 @@ def run(args: argparse.Namespace) -> int:
         # would be refused".
         print(
             f"error: no pod or workload in {', '.join(files)}: nothing to audit; add the output"
-            " of `kubectl get pods,deployments,statefulsets,daemonsets,jobs,cronjobs -A -o json`",
+            " of `kubectl get -A -o json pods,deployments,statefulsets,daemonsets,jobs,cronjobs,"
+            "replicasets,replicationcontrollers`",
             file=sys.stderr,
         )
         return EXIT_USAGE
