@@ -46,6 +46,32 @@ GPU = "nvidia.com/gpu"
 _MIG = re.compile(r"nvidia\.com/mig-(\d+c\.)?\d+g\.\d+gb([.+-][a-z]+)*")
 _MIG_PREFIX = "nvidia.com/mig-"
 _MIG_EXAMPLE = "nvidia.com/mig-1g.5gb"
+# Names that are none of this, met in most pods: passed over without a search.
+_PLAIN_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
+_PLAIN_LABELS = frozenset(
+    {
+        "app",
+        "pod-template-hash",
+        "controller-revision-hash",
+        "job-name",
+        "batch.kubernetes.io/job-name",
+        "batch.kubernetes.io/controller-uid",
+        "controller-uid",
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/component",
+        "app.kubernetes.io/part-of",
+        "app.kubernetes.io/version",
+        "app.kubernetes.io/managed-by",
+        "statefulset.kubernetes.io/pod-name",
+        "apps.kubernetes.io/pod-index",
+        "version",
+        "release",
+        "component",
+        "tier",
+        "team",
+    }
+)
 # What a name must have in it, in any case, to be looked at further.
 _SUSPECT_RESOURCE = re.compile("gpu|nvidia", re.IGNORECASE)
 _SUSPECT_KEY = re.compile("share|profile|gpu", re.IGNORECASE)
@@ -61,15 +87,16 @@ def resource_warnings(pod: pods.Pod, policy: Policy) -> list[str]:
         if not c.judged:
             continue
         for part in (c.limits.value, c.requests.value):
-            if not part or not isinstance(part, Mapping):
+            if type(part) is not dict:
                 continue
             for name in part:
                 # Cheap first: most names (cpu, memory, the policy's own, other vendors'
                 # devices) are none of this.
                 if (
-                    name == GPU
+                    type(name) is not str
+                    or name in _PLAIN_RESOURCES
+                    or name == GPU
                     or name in shared
-                    or not isinstance(name, str)
                     or _SUSPECT_RESOURCE.search(name) is None
                 ):
                     continue
@@ -141,12 +168,12 @@ def label_warnings(node: Mapping[str, Any], pod: pods.Pod, policy: Policy) -> li
     """Warnings for the pod's labels (`node` is the pod spec's object) that are one of the
     webhook's annotations, or a namespace label, set in the wrong place."""
     meta = node.get("metadata")
-    labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    if not isinstance(labels, Mapping):
+    labels = meta.get("labels") if type(meta) is dict else None
+    if type(labels) is not dict:
         return []
     out: list[str] = []
     for key in labels:
-        if not isinstance(key, str) or _SUSPECT_KEY.search(key) is None:
+        if type(key) is not str or key in _PLAIN_LABELS or _SUSPECT_KEY.search(key) is None:
             continue
         lower = key.lower()
         if lower in NAMESPACE_LABELS:
