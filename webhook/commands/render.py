@@ -96,7 +96,8 @@ def register(subparsers: Any) -> None:
         choices=rendering.FAILURE_POLICIES,
         default=from_env("failure-policy", "Fail"),
         help=help_text(
-            "what the API server does when the webhook cannot answer (see docs/install.md)",
+            "what the API server does when the webhook cannot answer (see docs/install.md);"
+            " the entry that only warns of namespace label near misses is Ignore always",
             "failure-policy",
         ),
     )
