@@ -10,6 +10,7 @@ manifests or the examples is taken for a near miss, and a result without a chang
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from aiohttp.test_utils import TestClient
 from tests import apiserver, corpus, kube
 from tests import server_helpers as h
 from webhook import cli, namespaces, policies, rendering
-from webhook.core import reviewing
+from webhook.core import nearmisses, reviewing
 from webhook.transport import app as server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -624,3 +625,55 @@ def test_explain_tells_an_empty_policy_label_from_none(
 
 
 OPT_IN = "gpu-share.io/enabled=true"
+
+
+# --------------------------------------------------------------------------- bounded
+
+# Objects built to make the checks expensive: each costs a pass over its names and a bounded
+# number of fuzzy matches, and gives a bounded number of warnings (before the budget, the
+# second took a minute and sent 50,000 warnings). bench/near_misses.py times them.
+HOSTILE = {
+    "annotations": _pod(SHARED, {f"gpu-share.io/p{i}": "v" for i in range(5_000)}),
+    "long-annotations": _pod(SHARED, {f"gpu-share.io/{'x' * 280}{i}": "v" for i in range(500)}),
+    "labels": _pod(SHARED, labels={f"gpushare/p{i}": "v" for i in range(5_000)}),
+    "resources": _pod({f"nvidia.com/gpux{i}": 1 for i in range(2_000)}),
+    "resources-case": _pod({f"NVIDIA.com/gpu{i}": 1 for i in range(2_000)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_near_misses_cost_a_bounded_number_of_matches_and_warnings(
+    name: str, loaded: policies.PolicySet, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = []
+    real = difflib.get_close_matches
+
+    def counted(*args: Any, **kwargs: Any) -> list[str]:
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    # A spy, not a stand-in: every match is the real one, counted.
+    monkeypatch.setattr(difflib, "get_close_matches", counted)
+    decision = reviewing.review(HOSTILE[name], policy=loaded.governing("default"))
+    assert len(calls) <= nearmisses.LOOKS
+    ours = _ours(decision.warnings)
+    assert len(ours) + decision.warnings.count(nearmisses.MORE) <= nearmisses.LINES + 1
+
+
+def test_a_namespace_with_many_labels_costs_a_bounded_number_of_matches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls = []
+    real = difflib.get_close_matches
+
+    def counted(*args: Any, **kwargs: Any) -> list[str]:
+        calls.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(difflib, "get_close_matches", counted)
+    labels = {f"gpushare.io/l{i}": "v" for i in range(5_000)}
+    lines = namespaces.label_near_misses(labels)
+    assert len(calls) <= 64
+    assert len(lines) <= 7
+    labels = {f"gpu-share.io/l{i}": "v" for i in range(5_000)}
+    assert len(namespaces.label_near_misses(labels)) == 7

@@ -69,7 +69,8 @@ _DOMAIN_PREFIX = ENABLED_LABEL.partition("/")[0] + "/"
 def label_near_misses(labels: Mapping[str, str]) -> list[str]:
     """What in a namespace's labels looks like the opt-in or the policy label but is not
     (label keys and values are matched exactly by the webhook configurations' selectors):
-    one line each, saying what the namespace gets instead and what to write."""
+    one line each, saying what the namespace gets instead and what to write. At most
+    `_MOST_LINES` lines and `_MOST_LOOKS` fuzzy matches, whatever the labels hold."""
     out: list[str] = []
     value = labels.get(ENABLED_LABEL)
     if value is not None and value != "true" and value.strip().lower() in _TRUE_LOOKING:
@@ -77,23 +78,36 @@ def label_near_misses(labels: Mapping[str, str]) -> list[str]:
             f'label {ENABLED_LABEL}={value} does not opt in: only "true" does (label values'
             " are case-sensitive)"
         )
+    looks = [_MOST_LOOKS]
     for key in labels:
-        meant = meant_label(key)
+        meant = meant_label(key, looks)
         if meant is not None:
+            if len(out) == _MOST_LINES:
+                out.append("more labels look like gpu-share's but are not; the first are above")
+                break
             out.append(f"label {key} is not one gpu-share reads: did you mean {meant}?")
     return out
 
 
-def meant_label(key: str) -> str | None:
+_MOST_LINES = 6
+_MOST_LOOKS = 64
+
+
+def meant_label(key: str, looks: list[int] | None = None) -> str | None:
     """The label of ours a key that is none of them looks like (a misspelling, or an
     unknown key under `gpu-share.io/`: taken for the opt-in unless closer to the policy
-    label); None when it looks like none."""
+    label); None when it looks like none. `looks`: fuzzy matches left, counted down."""
     if key in _OUR_LABELS or key == NAME_LABEL:
         return None
     lower = key.lower()
     if "share" not in lower and "gpu" not in lower:
         return None
-    close = difflib.get_close_matches(lower, _OUR_LABELS, n=1, cutoff=0.8)
+    # Much longer than both labels: no misspelling of them (difflib's ratio stays low).
+    close: list[str] = []
+    if len(lower) <= 2 * len(ENABLED_LABEL) and (looks is None or looks[0] > 0):
+        if looks is not None:
+            looks[0] -= 1
+        close = difflib.get_close_matches(lower, _OUR_LABELS, n=1, cutoff=0.8)
     if close:
         return close[0]
     if key.startswith(_DOMAIN_PREFIX):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from webhook import names
@@ -36,6 +36,7 @@ from webhook.policies import Policy
 
 # The annotations the webhook reads or writes on a pod.
 KNOWN_ANNOTATIONS = (names.ANNOTATION_PROFILE, names.ANNOTATION_POLICY, names.ANNOTATION_MUTATIONS)
+_KNOWN_SET = frozenset(KNOWN_ANNOTATIONS)
 # The namespace's labels (the policy label's key is also the pod annotation the webhook writes).
 NAMESPACE_LABELS = frozenset({names.ENABLED_LABEL})
 _DOMAIN_PREFIX = names.DOMAIN + "/"
@@ -79,7 +80,56 @@ _SUSPECT_KEY = re.compile("share|profile|gpu", re.IGNORECASE)
 _CLOSE = 0.8
 
 
-def resource_warnings(pod: pods.Pod, policy: Policy) -> list[str]:
+class Budget:
+    """What one review may spend on near misses, whatever the object holds: fuzzy matches
+    (`looks`; each a few microseconds) and warnings (`lines`). A pod with 50,000 annotation
+    keys like `gpu-share.io/p1` costs a pass over them and `LOOKS` matches, not 50,000 (which
+    took a minute), and gives `LINES` warnings and one that says there are more."""
+
+    __slots__ = ("lines", "looks", "more")
+
+    def __init__(self, looks: int = 0, lines: int = 0) -> None:
+        self.looks: int = looks or LOOKS
+        self.lines: int = lines or LINES
+        self.more: bool = False
+
+    @property
+    def spent(self) -> bool:
+        """Nothing more can be told: the warnings are all sent, or the matches all made (a
+        name that passed the cheap filter could no longer be judged)."""
+        return self.more or self.looks <= 0
+
+    def put(self, out: list[str], line: str) -> None:
+        """Add `line` to `out` unless it is there or the budget of warnings is spent."""
+        if line in out:
+            return
+        if self.lines > 0:
+            self.lines -= 1
+            out.append(line)
+        elif not self.more:
+            self.more = True
+            out.append(MORE)
+
+
+# A review's budget: fuzzy matches, and warnings (kubectl prints each on its own line).
+LOOKS = 64
+LINES = 6
+MORE = "more names look like gpu-share's but are not; the first are above"
+
+
+def _close(word: str, candidates: Sequence[str], cutoff: float, budget: Budget) -> str | None:
+    """The candidate `word` is closest to (difflib's ratio at least `cutoff`), within the
+    budget. A word much longer than every candidate cannot be that close (the ratio is at
+    most twice the shorter length over the sum), so it costs nothing."""
+    longest = max(len(c) for c in candidates)
+    if len(word) * cutoff > (2 - cutoff) * longest or budget.looks <= 0:
+        return None
+    budget.looks -= 1
+    close = difflib.get_close_matches(word, candidates, n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def resource_warnings(pod: pods.Pod, policy: Policy, budget: Budget) -> list[str]:
     """Warnings for resource names that look like an NVIDIA GPU resource but are none."""
     out: list[str] = []
     shared = policy.shared_resources
@@ -100,10 +150,11 @@ def resource_warnings(pod: pods.Pod, policy: Policy) -> list[str]:
                     or _SUSPECT_RESOURCE.search(name) is None
                 ):
                     continue
-                meant = _meant_resource(name, policy)
-                line = f'container "{c.name}": {meant}'
-                if meant is not None and line not in out:
-                    out.append(line)
+                if budget.spent:
+                    return out
+                meant = _meant_resource(name, policy, budget)
+                if meant is not None:
+                    budget.put(out, f'container "{c.name}": {meant}')
     return out
 
 
@@ -117,7 +168,7 @@ def _known_resource(name: str, policy: Policy) -> bool:
     )
 
 
-def _meant_resource(name: str, policy: Policy) -> str | None:
+def _meant_resource(name: str, policy: Policy, budget: Budget) -> str | None:
     """None when `name` is no near miss; else its warning (short: what was meant first)."""
     lower = name.lower()
     if "gpu" not in lower and "nvidia" not in lower:
@@ -128,43 +179,50 @@ def _meant_resource(name: str, policy: Policy) -> str | None:
     if lower != name and _known_resource(lower, policy):
         return f"{name}: names are case-sensitive; did you mean {lower}?"
     if not lower.startswith(names.GPU_RESOURCE_PREFIXES):
-        close = difflib.get_close_matches(lower, candidates, n=1, cutoff=_CLOSE)
-        if not close:
+        close = _close(lower, candidates, _CLOSE, budget)
+        if close is None:
             return None
-        return f"no GPU resource {name}; did you mean {close[0]}?"
+        return f"no GPU resource {name}; did you mean {close}?"
     if lower.startswith(_MIG_PREFIX):
         return f"no GPU resource {name}; MIG devices are named like {_MIG_EXAMPLE}"
-    close = difflib.get_close_matches(lower, candidates, n=1, cutoff=0.6)
-    if close:
-        return f"no GPU resource {name}; did you mean {close[0]}? (no node offers it)"
+    close = _close(lower, candidates, 0.6, budget)
+    if close is not None:
+        return f"no GPU resource {name}; did you mean {close}? (no node offers it)"
     return f"no GPU resource {name} (no node offers it); ask for {policy.preferred_resource}"
 
 
-def annotation_warnings(pod: pods.Pod, policy: Policy) -> list[str]:
+def annotation_warnings(pod: pods.Pod, policy: Policy, budget: Budget) -> list[str]:
     """Warnings for annotation keys that look like one the webhook reads but are not, a
     namespace label written as a pod annotation, and a policy annotation the webhook will
     overwrite (the namespace's label picks the policy)."""
     out: list[str] = []
     for key, value in pod.annotations:
-        if key == names.ANNOTATION_POLICY:
-            if isinstance(value, str) and value != policy.name:
-                out.append(
+        if key in _KNOWN_SET or _SUSPECT_KEY.search(key) is None:
+            if key == names.ANNOTATION_POLICY and isinstance(value, str) and value != policy.name:
+                budget.put(
+                    out,
                     f"annotation {key}={value} is not read: the namespace's label picks the"
-                    f' policy (here "{policy.name}")'
+                    f' policy (here "{policy.name}")',
                 )
             continue
+        if budget.spent:
+            return out
         if key.lower() in NAMESPACE_LABELS:
-            out.append(f"{key} is a namespace label, not a pod annotation: label the namespace")
+            budget.put(
+                out, f"{key} is a namespace label, not a pod annotation: label the namespace"
+            )
             continue
-        meant = _meant_annotation(key)
+        meant = _meant_annotation(key, budget)
         if meant is None:
             continue
         effect = _profile_effect(pod, policy) if meant == names.ANNOTATION_PROFILE else ""
-        out.append(f"annotation {key} is ignored: did you mean {meant}?{effect}")
+        budget.put(out, f"annotation {key} is ignored: did you mean {meant}?{effect}")
     return out
 
 
-def label_warnings(node: Mapping[str, Any], pod: pods.Pod, policy: Policy) -> list[str]:
+def label_warnings(
+    node: Mapping[str, Any], pod: pods.Pod, policy: Policy, budget: Budget
+) -> list[str]:
     """Warnings for the pod's labels (`node` is the pod spec's object) that are one of the
     webhook's annotations, or a namespace label, set in the wrong place."""
     meta = node.get("metadata")
@@ -175,31 +233,36 @@ def label_warnings(node: Mapping[str, Any], pod: pods.Pod, policy: Policy) -> li
     for key in labels:
         if type(key) is not str or key in _PLAIN_LABELS or _SUSPECT_KEY.search(key) is None:
             continue
+        if budget.spent:
+            return out
         lower = key.lower()
         if lower in NAMESPACE_LABELS:
-            out.append(f"label {key} belongs on the namespace, not the pod: label the namespace")
+            budget.put(
+                out, f"label {key} belongs on the namespace, not the pod: label the namespace"
+            )
             continue
-        meant = key if key in KNOWN_ANNOTATIONS else _meant_annotation(key)
+        meant = key if key in _KNOWN_SET else _meant_annotation(key, budget)
         if meant == names.ANNOTATION_PROFILE:
-            out.append(
+            budget.put(
+                out,
                 f"label {key} is not read: set {meant} as an annotation"
-                + _profile_effect(pod, policy)
+                + _profile_effect(pod, policy),
             )
     return out
 
 
-def _meant_annotation(key: str) -> str | None:
-    if key in KNOWN_ANNOTATIONS:
+def _meant_annotation(key: str, budget: Budget) -> str | None:
+    if key in _KNOWN_SET:
         return None
     lower = key.lower()
-    if lower in KNOWN_ANNOTATIONS:
+    if lower in _KNOWN_SET:
         return lower
     ours = key.startswith(_DOMAIN_PREFIX)
     if not ours and "share" not in lower and "profile" not in lower and "gpu" not in lower:
         return None
-    close = difflib.get_close_matches(lower, KNOWN_ANNOTATIONS, n=1, cutoff=_CLOSE)
-    if close:
-        return close[0]
+    close = _close(lower, KNOWN_ANNOTATIONS, _CLOSE, budget)
+    if close is not None:
+        return close
     return names.ANNOTATION_PROFILE if ours else None
 
 
@@ -209,7 +272,9 @@ def _profile_effect(pod: pods.Pod, policy: Policy) -> str:
     return ""
 
 
-def workload_warnings(obj: Mapping[str, Any], found: list[pods.Template]) -> list[str]:
+def workload_warnings(
+    obj: Mapping[str, Any], found: list[pods.Template], budget: Budget
+) -> list[str]:
     """`gpu-share.io/profile` (or a near miss of it) in a workload's own metadata, or in the
     metadata of a level between it and its pod template (a CronJob's `jobTemplate`): its pods
     never see it, they get their template's annotations."""
@@ -217,7 +282,6 @@ def workload_warnings(obj: Mapping[str, Any], found: list[pods.Template]) -> lis
     if kind == "Pod" or not found:
         return []
     out: list[str] = []
-    seen: set[str] = set()
     for t in found:
         if _template_annotation(t.node, names.ANNOTATION_PROFILE) is not None:
             continue
@@ -230,15 +294,14 @@ def workload_warnings(obj: Mapping[str, Any], found: list[pods.Template]) -> lis
             for key in own:
                 if not isinstance(key, str):
                     continue
-                meant = key if key == names.ANNOTATION_PROFILE else _meant_annotation(key)
+                if budget.spent:
+                    return out
+                meant = key if key == names.ANNOTATION_PROFILE else _meant_annotation(key, budget)
                 if meant != names.ANNOTATION_PROFILE:
                     continue
                 place = f"the {kind}'s metadata" if not where else f"{where}.metadata"
                 what = "move it to" if key == names.ANNOTATION_PROFILE else f"set {meant} in"
-                line = f"{key} in {place} is ignored: {what} {target}"
-                if line not in seen:
-                    seen.add(line)
-                    out.append(line)
+                budget.put(out, f"{key} in {place} is ignored: {what} {target}")
     return out
 
 
@@ -294,7 +357,8 @@ def unchanged(pod: pods.Pod, policy: Policy) -> str:
         return "it is already as the webhook leaves it"
     if not wanted and policy.rules.void_visible_devices_without_gpu:
         return "it asks for no GPU, and its containers already hide the GPUs"
-    missed = [name for name in wanted if _meant_resource(name, policy) is not None]
+    budget = Budget()
+    missed = [name for name in wanted if _meant_resource(name, policy, budget) is not None]
     if missed:
         return f"it asks for {', '.join(missed)}, which no node offers (see the warning)"
     if wanted:

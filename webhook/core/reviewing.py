@@ -177,6 +177,7 @@ def review(
     found, problems = pods.templates(obj, kinds)
     views = [pods.read(template, old=old) for template in found]
     decision = Decision(violations=[rules.malformed(p, OBJECT) for p in problems])
+    budget = nearmisses.Budget()
     for template, pod in zip(found, views, strict=True):
         r, ops = run(pod, policy, mutate=mutate, require=require)
         label = pod.place.label
@@ -192,12 +193,12 @@ def review(
         if not require:
             # Told once: a Pod's validating review sees what the mutating one told of.
             for w in (
-                nearmisses.resource_warnings(pod, policy)
-                + nearmisses.annotation_warnings(pod, policy)
-                + nearmisses.label_warnings(template.node, pod, policy)
+                nearmisses.resource_warnings(pod, policy, budget)
+                + nearmisses.annotation_warnings(pod, policy, budget)
+                + nearmisses.label_warnings(template.node, pod, policy, budget)
             ):
                 decision.warn(f"{label}: {w}" if label else w)
-    for w in nearmisses.workload_warnings(obj, found):
+    for w in nearmisses.workload_warnings(obj, found, budget):
         decision.warn(w)
     if decision.violations:
         decision.patch = []
