@@ -677,3 +677,30 @@ def test_a_namespace_with_many_labels_costs_a_bounded_number_of_matches(
     assert len(lines) <= 7
     labels = {f"gpu-share.io/l{i}": "v" for i in range(5_000)}
     assert len(namespaces.label_near_misses(labels)) == 7
+
+
+# What the webhook echoes of an object (a key in a warning, a name in a refusal) cannot start
+# a line or rewrite one where it is printed: kubectl's terminal, an audit log.
+UNPRINTABLE = {
+    "newline": "gpu-share.io/profle\nWarning: all pods approved",
+    "terminal-escape": "gpu-share.io/profle\x1b[2K\x1b[1A",
+    "bidi-override": "gpu-share.io/\u202eelifrp",
+    "zero-width": "gpu-share.io/pro\u200bfile",
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNPRINTABLE))
+def test_what_is_echoed_is_printable(name: str, loaded: policies.PolicySet) -> None:
+    key = UNPRINTABLE[name]
+    decision = reviewing.review(_pod(SHARED, {key: "small"}), policy=loaded.governing("default"))
+    assert decision.warnings
+    for warning in decision.warnings:
+        assert warning.isprintable(), warning
+    assert any(
+        f"\\u{ord(c):04x}" in w for w in decision.warnings for c in key if not c.isprintable()
+    )
+    refused = _pod({"nvidia.com/gpu.shared": 2})
+    refused["spec"]["containers"][0]["name"] = f"cuda{key[-6:]}"
+    decision = reviewing.review(refused, policy=loaded.governing("default"))
+    assert not decision.allowed
+    assert decision.message.isprintable()

@@ -29,8 +29,20 @@ def shown(value: object) -> str:
 
 
 def short_warning(text: str) -> str:
-    """A warning as it is sent: clients may cut longer ones (MAX_WARNING)."""
+    """A warning as it is sent: printable (`printable`), and cut at MAX_WARNING (clients may
+    cut longer ones)."""
+    text = printable(text)
     return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
+
+
+def printable(text: str) -> str:
+    """`text` with every character that is not printable (newlines, terminal escapes, bidi
+    overrides, zero-width characters: what a name in a pod can hold before the API server
+    validates it) written as `\\uXXXX`: what the webhook echoes of an object cannot start a
+    line of its own or rewrite one in a terminal or a log."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
 
 
 class ErrorType(enum.Enum):
@@ -146,14 +158,14 @@ class Decision:
         answer of kilobytes, not megabytes)."""
         violations = self.violations
         if len(violations) == 1:
-            return violations[0].text
+            return printable(violations[0].text)
         text = f"{len(violations)} problems: " + "; ".join(
             f"({i}) {v.text}" for i, v in enumerate(violations[:SHOWN_PROBLEMS], 1)
         )
         if len(violations) > SHOWN_PROBLEMS:
             more = Counter(v.rule for v in violations[SHOWN_PROBLEMS:])
             text += "; and " + ", ".join(f"{n} more of rule {rule}" for rule, n in more.items())
-        return text
+        return printable(text)
 
     @property
     def rules(self) -> list[str]:
