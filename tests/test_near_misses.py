@@ -24,7 +24,9 @@ from aiohttp.test_utils import TestClient
 from tests import apiserver, corpus, kube
 from tests import server_helpers as h
 from webhook import cli, namespaces, policies, rendering
+from webhook import kinds as workload_kinds
 from webhook.core import nearmisses, reviewing
+from webhook.core import pods as pod_view
 from webhook.transport import app as server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,38 +110,37 @@ class NearMiss:
 NEAR_MISSES: dict[str, NearMiss] = {
     "resource-dash-for-dot": NearMiss(
         _pod({"nvidia.com/gpu-shared": 1}),
-        'container "cuda": no GPU resource nvidia.com/gpu-shared; did you mean'
-        " nvidia.com/gpu.shared? (no node offers it)",
+        "did you mean nvidia.com/gpu.shared? nvidia.com/gpu-shared is no NVIDIA GPU resource"
+        ' (container "cuda")',
     ),
     "resource-plural": NearMiss(
         _pod({"nvidia.com/gpus": 1}),
-        'container "cuda": no GPU resource nvidia.com/gpus; did you mean nvidia.com/gpu?'
-        " (no node offers it)",
+        'did you mean nvidia.com/gpu? nvidia.com/gpus is no NVIDIA GPU resource (container "cuda")',
     ),
     "resource-in-requests-only": NearMiss(
         _pod(requests={"nvidia.com/gpu.share": 1}),
-        'container "cuda": no GPU resource nvidia.com/gpu.share; did you mean'
-        " nvidia.com/gpu.shared? (no node offers it)",
+        "did you mean nvidia.com/gpu.shared? nvidia.com/gpu.share is no NVIDIA GPU resource"
+        ' (container "cuda")',
     ),
     "resource-mig-without-dot": NearMiss(
         _pod({"nvidia.com/mig-1g5gb": 1}),
-        'container "cuda": no GPU resource nvidia.com/mig-1g5gb; MIG devices are named like'
-        " nvidia.com/mig-1g.5gb",
+        "MIG devices are named like nvidia.com/mig-1g.5gb: nvidia.com/mig-1g5gb is not"
+        ' (container "cuda")',
     ),
     "resource-case": NearMiss(
         _pod({"nvidia.com/GPU.shared": 1}),
-        'container "cuda": nvidia.com/GPU.shared: names are case-sensitive; did you mean'
-        " nvidia.com/gpu.shared?",
+        "did you mean nvidia.com/gpu.shared? Resource names are case-sensitive:"
+        ' nvidia.com/GPU.shared (container "cuda")',
     ),
     "resource-case-in-a-deployment": NearMiss(
         _deployment(_pod({"nvidia.com/GPU.shared": 1})),
-        'container "cuda": nvidia.com/GPU.shared: names are case-sensitive; did you mean'
-        " nvidia.com/gpu.shared?",
+        "did you mean nvidia.com/gpu.shared? Resource names are case-sensitive:"
+        ' nvidia.com/GPU.shared (container "cuda")',
     ),
     "resource-domain-typo": NearMiss(
         _pod({"nvida.com/gpu.shared": 1}),
-        'container "cuda": no GPU resource nvida.com/gpu.shared; did you mean'
-        " nvidia.com/gpu.shared?",
+        "did you mean nvidia.com/gpu.shared? nvida.com/gpu.shared is no NVIDIA GPU resource"
+        ' (container "cuda")',
     ),
     "profile-annotation-typo": NearMiss(
         _pod(SHARED, {"gpu-share.io/profle": "small"}),
@@ -163,17 +164,17 @@ NEAR_MISSES: dict[str, NearMiss] = {
     ),
     "profile-on-the-deployment": NearMiss(
         _deployment(_pod(SHARED), {"gpu-share.io/profile": "small"}),
-        "gpu-share.io/profile in the Deployment's metadata is ignored: move it to"
-        " spec.template.metadata",
+        "move it to the pod template's annotations: gpu-share.io/profile in the Deployment's"
+        " metadata is ignored",
     ),
     "profile-on-the-cronjobs-job-template": NearMiss(
         _cronjob(_pod(SHARED), {"gpu-share.io/profile": "small"}),
-        "gpu-share.io/profile in spec.jobTemplate.metadata is ignored: move it to"
-        " spec.jobTemplate.spec.template.metadata",
+        "move it to the pod template's annotations: gpu-share.io/profile in"
+        " spec.jobTemplate.metadata is ignored",
     ),
     "profile-as-a-label": NearMiss(
         _pod(SHARED, labels={"gpu-share.io/profile": "small"}),
-        "label gpu-share.io/profile is not read: set gpu-share.io/profile as an annotation"
+        "set gpu-share.io/profile as an annotation: label gpu-share.io/profile is not read"
         ' (default profile "medium" applies)',
     ),
     "opt-in-as-a-pod-label": NearMiss(
@@ -186,8 +187,8 @@ NEAR_MISSES: dict[str, NearMiss] = {
     ),
     "policy-as-a-pod-annotation": NearMiss(
         _pod(SHARED, {"gpu-share.io/policy": "training"}),
-        "annotation gpu-share.io/policy=training is not read: the namespace's label picks the"
-        ' policy (here "default")',
+        'the namespace\'s label picks the policy (here "default"): annotation'
+        " gpu-share.io/policy=training is not read",
     ),
     "profile-typo-in-the-template": NearMiss(
         _deployment(_pod(SHARED, {"gpu-share.io/profil": "small"})),
@@ -223,7 +224,9 @@ NOT_NEAR_MISSES = {
 
 # The words of this module's warnings, to tell them from the others'.
 _MARKS = (
-    "no GPU resource",
+    "no NVIDIA GPU resource",
+    "MIG devices are named",
+    "did you mean",
     "case-sensitive",
     "is ignored",
     "is not read",
@@ -377,19 +380,18 @@ LABEL_NEAR_MISSES = {
     "key-typo": (
         ["-l", "gpu-share.io/enable=true"],
         "not reviewed: Pod/train: namespace team-a: not opted in (no label"
-        " gpu-share.io/enabled=true; label gpu-share.io/enable is not one gpu-share reads:"
-        " did you mean gpu-share.io/enabled?); left unchanged",
+        " gpu-share.io/enabled=true; did you mean gpu-share.io/enabled? Label"
+        " gpu-share.io/enable is not read); left unchanged",
     ),
     "unknown-key-of-ours": (
         ["-l", "gpu-share.io/opt-in=true"],
-        "not reviewed: Pod/train: namespace team-a: not opted in (no label"
-        " gpu-share.io/enabled=true; label gpu-share.io/opt-in is not one gpu-share reads:"
-        " did you mean gpu-share.io/enabled?); left unchanged",
+        "Warning: namespace: gpu-share reads gpu-share.io/enabled and gpu-share.io/policy:"
+        " label gpu-share.io/opt-in is not read",
     ),
     "policy-key-typo": (
         ["-l", "gpushare.io/policy=gold"],
-        "Warning: namespace: label gpushare.io/policy is not one gpu-share reads: did you"
-        " mean gpu-share.io/policy?",
+        "Warning: namespace: did you mean gpu-share.io/policy? Label gpushare.io/policy is not"
+        " read",
     ),
 }
 
@@ -427,7 +429,8 @@ UNCHANGED = {
     ),
     "near-miss": (
         _pod({"nvidia.com/gpu-shared": 1}),
-        "it asks for nvidia.com/gpu-shared, which no node offers (see the warning)",
+        "it asks for nvidia.com/gpu-shared, which looks like a misspelt GPU resource (see the"
+        " warning)",
     ),
 }
 
@@ -483,17 +486,11 @@ NAMESPACE_CASES = {
     ),
     "key-typo": (
         {"gpu-share.io/enable": "true"},
-        [
-            "label gpu-share.io/enable is not one gpu-share reads: did you mean"
-            " gpu-share.io/enabled?"
-        ],
+        ["did you mean gpu-share.io/enabled? Label gpu-share.io/enable is not read"],
     ),
     "no-such-policy": (
         {"gpu-share.io/enabled": "true", "gpu-share.io/policy": "gold"},
-        [
-            "label gpu-share.io/policy=gold names no policy (there are: default, not-renamed):"
-            " GPU pods here are refused"
-        ],
+        ["no policy is named gold (label gpu-share.io/policy): GPU pods here are refused"],
     ),
     "right": ({"gpu-share.io/enabled": "true", "gpu-share.io/policy": "not-renamed"}, []),
 }
@@ -592,14 +589,15 @@ def test_audit_lists_near_misses_whatever_show_says(
     code, out, _ = _audit(capsys, tmp_path, [namespace, typo, exclusive])
     assert code == 0
     assert (
-        'namespace team-a: policy "default" (no gpu-share.io/policy label; label'
-        " gpu-share.io/polcy is not one gpu-share reads: did you mean gpu-share.io/policy?)"
+        'namespace team-a: policy "default" (no gpu-share.io/policy label; did you mean'
+        " gpu-share.io/policy? Label gpu-share.io/polcy is not read)"
     ) in out
     # The untouched pod with a near miss is listed by default; the other only with --show all.
     assert (
-        "    Pod/typo: it asks for nvidia.com/gpu-shared, which no node offers (see the warning)\n"
-        '      ! container "cuda": no GPU resource nvidia.com/gpu-shared; did you mean'
-        " nvidia.com/gpu.shared? (no node offers it)\n"
+        "    Pod/typo: it asks for nvidia.com/gpu-shared, which looks like a misspelt GPU"
+        " resource (see the warning)\n"
+        "      ! did you mean nvidia.com/gpu.shared? nvidia.com/gpu-shared is no NVIDIA GPU"
+        ' resource (container "cuda")\n'
     ) in out
     assert "Pod/exclusive" not in out
     assert "Warnings: 1 object (listed above with !)" in out
@@ -704,3 +702,165 @@ def test_what_is_echoed_is_printable(name: str, loaded: policies.PolicySet) -> N
     decision = reviewing.review(refused, policy=loaded.governing("default"))
     assert not decision.allowed
     assert decision.message.isprintable()
+
+
+# --------------------------------------------------------------------------- advice that holds
+# (found by attacking the change: each warning must not point anyone at a harmful action)
+
+NAMESPACE_ADVICE = {
+    # An opt-out word is no misspelling of the opt-in: telling an admin "did you mean
+    # gpu-share.io/enabled?" would have them opt the namespace in.
+    "opt-out": (
+        {"gpu-share.io/disabled": "true"},
+        "a namespace without gpu-share.io/enabled=true is left alone: label"
+        " gpu-share.io/disabled is not read",
+    ),
+    "exempt": (
+        {"gpu-share.io/exempt": "true"},
+        "a namespace without gpu-share.io/enabled=true is left alone: label"
+        " gpu-share.io/exempt is not read",
+    ),
+    "unknown": (
+        {"gpu-share.io/team": "research"},
+        "gpu-share reads gpu-share.io/enabled and gpu-share.io/policy: label"
+        " gpu-share.io/team is not read",
+    ),
+    # A pod annotation on a namespace is not taken for the policy label (whose value would
+    # then name no policy, and refuse every GPU pod).
+    "profile-on-a-namespace": (
+        {"gpu-share.io/profile": "small"},
+        "gpu-share.io/profile is a pod annotation, not a namespace label: label"
+        " gpu-share.io/profile is not read",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NAMESPACE_ADVICE))
+def test_namespace_advice_never_points_at_the_opt_in_by_guess(name: str) -> None:
+    labels, line = NAMESPACE_ADVICE[name]
+    assert namespaces.label_near_misses(labels) == [line]
+    assert namespaces.meant_label(next(iter(labels))) != namespaces.ENABLED_LABEL
+
+
+def test_mutate_takes_an_opt_out_word_for_no_misspelt_opt_in(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = _mutate(capsys, tmp_path, [_pod(SHARED)], "-l", "gpu-share.io/exempt=true")
+    assert code == 0
+    assert "not reviewed" not in err
+    assert "nvidia.com/gpu.sharing-strategy" in out
+
+
+def test_a_policy_that_does_not_load_is_not_called_missing_and_no_policy_is_named() -> None:
+    namespace = _namespace({"gpu-share.io/enabled": "true", "gpu-share.io/policy": "gold"})
+    broken = reviewing.namespace_labels(namespace, ["default"], ["gold"])
+    assert broken.warnings == [
+        'policy "gold" is not in force (its file does not load): GPU pods here are refused'
+        " until the admin fixes it"
+    ]
+    missing = reviewing.namespace_labels(namespace, ["default", "secret-team"], [])
+    assert missing.warnings == [
+        "no policy is named gold (label gpu-share.io/policy): GPU pods here are refused"
+    ]
+    assert "secret-team" not in missing.warnings[0]
+    assert reviewing.namespace_labels(namespace, ["gold"], ["gold"]).warnings == []
+
+
+def test_a_policy_like_pod_annotation_is_sent_to_the_namespace_label(
+    loaded: policies.PolicySet,
+) -> None:
+    decision = reviewing.review(
+        _pod(SHARED, {"gpu-share.io/polciy": "gold"}), policy=loaded.governing("default")
+    )
+    assert decision.warnings == [
+        "annotation gpu-share.io/polciy is ignored: the namespace's label gpu-share.io/policy"
+        " picks the policy"
+    ]
+
+
+@pytest.mark.parametrize("limits", [{"nvidia.com/gpu": 1}, {}], ids=["exclusive-gpu", "no-gpu"])
+def test_no_default_profile_is_claimed_where_none_applies(
+    limits: dict[str, Any], loaded: policies.PolicySet
+) -> None:
+    decision = reviewing.review(
+        _pod(limits, {"gpu-share.io/profle": "small"}), policy=loaded.governing("default")
+    )
+    assert decision.warnings == [
+        "annotation gpu-share.io/profle is ignored: did you mean gpu-share.io/profile?"
+    ]
+
+
+def test_the_advice_survives_the_cut_of_a_long_warning(loaded: policies.PolicySet) -> None:
+    pod = _pod({"nvidia.com/gpu-shared": 1})
+    pod["spec"]["containers"][0]["name"] = (
+        "a-container-with-a-name-of-sixty-characters-for-the-test-xx"
+    )
+    (warning,) = _ours(reviewing.review(pod, policy=loaded.governing("default")).warnings)
+    assert warning.startswith("did you mean nvidia.com/gpu.shared? nvidia.com/gpu-shared")
+    assert len(warning) <= 120
+
+
+def test_warnings_are_capped_with_a_count(loaded: policies.PolicySet) -> None:
+    pod = _pod(SHARED)
+    template = pod["spec"]["containers"][0]
+    pod["spec"]["containers"] = [
+        {**template, "name": f"c{i}", "envFrom": [{"configMapRef": {"name": "settings"}}]}
+        for i in range(100)
+    ]
+    warnings = reviewing.review(pod, policy=loaded.governing("default")).warnings
+    assert len(warnings) == 31
+    assert warnings[-1] == "and 70 more warnings like these"
+
+
+def test_a_workloads_audit_annotation_names_what_every_template_adds(
+    loaded: policies.PolicySet,
+) -> None:
+    job = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": role,
+                    "template": {
+                        "spec": {
+                            "template": {
+                                "spec": {
+                                    "restartPolicy": "Never",
+                                    "containers": [
+                                        {
+                                            "name": role,
+                                            "image": corpus.CUDA,
+                                            "envFrom": [{"configMapRef": {"name": "s"}}],
+                                            "resources": {"limits": SHARED},
+                                        }
+                                    ],
+                                }
+                            }
+                        }
+                    },
+                }
+                for role in ("trainer", "evaluator", "logger")
+            ]
+        },
+    }
+    found = pod_view.kinds_by_name(workload_kinds.all_kinds())
+    decision = reviewing.review(job, policy=loaded.governing("default"), mutate=False, kinds=found)
+    assert decision.audit["env-from"] == "trainer,evaluator,logger"
+
+
+def test_the_commands_print_what_they_echo_printable(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A dump holds what tenants wrote: an admin's terminal must not take it for escapes."""
+    escape = "\x1b]0;owned\x07\x1b[2J"
+    pod = _pod({"nvidia.com/gpu.shared": 2}, {f"gpu-share.io/profle{escape}": f"small{escape}"})
+    pod["metadata"]["name"] = "train"
+    namespace = _namespace({"gpu-share.io/enabled": "true"})
+    for out, err in (
+        _mutate(capsys, tmp_path, [pod])[1:],
+        _audit(capsys, tmp_path, [namespace, pod], "--show", "all")[1:],
+    ):
+        assert "\x1b" not in out + err
+        assert "\\u001b" in out + err

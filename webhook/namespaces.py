@@ -9,9 +9,12 @@ same choice here from the labels it is given.
 from __future__ import annotations
 
 import difflib
+import re
 from collections.abc import Mapping
 
 from webhook import policies
+from webhook.names import ANNOTATION_MUTATIONS as MUTATIONS_ANNOTATION
+from webhook.names import ANNOTATION_PROFILE as PROFILE_ANNOTATION
 from webhook.names import (
     DEFAULT_POLICY,
     ENABLED_LABEL,
@@ -64,6 +67,7 @@ def policy_path(labels: Mapping[str, str]) -> str | None:
 _TRUE_LOOKING = frozenset({"true", "yes", "y", "on", "1", "enabled", "enable"})
 _OUR_LABELS = (ENABLED_LABEL, POLICY_LABEL)
 _DOMAIN_PREFIX = ENABLED_LABEL.partition("/")[0] + "/"
+_OUR_NAMES = tuple(label.removeprefix(_DOMAIN_PREFIX) for label in _OUR_LABELS)
 
 
 def label_near_misses(labels: Mapping[str, str]) -> list[str]:
@@ -81,12 +85,36 @@ def label_near_misses(labels: Mapping[str, str]) -> list[str]:
     looks = [_MOST_LOOKS]
     for key in labels:
         meant = meant_label(key, looks)
-        if meant is not None:
-            if len(out) == _MOST_LINES:
-                out.append("more labels look like gpu-share's but are not; the first are above")
-                break
-            out.append(f"label {key} is not one gpu-share reads: did you mean {meant}?")
+        if meant is None:
+            continue
+        if len(out) == _MOST_LINES:
+            out.append("more labels look like gpu-share's but are not; the first are above")
+            break
+        shown = key if len(key) <= 48 else key[:45] + "..."
+        if meant in _POD_ANNOTATIONS:
+            out.append(
+                f"{meant} is a pod annotation, not a namespace label: label {shown} is not read"
+            )
+        elif meant == OPT_OUT_LABEL:
+            out.append(
+                f"a namespace without {ENABLED_LABEL}=true is left alone: label {shown} is not read"
+            )
+        elif meant == UNKNOWN_LABEL:
+            out.append(
+                f"gpu-share reads {ENABLED_LABEL} and {POLICY_LABEL}: label {shown} is not read"
+            )
+        else:
+            out.append(f"did you mean {meant}? Label {shown} is not read")
     return out
+
+
+# What `meant_label` says of a key under gpu-share.io/ that is close to none of ours, and of
+# one that says the opposite of the opt-in.
+UNKNOWN_LABEL = "(unknown)"
+OPT_OUT_LABEL = "(opt-out)"
+_OPT_OUT = re.compile(r"disab|exempt|exclu|ignor|skip|opt-?out|^off$|^no-|bypass")
+# The pod annotations of ours, which people also put on namespaces.
+_POD_ANNOTATIONS = (PROFILE_ANNOTATION, MUTATIONS_ANNOTATION)
 
 
 _MOST_LINES = 6
@@ -94,22 +122,39 @@ _MOST_LOOKS = 64
 
 
 def meant_label(key: str, looks: list[int] | None = None) -> str | None:
-    """The label of ours a key that is none of them looks like (a misspelling, or an
-    unknown key under `gpu-share.io/`: taken for the opt-in unless closer to the policy
-    label); None when it looks like none. `looks`: fuzzy matches left, counted down."""
+    """The label of ours a key that is none of them is a misspelling of; one of our pod
+    annotations when it is that (put on a namespace); `UNKNOWN_LABEL` for another key under
+    `gpu-share.io/`; None when it looks like none. `looks`: fuzzy matches left, counted
+    down."""
     if key in _OUR_LABELS or key == NAME_LABEL:
         return None
     lower = key.lower()
     if "share" not in lower and "gpu" not in lower:
         return None
+    if lower in _POD_ANNOTATIONS:
+        return lower
+    if _OPT_OUT.search(lower.rpartition("/")[2]):
+        # gpu-share.io/disabled is close to gpu-share.io/enabled by spelling, and the very
+        # opposite by meaning: never tell an admin to opt such a namespace in.
+        return OPT_OUT_LABEL
     # Much longer than both labels: no misspelling of them (difflib's ratio stays low).
     close: list[str] = []
     if len(lower) <= 2 * len(ENABLED_LABEL) and (looks is None or looks[0] > 0):
         if looks is not None:
             looks[0] -= 1
-        close = difflib.get_close_matches(lower, _OUR_LABELS, n=1, cutoff=0.8)
+        if lower.startswith(_DOMAIN_PREFIX):
+            # Under our domain the names alone are compared: the shared prefix would make
+            # gpu-share.io/team look like gpu-share.io/enabled.
+            found = difflib.get_close_matches(
+                lower.removeprefix(_DOMAIN_PREFIX), _OUR_NAMES, n=1, cutoff=0.75
+            )
+            close = [_DOMAIN_PREFIX + n for n in found]
+        else:
+            close = difflib.get_close_matches(lower, _OUR_LABELS, n=1, cutoff=0.8)
     if close:
         return close[0]
     if key.startswith(_DOMAIN_PREFIX):
-        return ENABLED_LABEL
+        # No guess: gpu-share.io/exempt or gpu-share.io/disabled is no misspelling of the
+        # opt-in, and taking it for one would tell an admin to opt the namespace in.
+        return UNKNOWN_LABEL
     return None

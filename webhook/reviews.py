@@ -183,7 +183,7 @@ def decide(
     if request.kind == "Namespace" and request.group == "":
         if endpoint != "validate" or request.operation not in ("CREATE", "UPDATE"):
             return Decision()
-        return reviewing.namespace_labels(request.object, policies.names)
+        return reviewing.namespace_labels(request.object, policies.names, policies.broken)
     return reviewing.admit(
         request.object,
         policy=policies.governing(policy_name),

@@ -49,6 +49,7 @@ from webhook.commands import (
     policies_directory,
     separated,
 )
+from webhook.core.decisions import printable
 from webhook.errors import InputError, PolicyError
 
 # Not GPU_SHARE_WEBHOOK_OUTPUT: `mutate -o` reads that one, with other formats.
@@ -262,7 +263,9 @@ def as_text(report: auditing.Report, *, listed: Sequence[str]) -> str:
         out.append(f"Would be refused: {_objects(refused)}{today}. Fix them before enforcing.")
     else:
         out.append("Nothing would be refused.")
-    return "\n".join(out) + "\n"
+    # Each line printable: they echo names and values of the objects in the dump, which
+    # may hold terminal escapes (`decisions.printable`).
+    return "\n".join(printable(line) for line in out) + "\n"
 
 
 def _namespace_text(ns: auditing.NamespaceReport, listed: Sequence[str]) -> list[str]:

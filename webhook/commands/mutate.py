@@ -39,7 +39,7 @@ from webhook.commands import (
     policies_directory,
 )
 from webhook.core import nearmisses, pods, reviewing
-from webhook.core.decisions import MALFORMED, Decision
+from webhook.core.decisions import MALFORMED, Decision, printable
 from webhook.errors import InputError, PolicyError
 
 EXIT_ALLOWED = EXIT_OK
@@ -207,7 +207,7 @@ def run(args: argparse.Namespace) -> int:
     reviewed = False  # whether a line told of one object: else one line says why none is
     # Where the namespace has not opted in, each object's "not reviewed" line tells them.
     for line in namespaces.label_near_misses(labels) if namespaces.opted_in(labels) else ():
-        print(f"Warning: namespace: {line}", file=sys.stderr)
+        _say(f"Warning: namespace: {line}")
     for obj in objects:
         what = documents.describe(obj)
         seen = _namespace_labels(labels, obj, args.namespace)
@@ -215,28 +215,28 @@ def run(args: argparse.Namespace) -> int:
         if unsent is not None:
             name = seen.get(namespaces.NAME_LABEL)
             which = f"namespace {name}" if name else "the namespace"
-            print(f"not reviewed: {what}: {which}: {unsent}; left unchanged", file=sys.stderr)
+            _say(f"not reviewed: {what}: {which}: {unsent}; left unchanged")
             reviewed = True
             results.append((obj, []))
             continue
         decision = decide(obj, labels=seen, loaded=loaded, workload_kinds=workload_kinds)
         for warning in decision.warnings:
-            print(f"Warning: {what}: {warning}", file=sys.stderr)
+            _say(f"Warning: {what}: {warning}")
         if decision.malformed:
             # Bad input, not a refusal: one line naming the first field that is wrong.
             first = next(v for v in decision.violations if v.rule == MALFORMED)
-            print(f"error: {what}: {first.message.split(': no Kubernetes')[0]}", file=sys.stderr)
+            _say(f"error: {what}: {first.message.split(': no Kubernetes')[0]}")
             malformed = True
             continue
         if not decision.allowed:
             denied = True
             for v in decision.violations:
-                print(f"denied: {what}: {v.text}", file=sys.stderr)
+                _say(f"denied: {what}: {v.text}")
             continue
         if not decision.patch and pods.templates(obj, workload_kinds)[0]:
             reviewed = True
             why = _unchanged(obj, seen, loaded, workload_kinds)
-            print(f"no change: {what}: {why}", file=sys.stderr)
+            _say(f"no change: {what}: {why}")
         elif decision.patch:
             reviewed = True
         # The decision is this review's own: the object is copied, the patch used as it is.
@@ -252,6 +252,12 @@ def run(args: argparse.Namespace) -> int:
     if malformed:
         return EXIT_BAD_INPUT
     return EXIT_DENIED if denied else EXIT_ALLOWED
+
+
+def _say(line: str) -> None:
+    """A line on stderr, printable: it echoes names of the objects, which may hold terminal
+    escapes (`decisions.printable`)."""
+    print(printable(line), file=sys.stderr)
 
 
 def _print(results: list[tuple[dict[str, Any], list[dict[str, Any]]]], output: str) -> None:

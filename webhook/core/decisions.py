@@ -16,6 +16,8 @@ from webhook import names
 
 # Kubernetes shows warnings to the user as they are; longer ones may be cut by clients.
 MAX_WARNING = 120
+# How many a decision sends; then one that says how many more there were.
+MAX_WARNINGS = 30
 MALFORMED = names.MALFORMED_RULE
 
 
@@ -131,6 +133,8 @@ class Decision:
     patch: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     audit: dict[str, str] = field(default_factory=dict)
+    # Warnings past MAX_WARNINGS, counted, not kept.
+    dropped: int = 0
     # The rules that contributed operations to `patch`, in the order they ran.
     mutations: list[str] = field(default_factory=list)
     # Violations the policy does not enforce (its mode, or the rule's, is warn or dry-run):
@@ -173,6 +177,19 @@ class Decision:
         return sorted({v.rule for v in self.violations})
 
     def warn(self, text: str) -> None:
+        """Tell the user `text` (printable, cut short), once; past `MAX_WARNINGS` the last
+        line says how many more there were (kubectl prints each on a line of its own, and a
+        pod of 2,000 containers would otherwise get thousands)."""
         text = short_warning(text)
-        if text not in self.warnings:
-            self.warnings.append(text)
+        warnings = self.warnings
+        if text in warnings:
+            return
+        if len(warnings) < MAX_WARNINGS:
+            warnings.append(text)
+            return
+        self.dropped += 1
+        line = f"and {self.dropped} more warnings like these"
+        if self.dropped == 1:
+            warnings.append(line)
+        else:
+            warnings[-1] = line

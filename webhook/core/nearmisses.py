@@ -37,6 +37,7 @@ from webhook.policies import Policy
 # The annotations the webhook reads or writes on a pod.
 KNOWN_ANNOTATIONS = (names.ANNOTATION_PROFILE, names.ANNOTATION_POLICY, names.ANNOTATION_MUTATIONS)
 _KNOWN_SET = frozenset(KNOWN_ANNOTATIONS)
+_KNOWN_NAMES = tuple(k.removeprefix(names.DOMAIN + "/") for k in KNOWN_ANNOTATIONS)
 # The namespace's labels (the policy label's key is also the pod annotation the webhook writes).
 NAMESPACE_LABELS = frozenset({names.ENABLED_LABEL})
 _DOMAIN_PREFIX = names.DOMAIN + "/"
@@ -154,7 +155,7 @@ def resource_warnings(pod: pods.Pod, policy: Policy, budget: Budget) -> list[str
                     return out
                 meant = _meant_resource(name, policy, budget)
                 if meant is not None:
-                    budget.put(out, f'container "{c.name}": {meant}')
+                    budget.put(out, f'{meant} (container "{echo(c.name)}")')
     return out
 
 
@@ -169,54 +170,73 @@ def _known_resource(name: str, policy: Policy) -> bool:
 
 
 def _meant_resource(name: str, policy: Policy, budget: Budget) -> str | None:
-    """None when `name` is no near miss; else its warning (short: what was meant first)."""
+    """None when `name` is no near miss; else its warning, the advice first (a warning is cut
+    at 120 characters). Whether some node offers the name is not known here: a device plugin
+    can be configured to advertise other names, and such a pod is admitted unchanged."""
     lower = name.lower()
     if "gpu" not in lower and "nvidia" not in lower:
         return None
     if _known_resource(name, policy):
         return None
     candidates = sorted({GPU, *policy.shared_resources})
+    shown = echo(name)
     if lower != name and _known_resource(lower, policy):
-        return f"{name}: names are case-sensitive; did you mean {lower}?"
+        return f"did you mean {lower}? Resource names are case-sensitive: {shown}"
     if not lower.startswith(names.GPU_RESOURCE_PREFIXES):
         close = _close(lower, candidates, _CLOSE, budget)
         if close is None:
             return None
-        return f"no GPU resource {name}; did you mean {close}?"
+        return f"did you mean {close}? {shown} is no NVIDIA GPU resource"
     if lower.startswith(_MIG_PREFIX):
-        return f"no GPU resource {name}; MIG devices are named like {_MIG_EXAMPLE}"
+        return f"MIG devices are named like {_MIG_EXAMPLE}: {shown} is not"
     close = _close(lower, candidates, 0.6, budget)
     if close is not None:
-        return f"no GPU resource {name}; did you mean {close}? (no node offers it)"
-    return f"no GPU resource {name} (no node offers it); ask for {policy.preferred_resource}"
+        return f"did you mean {close}? {shown} is no NVIDIA GPU resource"
+    return f"{shown} is no NVIDIA GPU resource; the shared one here is {policy.preferred_resource}"
 
 
 def annotation_warnings(pod: pods.Pod, policy: Policy, budget: Budget) -> list[str]:
     """Warnings for annotation keys that look like one the webhook reads but are not, a
     namespace label written as a pod annotation, and a policy annotation the webhook will
-    overwrite (the namespace's label picks the policy)."""
+    overwrite (the namespace's label picks the policy). The advice comes first and what is
+    echoed of the object is cut short (`_echo`): a warning is cut at 120 characters."""
     out: list[str] = []
     for key, value in pod.annotations:
         if key in _KNOWN_SET or _SUSPECT_KEY.search(key) is None:
             if key == names.ANNOTATION_POLICY and isinstance(value, str) and value != policy.name:
                 budget.put(
                     out,
-                    f"annotation {key}={value} is not read: the namespace's label picks the"
-                    f' policy (here "{policy.name}")',
+                    f'the namespace\'s label picks the policy (here "{policy.name}"): annotation'
+                    f" {key}={echo(value)} is not read",
                 )
             continue
         if budget.spent:
             return out
+        shown = echo(key)
         if key.lower() in NAMESPACE_LABELS:
             budget.put(
-                out, f"{key} is a namespace label, not a pod annotation: label the namespace"
+                out, f"{shown} is a namespace label, not a pod annotation: label the namespace"
             )
             continue
         meant = _meant_annotation(key, budget)
-        if meant is None:
-            continue
-        effect = _profile_effect(pod, policy) if meant == names.ANNOTATION_PROFILE else ""
-        budget.put(out, f"annotation {key} is ignored: did you mean {meant}?{effect}")
+        if meant == names.ANNOTATION_PROFILE:
+            budget.put(
+                out,
+                f"annotation {shown} is ignored: did you mean {meant}?"
+                + _profile_effect(pod, policy),
+            )
+        elif meant == names.ANNOTATION_POLICY:
+            budget.put(
+                out,
+                f"annotation {shown} is ignored: the namespace's label {names.POLICY_LABEL} picks"
+                " the policy",
+            )
+        elif meant == _UNKNOWN_OURS:
+            budget.put(
+                out,
+                f"annotation {shown} is ignored: the one gpu-share reads on a pod is"
+                f" {names.ANNOTATION_PROFILE}",
+            )
     return out
 
 
@@ -235,23 +255,30 @@ def label_warnings(
             continue
         if budget.spent:
             return out
-        lower = key.lower()
-        if lower in NAMESPACE_LABELS:
+        shown = echo(key)
+        if key.lower() in NAMESPACE_LABELS:
             budget.put(
-                out, f"label {key} belongs on the namespace, not the pod: label the namespace"
+                out, f"label {shown} belongs on the namespace, not the pod: label the namespace"
             )
             continue
-        meant = key if key in _KNOWN_SET else _meant_annotation(key, budget)
+        meant = key if key == names.ANNOTATION_PROFILE else _meant_annotation(key, budget)
         if meant == names.ANNOTATION_PROFILE:
             budget.put(
                 out,
-                f"label {key} is not read: set {meant} as an annotation"
+                f"set {meant} as an annotation: label {shown} is not read"
                 + _profile_effect(pod, policy),
             )
     return out
 
 
+# What `_meant_annotation` says of a key under gpu-share.io/ that is close to none it reads.
+_UNKNOWN_OURS = "(unknown)"
+
+
 def _meant_annotation(key: str, budget: Budget) -> str | None:
+    """The annotation of ours `key` is a misspelling of; `_UNKNOWN_OURS` for another key under
+    `gpu-share.io/` (told, with no guess at what was meant: `gpu-share.io/exempt` is no
+    misspelling of anything); None when it looks like none."""
     if key in _KNOWN_SET:
         return None
     lower = key.lower()
@@ -260,16 +287,35 @@ def _meant_annotation(key: str, budget: Budget) -> str | None:
     ours = key.startswith(_DOMAIN_PREFIX)
     if not ours and "share" not in lower and "profile" not in lower and "gpu" not in lower:
         return None
-    close = _close(lower, KNOWN_ANNOTATIONS, _CLOSE, budget)
-    if close is not None:
-        return close
-    return names.ANNOTATION_PROFILE if ours else None
+    if ours:
+        # Under our domain the names alone are compared: the shared prefix would make any
+        # gpu-share.io/ key look like one of ours.
+        name = _close(lower.removeprefix(_DOMAIN_PREFIX), _KNOWN_NAMES, 0.75, budget)
+        return _DOMAIN_PREFIX + name if name is not None else _UNKNOWN_OURS
+    return _close(lower, KNOWN_ANNOTATIONS, _CLOSE, budget)
 
 
 def _profile_effect(pod: pods.Pod, policy: Policy) -> str:
-    if pods.annotation(pod, names.ANNOTATION_PROFILE) is None and policy.default_profile:
-        return f' (default profile "{policy.default_profile}" applies)'
+    """What profile the pod gets instead, where one applies: a pod that asks for a shared
+    GPU of the policy and names none."""
+    if pods.annotation(pod, names.ANNOTATION_PROFILE) is not None or not policy.default_profile:
+        return ""
+    shared = policy.shared_resources
+    for c in pod.containers:
+        for part in (c.limits.value, c.requests.value):
+            if type(part) is dict and any(name in shared for name in part):
+                return f' (default profile "{policy.default_profile}" applies)'
     return ""
+
+
+# How much of a name of the object a warning echoes (the advice comes first, and a warning
+# is cut at 120 characters).
+_ECHO = 48
+
+
+def echo(name: str) -> str:
+    """`name` as a warning echoes it: at most `_ECHO` characters."""
+    return name if len(name) <= _ECHO else name[: _ECHO - 3] + "..."
 
 
 def workload_warnings(
@@ -285,7 +331,7 @@ def workload_warnings(
     for t in found:
         if _template_annotation(t.node, names.ANNOTATION_PROFILE) is not None:
             continue
-        target = f"{t.place.field or 'spec.template'}.metadata"
+
         for where, node in _levels(obj, t.place.field):
             meta = node.get("metadata")
             own = meta.get("annotations") if isinstance(meta, Mapping) else None
@@ -300,8 +346,11 @@ def workload_warnings(
                 if meant != names.ANNOTATION_PROFILE:
                     continue
                 place = f"the {kind}'s metadata" if not where else f"{where}.metadata"
-                what = "move it to" if key == names.ANNOTATION_PROFILE else f"set {meant} in"
-                budget.put(out, f"{key} in {place} is ignored: {what} {target}")
+                what = "move it" if key == names.ANNOTATION_PROFILE else f"set {meant}"
+                budget.put(
+                    out,
+                    f"{what} to the pod template's annotations: {echo(key)} in {place} is ignored",
+                )
     return out
 
 
@@ -360,7 +409,10 @@ def unchanged(pod: pods.Pod, policy: Policy) -> str:
     budget = Budget()
     missed = [name for name in wanted if _meant_resource(name, policy, budget) is not None]
     if missed:
-        return f"it asks for {', '.join(missed)}, which no node offers (see the warning)"
+        return (
+            f"it asks for {', '.join(missed)}, which looks like a misspelt GPU resource (see"
+            " the warning)"
+        )
     if wanted:
         return (
             f"it asks for {', '.join(wanted)}, no shared GPU of policy"

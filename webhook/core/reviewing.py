@@ -10,7 +10,7 @@ reviewed as its pods will be (`mutate=False` for the validating webhook, which o
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, Literal, NamedTuple
 
 from webhook import names, namespaces
@@ -94,10 +94,14 @@ def admit(
     return decision
 
 
-def namespace_labels(obj: Mapping[str, Any] | None, known: Sequence[str]) -> Decision:
+def namespace_labels(
+    obj: Mapping[str, Any] | None, known: Sequence[str], broken: Collection[str] = ()
+) -> Decision:
     """A Namespace created or relabelled: near misses of the opt-in and policy labels, and a
-    policy label that names no policy (`known`), as warnings; never a refusal (the entry
-    that sends namespaces is `failurePolicy: Ignore`, and this one never refuses anyway)."""
+    policy label that names no policy in force (`known`; `broken`: those whose file does not
+    load), as warnings; never a refusal (the entry that sends namespaces is `failurePolicy:
+    Ignore`, and this one never refuses anyway). Which policies exist is not told: whoever
+    may create a namespace may not read the webhook's configuration."""
     meta = obj.get("metadata") if obj is not None else None
     raw = meta.get("labels") if isinstance(meta, dict) else None
     if not isinstance(raw, dict):
@@ -107,11 +111,17 @@ def namespace_labels(obj: Mapping[str, Any] | None, known: Sequence[str]) -> Dec
     for line in namespaces.label_near_misses(labels):
         decision.warn(line)
     wanted = labels.get(names.POLICY_LABEL)
-    if wanted and wanted not in known:
-        there = ", ".join(known) or "none"
+    if not wanted or wanted in known:
+        return decision
+    if wanted in broken:
         decision.warn(
-            f"label {names.POLICY_LABEL}={wanted} names no policy (there are: {there}):"
-            " GPU pods here are refused"
+            f'policy "{nearmisses.echo(wanted)}" is not in force (its file does not load): GPU'
+            " pods here are refused until the admin fixes it"
+        )
+    else:
+        decision.warn(
+            f"no policy is named {nearmisses.echo(wanted)} (label {names.POLICY_LABEL}): GPU"
+            " pods here are refused"
         )
     return decision
 
@@ -189,7 +199,15 @@ def review(
             decision.patch.append(op)
             if rule not in decision.mutations and rule != rules.ANNOTATIONS:
                 decision.mutations.append(rule)
-        decision.audit.update(r.audit)
+        for key, value in r.audit.items():
+            # One value per key for the whole object: a workload's templates each add theirs
+            # (rule env-from names containers of each).
+            before = decision.audit.get(key)
+            if before is None or before == value:
+                decision.audit[key] = value
+            elif len(before) < _AUDIT_VALUE and value not in before.split(","):
+                # (At most _AUDIT_VALUE characters: thousands of templates cost no more.)
+                decision.audit[key] = f"{before},{value}"
         if not require:
             # Told once: a Pod's validating review sees what the mutating one told of.
             for w in (
