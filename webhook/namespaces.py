@@ -8,11 +8,11 @@ same choice here from the labels it is given.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 
 from webhook import policies
+from webhook.core import nearmisses
 from webhook.names import ANNOTATION_MUTATIONS as MUTATIONS_ANNOTATION
 from webhook.names import ANNOTATION_PROFILE as PROFILE_ANNOTATION
 from webhook.names import (
@@ -66,66 +66,52 @@ def policy_path(labels: Mapping[str, str]) -> str | None:
 # Values people write for "yes" that a label selector does not take for "true".
 _TRUE_LOOKING = frozenset({"true", "yes", "y", "on", "1", "enabled", "enable"})
 _OUR_LABELS = (ENABLED_LABEL, POLICY_LABEL)
-_DOMAIN_PREFIX = ENABLED_LABEL.partition("/")[0] + "/"
-_OUR_NAMES = tuple(label.removeprefix(_DOMAIN_PREFIX) for label in _OUR_LABELS)
+# The pod annotations of ours, which people also put on namespaces.
+_POD_ANNOTATIONS = (PROFILE_ANNOTATION, MUTATIONS_ANNOTATION)
+# What `meant_label` says of a key that says the opposite of the opt-in.
+OPT_OUT_LABEL = "(opt-out)"
+_OPT_OUT = re.compile(r"disab|exempt|exclu|ignor|skip|opt-?out|^off$|^no-|bypass")
 
 
 def label_near_misses(labels: Mapping[str, str]) -> list[str]:
     """What in a namespace's labels looks like the opt-in or the policy label but is not
     (label keys and values are matched exactly by the webhook configurations' selectors):
-    one line each, saying what the namespace gets instead and what to write. At most
-    `_MOST_LINES` lines and `_MOST_LOOKS` fuzzy matches, whatever the labels hold."""
+    one line each, the advice first; as many as a review's `nearmisses.Budget` allows."""
     out: list[str] = []
+    budget = nearmisses.Budget()
     value = labels.get(ENABLED_LABEL)
     if value is not None and value != "true" and value.strip().lower() in _TRUE_LOOKING:
-        out.append(
-            f'label {ENABLED_LABEL}={value} does not opt in: only "true" does (label values'
-            " are case-sensitive)"
+        case = " (label values are case-sensitive)" if value.strip().lower() == "true" else ""
+        budget.put(
+            out,
+            f'only "true" opts in. Label {ENABLED_LABEL}={nearmisses.echo(value)} is ignored{case}',
         )
-    looks = [_MOST_LOOKS]
     for key in labels:
-        meant = meant_label(key, looks)
-        if meant is None:
-            continue
-        if len(out) == _MOST_LINES:
-            out.append("more labels look like gpu-share's but are not; the first are above")
+        if budget.spent:
             break
-        shown = key if len(key) <= 48 else key[:45] + "..."
-        if meant in _POD_ANNOTATIONS:
-            out.append(
-                f"{meant} is a pod annotation, not a namespace label: label {shown} is not read"
+        found = meant_label(key, budget)
+        if found is None:
+            continue
+        shown = nearmisses.echo(key)
+        if found in _POD_ANNOTATIONS:
+            line = f"{found} is a pod annotation. Label {shown} on a namespace is ignored"
+        elif found == OPT_OUT_LABEL:
+            line = (
+                f"a namespace without {ENABLED_LABEL}=true is left alone. Label {shown} is ignored"
             )
-        elif meant == OPT_OUT_LABEL:
-            out.append(
-                f"a namespace without {ENABLED_LABEL}=true is left alone: label {shown} is not read"
-            )
-        elif meant == UNKNOWN_LABEL:
-            out.append(
-                f"gpu-share reads {ENABLED_LABEL} and {POLICY_LABEL}: label {shown} is not read"
-            )
+        elif found == nearmisses.UNKNOWN:
+            line = f"gpu-share reads {ENABLED_LABEL} and {POLICY_LABEL}. Label {shown} is ignored"
         else:
-            out.append(f"did you mean {meant}? Label {shown} is not read")
+            line = f"did you mean {found}? Label {shown} is ignored"
+        budget.put(out, line)
     return out
 
 
-# What `meant_label` says of a key under gpu-share.io/ that is close to none of ours, and of
-# one that says the opposite of the opt-in.
-UNKNOWN_LABEL = "(unknown)"
-OPT_OUT_LABEL = "(opt-out)"
-_OPT_OUT = re.compile(r"disab|exempt|exclu|ignor|skip|opt-?out|^off$|^no-|bypass")
-# The pod annotations of ours, which people also put on namespaces.
-_POD_ANNOTATIONS = (PROFILE_ANNOTATION, MUTATIONS_ANNOTATION)
-
-
-_MOST_LINES = 6
-_MOST_LOOKS = 64
-
-
-def meant_label(key: str, looks: list[int] | None = None) -> str | None:
-    """The label of ours a key that is none of them is a misspelling of; one of our pod
-    annotations when it is that (put on a namespace); `UNKNOWN_LABEL` for another key under
-    `gpu-share.io/`; None when it looks like none. `looks`: fuzzy matches left, counted
-    down."""
+def meant_label(key: str, budget: nearmisses.Budget | None = None) -> str | None:
+    """The label of ours a key that is none of them is a misspelling of (`nearmisses.meant`);
+    one of our pod annotations when it is that (put on a namespace); `OPT_OUT_LABEL` for a
+    key of ours that says the opposite of the opt-in; `nearmisses.UNKNOWN` for another key
+    under `gpu-share.io/`; None when it looks like none."""
     if key in _OUR_LABELS or key == NAME_LABEL:
         return None
     lower = key.lower()
@@ -133,28 +119,30 @@ def meant_label(key: str, looks: list[int] | None = None) -> str | None:
         return None
     if lower in _POD_ANNOTATIONS:
         return lower
-    if _OPT_OUT.search(lower.rpartition("/")[2]):
+    if lower.startswith(nearmisses.DOMAIN_PREFIX) and _OPT_OUT.search(
+        lower.removeprefix(nearmisses.DOMAIN_PREFIX)
+    ):
         # gpu-share.io/disabled is close to gpu-share.io/enabled by spelling, and the very
         # opposite by meaning: never tell an admin to opt such a namespace in.
         return OPT_OUT_LABEL
-    # Much longer than both labels: no misspelling of them (difflib's ratio stays low).
-    close: list[str] = []
-    if len(lower) <= 2 * len(ENABLED_LABEL) and (looks is None or looks[0] > 0):
-        if looks is not None:
-            looks[0] -= 1
-        if lower.startswith(_DOMAIN_PREFIX):
-            # Under our domain the names alone are compared: the shared prefix would make
-            # gpu-share.io/team look like gpu-share.io/enabled.
-            found = difflib.get_close_matches(
-                lower.removeprefix(_DOMAIN_PREFIX), _OUR_NAMES, n=1, cutoff=0.75
-            )
-            close = [_DOMAIN_PREFIX + n for n in found]
-        else:
-            close = difflib.get_close_matches(lower, _OUR_LABELS, n=1, cutoff=0.8)
-    if close:
-        return close[0]
-    if key.startswith(_DOMAIN_PREFIX):
-        # No guess: gpu-share.io/exempt or gpu-share.io/disabled is no misspelling of the
-        # opt-in, and taking it for one would tell an admin to opt the namespace in.
-        return UNKNOWN_LABEL
-    return None
+    return nearmisses.meant(key, _OUR_LABELS, budget or nearmisses.Budget())
+
+
+def label_warnings(labels: Mapping[str, str], policies_in_force: policies.PolicySet) -> list[str]:
+    """What a namespace created or relabelled is told (the `namespace-labels` entry): near
+    misses of its labels, and, where it opted in, a policy label that names no policy in
+    force. Which policies exist is not told: whoever may create a namespace may not read the
+    webhook's configuration."""
+    out = label_near_misses(labels)
+    wanted = labels.get(POLICY_LABEL)
+    if not opted_in(labels) or not wanted or policies_in_force.get(wanted) is not None:
+        return out
+    shown = nearmisses.echo(wanted)
+    if wanted in policies_in_force.broken:
+        out.append(
+            f'policy "{shown}" is not in force (its file does not load): GPU pods of this'
+            " namespace are refused until the admin fixes it"
+        )
+    else:
+        out.append(f'no policy is named "{shown}": GPU pods of this namespace are refused')
+    return out

@@ -1,10 +1,10 @@
 """The webhook configurations for a set of policies: what `render` prints and deploy/ holds.
 
 The server makes no API call to learn a namespace's policy: the API server does the
-matching, through one webhook entry per way a namespace can be labelled. Every entry
-requires `gpu-share.io/enabled: "true"` and leaves out kube-system and the webhook's own
-namespace (`kubernetes.io/metadata.name NotIn`); on top of that, by two more labels of the
-namespace:
+matching, through one webhook entry per way a namespace can be labelled. Every entry that
+reviews pods and workloads requires `gpu-share.io/enabled: "true"` and leaves out
+kube-system and the webhook's own namespace (`kubernetes.io/metadata.name NotIn`); on top
+of that, by two more labels of the namespace:
 
     entry                                  gpu-share.io/policy   PS     path
     default.gpu-share.io                   absent                other  default
@@ -24,9 +24,11 @@ Pod Security enforces baseline's host-access checks in the namespace, so that ru
 
 `namespaces.policy_name` reads an empty label as the default policy; the `default` entry
 takes it too so that the cluster and the offline `mutate` agree. The selectors are disjoint
-and cover every opted-in namespace: a request reaches exactly one entry of each
-configuration. Entry names cannot collide: the special entries have three labels, or four
-with `baseline` second; policy entries have four with `policies` third, or five with
+and cover every opted-in namespace: a pod or workload reaches exactly one entry of each
+configuration. One more validating entry, `namespace-labels.gpu-share.io`
+(`namespace_entry`), reviews Namespaces themselves, only to warn of near misses of these
+labels. Entry names cannot collide: the special entries have three labels, or four with
+`baseline` second; policy entries have four with `policies` third, or five with
 `baseline.policies` second and third (a policy name is one DNS label).
 
 `matchConditions` (CEL, evaluated by the API server before it calls anyone) keep everything

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from webhook import names
+from webhook import names, namespaces
 from webhook.core import pods, reviewing
 from webhook.core.decisions import Decision
 from webhook.errors import BadReview
@@ -181,9 +181,11 @@ def decide(
     load) is stood in for by one that refuses GPU pods, saying why (`PolicySet.governing`).
     A Namespace (the validating entry that sends relabelled namespaces) gets warnings only."""
     if request.kind == "Namespace" and request.group == "":
-        if endpoint != "validate" or request.operation not in ("CREATE", "UPDATE"):
-            return Decision()
-        return reviewing.namespace_labels(request.object, policies.names, policies.broken)
+        decision = Decision()
+        if endpoint == "validate" and request.operation in ("CREATE", "UPDATE"):
+            for line in namespaces.label_warnings(_labels(request.object), policies):
+                decision.warn(line)
+        return decision
     return reviewing.admit(
         request.object,
         policy=policies.governing(policy_name),
@@ -195,6 +197,16 @@ def decide(
         old=request.old_object,
         kinds=kinds,
     )
+
+
+def _labels(obj: Mapping[str, Any] | None) -> dict[str, str]:
+    """An object's labels, those whose key and value are strings (the API server refuses
+    any other after the webhooks)."""
+    meta = obj.get("metadata") if obj is not None else None
+    raw = meta.get("labels") if isinstance(meta, dict) else None
+    if not isinstance(raw, dict):
+        return {}
+    return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def encode(uid: str, decision: Decision) -> bytes:

@@ -25,7 +25,7 @@ import jsonpatch
 import orjson
 import yaml
 
-from webhook import documents, kinds, namespaces, policies, rendering
+from webhook import documents, kinds, names, namespaces, policies, rendering
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
@@ -167,18 +167,8 @@ def decide(
     return reviewing.review(obj, policy=loaded.governing(path), mutate=True, kinds=workload_kinds)
 
 
-def _unchanged(
-    obj: dict[str, Any],
-    labels: dict[str, str],
-    loaded: policies.PolicySet,
-    workload_kinds: pods.Kinds,
-) -> str:
-    """Why an allowed object comes out as it went in, in a few words."""
-    found, _ = pods.templates(obj, workload_kinds)
-    path = namespaces.policy_path(labels)
-    policy = loaded.governing(path) if path is not None else None
-    if policy is None:
-        return "the namespace has not opted in"
+def _unchanged(found: list[pods.Template], policy: policies.Policy) -> str:
+    """Why an allowed object (its pod specs `found`) comes out as it went in, in a few words."""
     return "; ".join(dict.fromkeys(nearmisses.unchanged(pods.read(t), policy) for t in found))
 
 
@@ -233,10 +223,12 @@ def run(args: argparse.Namespace) -> int:
             for v in decision.violations:
                 _say(f"denied: {what}: {v.text}")
             continue
-        if not decision.patch and pods.templates(obj, workload_kinds)[0]:
+        found = pods.templates(obj, workload_kinds)[0] if not decision.patch else []
+        if found:
             reviewed = True
-            why = _unchanged(obj, seen, loaded, workload_kinds)
-            _say(f"no change: {what}: {why}")
+            # Sent, so opted in: its labels name a path (`where.not_sent` above).
+            policy = loaded.governing(namespaces.policy_path(seen) or names.DEFAULT_POLICY)
+            _say(f"no change: {what}: {_unchanged(found, policy)}")
         elif decision.patch:
             reviewed = True
         # The decision is this review's own: the object is copied, the patch used as it is.

@@ -44,7 +44,12 @@ def printable(text: str) -> str:
     line of its own or rewrite one in a terminal or a log."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in text)
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(c: str) -> str:
+    code = ord(c)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 class ErrorType(enum.Enum):

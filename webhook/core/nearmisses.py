@@ -7,20 +7,23 @@ and the pod runs with the default profile, each with nothing said. Each is told 
 warning (kubectl prints it at `kubectl apply`; `mutate` on stderr), never a refusal: the
 pod is exactly what was written, and nothing in it reaches more GPU than the policy grants.
 
-- `resource_warnings(pod, policy)`: a resource name in a container's limits or requests that
-  starts like an NVIDIA GPU resource (`nvidia.com/gpu`, `nvidia.com/mig-`), or is close to one
-  the policy knows, but is none the device plugin advertises: not `nvidia.com/gpu`, not a MIG
+- `resource_warnings`: a resource name that starts like an NVIDIA GPU resource
+  (`nvidia.com/gpu`, `nvidia.com/mig-`) in any case, or is close to one the policy knows,
+  but is none the device plugin advertises by default: not `nvidia.com/gpu`, not a MIG
   profile (`nvidia.com/mig-1g.5gb`), not a shared resource of the policy (an unknown
   `.shared` one is refused by rule `resource-not-allowed`).
-- `annotation_warnings(pod, policy)`: an annotation key under `gpu-share.io/` that the webhook
-  does not read, or a key close to one it reads (`gpu-share.io/Profile`,
-  `gpushare.io/profile`).
-- `workload_warnings(obj, templates)`: `gpu-share.io/profile` on a workload's own metadata,
-  which its pods never see (they get their template's annotations).
+- `annotation_warnings`, `label_warnings`: a key close to an annotation the webhook reads,
+  another key under `gpu-share.io/`, the opt-in on a pod, a pod's own policy annotation.
+- `workload_warnings`: `gpu-share.io/profile` on a workload's own metadata, or a CronJob's
+  `jobTemplate`, which its pods never see.
 
-`unchanged(pod, policy)` says in one line why a review left a pod as it was (for `mutate`).
-The checks cost a pass over the names the pod has; the fuzzy match runs only on a name that
-passed a cheap filter.
+`meant` is the one matcher (namespace labels use it too, `namespaces.label_near_misses`):
+a key that differs only in case; under `gpu-share.io/` the names alone compared; else the
+whole key. Every warning gives the advice first and echoes at most `ECHO` characters of the
+object (a warning is cut at 120). What a review spends is bounded by a `Budget`, whatever
+the object holds: a pass over its names, at most `LOOKS` fuzzy matches and `LINES` warnings.
+
+`unchanged` says in one line why a review left a pod as it was (`mutate`, `audit`).
 """
 
 from __future__ import annotations
@@ -37,10 +40,9 @@ from webhook.policies import Policy
 # The annotations the webhook reads or writes on a pod.
 KNOWN_ANNOTATIONS = (names.ANNOTATION_PROFILE, names.ANNOTATION_POLICY, names.ANNOTATION_MUTATIONS)
 _KNOWN_SET = frozenset(KNOWN_ANNOTATIONS)
-_KNOWN_NAMES = tuple(k.removeprefix(names.DOMAIN + "/") for k in KNOWN_ANNOTATIONS)
-# The namespace's labels (the policy label's key is also the pod annotation the webhook writes).
-NAMESPACE_LABELS = frozenset({names.ENABLED_LABEL})
-_DOMAIN_PREFIX = names.DOMAIN + "/"
+DOMAIN_PREFIX = names.DOMAIN + "/"
+# What `meant` says of a key under gpu-share.io/ that is close to none it is given.
+UNKNOWN = "(unknown)"
 # The exclusive GPU resource of the device plugin, and its MIG devices: `mig-<g>g.<m>gb`,
 # with a suffix for the profiles with media extensions or graphics (`+me`, `+gfx`) and a
 # compute-instance part on some (`mig-1c.2g.10gb`).
@@ -76,22 +78,30 @@ _PLAIN_LABELS = frozenset(
 )
 # What a name must have in it, in any case, to be looked at further.
 _SUSPECT_RESOURCE = re.compile("gpu|nvidia", re.IGNORECASE)
-_SUSPECT_KEY = re.compile("share|profile|gpu", re.IGNORECASE)
-# How close a name must be to a known one to be taken for a typo of it (difflib's ratio).
+SUSPECT_KEY = re.compile("share|profile|gpu", re.IGNORECASE)
+# How close a key must be to a known one to be taken for a typo of it (difflib's ratio): the
+# whole key, and the name alone under our domain.
 _CLOSE = 0.8
+_CLOSE_NAME = 0.75
+# What a review spends at most: fuzzy matches, and warnings (then one saying there are
+# more; kubectl prints each on a line of its own).
+LOOKS = 64
+LINES = 6
+MORE = "more names look like gpu-share's but are not; the first are above"
+# How much of a name of the object a warning echoes.
+ECHO = 48
 
 
 class Budget:
-    """What one review may spend on near misses, whatever the object holds: fuzzy matches
-    (`looks`; each a few microseconds) and warnings (`lines`). A pod with 50,000 annotation
-    keys like `gpu-share.io/p1` costs a pass over them and `LOOKS` matches, not 50,000 (which
-    took a minute), and gives `LINES` warnings and one that says there are more."""
+    """What one review may spend on near misses, whatever the object holds (see the module).
+    A pod with 50,000 annotation keys like `gpu-share.io/p1` costs a pass over them and
+    `LOOKS` matches, not 50,000 (which took a minute)."""
 
     __slots__ = ("lines", "looks", "more")
 
-    def __init__(self, looks: int = 0, lines: int = 0) -> None:
-        self.looks: int = looks or LOOKS
-        self.lines: int = lines or LINES
+    def __init__(self) -> None:
+        self.looks: int = LOOKS
+        self.lines: int = LINES
         self.more: bool = False
 
     @property
@@ -112,22 +122,44 @@ class Budget:
             out.append(MORE)
 
 
-# A review's budget: fuzzy matches, and warnings (kubectl prints each on its own line).
-LOOKS = 64
-LINES = 6
-MORE = "more names look like gpu-share's but are not; the first are above"
+def echo(name: str) -> str:
+    """`name` as a warning echoes it: at most `ECHO` characters."""
+    return name if len(name) <= ECHO else name[: ECHO - 3] + "..."
 
 
-def _close(word: str, candidates: Sequence[str], cutoff: float, budget: Budget) -> str | None:
+def close(word: str, candidates: Sequence[str], cutoff: float, budget: Budget) -> str | None:
     """The candidate `word` is closest to (difflib's ratio at least `cutoff`), within the
     budget. A word much longer than every candidate cannot be that close (the ratio is at
-    most twice the shorter length over the sum), so it costs nothing."""
-    longest = max(len(c) for c in candidates)
-    if len(word) * cutoff > (2 - cutoff) * longest or budget.looks <= 0:
+    most twice the shorter length over the sum): no match is made for it."""
+    if budget.looks <= 0:
         return None
+    # Counted even when the length settles it: thousands of long keys that echo alike (so
+    # that no warning is added for them) must still spend the budget.
     budget.looks -= 1
-    close = difflib.get_close_matches(word, candidates, n=1, cutoff=cutoff)
-    return close[0] if close else None
+    longest = max(len(c) for c in candidates)
+    if len(word) * cutoff > (2 - cutoff) * longest:
+        return None
+    found = difflib.get_close_matches(word, candidates, n=1, cutoff=cutoff)
+    return found[0] if found else None
+
+
+def meant(key: str, known: Sequence[str], budget: Budget) -> str | None:
+    """The one of `known` (keys under `gpu-share.io/`) that `key`, none of them, is a
+    misspelling of; `UNKNOWN` for another key under `gpu-share.io/` (told with no guess:
+    `gpu-share.io/team` is no misspelling of anything); None when it looks like none."""
+    lower = key.lower()
+    if lower in known:
+        return lower
+    if lower.startswith(DOMAIN_PREFIX):
+        # The names alone: the shared prefix would make any key of ours look like another.
+        found = close(
+            lower.removeprefix(DOMAIN_PREFIX),
+            [k.removeprefix(DOMAIN_PREFIX) for k in known],
+            _CLOSE_NAME,
+            budget,
+        )
+        return DOMAIN_PREFIX + found if found is not None else UNKNOWN
+    return close(lower, known, _CLOSE, budget)
 
 
 def resource_warnings(pod: pods.Pod, policy: Policy, budget: Budget) -> list[str]:
@@ -153,90 +185,65 @@ def resource_warnings(pod: pods.Pod, policy: Policy, budget: Budget) -> list[str
                     continue
                 if budget.spent:
                     return out
-                meant = _meant_resource(name, policy, budget)
-                if meant is not None:
-                    budget.put(out, f'{meant} (container "{echo(c.name)}")')
+                said = _meant_resource(name, policy, budget)
+                if said is not None:
+                    budget.put(out, f'{said} (container "{echo(c.name)}")')
     return out
 
 
 def _known_resource(name: str, policy: Policy) -> bool:
-    return (
-        name == GPU
-        or name in policy.shared_resources
-        # An unknown `.shared` one is refused by rule resource-not-allowed.
-        or (name.startswith(names.GPU_RESOURCE_PREFIXES) and name.endswith(names.SHARED_SUFFIX))
-        or _MIG.fullmatch(name) is not None
+    """A name the device plugin advertises by default, or the policy shares; or an unknown
+    `.shared` one, which rule resource-not-allowed refuses (so it is told there)."""
+    return _advertised(name, policy) or (
+        name.startswith(names.GPU_RESOURCE_PREFIXES) and name.endswith(names.SHARED_SUFFIX)
     )
 
 
+def _advertised(name: str, policy: Policy) -> bool:
+    return name == GPU or name in policy.shared_resources or _MIG.fullmatch(name) is not None
+
+
 def _meant_resource(name: str, policy: Policy, budget: Budget) -> str | None:
-    """None when `name` is no near miss; else its warning, the advice first (a warning is cut
-    at 120 characters). Whether some node offers the name is not known here: a device plugin
-    can be configured to advertise other names, and such a pod is admitted unchanged."""
-    lower = name.lower()
-    if "gpu" not in lower and "nvidia" not in lower:
-        return None
+    """None when `name` is no near miss; else its warning, the advice first. Whether some
+    node offers the name is not known here: a device plugin can be configured to advertise
+    other names, and such a pod is admitted unchanged."""
     if _known_resource(name, policy):
         return None
-    candidates = sorted({GPU, *policy.shared_resources})
+    lower = name.lower()
     shown = echo(name)
-    if lower != name and _known_resource(lower, policy):
+    if lower != name and _advertised(lower, policy):
         return f"did you mean {lower}? Resource names are case-sensitive: {shown}"
+    candidates = sorted({GPU, *policy.shared_resources})
     if not lower.startswith(names.GPU_RESOURCE_PREFIXES):
-        close = _close(lower, candidates, _CLOSE, budget)
-        if close is None:
+        found = close(lower, candidates, _CLOSE, budget)
+        if found is None:
             return None
-        return f"did you mean {close}? {shown} is no NVIDIA GPU resource"
+        return f"did you mean {found}? {shown} is no NVIDIA GPU resource"
     if lower.startswith(_MIG_PREFIX):
         return f"MIG devices are named like {_MIG_EXAMPLE}: {shown} is not"
-    close = _close(lower, candidates, 0.6, budget)
-    if close is not None:
-        return f"did you mean {close}? {shown} is no NVIDIA GPU resource"
-    return f"{shown} is no NVIDIA GPU resource; the shared one here is {policy.preferred_resource}"
+    found = close(lower, candidates, 0.6, budget)
+    if found is not None:
+        return f"did you mean {found}? {shown} is no NVIDIA GPU resource"
+    return f"the shared GPU here is {policy.preferred_resource}. {shown} is no NVIDIA GPU resource"
 
 
 def annotation_warnings(pod: pods.Pod, policy: Policy, budget: Budget) -> list[str]:
     """Warnings for annotation keys that look like one the webhook reads but are not, a
-    namespace label written as a pod annotation, and a policy annotation the webhook will
-    overwrite (the namespace's label picks the policy). The advice comes first and what is
-    echoed of the object is cut short (`_echo`): a warning is cut at 120 characters."""
+    namespace label written on a pod, and a policy annotation the webhook will overwrite
+    (the namespace's label picks the policy)."""
     out: list[str] = []
     for key, value in pod.annotations:
-        if key in _KNOWN_SET or _SUSPECT_KEY.search(key) is None:
+        if key in _KNOWN_SET or SUSPECT_KEY.search(key) is None:
             if key == names.ANNOTATION_POLICY and isinstance(value, str) and value != policy.name:
                 budget.put(
                     out,
-                    f'the namespace\'s label picks the policy (here "{policy.name}"): annotation'
-                    f" {key}={echo(value)} is not read",
+                    f'the namespace\'s label picks the policy (here "{policy.name}").'
+                    f" Annotation {key}={echo(value)} is ignored",
                 )
             continue
         if budget.spent:
             return out
-        shown = echo(key)
-        if key.lower() in NAMESPACE_LABELS:
-            budget.put(
-                out, f"{shown} is a namespace label, not a pod annotation: label the namespace"
-            )
-            continue
-        meant = _meant_annotation(key, budget)
-        if meant == names.ANNOTATION_PROFILE:
-            budget.put(
-                out,
-                f"annotation {shown} is ignored: did you mean {meant}?"
-                + _profile_effect(pod, policy),
-            )
-        elif meant == names.ANNOTATION_POLICY:
-            budget.put(
-                out,
-                f"annotation {shown} is ignored: the namespace's label {names.POLICY_LABEL} picks"
-                " the policy",
-            )
-        elif meant == _UNKNOWN_OURS:
-            budget.put(
-                out,
-                f"annotation {shown} is ignored: the one gpu-share reads on a pod is"
-                f" {names.ANNOTATION_PROFILE}",
-            )
+        _tell(out, key, pod, policy, budget, label=False)
     return out
 
 
@@ -251,48 +258,38 @@ def label_warnings(
         return []
     out: list[str] = []
     for key in labels:
-        if type(key) is not str or key in _PLAIN_LABELS or _SUSPECT_KEY.search(key) is None:
+        if type(key) is not str or key in _PLAIN_LABELS or SUSPECT_KEY.search(key) is None:
             continue
         if budget.spent:
             return out
-        shown = echo(key)
-        if key.lower() in NAMESPACE_LABELS:
-            budget.put(
-                out, f"label {shown} belongs on the namespace, not the pod: label the namespace"
-            )
-            continue
-        meant = key if key == names.ANNOTATION_PROFILE else _meant_annotation(key, budget)
-        if meant == names.ANNOTATION_PROFILE:
-            budget.put(
-                out,
-                f"set {meant} as an annotation: label {shown} is not read"
-                + _profile_effect(pod, policy),
-            )
+        _tell(out, key, pod, policy, budget, label=True)
     return out
 
 
-# What `_meant_annotation` says of a key under gpu-share.io/ that is close to none it reads.
-_UNKNOWN_OURS = "(unknown)"
-
-
-def _meant_annotation(key: str, budget: Budget) -> str | None:
-    """The annotation of ours `key` is a misspelling of; `_UNKNOWN_OURS` for another key under
-    `gpu-share.io/` (told, with no guess at what was meant: `gpu-share.io/exempt` is no
-    misspelling of anything); None when it looks like none."""
-    if key in _KNOWN_SET:
-        return None
-    lower = key.lower()
-    if lower in _KNOWN_SET:
-        return lower
-    ours = key.startswith(_DOMAIN_PREFIX)
-    if not ours and "share" not in lower and "profile" not in lower and "gpu" not in lower:
-        return None
-    if ours:
-        # Under our domain the names alone are compared: the shared prefix would make any
-        # gpu-share.io/ key look like one of ours.
-        name = _close(lower.removeprefix(_DOMAIN_PREFIX), _KNOWN_NAMES, 0.75, budget)
-        return _DOMAIN_PREFIX + name if name is not None else _UNKNOWN_OURS
-    return _close(lower, KNOWN_ANNOTATIONS, _CLOSE, budget)
+def _tell(
+    out: list[str], key: str, pod: pods.Pod, policy: Policy, budget: Budget, *, label: bool
+) -> None:
+    """The warning for `key`, a pod's annotation (or `label`), if it is a near miss."""
+    what = "label" if label else "annotation"
+    shown = echo(key)
+    if key.lower() == names.ENABLED_LABEL:
+        budget.put(out, f"label the namespace: {what} {shown} on a pod is ignored")
+        return
+    found = key if key == names.ANNOTATION_PROFILE else meant(key, KNOWN_ANNOTATIONS, budget)
+    if found == names.ANNOTATION_PROFILE:
+        advice = "set it as an annotation." if label else f"did you mean {found}?"
+        effect = _profile_effect(pod, policy)
+        budget.put(out, f"{advice} {what.capitalize()} {shown} is ignored{effect}")
+    elif found == names.ANNOTATION_POLICY:
+        budget.put(
+            out,
+            f"the namespace's label {names.POLICY_LABEL} picks the policy. {what.capitalize()}"
+            f" {shown} is ignored",
+        )
+    elif found == UNKNOWN and not label:
+        budget.put(
+            out, f"the annotation a pod sets is {names.ANNOTATION_PROFILE}. {shown} is ignored"
+        )
 
 
 def _profile_effect(pod: pods.Pod, policy: Policy) -> str:
@@ -308,48 +305,43 @@ def _profile_effect(pod: pods.Pod, policy: Policy) -> str:
     return ""
 
 
-# How much of a name of the object a warning echoes (the advice comes first, and a warning
-# is cut at 120 characters).
-_ECHO = 48
-
-
-def echo(name: str) -> str:
-    """`name` as a warning echoes it: at most `_ECHO` characters."""
-    return name if len(name) <= _ECHO else name[: _ECHO - 3] + "..."
-
-
 def workload_warnings(
     obj: Mapping[str, Any], found: list[pods.Template], budget: Budget
 ) -> list[str]:
     """`gpu-share.io/profile` (or a near miss of it) in a workload's own metadata, or in the
-    metadata of a level between it and its pod template (a CronJob's `jobTemplate`): its pods
-    never see it, they get their template's annotations."""
+    metadata of a level between it and a pod template (a CronJob's `jobTemplate`): its pods
+    never see it, they get their template's annotations. Each level is read once."""
     kind = obj.get("kind")
     if kind == "Pod" or not found:
         return []
     out: list[str] = []
+    seen: set[str] = set()
     for t in found:
-        if _template_annotation(t.node, names.ANNOTATION_PROFILE) is not None:
+        if pods.annotation(pods.read(t), names.ANNOTATION_PROFILE) is not None:
             continue
-
         for where, node in _levels(obj, t.place.field):
+            if where in seen:
+                continue
+            seen.add(where)
             meta = node.get("metadata")
-            own = meta.get("annotations") if isinstance(meta, Mapping) else None
-            if not isinstance(own, Mapping):
+            own = meta.get("annotations") if type(meta) is dict else None
+            if type(own) is not dict:
                 continue
             for key in own:
-                if not isinstance(key, str):
+                if type(key) is not str or SUSPECT_KEY.search(key) is None:
                     continue
                 if budget.spent:
                     return out
-                meant = key if key == names.ANNOTATION_PROFILE else _meant_annotation(key, budget)
-                if meant != names.ANNOTATION_PROFILE:
+                if key == names.ANNOTATION_PROFILE:
+                    what = "move it"
+                elif meant(key, KNOWN_ANNOTATIONS, budget) == names.ANNOTATION_PROFILE:
+                    what = f"set {names.ANNOTATION_PROFILE}"
+                else:
                     continue
                 place = f"the {kind}'s metadata" if not where else f"{where}.metadata"
-                what = "move it" if key == names.ANNOTATION_PROFILE else f"set {meant}"
                 budget.put(
                     out,
-                    f"{what} to the pod template's annotations: {echo(key)} in {place} is ignored",
+                    f"{what} to the pod template's annotations. {echo(key)} in {place} is ignored",
                 )
     return out
 
@@ -380,22 +372,20 @@ def _levels(obj: Mapping[str, Any], field: str) -> list[tuple[str, Mapping[str, 
     return out
 
 
-def _template_annotation(node: Mapping[str, Any], key: str) -> Any:
-    meta = node.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, Mapping) else None
-    return annotations.get(key) if isinstance(annotations, Mapping) else None
-
-
 def unchanged(pod: pods.Pod, policy: Policy) -> str:
-    """Why a review that refused nothing left `pod` as it was, in a few words."""
+    """Why a review that refused nothing left `pod` as it was, in a few words (`mutate`
+    and `audit` say it; the server never does)."""
     wanted: list[str] = []
     for c in pod.containers:
         for part in (c.limits.value, c.requests.value):
-            for name in part if isinstance(part, Mapping) else ():
+            for name in part if type(part) is dict else ():
                 if (
-                    isinstance(name, str)
-                    and name.startswith(names.GPU_RESOURCE_PREFIXES)
+                    type(name) is str
                     and name not in wanted
+                    and (
+                        name.startswith(names.GPU_RESOURCE_PREFIXES)
+                        or _SUSPECT_RESOURCE.search(name) is not None
+                    )
                 ):
                     wanted.append(name)
     shared = sorted(policy.shared_resources)
@@ -404,8 +394,6 @@ def unchanged(pod: pods.Pod, policy: Policy) -> str:
         return f'policy "{policy.name}" is in dry-run mode: it changes nothing'
     if any(name in policy.shared_resources for name in wanted):
         return "it is already as the webhook leaves it"
-    if not wanted and policy.rules.void_visible_devices_without_gpu:
-        return "it asks for no GPU, and its containers already hide the GPUs"
     budget = Budget()
     missed = [name for name in wanted if _meant_resource(name, policy, budget) is not None]
     if missed:
@@ -413,9 +401,12 @@ def unchanged(pod: pods.Pod, policy: Policy) -> str:
             f"it asks for {', '.join(missed)}, which looks like a misspelt GPU resource (see"
             " the warning)"
         )
-    if wanted:
+    exclusive = [name for name in wanted if name.startswith(names.GPU_RESOURCE_PREFIXES)]
+    if exclusive:
         return (
-            f"it asks for {', '.join(wanted)}, no shared GPU of policy"
+            f"it asks for {', '.join(exclusive)}, no shared GPU of policy"
             f' "{policy.name}" ({shares}): an exclusive GPU, which the webhook leaves as it is'
         )
+    if policy.rules.void_visible_devices_without_gpu:
+        return "it asks for no GPU, and its containers already hide the GPUs"
     return f'it asks for no GPU, and policy "{policy.name}" changes only pods that do ({shares})'

@@ -10,10 +10,10 @@ reviewed as its pods will be (`mutate=False` for the validating webhook, which o
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
-from webhook import names, namespaces
+from webhook import names
 from webhook.core import facts, nearmisses, pods, recording, rules
 from webhook.core.decisions import OBJECT, Decision
 from webhook.policies import Policy
@@ -91,38 +91,6 @@ def admit(
         kept = Decision(warnings=list(decision.warnings))
         kept.warn("the pod template breaks gpu-share rules; its new pods will be refused")
         return kept
-    return decision
-
-
-def namespace_labels(
-    obj: Mapping[str, Any] | None, known: Sequence[str], broken: Collection[str] = ()
-) -> Decision:
-    """A Namespace created or relabelled: near misses of the opt-in and policy labels, and a
-    policy label that names no policy in force (`known`; `broken`: those whose file does not
-    load), as warnings; never a refusal (the entry that sends namespaces is `failurePolicy:
-    Ignore`, and this one never refuses anyway). Which policies exist is not told: whoever
-    may create a namespace may not read the webhook's configuration."""
-    meta = obj.get("metadata") if obj is not None else None
-    raw = meta.get("labels") if isinstance(meta, dict) else None
-    if not isinstance(raw, dict):
-        return Decision()
-    labels = {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
-    decision = Decision()
-    for line in namespaces.label_near_misses(labels):
-        decision.warn(line)
-    wanted = labels.get(names.POLICY_LABEL)
-    if not wanted or wanted in known:
-        return decision
-    if wanted in broken:
-        decision.warn(
-            f'policy "{nearmisses.echo(wanted)}" is not in force (its file does not load): GPU'
-            " pods here are refused until the admin fixes it"
-        )
-    else:
-        decision.warn(
-            f"no policy is named {nearmisses.echo(wanted)} (label {names.POLICY_LABEL}): GPU"
-            " pods here are refused"
-        )
     return decision
 
 
@@ -215,7 +183,8 @@ def review(
                 + nearmisses.annotation_warnings(pod, policy, budget)
                 + nearmisses.label_warnings(template.node, pod, policy, budget)
             ):
-                decision.warn(f"{label}: {w}" if label else w)
+                # The place last: the advice first survives the cut at 120 characters.
+                decision.warn(f"{w} (in {label})" if label else w)
     for w in nearmisses.workload_warnings(obj, found, budget):
         decision.warn(w)
     if decision.violations:
