@@ -66,9 +66,14 @@ def _bodies() -> list[tuple[str, str, str]]:
                 out.append((policy, endpoint, body))
     for case in corpus.ROUTE_CASES.values():
         if case.old is not None:
-            body = json.dumps(kube.admission_review(case.obj, operation=case.operation,
-                                                    old=case.old,
-                                                    sub_resource=case.sub_resource or None))
+            body = json.dumps(
+                kube.admission_review(
+                    case.obj,
+                    operation=case.operation,
+                    old=case.old,
+                    sub_resource=case.sub_resource or None,
+                )
+            )
             out += [("default", endpoint, body) for endpoint in ("mutate", "validate")]
     return out
 
@@ -78,8 +83,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("compiled")
     built, output = hatch_build.compile_core(kube.REPO, work)
     assert built, f"mypyc could not compile the core:\n{output[-3000:]}"
-    assert {p.name.split(".")[0] for p in built} >= {
-        Path(m).stem for m in hatch_build.COMPILED}
+    assert {p.name.split(".")[0] for p in built} >= {Path(m).stem for m in hatch_build.COMPILED}
     return work
 
 
@@ -95,7 +99,11 @@ def test_the_compiled_core_answers_every_review_as_the_pure_one(
     (tmp_path / "reviews.jsonl").write_text("".join(json.dumps(b) + "\n" for b in bodies))
     done = subprocess.run(
         [sys.executable, "-c", _ANSWER, str(directory), str(tmp_path / "reviews.jsonl")],
-        cwd=compiled, capture_output=True, text=True, timeout=300, check=False,
+        cwd=compiled,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
         env={**os.environ, "PYTHONPATH": str(compiled)},
     )
     assert done.returncode == 0, done.stderr[-3000:]
@@ -103,8 +111,9 @@ def test_the_compiled_core_answers_every_review_as_the_pure_one(
     loaded = policies.load_directory(directory)
     assert len(answers) == len(bodies) > 500
     for (policy, endpoint, body), answer in zip(bodies, answers, strict=True):
-        pure = reviews.review(body.encode(), policies=loaded, policy_name=policy,
-                              endpoint=endpoint).body
+        pure = reviews.review(
+            body.encode(), policies=loaded, policy_name=policy, endpoint=endpoint
+        ).body
         assert answer == pure, (policy, endpoint, body[:300])
 
 
@@ -134,9 +143,37 @@ def test_the_compiled_core_refuses_a_change_of_the_facts(compiled: Path) -> None
     """What `mypy` refuses (tests/test_rule_order.py), the compiled classes refuse at run
     time: a rule cannot change what another reads."""
     done = subprocess.run(
-        [sys.executable, "-c", _MEDDLE, str(kube.REPO / "policies")], cwd=compiled,
-        capture_output=True, text=True,
-        timeout=60, check=False, env={**os.environ, "PYTHONPATH": str(compiled)},
+        [sys.executable, "-c", _MEDDLE, str(kube.REPO / "policies")],
+        cwd=compiled,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(compiled)},
     )
     assert done.returncode == 0, done.stderr[-2000:] + done.stdout
     assert done.stdout.strip() == "refused"
+
+
+def test_a_wheel_built_as_pip_and_the_image_build_it_is_compiled(tmp_path: Path) -> None:
+    """`pip install .` and the Dockerfile build the wheel in an isolated environment, with
+    only the build-system requirements: mypyc's type check there must pass as it does in the
+    development environment (without pydantic among them, the policy models were Any to it
+    and the compile fell back to a pure-Python wheel, which the image build refuses)."""
+    env = {k: v for k, v in os.environ.items() if k != "GPU_SHARE_WEBHOOK_PURE_PYTHON"}
+    # A fresh environment, as on a new machine or in the image's builder: mypy looks for the
+    # packages it checks against in the environment of the interpreter that runs pip, so
+    # this suite's own (which has pydantic) would hide the fault.
+    fresh = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(fresh)], check=True, timeout=300)
+    dist = tmp_path / "dist"
+    command = [str(fresh / "bin" / "python"), "-m", "pip", "wheel", "--no-deps"]
+    command += ["--no-cache-dir", "-w", str(dist), str(kube.REPO)]
+    done = subprocess.run(
+        command, capture_output=True, text=True, check=False, env=env, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (wheel,) = dist.glob("gpu_share_webhook-*.whl")
+    assert not wheel.name.endswith("-none-any.whl"), (
+        "mypyc did not compile the core in an isolated build:\n" + done.stderr[-3000:]
+    )
