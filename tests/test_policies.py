@@ -85,7 +85,7 @@ def test_the_shipped_policies_say_what_the_spec_asks_for() -> None:
                      "spec.colour: unknown field (a typo? unknown fields are refused, not ignored);"
                      " the fields known here: mode, ruleModes, sharedResources, runtimeClassName,"
                      " tolerations, tolerateResourceTaint, nodeClasses, profiles, hostAccess,"
-                     " defaultProfile, rules",
+                     " defaultProfile, rules, dra",
                      id="unknown-field"),
         pytest.param(T4.replace("mps,", "mpss,"),
                      "spec.nodeClasses[0].strategy: Input should be 'mps' or 'time-slicing'",

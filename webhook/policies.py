@@ -242,6 +242,43 @@ def _default_tolerations() -> list[TolerationSpec]:
 Mode = Literal["enforce", "warn", "dry-run"]
 
 
+class DraMpsSpec(_Model):
+    """Ceilings on the MPS configuration of a claim's request (NVIDIA's GpuConfig and
+    MigDeviceConfig `sharing.mpsConfig`): what each request may set at most."""
+
+    max_active_thread_percentage: int | None = Field(
+        default=None, alias="maxActiveThreadPercentage", ge=1, le=100
+    )
+    # The default pinned memory limit and every per-device one, in MiB.
+    max_pinned_memory_mib: int | None = Field(default=None, alias="maxPinnedMemoryMiB", ge=1)
+
+
+class DraClassSpec(_Model):
+    """A DeviceClass of GPUs under dynamic resource allocation (`gpu.nvidia.com`,
+    `mig.nvidia.com`) and what a namespace may ask of it. A class the policy does not list
+    is not the webhook's business (a NIC); a listed one is closed unless `allowed`."""
+
+    name: DnsSubdomain
+    allowed: bool = False
+    # Devices one request (or each of its firstAvailable subrequests) may take.
+    max_devices_per_request: int = Field(default=1, alias="maxDevicesPerRequest", ge=1)
+    # The sharing strategies a request's configuration may name (NVIDIA's
+    # `sharing.strategy`); none: only a request without sharing configuration.
+    sharing: list[Literal["TimeSlicing", "MPS"]] = Field(default_factory=list)
+    mps: DraMpsSpec = Field(default_factory=DraMpsSpec)
+    # Ceilings on consumable capacity (`exactly.capacity.requests`), by capacity name.
+    capacity: dict[DnsLabel, Annotated[str, StringConstraints(min_length=1, max_length=64)]] = (
+        Field(default_factory=dict)
+    )
+
+
+class DraSpec(_Model):
+    """Dynamic resource allocation: the GPU device classes, and what requests of them may
+    be (issue 22: reviewed in ResourceClaims and ResourceClaimTemplates)."""
+
+    device_classes: list[DraClassSpec] = Field(default_factory=list, alias="deviceClasses")
+
+
 class PolicySpecModel(_Model):
     # How the policy applies its rules (names.MODES), and per-rule exceptions: roll a policy
     # out in dry-run, read the audit, warn, then enforce (docs/policies.md).
@@ -262,6 +299,8 @@ class PolicySpecModel(_Model):
     host_access: HostAccessSpec = Field(default_factory=HostAccessSpec, alias="hostAccess")
     default_profile: DnsLabel | None = Field(default=None, alias="defaultProfile")
     rules: RulesSpec = Field(default_factory=RulesSpec)
+    # None: the policy does not govern DRA (rule resource-claims refuses claims in pods).
+    dra: DraSpec | None = None
 
     @model_validator(mode="after")
     def _coherent(self) -> PolicySpecModel:
