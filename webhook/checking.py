@@ -30,7 +30,7 @@ SYSTEM_TAINT_PREFIX = "node.kubernetes.io/"
 class DirectoryReport:
     """A directory of policy files, checked."""
 
-    # The policies that load (the first file of a name, where two declare it).
+    # The policies the server would put in force (`policies.assemble`).
     loaded: policies.PolicySet
     errors: tuple[str, ...]
     warnings: tuple[str, ...]
@@ -66,26 +66,30 @@ def check_directory(directory: Path) -> DirectoryReport:
         load = policies.FileLoad.of(text, str(file))
         loads.append(load)
         errors.extend(load.problems)
-    # A name declared twice is an error wherever it is, even in a file that does not load:
-    # else it shows only once that file is fixed.
-    first: dict[str, str] = {}
-    good: list[policies.Policy] = []
+    # What the server would put in force, as it would (a file that clashes is out whole).
+    loaded, problems = policies.assemble(loads)
+    # A name declared twice is an error wherever it is, even in a file that does not load
+    # (`assemble` says so only of the files that do): else it shows only once that file is
+    # fixed.
+    first: dict[str, policies.FileLoad] = {}
     for load in loads:
-        declared = (
-            [(p.source, p.name, p) for p in load.policies]
-            if load.policies
-            else [(load.source, n, None) for n in load.names]
-        )
-        for source, name, policy in declared:
-            if name in first:
-                errors.append(
-                    f"{source}: metadata.name: policy {name!r} is already defined in {first[name]}"
-                )
+        for name in [p.name for p in load.policies] if load.policies else load.names:
+            earlier = first.setdefault(name, load)
+            if earlier is load:
                 continue
-            first[name] = source
-            if policy is not None:
-                good.append(policy)
-    loaded = policies.build_set(good)
+            if earlier.problems and not load.problems:
+                # In force now (the server serves it while the other does not load).
+                errors.append(
+                    f"{load.source}: metadata.name: policy {name!r} is also declared in"
+                    f" {earlier.source}, which does not load; once it does, this file is out"
+                    " of force"
+                )
+            else:
+                errors.append(
+                    f"{load.source}: metadata.name: policy {name!r} is already defined in"
+                    f" {earlier.source}"
+                )
+    errors.extend(p for p in problems if p not in errors)
     warnings = [w for name in loaded.names for w in policy_warnings(loaded.policies[name])]
     return DirectoryReport(loaded, tuple(errors), tuple(warnings), tuple(unreadable))
 
