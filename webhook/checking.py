@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from webhook import discovering, policies
+from webhook.errors import PolicyError
 
 # Taints Kubernetes itself puts on nodes for their state (cordoned, not ready, under pressure):
 # not a policy's to tolerate, and gone when the node is well (discover ignores them too).
@@ -45,7 +46,9 @@ class DirectoryReport:
 
 def check_directory(directory: Path) -> DirectoryReport:
     """Every problem of every policy file of `directory` (a directory), and the warnings of
-    the policies that load."""
+    the policies that load. PolicyError when `directory` is no directory."""
+    if not directory.is_dir():
+        raise PolicyError([f"{directory}: not a directory of policy files"])
     files = policies.policy_files(directory)
     if not files:
         return DirectoryReport(
