@@ -620,16 +620,59 @@ def _fit(name: str, suffix: str) -> str:
 def _untolerated(nodes: Sequence[Node], advertised: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """Taints of `nodes` that the generated policy's tolerations do not cover: the default
     (`nvidia.com/gpu` Exists NoSchedule) and the resource's own (Exists NoSchedule)."""
+    generated = [
+        {"key": key, "operator": "Exists", "effect": "NoSchedule"}
+        for key in ("nvidia.com/gpu", advertised)
+    ]
+    return untolerated(generated, nodes).taints
+
+
+def tolerates(toleration: Mapping[str, Any], key: str, value: str, effect: str) -> bool:
+    """Whether `toleration` tolerates the taint key=value:effect, as the scheduler and the
+    taint manager decide it: an empty effect matches every effect; an empty key (with
+    operator Exists) every key and value; Exists any value of its key; Equal (the default)
+    only the same value, an absent one being empty."""
+    tol_effect = toleration.get("effect") or ""
+    if tol_effect and tol_effect != effect:
+        return False
+    tol_key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if not tol_key:
+        return operator == "Exists"
+    if tol_key != key:
+        return False
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == value
+
+
+@dataclass(frozen=True, slots=True)
+class Untolerated:
+    """The nodes of a class whose taints its pods do not tolerate."""
+
+    # Each taint (as `key=value:effect`) and the nodes that carry it.
+    taints: tuple[tuple[str, tuple[str, ...]], ...]
+    nodes: tuple[str, ...]
+
+
+def untolerated(tolerations: Sequence[Mapping[str, Any]], nodes: Sequence[Node]) -> Untolerated:
+    """The NoSchedule and NoExecute taints of `nodes` that none of `tolerations` tolerates
+    (those Kubernetes puts on for a node's state aside)."""
     found: dict[str, list[str]] = {}
+    blocked: set[str] = set()
     for node in nodes:
         for key, value, effect in node.taints:
             if key.startswith(_SYSTEM_TAINT_PREFIX):
                 continue
-            if key in ("nvidia.com/gpu", advertised) and effect == "NoSchedule":
+            if any(tolerates(t, key, value, effect) for t in tolerations):
                 continue
             text = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
             found.setdefault(text, []).append(node.name)
-    return tuple((t, tuple(sorted(ns))) for t, ns in sorted(found.items()))
+            blocked.add(node.name)
+    return Untolerated(
+        tuple((t, tuple(sorted(ns))) for t, ns in sorted(found.items())),
+        tuple(sorted(blocked)),
+    )
 
 
 # --------------------------------------------------------------------------- profiles
