@@ -41,7 +41,14 @@ _RESOURCE_LABEL = re.compile(
 )
 # What the device plugin advertises in the node's status: R, or R.shared when renamed.
 _ADVERTISED = re.compile(r"^(nvidia\.com/(?:gpu|mig-[0-9a-z][0-9a-z.+-]*?))(\.shared)?$")
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(names.LABEL_VALUE)
+
+
+def _label_value(text: str) -> bool:
+    """A non-empty label value (at most 63 characters)."""
+    return bool(text) and len(text) <= names.MAX_LABEL_LENGTH and bool(_LABEL_VALUE.fullmatch(text))
+
+
 SHARING_STRATEGIES = ("mps", "time-slicing")
 NO_SHARING = "none"
 MPS_CAPABLE_LABEL = "nvidia.com/mps.capable"
@@ -399,7 +406,7 @@ def _judge_shared(
     # -SHARED only when shared and not renamed (GFD's getProductName).
     renamed = not product.endswith(policies.PRODUCT_SHARED_SUFFIX)
     base = product if renamed else product.removesuffix(policies.PRODUCT_SHARED_SUFFIX)
-    if not _LABEL_VALUE.match(base) or not _LABEL_VALUE.match(product):
+    if not _label_value(base) or not _label_value(product):
         trouble.append(f"{r}.product={product} is not a label value")
     if node.has_status:
         trouble.extend(_advertising_disagrees(r, product, renamed, advertised))

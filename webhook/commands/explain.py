@@ -51,7 +51,7 @@ OUTPUTS = ("text", "json")
 # The one value of the opt-in label the configurations select (`In ["true"]`).
 OPT_IN_VALUE = "true"
 # A label value as Kubernetes takes it (at most 63 characters).
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(names.LABEL_VALUE)
 
 
 def register(subparsers: Any) -> None:
@@ -195,7 +195,9 @@ def _near_misses(labels: Mapping[str, str], loaded: policies.PolicySet) -> list[
     server would not even take, and a policy name close to one that exists."""
     hints = namespaces.label_near_misses(labels)
     value = labels.get(names.ENABLED_LABEL)
-    if value is not None and (not _LABEL_VALUE.fullmatch(value) or len(value) > 63):
+    if value is not None and (
+        not _LABEL_VALUE.fullmatch(value) or len(value) > names.MAX_LABEL_LENGTH
+    ):
         hints.append(
             f"{names.ENABLED_LABEL}={value!r} is not a valid label value: the API server"
             f' refuses it; write {names.ENABLED_LABEL}: "{OPT_IN_VALUE}" (quoted in YAML)'
