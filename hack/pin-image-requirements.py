@@ -129,7 +129,9 @@ def render() -> str:
             meta = item["metadata"]
             name = canonicalize_name(meta["name"])
             info = item["download_info"]
-            digest = info["archive_info"]["hashes"]["sha256"]
+            digest = info.get("archive_info", {}).get("hashes", {}).get("sha256")
+            if not digest:
+                sys.exit(f"{name} on {arch}: pip's report gives no sha256 for {info.get('url')}")
             pin = pins.setdefault(
                 name, {"version": meta["version"], "hashes": {}, "requires": {}, "archs": []}
             )
@@ -173,7 +175,7 @@ def main() -> int:
     args = parser.parse_args()
     text = render()
     if args.check:
-        if OUTPUT.read_text() != text:
+        if not OUTPUT.exists() or OUTPUT.read_text() != text:
             print(f"{OUTPUT.relative_to(ROOT)} is not what pip resolves today", file=sys.stderr)
             return 1
         return 0

@@ -73,9 +73,7 @@ def codec(loaded: policies.PolicySet, kinds: pods.Kinds = pods.BUILTIN) -> Send:
     return send
 
 
-def _rule_matches(
-    rule: Mapping[str, Any], group: str, resource: str, operation: str
-) -> bool:
+def _rule_matches(rule: Mapping[str, Any], group: str, resource: str, operation: str) -> bool:
     return (
         (group in rule["apiGroups"] or "*" in rule["apiGroups"])
         and (resource in rule["resources"] or "*" in rule["resources"])
@@ -183,10 +181,23 @@ class ApiServer:
 # Pod Security baseline's allowed added capabilities (k8s.io/pod-security-admission,
 # policy/check_capabilities_baseline.go), compared exactly as written: "CAP_CHOWN" or "chown"
 # is not in the set.
-BASELINE_CAPABILITIES = frozenset({
-    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
-    "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT",
-})
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
 _CONTAINER_GROUPS = ("initContainers", "containers", "ephemeralContainers")
 
 

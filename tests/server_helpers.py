@@ -299,6 +299,18 @@ async def post_review(
     )
 
 
+def api_server_send(client: TestClient[Any, Any]) -> apiserver.Send:
+    """For `apiserver.ApiServer`: entries answered by the real application over TLS
+    (`client`, from `start`), each request posted as the API server posts it."""
+
+    async def send(path: str, body: bytes) -> dict[str, Any]:
+        response = await post_review(client, path, body)
+        assert response.status == 200, await response.text()
+        return await response.json()  # type: ignore[no-any-return]
+
+    return send
+
+
 def counting_connections() -> tuple[aiohttp.TraceConfig, list[int]]:
     """A trace that counts the connections (TLS handshakes) a client opens."""
     opened: list[int] = []

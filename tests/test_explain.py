@@ -6,12 +6,15 @@ the policy; exit 0 governed, 1 not, 2 bad input.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+import yaml
 
 from tests import deploy_helpers as dh
+from tests.kube import REPO
 from webhook import cli, names, policies, rendering
 from webhook.commands import explain
 
@@ -98,7 +101,7 @@ CASES = [
             1,
             None,
             rendering.UNKNOWN_ENTRY,
-            "names no policy",
+            "names a policy that does not exist",
             None,
         ),
         id="a-policy-label-naming-a-missing-policy-is-not-governed",
@@ -110,7 +113,7 @@ CASES = [
             1,
             None,
             rendering.UNKNOWN_ENTRY,
-            "names no policy",
+            "names a policy that does not exist",
             "did you mean 'not-renamed'",
         ),
         id="a-policy-name-in-the-wrong-case-is-missing-with-a-suggestion",
@@ -415,3 +418,91 @@ def test_json_is_the_same_answer_as_the_text(capsys: pytest.CaptureFixture[str])
     assert found["governed"] is False
     assert found["path"] == names.UNKNOWN_POLICY_PATH
     assert found["classes"] == []
+
+
+# --------------------------------------------------------------------------- as the server has it
+# (found reviewing the change: explain loaded policies otherwise than the server does)
+
+
+def _policies(tmp_path: Path, **extra: str) -> Path:
+    directory = tmp_path / "policies"
+    shutil.copytree(REPO / "policies", directory)
+    for name, text in extra.items():
+        (directory / f"{name}.yaml").write_text(text)
+    return directory
+
+
+def test_a_file_that_does_not_load_takes_out_only_its_own_policy(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    broken = (
+        "apiVersion: gpu-share.io/v1alpha1\nkind: SharingPolicy\nmetadata: {name: gold}\n"
+        "spec: {nodeClasses: []}\n"
+    )
+    directory = _policies(tmp_path, gold=broken)
+    code, out, err = run(
+        capsys,
+        "namespace",
+        "team-a",
+        "-l",
+        f"{names.ENABLED_LABEL}=true",
+        "--policies",
+        str(directory),
+    )
+    assert code == 0, err
+    assert "governed by policy 'default'" in out
+    assert "warning: not in force:" in err
+    code, out, _ = run(
+        capsys,
+        "namespace",
+        "team-a",
+        "-l",
+        f"{names.ENABLED_LABEL}=true",
+        "-l",
+        f"{names.POLICY_LABEL}=gold",
+        "--policies",
+        str(directory),
+    )
+    assert code == 1
+    assert 'policy "gold" is not in force' in out
+
+
+def test_pod_security_is_left_to_it_only_where_the_policy_trusts_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    default = yaml.safe_load((REPO / "policies" / "default.yaml").read_text())
+    default["spec"]["hostAccess"] = {"trustPodSecurity": False}
+    directory = _policies(tmp_path)
+    (directory / "default.yaml").write_text(yaml.safe_dump(default))
+    code, out, _ = run(
+        capsys,
+        "namespace",
+        "team-a",
+        "-l",
+        f"{names.ENABLED_LABEL}=true",
+        "-l",
+        "pod-security.kubernetes.io/enforce=baseline",
+        "--policies",
+        str(directory),
+    )
+    assert code == 0
+    assert "host access is left to it" not in out
+
+
+def test_no_default_policy_and_no_label_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = _policies(tmp_path)
+    (directory / "default.yaml").unlink()
+    code, out, _ = run(
+        capsys,
+        "namespace",
+        "team-a",
+        "-l",
+        f"{names.ENABLED_LABEL}=true",
+        "--policies",
+        str(directory),
+    )
+    assert code == 1
+    assert "label gpu-share.io/policy=''" not in out
+    assert 'policy "default" does not exist' in out

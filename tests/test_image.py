@@ -9,15 +9,17 @@ index, so it is not run here). Docker is not run either: the Dockerfile is read.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
+import importlib.util
 import re
 import shlex
 import tomllib
+import types
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
@@ -68,20 +70,25 @@ def pins() -> dict[str, Pin]:
     return read_pins(PINNED.read_text(encoding="utf-8"))
 
 
-def image_environment(machine: str) -> dict[str, str]:
-    env = default_environment()
-    env.update(
-        python_version=PYTHON,
-        python_full_version=f"{PYTHON}.0",
-        implementation_name="cpython",
-        platform_python_implementation="CPython",
-        sys_platform="linux",
-        platform_system="Linux",
-        os_name="posix",
-        platform_machine=machine,
-        extra="",
+@functools.cache
+def _pinning_script() -> types.ModuleType:
+    """hack/pin-image-requirements.py, which makes the file (its name is no module name)."""
+    spec = importlib.util.spec_from_file_location(
+        "pin_image_requirements", REPO / "hack" / "pin-image-requirements.py"
     )
-    return env
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def image_environment(machine: str) -> dict[str, str]:
+    """The image interpreter's marker environment, as the script evaluates it (and no extra:
+    the runtime requirements are installed without one)."""
+    script = _pinning_script()
+    assert script.PYTHON == PYTHON
+    return {**script.environment(machine), "extra": ""}
 
 
 def applies(requirement: Requirement, machine: str) -> bool:

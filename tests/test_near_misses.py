@@ -41,60 +41,35 @@ def _pod(
     requests: dict[str, Any] | None = None,
     labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    resources: dict[str, Any] = {}
-    if limits is not None:
-        resources["limits"] = limits
-    if requests is not None:
-        resources["requests"] = requests
-    meta: dict[str, Any] = {"name": "train", "namespace": "team-a"}
-    if annotations:
-        meta["annotations"] = annotations
+    """A pod "train" of one container "cuda" (`kube.pod`), with these resources and metadata."""
+    pod = kube.pod(
+        kube.container("cuda", limits=limits, requests=requests),
+        name="train",
+        annotations=annotations or None,
+    )
     if labels:
-        meta["labels"] = labels
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": meta,
-        "spec": {
-            "containers": [
-                {"name": "cuda", "image": corpus.CUDA, "resources": resources},
-            ]
-        },
-    }
+        pod["metadata"]["labels"] = labels
+    return pod
+
+
+def _workload(kind: str, pod: dict[str, Any], **annotations: dict[str, str]) -> dict[str, Any]:
+    """`pod` as the template of a workload "train" (`kube.workload`); `annotations` on the
+    workload's own metadata (`own`) or its CronJob's jobTemplate (`job`)."""
+    obj = kube.workload(kind, pod)
+    obj["metadata"]["name"] = "train"
+    if "own" in annotations:
+        obj["metadata"]["annotations"] = annotations["own"]
+    if "job" in annotations:
+        obj["spec"]["jobTemplate"]["metadata"] = {"annotations": annotations["job"]}
+    return obj
 
 
 def _deployment(pod: dict[str, Any], annotations: dict[str, str] | None = None) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": "train", "namespace": "team-a"}
-    if annotations:
-        meta["annotations"] = annotations
-    template = {"metadata": {"labels": {"app": "train"}}, "spec": pod["spec"]}
-    if pod["metadata"].get("annotations"):
-        template["metadata"]["annotations"] = pod["metadata"]["annotations"]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta,
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "train"}},
-            "template": template,
-        },
-    }
+    return _workload("Deployment", pod, **({"own": annotations} if annotations else {}))
 
 
 def _cronjob(pod: dict[str, Any], job_annotations: dict[str, str]) -> dict[str, Any]:
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "CronJob",
-        "metadata": {"name": "train", "namespace": "team-a"},
-        "spec": {
-            "schedule": "0 * * * *",
-            "jobTemplate": {
-                "metadata": {"annotations": job_annotations},
-                "spec": {"template": {"spec": {**pod["spec"], "restartPolicy": "Never"}}},
-            },
-        },
-    }
+    return _workload("CronJob", pod, job=job_annotations)
 
 
 SHARED = {"nvidia.com/gpu.shared": 1}
@@ -317,19 +292,13 @@ async def test_the_server_sends_each_near_miss_as_a_warning(
     """Through the rendered configurations (their CEL decides what reaches the webhook) into
     the real application over TLS: the user's `kubectl apply` prints each warning."""
     client: TestClient[Any, Any] = await h.start(aiohttp_server, aiohttp_client, app)
-
-    async def send(path: str, body: bytes) -> dict[str, Any]:
-        response = await h.post_review(client, path, body)
-        assert response.status == 200, await response.text()
-        return await response.json()  # type: ignore[no-any-return]
-
     configurations = rendering.render(
         loaded,
         service="gpu-share-webhook",
         namespace="gpu-share-system",
         name="gpu-share-webhook",
     )
-    cluster = apiserver.ApiServer(configurations, send)
+    cluster = apiserver.ApiServer(configurations, h.api_server_send(client))
     for name, case in sorted(NEAR_MISSES.items()):
         outcome = await cluster.admit(copy.deepcopy(case.obj), labels=case.labels)
         assert outcome.allowed, (name, outcome.message)
@@ -520,12 +489,6 @@ async def test_the_server_warns_of_near_misses_when_a_namespace_is_labelled(
     loaded: policies.PolicySet,
 ) -> None:
     client: TestClient[Any, Any] = await h.start(aiohttp_server, aiohttp_client, app)
-
-    async def send(path: str, body: bytes) -> dict[str, Any]:
-        response = await h.post_review(client, path, body)
-        assert response.status == 200, await response.text()
-        return await response.json()  # type: ignore[no-any-return]
-
     configurations = rendering.render(
         loaded,
         service="gpu-share-webhook",
@@ -537,7 +500,7 @@ async def test_the_server_warns_of_near_misses_when_a_namespace_is_labelled(
         e for c in configurations for e in c["webhooks"] if e["name"] == rendering.NAMESPACE_ENTRY
     )
     assert entry["failurePolicy"] == "Ignore", "no namespace write may wait on a warning"
-    cluster = apiserver.ApiServer(configurations, send)
+    cluster = apiserver.ApiServer(configurations, h.api_server_send(client))
     for name, (labels, expected) in sorted(NAMESPACE_CASES.items()):
         obj = _namespace(labels)
         for operation in ("CREATE", "UPDATE"):

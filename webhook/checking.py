@@ -14,23 +14,20 @@ bad input (exit 2), after everything else has been said.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from webhook import discovering, policies
-
-# Taints Kubernetes itself puts on nodes for their state (cordoned, not ready, under pressure):
-# not a policy's to tolerate, and gone when the node is well (discover ignores them too).
-SYSTEM_TAINT_PREFIX = "node.kubernetes.io/"
+from webhook.core import placing
+from webhook.errors import PolicyError
 
 
 @dataclass(frozen=True, slots=True)
 class DirectoryReport:
     """A directory of policy files, checked."""
 
-    # The policies that load (the first file of a name, where two declare it).
+    # The policies the server would put in force (`policies.assemble`).
     loaded: policies.PolicySet
     errors: tuple[str, ...]
     warnings: tuple[str, ...]
@@ -45,7 +42,9 @@ class DirectoryReport:
 
 def check_directory(directory: Path) -> DirectoryReport:
     """Every problem of every policy file of `directory` (a directory), and the warnings of
-    the policies that load."""
+    the policies that load. PolicyError when `directory` is no directory."""
+    if not directory.is_dir():
+        raise PolicyError([f"{directory}: not a directory of policy files"])
     files = policies.policy_files(directory)
     if not files:
         return DirectoryReport(
@@ -66,26 +65,30 @@ def check_directory(directory: Path) -> DirectoryReport:
         load = policies.FileLoad.of(text, str(file))
         loads.append(load)
         errors.extend(load.problems)
-    # A name declared twice is an error wherever it is, even in a file that does not load:
-    # else it shows only once that file is fixed.
-    first: dict[str, str] = {}
-    good: list[policies.Policy] = []
+    # What the server would put in force, as it would (a file that clashes is out whole).
+    loaded, problems = policies.assemble(loads)
+    # A name declared twice is an error wherever it is, even in a file that does not load
+    # (`assemble` says so only of the files that do): else it shows only once that file is
+    # fixed.
+    first: dict[str, policies.FileLoad] = {}
     for load in loads:
-        declared = (
-            [(p.source, p.name, p) for p in load.policies]
-            if load.policies
-            else [(load.source, n, None) for n in load.names]
-        )
-        for source, name, policy in declared:
-            if name in first:
-                errors.append(
-                    f"{source}: metadata.name: policy {name!r} is already defined in {first[name]}"
-                )
+        for name in [p.name for p in load.policies] if load.policies else load.names:
+            earlier = first.setdefault(name, load)
+            if earlier is load:
                 continue
-            first[name] = source
-            if policy is not None:
-                good.append(policy)
-    loaded = policies.build_set(good)
+            if earlier.problems and not load.problems:
+                # In force now (the server serves it while the other does not load).
+                errors.append(
+                    f"{load.source}: metadata.name: policy {name!r} is also declared in"
+                    f" {earlier.source}, which does not load; once it does, this file is out"
+                    " of force"
+                )
+            else:
+                errors.append(
+                    f"{load.source}: metadata.name: policy {name!r} is already defined in"
+                    f" {earlier.source}"
+                )
+    errors.extend(p for p in problems if p not in errors)
     warnings = [w for name in loaded.names for w in policy_warnings(loaded.policies[name])]
     return DirectoryReport(loaded, tuple(errors), tuple(warnings), tuple(unreadable))
 
@@ -151,59 +154,11 @@ def _labels(c: policies.NodeClass) -> str:
 
 
 def class_tolerations(policy: policies.Policy, cls: policies.NodeClass) -> list[dict[str, Any]]:
-    """The tolerations a pod of `cls` gets from the webhook (core.placing.tolerations): the
-    policy's, and the one for the advertised resource's own taint where the policy says so."""
-    out = [dict(t) for t in policy.tolerations]
-    if policy.tolerate_resource_taint:
-        out.append({"key": cls.advertised, "operator": "Exists", "effect": "NoSchedule"})
-    return out
+    """The tolerations a pod of `cls` gets from the webhook (`placing.wanted_tolerations`)."""
+    return [dict(t) for t in placing.wanted_tolerations(policy, cls.advertised)]
 
 
-def tolerates(toleration: Mapping[str, Any], key: str, value: str, effect: str) -> bool:
-    """Whether `toleration` tolerates the taint key=value:effect, as the scheduler and the
-    taint manager decide it: an empty effect matches every effect; an empty key (with
-    operator Exists) every key and value; Exists any value of its key; Equal (the default)
-    only the same value, an absent one being empty."""
-    tol_effect = toleration.get("effect") or ""
-    if tol_effect and tol_effect != effect:
-        return False
-    tol_key = toleration.get("key") or ""
-    operator = toleration.get("operator") or "Equal"
-    if not tol_key:
-        return operator == "Exists"
-    if tol_key != key:
-        return False
-    if operator == "Exists":
-        return True
-    return operator == "Equal" and (toleration.get("value") or "") == value
-
-
-@dataclass(frozen=True, slots=True)
-class Untolerated:
-    """The nodes of a class whose taints its pods do not tolerate."""
-
-    # Each taint (as `key=value:effect`) and the nodes that carry it.
-    taints: tuple[tuple[str, tuple[str, ...]], ...]
-    nodes: tuple[str, ...]
-
-
-def untolerated(
-    tolerations: Sequence[Mapping[str, Any]], nodes: Sequence[discovering.Node]
-) -> Untolerated:
-    """The NoSchedule and NoExecute taints of `nodes` that none of `tolerations` tolerates
-    (those Kubernetes puts on for a node's state aside)."""
-    found: dict[str, list[str]] = {}
-    blocked: set[str] = set()
-    for node in nodes:
-        for key, value, effect in node.taints:
-            if key.startswith(SYSTEM_TAINT_PREFIX):
-                continue
-            if any(tolerates(t, key, value, effect) for t in tolerations):
-                continue
-            text = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
-            found.setdefault(text, []).append(node.name)
-            blocked.add(node.name)
-    return Untolerated(
-        tuple((t, tuple(sorted(ns))) for t, ns in sorted(found.items())),
-        tuple(sorted(blocked)),
-    )
+# One taint matcher for `policy check` and `discover` (it reads the nodes' taints).
+tolerates = discovering.tolerates
+untolerated = discovering.untolerated
+Untolerated = discovering.Untolerated

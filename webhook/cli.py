@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 from webhook import __version__
 from webhook.commands import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
     EXIT_USAGE,
     Parser,
     audit,
@@ -30,10 +32,6 @@ from webhook.commands import (
     render,
     serve,
 )
-
-# 128 + SIGPIPE (13): what a shell reports for a program that SIGPIPE ended, as `head` makes
-# of the programs before it in a pipeline. Python ignores SIGPIPE; its write fails instead.
-EXIT_BROKEN_PIPE = 141
 
 EPILOG = (
     "Exit codes: 0 ok; 1 something refused or a problem found; 2 bad input or usage;"
@@ -103,7 +101,7 @@ def _run(argv: Sequence[str] | None) -> int:
     try:
         return int(func(args))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except RecursionError:
         # Only input nests this deep here (the readers refuse what they cannot parse; a
         # value orjson reads, up to 1,024 levels, can still be too deep to copy or walk).

@@ -41,7 +41,14 @@ _RESOURCE_LABEL = re.compile(
 )
 # What the device plugin advertises in the node's status: R, or R.shared when renamed.
 _ADVERTISED = re.compile(r"^(nvidia\.com/(?:gpu|mig-[0-9a-z][0-9a-z.+-]*?))(\.shared)?$")
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(names.LABEL_VALUE)
+
+
+def _label_value(text: str) -> bool:
+    """A non-empty label value (at most 63 characters)."""
+    return bool(text) and len(text) <= names.MAX_LABEL_LENGTH and bool(_LABEL_VALUE.fullmatch(text))
+
+
 SHARING_STRATEGIES = ("mps", "time-slicing")
 NO_SHARING = "none"
 MPS_CAPABLE_LABEL = "nvidia.com/mps.capable"
@@ -399,7 +406,7 @@ def _judge_shared(
     # -SHARED only when shared and not renamed (GFD's getProductName).
     renamed = not product.endswith(policies.PRODUCT_SHARED_SUFFIX)
     base = product if renamed else product.removesuffix(policies.PRODUCT_SHARED_SUFFIX)
-    if not _LABEL_VALUE.match(base) or not _LABEL_VALUE.match(product):
+    if not _label_value(base) or not _label_value(product):
         trouble.append(f"{r}.product={product} is not a label value")
     if node.has_status:
         trouble.extend(_advertising_disagrees(r, product, renamed, advertised))
@@ -620,16 +627,59 @@ def _fit(name: str, suffix: str) -> str:
 def _untolerated(nodes: Sequence[Node], advertised: str) -> tuple[tuple[str, tuple[str, ...]], ...]:
     """Taints of `nodes` that the generated policy's tolerations do not cover: the default
     (`nvidia.com/gpu` Exists NoSchedule) and the resource's own (Exists NoSchedule)."""
+    generated = [
+        {"key": key, "operator": "Exists", "effect": "NoSchedule"}
+        for key in ("nvidia.com/gpu", advertised)
+    ]
+    return untolerated(generated, nodes).taints
+
+
+def tolerates(toleration: Mapping[str, Any], key: str, value: str, effect: str) -> bool:
+    """Whether `toleration` tolerates the taint key=value:effect, as the scheduler and the
+    taint manager decide it: an empty effect matches every effect; an empty key (with
+    operator Exists) every key and value; Exists any value of its key; Equal (the default)
+    only the same value, an absent one being empty."""
+    tol_effect = toleration.get("effect") or ""
+    if tol_effect and tol_effect != effect:
+        return False
+    tol_key = toleration.get("key") or ""
+    operator = toleration.get("operator") or "Equal"
+    if not tol_key:
+        return operator == "Exists"
+    if tol_key != key:
+        return False
+    if operator == "Exists":
+        return True
+    return operator == "Equal" and (toleration.get("value") or "") == value
+
+
+@dataclass(frozen=True, slots=True)
+class Untolerated:
+    """The nodes of a class whose taints its pods do not tolerate."""
+
+    # Each taint (as `key=value:effect`) and the nodes that carry it.
+    taints: tuple[tuple[str, tuple[str, ...]], ...]
+    nodes: tuple[str, ...]
+
+
+def untolerated(tolerations: Sequence[Mapping[str, Any]], nodes: Sequence[Node]) -> Untolerated:
+    """The NoSchedule and NoExecute taints of `nodes` that none of `tolerations` tolerates
+    (those Kubernetes puts on for a node's state aside)."""
     found: dict[str, list[str]] = {}
+    blocked: set[str] = set()
     for node in nodes:
         for key, value, effect in node.taints:
             if key.startswith(_SYSTEM_TAINT_PREFIX):
                 continue
-            if key in ("nvidia.com/gpu", advertised) and effect == "NoSchedule":
+            if any(tolerates(t, key, value, effect) for t in tolerations):
                 continue
             text = f"{key}={value}:{effect}" if value else f"{key}:{effect}"
             found.setdefault(text, []).append(node.name)
-    return tuple((t, tuple(sorted(ns))) for t, ns in sorted(found.items()))
+            blocked.add(node.name)
+    return Untolerated(
+        tuple((t, tuple(sorted(ns))) for t, ns in sorted(found.items())),
+        tuple(sorted(blocked)),
+    )
 
 
 # --------------------------------------------------------------------------- profiles

@@ -178,5 +178,7 @@ DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 # Service names: a label that starts with a letter.
 DNS1035_LABEL = r"[a-z]([-a-z0-9]*[a-z0-9])?"
 DNS1123_SUBDOMAIN = rf"{DNS1123_LABEL}(\.{DNS1123_LABEL})*"
+# A label value (empty included): what a label selector or gpu-feature-discovery can match.
+LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
 MAX_LABEL_LENGTH = 63
 MAX_SUBDOMAIN_LENGTH = 253

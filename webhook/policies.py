@@ -45,7 +45,7 @@ KIND = "SharingPolicy"
 DEFAULT_POLICY = names.DEFAULT_POLICY
 
 # Label values and names as Kubernetes validates them.
-_LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
+_LABEL_VALUE = names.LABEL_VALUE
 _DNS_LABEL = names.DNS1123_LABEL
 _DNS_SUBDOMAIN = names.DNS1123_SUBDOMAIN
 _RESOURCE_NAME = r"nvidia\.com/(gpu|mig-[0-9a-z.+-]+?)(\.shared)?"
@@ -55,7 +55,9 @@ DnsLabel = Annotated[str, StringConstraints(pattern=rf"^{_DNS_LABEL}$", max_leng
 DnsSubdomain = Annotated[str, StringConstraints(pattern=rf"^{_DNS_SUBDOMAIN}$", max_length=253)]
 ResourceName = Annotated[str, StringConstraints(pattern=rf"^{_RESOURCE_NAME}$")]
 BaseResource = Annotated[str, StringConstraints(pattern=rf"^{_BASE_RESOURCE}$")]
-LabelValue = Annotated[str, StringConstraints(pattern=rf"^{_LABEL_VALUE}$", max_length=63)]
+LabelValue = Annotated[
+    str, StringConstraints(pattern=rf"^{_LABEL_VALUE}$", max_length=names.MAX_LABEL_LENGTH)
+]
 
 SHARED_SUFFIX = names.SHARED_SUFFIX
 PRODUCT_SHARED_SUFFIX = "-SHARED"

@@ -337,16 +337,7 @@ def _entry(
     condition: dict[str, str],
     settings: _Settings,
 ) -> dict[str, Any]:
-    client: dict[str, Any] = {
-        "service": {
-            "name": settings.service,
-            "namespace": settings.namespace,
-            "path": f"/{settings.endpoint}/{path}",
-            "port": SERVICE_PORT,
-        }
-    }
-    if settings.ca_bundle is not None:
-        client["caBundle"] = base64.b64encode(settings.ca_bundle).decode("ascii")
+    client = _client_config(settings, f"/{settings.endpoint}/{path}")
     expressions: list[dict[str, Any]] = [
         {"key": names.ENABLED_LABEL, "operator": "In", "values": ["true"]},
         {
@@ -375,22 +366,28 @@ def _entry(
     return entry
 
 
+def _client_config(settings: _Settings, path: str) -> dict[str, Any]:
+    """How the API server reaches the webhook at `path`: the Service, and the CA when given."""
+    client: dict[str, Any] = {
+        "service": {
+            "name": settings.service,
+            "namespace": settings.namespace,
+            "path": path,
+            "port": SERVICE_PORT,
+        }
+    }
+    if settings.ca_bundle is not None:
+        client["caBundle"] = base64.b64encode(settings.ca_bundle).decode("ascii")
+    return client
+
+
 def namespace_entry(settings: _Settings) -> dict[str, Any]:
     """The entry that tells whoever labels a namespace about a near miss of the opt-in or
     policy label (`gpu-share.io/enabled=True`), or a policy label that names no policy: the
     API server matches those labels exactly, so such a namespace never reaches the other
     entries, and its pods pass or are refused with nobody told why. Warnings only, and
     `failurePolicy: Ignore` whatever the others say: no namespace write ever waits on it."""
-    client: dict[str, Any] = {
-        "service": {
-            "name": settings.service,
-            "namespace": settings.namespace,
-            "path": f"/validate/{DEFAULT_POLICY}",
-            "port": SERVICE_PORT,
-        }
-    }
-    if settings.ca_bundle is not None:
-        client["caBundle"] = base64.b64encode(settings.ca_bundle).decode("ascii")
+    client = _client_config(settings, f"/validate/{DEFAULT_POLICY}")
     return {
         "name": NAMESPACE_ENTRY,
         **namespace_entry_fields(),

@@ -32,6 +32,10 @@ from webhook.errors import CertificateError
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+# As a shell reports a program a signal ended: Ctrl-C (SIGINT), and the reader of the output
+# gone (SIGPIPE: `| head`; Python ignores SIGPIPE, its write fails instead).
+EXIT_INTERRUPTED = 128 + 2
+EXIT_BROKEN_PIPE = 128 + 13
 
 # The names the rest of the project (deploy/, docs) agrees on.
 DEFAULT_SERVICE = names.DEFAULT_SERVICE

@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from webhook import documents, kinds, names, namespaces, policies, rendering
+from webhook import checking, documents, kinds, names, namespaces, policies, rendering
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
@@ -51,7 +51,7 @@ OUTPUTS = ("text", "json")
 # The one value of the opt-in label the configurations select (`In ["true"]`).
 OPT_IN_VALUE = "true"
 # A label value as Kubernetes takes it (at most 63 characters).
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
+_LABEL_VALUE = re.compile(names.LABEL_VALUE)
 
 
 def register(subparsers: Any) -> None:
@@ -195,7 +195,9 @@ def _near_misses(labels: Mapping[str, str], loaded: policies.PolicySet) -> list[
     server would not even take, and a policy name close to one that exists."""
     hints = namespaces.label_near_misses(labels)
     value = labels.get(names.ENABLED_LABEL)
-    if value is not None and (not _LABEL_VALUE.fullmatch(value) or len(value) > 63):
+    if value is not None and (
+        not _LABEL_VALUE.fullmatch(value) or len(value) > names.MAX_LABEL_LENGTH
+    ):
         hints.append(
             f"{names.ENABLED_LABEL}={value!r} is not a valid label value: the API server"
             f' refuses it; write {names.ENABLED_LABEL}: "{OPT_IN_VALUE}" (quoted in YAML)'
@@ -248,16 +250,18 @@ def explain(
             found.reason = "no entry of the webhook configurations selects it"
         return found
     found.path = _entry_path(entry)
-    found.pod_security = policies.split_path(found.path)[1]
-    policy = loaded.governing(found.path)
+    wanted = labels.get(names.POLICY_LABEL) or names.DEFAULT_POLICY
+    name, _ = policies.split_path(found.path)
+    # A policy whose file does not load has no entry of its own here (the configurations are
+    # rendered from the policies in force); the server's answer names the file.
+    policy = loaded.governing(
+        wanted if name == names.UNKNOWN_POLICY_PATH and wanted in loaded.broken else found.path
+    )
+    found.pod_security = policy.pod_security
     found.policy_from_label = bool(labels.get(names.POLICY_LABEL))
     if policy.unavailable is not None:
-        given = labels.get(names.POLICY_LABEL, "")
-        found.reason = (
-            f"its label {names.POLICY_LABEL}={given!r} names no policy (policies:"
-            f" {', '.join(loaded.names) or 'none'}): every pod that asks for a GPU is refused"
-            ' with "unknown policy"'
-        )
+        # The server's own words: an unknown name, or a file that does not load.
+        found.reason = policy.unavailable[1]
         return found
     found.governed = True
     found.policy = policy.name
@@ -326,7 +330,13 @@ def _labels(args: argparse.Namespace) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     try:
         labels = _labels(args)
-        loaded = policies.load_directory(policies_directory(args.policies)[0])
+        # As the server has them: a file that does not load takes out only its own policies.
+        checked = checking.check_directory(policies_directory(args.policies)[0])
+        if checked.unreadable:
+            raise PolicyError(list(checked.unreadable))
+        loaded = checked.loaded
+        for problem in checked.errors:
+            print(f"warning: not in force: {problem}", file=sys.stderr)
         try:
             configurations = rendering.render(
                 loaded,

@@ -46,6 +46,7 @@ from prometheus_client import multiprocess
 from webhook import certificates, kinds
 from webhook.commands import (
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_USAGE,
     OPTIONAL_TEXT,
@@ -77,9 +78,6 @@ _CRASH_LOOP_SECONDS = 10.0
 _RESTART_DELAY_SECONDS = 1.0
 # How often a worker looks whether its supervisor is still there.
 _SUPERVISOR_CHECK_SECONDS = 1.0
-# Where `serve` listens unless told otherwise: plain-HTTP /metrics is not for every network a
-# laptop joins. A pod sets 0.0.0.0 (deploy/base/deployment.yaml, the chart's listenAddress).
-DEFAULT_HOST = "127.0.0.1"
 
 
 def register(subparsers: Any) -> None:
@@ -92,7 +90,7 @@ def register(subparsers: Any) -> None:
     defaults = Settings(policies_dir=Path())
     parser.add_argument(
         "--host",
-        default=from_env("host", DEFAULT_HOST),
+        default=from_env("host", defaults.host),
         help=help_text(
             "address to listen on, for both ports: 0.0.0.0 for every IPv4 address (in a pod),"
             " :: for every IPv6 one",
@@ -522,7 +520,7 @@ def supervise(settings: Settings, *, log_level: str, log_format: str) -> int:
             shutil.rmtree(metrics_dir, ignore_errors=True)
     if abandoned:
         logger.error("interrupted again: stopped the workers without finishing the drain")
-        return serving.EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED
     logger.info("all workers stopped")
     return EXIT_FAILED if failed else EXIT_OK
 

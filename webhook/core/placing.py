@@ -421,7 +421,7 @@ def tolerations(pod: pods.Pod, policy: Policy, resource: str) -> list[dict[str, 
     says so, each only when no toleration of the pod already covers it."""
     existing = pod.tolerations.value if pod.tolerations is not None else ()
     added: list[dict[str, Any]] = []
-    for items in _wanted_tolerations(policy, resource):
+    for items in wanted_tolerations(policy, resource):
         tol = dict(items)
         if not any(covers(e, tol) for e in existing):
             added.append(tol)
@@ -429,7 +429,7 @@ def tolerations(pod: pods.Pod, policy: Policy, resource: str) -> list[dict[str, 
 
 
 @functools.lru_cache(maxsize=256)
-def _wanted_tolerations(policy: Policy, resource: str) -> tuple[tuple[tuple[str, Any], ...], ...]:
+def wanted_tolerations(policy: Policy, resource: str) -> tuple[tuple[tuple[str, Any], ...], ...]:
     """The policy's tolerations and, where it says so, the one for the resource's own taint,
     none covered by another; as items, each made into a new dict for the patch."""
     wanted = list(policy.tolerations)
