@@ -29,6 +29,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
@@ -38,6 +39,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from webhook import hostpaths, names
+from webhook.core import quantities
 from webhook.errors import PolicyError
 
 API_VERSION = "gpu-share.io/v1alpha1"
@@ -255,6 +257,25 @@ class DraMpsSpec(_Model):
     max_pinned_memory_mib: int | None = Field(default=None, alias="maxPinnedMemoryMiB", ge=1)
 
 
+# The kinds of NVIDIA's opaque device configuration (`resource.nvidia.com/v1beta1`), each for
+# the devices of one type: full GPUs, MIG devices, VFIO passthrough.
+DraConfigKind = Literal["GpuConfig", "MigDeviceConfig", "VfioDeviceConfig"]
+# A capacity's name in a request (`exactly.capacity.requests`): a DRA QualifiedName, an
+# optional domain and a C identifier of at most 32 characters.
+_CAPACITY_NAME = rf"^({_DNS_SUBDOMAIN}/)?[A-Za-z_][A-Za-z0-9_]{{0,31}}$"
+CapacityName = Annotated[str, StringConstraints(pattern=_CAPACITY_NAME, max_length=286)]
+
+
+def default_config_kind(class_name: str) -> DraConfigKind:
+    """The configuration kind NVIDIA's driver takes for the devices of a class it installs
+    (`mig.nvidia.com`: MIG devices; `vfio.gpu.nvidia.com`: passthrough; else full GPUs)."""
+    if class_name == names.DRA_MIG_CLASS:
+        return "MigDeviceConfig"
+    if class_name == names.DRA_VFIO_CLASS:
+        return "VfioDeviceConfig"
+    return "GpuConfig"
+
+
 class DraClassSpec(_Model):
     """A DeviceClass of GPUs under dynamic resource allocation (`gpu.nvidia.com`,
     `mig.nvidia.com`) and what a namespace may ask of it. A class the policy does not list
@@ -262,23 +283,43 @@ class DraClassSpec(_Model):
 
     name: DnsSubdomain
     allowed: bool = False
+    # The DRA driver of the class's devices: the `opaque.driver` of the configuration that
+    # applies to them.
+    driver: DnsSubdomain = names.DRA_DRIVER
+    # The kind of that configuration (None: by the class's name, `default_config_kind`).
+    config_kind: DraConfigKind | None = Field(default=None, alias="configKind")
     # Devices one request (or each of its firstAvailable subrequests) may take.
-    max_devices_per_request: int = Field(default=1, alias="maxDevicesPerRequest", ge=1)
+    max_devices_per_request: int = Field(default=1, alias="maxDevicesPerRequest", ge=1, le=32)
     # The sharing strategies a request's configuration may name (NVIDIA's
     # `sharing.strategy`); none: only a request without sharing configuration.
     sharing: list[Literal["TimeSlicing", "MPS"]] = Field(default_factory=list)
     mps: DraMpsSpec = Field(default_factory=DraMpsSpec)
-    # Ceilings on consumable capacity (`exactly.capacity.requests`), by capacity name.
-    capacity: dict[DnsLabel, Annotated[str, StringConstraints(min_length=1, max_length=64)]] = (
+    # Ceilings on consumable capacity (`exactly.capacity.requests`), by capacity name: a
+    # request must name each, at most this much.
+    capacity: dict[CapacityName, Annotated[str, StringConstraints(min_length=1, max_length=64)]] = (
         Field(default_factory=dict)
     )
+
+    @model_validator(mode="after")
+    def _coherent(self) -> DraClassSpec:
+        _refuse(_dra_class_problems(_view(self)))
+        return self
+
+    @property
+    def kind(self) -> DraConfigKind:
+        return self.config_kind or default_config_kind(self.name)
 
 
 class DraSpec(_Model):
     """Dynamic resource allocation: the GPU device classes, and what requests of them may
-    be (issue 22: reviewed in ResourceClaims and ResourceClaimTemplates)."""
+    be, reviewed in ResourceClaims and ResourceClaimTemplates (docs/dra.md)."""
 
     device_classes: list[DraClassSpec] = Field(default_factory=list, alias="deviceClasses")
+
+    @model_validator(mode="after")
+    def _coherent(self) -> DraSpec:
+        _refuse(_dra_problems(_view(self)))
+        return self
 
 
 class PolicySpecModel(_Model):
@@ -439,6 +480,41 @@ def _profile_problems(v: View) -> list[_Refusal]:
     if v.get("active_thread_percentage", 0) is None and v.get("pinned_memory_mib", 0) is None:
         return [_Refusal("a profile sets activeThreadPercentage, pinnedMemoryMiB or both")]
     return []
+
+
+def _dra_class_problems(v: View) -> list[_Refusal]:
+    problems: list[_Refusal] = []
+    name = v.get("name")
+    kind = v.get("config_kind") or (default_config_kind(name) if isinstance(name, str) else None)
+    sharing = v.get("sharing") or []
+    if kind == "VfioDeviceConfig" and sharing:
+        problems.append(
+            _Refusal(
+                "sharing: VFIO passthrough devices are given whole to one virtual machine;"
+                " NVIDIA's VfioDeviceConfig has no sharing",
+                ("sharing",),
+            )
+        )
+    if len(set(sharing)) != len(sharing):
+        problems.append(_Refusal("sharing: a strategy is listed twice", ("sharing",)))
+    for capacity, value in (v.get("capacity") or {}).items():
+        try:
+            amount = quantities.parse(value)
+        except quantities.QuantityError as exc:
+            problems.append(_Refusal(f"capacity.{capacity}: {value!r} {exc}", ("capacity",)))
+            continue
+        if amount < 0:
+            problems.append(_Refusal(f"capacity.{capacity}: {value!r} is negative", ("capacity",)))
+    return problems
+
+
+def _dra_problems(v: View) -> list[_Refusal]:
+    classes: list[View] = v.get("device_classes") or []
+    class_names = [c["name"] for c in classes if "name" in c]
+    return [
+        _Refusal(f"deviceClasses: two entries for class {dup!r}", ("device_classes",))
+        for dup in sorted({n for n in class_names if class_names.count(n) > 1})
+    ]
 
 
 def _spec_problems(v: View) -> list[_Refusal]:
@@ -665,6 +741,76 @@ class Profile:
     pinned_memory_mib: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class DraClass:
+    """A GPU device class as a policy governs it (`DraClassSpec`, compiled)."""
+
+    name: str
+    allowed: bool
+    driver: str
+    config_kind: str
+    max_devices: int
+    # The strategies a configuration may name, in the order the policy lists them.
+    sharing: tuple[str, ...]
+    max_thread_percentage: int | None
+    max_pinned_memory_mib: int | None
+    # (capacity name, the ceiling as written, its value), in the order the policy lists them.
+    capacity: tuple[tuple[str, str, Fraction], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DraPolicy:
+    """A policy's `dra` section, compiled: the classes it governs by name. NVIDIA's own
+    classes (`names.DRA_NVIDIA_CLASSES`) are governed even where not listed, closed."""
+
+    classes: Mapping[str, DraClass]
+
+    def governed(self, class_name: str) -> DraClass | None:
+        """How the policy governs requests of `class_name`; None: not a GPU class of it."""
+        found = self.classes.get(class_name)
+        if found is None and class_name in names.DRA_NVIDIA_CLASSES:
+            return closed_dra_class(class_name)
+        return found
+
+    @property
+    def allowed(self) -> tuple[str, ...]:
+        """The classes a namespace may ask for, sorted."""
+        return tuple(sorted(n for n, c in self.classes.items() if c.allowed))
+
+    @property
+    def gpu_classes(self) -> tuple[str, ...]:
+        """Every class it governs, sorted (listed and NVIDIA's)."""
+        return tuple(sorted({*self.classes, *names.DRA_NVIDIA_CLASSES}))
+
+
+def closed_dra_class(name: str) -> DraClass:
+    """A GPU class the policy does not list: no namespace may use it."""
+    return DraClass(name, False, names.DRA_DRIVER, default_config_kind(name), 1, (), None, None, ())
+
+
+def compile_dra(spec: DraSpec) -> DraPolicy:
+    return DraPolicy(
+        MappingProxyType(
+            {
+                c.name: DraClass(
+                    name=c.name,
+                    allowed=c.allowed,
+                    driver=c.driver,
+                    config_kind=c.kind,
+                    max_devices=c.max_devices_per_request,
+                    sharing=tuple(c.sharing),
+                    max_thread_percentage=c.mps.max_active_thread_percentage,
+                    max_pinned_memory_mib=c.mps.max_pinned_memory_mib,
+                    capacity=tuple(
+                        (name, value, quantities.parse(value)) for name, value in c.capacity.items()
+                    ),
+                )
+                for c in spec.device_classes
+            }
+        )
+    )
+
+
 # The compiled switches: the same fields as the file's `spec.rules`, by their Python names.
 Rules = RulesSpec
 
@@ -703,6 +849,9 @@ class Policy:
     # (their webhook path ends in `/baseline`): rule host-access leaves its checks to Pod
     # Security there (`PolicySet.governing`).
     pod_security: bool = False
+    # `dra`: the GPU device classes of dynamic resource allocation; None: the policy does not
+    # govern DRA, and rule resource-claims refuses pods with claims.
+    dra: DraPolicy | None = None
 
     @property
     def preferred_resource(self) -> str:
@@ -888,6 +1037,7 @@ def compile_policy(doc: PolicyDocument, source: str) -> Policy:
         ),
         denied_host_paths=tuple(d.rstrip("/") or "/" for d in spec.host_access.denied_host_paths),
         trust_pod_security=spec.host_access.trust_pod_security,
+        dra=None if spec.dra is None else compile_dra(spec.dra),
     )
 
 

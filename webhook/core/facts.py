@@ -103,7 +103,7 @@ class Facts:
     ) -> None:
         self.pod: Final = pod
         # Whether any container asks for a GPU: shared, exclusive, or a `.shared` resource
-        # the policy does not list (which `Usage` leaves out).
+        # the policy does not list (which `Usage` leaves out); or uses a resource claim.
         self.gpu: Final = gpu
         # The policy's shared resources the pod asks for, sorted.
         self.requested: Final = requested
@@ -243,6 +243,10 @@ def _usage(
             else:
                 exclusive.append(name)
         out.append(Usage(tuple(shared), tuple(exclusive)) if shared or exclusive else NO_USAGE)
+    # A container that uses a resource claim counts as a GPU container for the rules that
+    # treat those apart (capabilities, host namespaces, envFrom): its claim may hold GPUs,
+    # which the webhook cannot see from the pod (docs/dra.md).
+    gpu = gpu or any(c.claims for c in pod.containers)
     return tuple(out), tuple(sorted(requested)), gpu
 
 
