@@ -337,7 +337,9 @@ class PolicySpecModel(_Model):
     # Also tolerate a taint named after the requested resource, as the ExtendedResourceToleration
     # admission plugin would, for clusters that taint GPU nodes that way.
     tolerate_resource_taint: bool = Field(default=True, alias="tolerateResourceTaint")
-    node_classes: list[NodeClassSpec] = Field(alias="nodeClasses", min_length=1)
+    # The device plugin's sharing nodes; none only in a policy with a `dra` section (a
+    # namespace that gets its GPUs through DRA alone).
+    node_classes: list[NodeClassSpec] = Field(default_factory=list, alias="nodeClasses")
     profiles: dict[DnsLabel, ProfileSpec] = Field(default_factory=dict)
     host_access: HostAccessSpec = Field(default_factory=HostAccessSpec, alias="hostAccess")
     default_profile: DnsLabel | None = Field(default=None, alias="defaultProfile")
@@ -528,6 +530,11 @@ def _spec_problems(v: View) -> list[_Refusal]:
         for rule in sorted(set(rule_modes) & names.ALWAYS_ENFORCED):
             problems.append(f"ruleModes.{rule}: always enforced (it refuses bad input)")
     classes: list[View] | None = v.get("node_classes")
+    if classes is not None and not classes and "dra" in v and v["dra"] is None:
+        problems.append(
+            "nodeClasses: at least one class is needed, unless the policy has a dra section"
+            " (its namespaces then get GPUs through dynamic resource allocation alone)"
+        )
     if classes is not None:
         class_names = [c["name"] for c in classes if "name" in c]
         for dup in sorted({n for n in class_names if class_names.count(n) > 1}):
@@ -545,7 +552,7 @@ def _spec_problems(v: View) -> list[_Refusal]:
                     f"nodeClasses[{c['name']}]: advertises {adv}, which is not in sharedResources"
                 )
         # Only when every class is known: one that is not may be the one that advertises it.
-        if len(known) == len(classes):
+        if classes and len(known) == len(classes):
             served = {advertised_resource(c["resource"], c["renamed"]) for c in known}
             for res in sorted(shared - served):
                 problems.append(f"sharedResources: no node class advertises {res}")
@@ -1015,7 +1022,9 @@ def compile_policy(doc: PolicyDocument, source: str) -> Policy:
     return Policy(
         name=doc.metadata.name,
         source=source,
-        shared_resources=frozenset(spec.shared_resources),
+        # A policy with no node classes shares no device-plugin resource (its namespaces get
+        # GPUs through DRA alone).
+        shared_resources=frozenset(spec.shared_resources) if classes else frozenset(),
         runtime_class_name=spec.runtime_class_name,
         tolerations=tuple(tuple(t.as_k8s().items()) for t in spec.tolerations),
         tolerate_resource_taint=spec.tolerate_resource_taint,

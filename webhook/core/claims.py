@@ -168,6 +168,8 @@ def review(
 ) -> Decision:
     """Review a ResourceClaim or ResourceClaimTemplate (see the module). `mutate`: build the
     patch; `require`: the validating review, where what the patch adds must be in place."""
+    if policy.unavailable is not None:
+        return _unavailable(obj, policy, policy.unavailable)
     dra = policy.dra
     if dra is None:
         # Not governed: the policy's pods may not use claims at all (rule resource-claims).
@@ -204,6 +206,25 @@ def review(
     if missing and profile is not None:
         _add_profile(r, devices, configs, missing, profile, mutate=mutate, require=require)
     return _decision(r)
+
+
+def _unavailable(obj: Mapping[str, Any], policy: Policy, why: tuple[str, str]) -> Decision:
+    """A claim in a namespace whose policy is not in force (its file does not load, or the
+    label names none): the entries send only claims of the classes the policy governed when
+    they were rendered, which no stand-in can tell apart, and a claim made now would serve
+    pods once the policy is back. Refused, saying why, as GPU pods are."""
+    spec = obj.get("spec")
+    if obj.get("kind") == names.CLAIM_TEMPLATE_KIND and isinstance(spec, dict):
+        spec = spec.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    requests = devices.get("requests") if isinstance(devices, dict) else None
+    if not requests:
+        return Decision()
+    rule, message = why
+    v = Violation(
+        rule, ErrorType.FORBIDDEN, "metadata.namespace", (message,), None, Place("", "", "")
+    )
+    return Decision(violations=[v])
 
 
 def _claim_spec(r: _Review, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -616,7 +637,7 @@ def _judge_mps(r: _Review, t: Target, mps: Mapping[str, Any], at: str) -> None:
     threads = mps.get(THREADS)
     ceiling = cls.max_thread_percentage
     if threads is not None and (
-        not isinstance(threads, int) or isinstance(threads, bool) or not 0 <= threads <= 100
+        not isinstance(threads, int) or isinstance(threads, bool) or not 1 <= threads <= 100
     ):
         r.deny(
             "dra-mps-limits",
@@ -624,7 +645,7 @@ def _judge_mps(r: _Review, t: Target, mps: Mapping[str, Any], at: str) -> None:
             f"{at}.{THREADS}",
             what,
             FIELD,
-            f": {shown(threads)} is not a percentage (a whole number 0..100)",
+            f": {shown(threads)} is not a percentage the webhook admits (a whole number 1..100)",
         )
     elif ceiling is not None and (threads is None or threads > ceiling):
         said = "unset (100%)" if threads is None else f"{threads}%"
@@ -647,7 +668,8 @@ def _judge_mps(r: _Review, t: Target, mps: Mapping[str, Any], at: str) -> None:
     if not isinstance(per_device, dict):
         _bad_config(r, t, f"{at}.{PER_DEVICE}", "must be an object")
         return
-    for key, value in list(per_device.items())[: names.DRA_MAX_CONFIGS]:
+    # Every entry: the API server bounds the parameters in bytes (10 KiB), not in entries.
+    for key, value in per_device.items():
         _judge_pinned(r, t, value, f"{at}.{PER_DEVICE}[{key}]", limit, required=False)
 
 

@@ -268,7 +268,7 @@ def _dra_extended(
                 FIELD,
                 " asks for devices of a DRA device class by extended resource name: the"
                 f' scheduler makes a resource claim for it, outside policy "{policy.name}".'
-                f" Remove it, or ask for {policy.preferred_resource}",
+                f" Remove it, or ask for {policy.preferred_resource}" + _through_claims(policy),
             ),
             c.name,
             pod.place,
@@ -322,12 +322,21 @@ def _not_allowed(pod: pods.Pod, policy: Policy, c: pods.Container, name: str) ->
             (
                 f'container "{c.name}": resource not allowed: {name} is not a shared GPU'
                 f' policy "{policy.name}" allows (it allows: {allowed}). Ask for one of'
-                " those, or ask the cluster admin for a policy that shares it",
+                " those, or ask the cluster admin for a policy that shares it"
+                + _through_claims(policy),
             ),
             c.name,
             pod.place,
         ),
     )
+
+
+def _through_claims(policy: Policy) -> str:
+    """How a pod of a policy with a `dra` section gets a GPU otherwise (for refusals)."""
+    allowed = policy.dra.allowed if policy.dra is not None else ()
+    if not allowed:
+        return ""
+    return f"; or use a ResourceClaim of device class {' or '.join(allowed)}"
 
 
 PROFILE_FIELD = f"metadata.annotations[{names.ANNOTATION_PROFILE}]"
