@@ -78,12 +78,14 @@ def is_claim(group: str, kind: str) -> bool:
 
 
 def of_object(obj: Mapping[str, Any]) -> bool:
-    """Whether `obj` (with its apiVersion and kind) is a claim or a claim template."""
-    api_version = obj.get("apiVersion")
+    """Whether `obj` (with its apiVersion and kind) is a claim or a claim template of
+    `resource.k8s.io/v1`, the version the webhook is sent (older ones arrive converted) and
+    reads. The offline commands say so of the others."""
     kind = obj.get("kind")
-    if not isinstance(api_version, str) or not isinstance(kind, str):
-        return False
-    return is_claim(api_version.partition("/")[0], kind)
+    return obj.get("apiVersion") == f"{names.DRA_GROUP}/{names.DRA_VERSION}" and kind in (
+        names.CLAIM_KIND,
+        names.CLAIM_TEMPLATE_KIND,
+    )
 
 
 class Target(NamedTuple):
@@ -102,6 +104,7 @@ class Config(NamedTuple):
     """One entry of `devices.config` of the class's driver."""
 
     position: int
+    driver: str
     requests: tuple[str, ...]  # empty: every request
     parameters: Any
 
@@ -127,6 +130,8 @@ class _Review:
         self.patch: list[dict[str, Any]] = []
         self.added: list[str] = []  # the rules that added operations
         self.meta: Final[Mapping[str, Any]] = meta
+        # Where the claim names its profile (None: the policy's default applies).
+        self.profile_field: str | None = None
 
     def deny(self, rule: str, type: ErrorType, field: str, *words: str | Marker) -> None:
         self.violations.append(Violation(rule, type, field, words, None, self.place))
@@ -346,14 +351,17 @@ def _configs(r: _Review, devices: Mapping[str, Any], drivers: set[str]) -> list[
             continue
         if driver not in drivers:
             continue
-        out.append(Config(i, tuple(requests or ()), opaque.get("parameters")))
+        out.append(Config(i, driver, tuple(requests or ()), opaque.get("parameters")))
     return out
 
 
 def _applies(c: Config, t: Target) -> bool:
-    """Whether configuration `c` applies to `t`: its requests are empty (all), or name the
-    request (all its subrequests), or the subrequest itself."""
-    return not c.requests or t.request in c.requests or t.name in c.requests
+    """Whether configuration `c` applies to `t`: it is for the driver of `t`'s class, and
+    its requests are empty (all), or name the request (all its subrequests), or the
+    subrequest itself."""
+    return c.driver == t.cls.driver and (
+        not c.requests or t.request in c.requests or t.name in c.requests
+    )
 
 
 def _kind_of(parameters: Any) -> str | None:
@@ -754,6 +762,7 @@ def _profile(r: _Review, obj: Mapping[str, Any]) -> Profile | None:
         return policy.profiles[policy.default_profile] if policy.default_profile else None
     found = policy.profiles.get(wanted) if isinstance(wanted, str) else None
     if found is not None:
+        r.profile_field = field
         return found
     offered = ", ".join(sorted(policy.profiles)) or "none"
     r.violations.append(
@@ -807,15 +816,26 @@ def _add_profile(
         threads = threads if threads is not None else cls.max_thread_percentage
         pinned = pinned if pinned is not None else cls.max_pinned_memory_mib
         if above:
-            r.deny(
-                "dra-mps-limits",
-                ErrorType.FORBIDDEN,
-                f"{t.field}.deviceClassName",
-                _what(r, t),
-                f'profile "{profile.name}" gives {" and ".join(above)} on class "{cls.name}"'
-                f' of policy "{r.policy.name}" (',
-                FIELD,
-                "). Use a smaller profile, or write an MPS configuration within the ceilings",
+            where = f"{t.field}.deviceClassName"
+            place = r.place
+            if r.profile_field is not None:
+                where, place = r.profile_field, Place("", "", "")
+            r.violations.append(
+                Violation(
+                    "dra-mps-limits",
+                    ErrorType.FORBIDDEN,
+                    where,
+                    (
+                        _what(r, t),
+                        f'profile "{profile.name}" gives {" and ".join(above)} on class'
+                        f' "{cls.name}" of policy "{r.policy.name}" (',
+                        FIELD,
+                        "). Use a smaller profile, or write an MPS configuration within the"
+                        " ceilings",
+                    ),
+                    None,
+                    place,
+                )
             )
             continue
         mps: dict[str, Any] = {}
