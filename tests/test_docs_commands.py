@@ -38,7 +38,7 @@ import yaml
 from tests import deploy_helpers as dh
 from tests import nodes
 from tests import server_helpers as h
-from webhook import cli, commands
+from webhook import cli, commands, names
 from webhook.core import pods
 from webhook.transport import app as server
 from webhook.transport import states
@@ -348,9 +348,9 @@ def test_an_unknown_command_or_flag_fails_the_check(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- cluster dumps
 
-# What `audit` reviews of a cluster: pods and the built-in workload kinds (their plural
-# resource names, as `kubectl get` takes them).
-AUDITED = frozenset({"pods", *(k.resource for k in pods.BUILTIN_KINDS)})
+# What `audit` reviews of a cluster: pods, the built-in workload kinds, and claims and claim
+# templates (their plural resource names, as `kubectl get` takes them).
+AUDITED = frozenset({"pods", *(k.resource for k in pods.BUILTIN_KINDS), *names.CLAIM_RESOURCES})
 
 
 def _dump_commands(doc: Path) -> Iterator[tuple[str, int, list[str], set[str]]]:
