@@ -386,11 +386,6 @@ NO_DEVICES = {
             'claims are not reviewed under policy "default" (no dra section); its pods may not'
             " use claims",
         ),
-        (
-            claim("single-gpu"),
-            ["-l", "gpu-share.io/policy=gold"],
-            'claims are not reviewed: no policy is named "gold"',
-        ),
     ],
     ids=[
         "other-class",
@@ -398,7 +393,6 @@ NO_DEVICES = {
         "configured-for-all",
         "no-devices",
         "no-dra-section",
-        "no-policy",
     ],
 )
 def test_a_claim_left_as_it_is_says_why(
@@ -567,3 +561,17 @@ def test_a_claim_of_a_shape_no_kubernetes_object_has_is_bad_input(
         'error: ResourceClaim/bad: claim "bad": spec.devices.requests: must be a list, not an'
         " object\n"
     )
+
+
+def test_a_claim_where_the_policy_label_names_no_policy_is_refused_saying_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The entries rendered for a policy send its GPU-class claims; when its file stops
+    loading (or the label names none) no stand-in can judge them, and a claim made now would
+    serve pods once the policy is back: refused, as GPU pods are."""
+    code, out, err = mutate(
+        capsys, tmp_path, [claim("single-gpu")], "-l", "gpu-share.io/policy=gold"
+    )
+    assert code == 1
+    assert 'unknown policy: policy "gold" does not exist' in out + err
+    assert "(rule unknown-policy)" in out + err
