@@ -93,8 +93,15 @@ spec:
       replicas: 2
   rules:
     denyHostAccess: false
+  # Claims of a class of its own too (listed before NVIDIA's, sorted after them), and of
+  # NVIDIA's (listed again: once in the conditions).
+  dra:
+    deviceClasses:
+      - {name: gpu.nvidia.com, allowed: true, sharing: [TimeSlicing]}
+      - {name: a100.example.com, allowed: true}
 """
-# One policy given as a mapping rather than a file's text.
+# One policy given as a mapping rather than a file's text; its dra section lists no class,
+# so NVIDIA's are governed, closed.
 SOLO_POLICY = {
     "apiVersion": "gpu-share.io/v1alpha1",
     "kind": "SharingPolicy",
@@ -102,7 +109,8 @@ SOLO_POLICY = {
     "spec": {
         "nodeClasses": [
             {"name": "t4", "product": "Tesla-T4", "strategy": "time-slicing", "replicas": 4}
-        ]
+        ],
+        "dra": {},
     },
 }
 # Non-default switches for the shipped policies.
@@ -505,6 +513,8 @@ def test_switches_and_own_policies_change_the_entries_as_render_does(
             # The switch turned off in the shipped file, and in an own file.
             "not-renamed.policies.gpu-share.io": rules,
             "not-renamed.baseline.policies.gpu-share.io": rules,
+            "dra.policies.gpu-share.io": rules,
+            "dra.baseline.policies.gpu-share.io": rules,
             "team-a.policies.gpu-share.io": rules,
             "team-a.baseline.policies.gpu-share.io": rules,
             "team-b.policies.gpu-share.io": every,
@@ -526,10 +536,25 @@ def test_switches_and_own_policies_change_the_entries_as_render_does(
             ("unknown-policy.baseline.gpu-share.io", False),
         ):
             assert ("t.spec.hostNetwork" in by_name[name]) is host_access, name
-        # CDI annotation updates (route 8): never for not-renamed, which lets them be.
+        # CDI annotation updates (route 8): never for the shipped policies, which the values
+        # let leave them be.
         for name, expression in by_name.items():
             reads_updates = "oldObject" in expression
-            assert reads_updates is (not name.startswith("not-renamed.")), name
+            assert reads_updates is (not name.startswith(("not-renamed.", "dra."))), name
+        # Claims: of the GPU classes of the policy's dra section, listed and NVIDIA's, sorted
+        # and once each; none where the policy has no dra section, or none is in force.
+        nvidia = list(names_mod.DRA_NVIDIA_CLASSES)
+        claims = {
+            "team-b": ["a100.example.com", *nvidia],
+            "solo": nvidia,
+            "dra": nvidia,
+            "team-a": None,
+            "not-renamed": None,
+            "default": None,
+            "unknown-policy": None,
+        }
+        for name, expression in by_name.items():
+            assert _claim_classes(expression) == claims[name.split(".")[0]], name
         for entry in config["webhooks"]:
             assert entry["failurePolicy"] == "Ignore"
             assert entry["timeoutSeconds"] == 10
@@ -541,6 +566,17 @@ def test_switches_and_own_policies_change_the_entries_as_render_does(
             assert names == sorted(["kube-system", OTHER_NAMESPACE, *EXCLUDED])
             assert entry["clientConfig"]["service"]["name"] == OTHER_FULLNAME
             assert entry["clientConfig"]["service"]["namespace"] == OTHER_NAMESPACE
+
+
+def _claim_classes(expression: str) -> list[str] | None:
+    """The device classes whose claims a condition sends; None when it sends none."""
+    claim, _ = expression.split(") : (", 1)
+    if claim == "(request.kind.group == 'resource.k8s.io') ? (\n  false\n":
+        return None
+    lists = re.findall(r"deviceClassName in \[(.*?)\]", claim)
+    assert len(lists) == 2
+    assert lists[0] == lists[1]
+    return [c.strip("'") for c in lists[0].split(", ")]
 
 
 def test_the_ca_bundle_of_an_existing_secret_is_in_every_entry(
@@ -575,17 +611,19 @@ def test_switch_values_rewrite_the_shipped_policies_and_leave_own_files_alone(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     files = _policy_files(rendered["custom"])
-    assert sorted(files) == ["not-renamed.yaml", "solo.yaml", "teams.yaml"]
+    assert sorted(files) == ["dra.yaml", "not-renamed.yaml", "solo.yaml", "teams.yaml"]
     assert files["teams.yaml"] == TEAM_POLICIES
     assert yaml.safe_load(files["solo.yaml"]) == SOLO_POLICY
-    # The shipped file: everything as in policies/, but the switches of the values.
-    (original,) = dh.load_yaml(dh.POLICIES / "not-renamed.yaml")
-    (rewritten,) = yaml.safe_load_all(files["not-renamed.yaml"])
-    rules = rewritten["spec"].pop("rules")
-    assert rewritten == original
-    assert rules == {**policies.RulesSpec().model_dump(by_alias=True), **SWITCHES}
+    # The shipped files: everything as in policies/, but the switches of the values.
+    for shipped in ("not-renamed.yaml", "dra.yaml"):
+        (original,) = dh.load_yaml(dh.POLICIES / shipped)
+        (rewritten,) = yaml.safe_load_all(files[shipped])
+        rules = rewritten["spec"].pop("rules")
+        original["spec"].pop("rules", None)
+        assert rewritten == original
+        assert rules == {**policies.RulesSpec().model_dump(by_alias=True), **SWITCHES}
     loaded = _policy_set(rendered["custom"])
-    assert loaded.names == ["not-renamed", "solo", "team-a", "team-b"]
+    assert loaded.names == ["dra", "not-renamed", "solo", "team-a", "team-b"]
     switches = loaded.policies["not-renamed"].rules
     assert switches.void_visible_devices_without_gpu is False
     assert switches.deny_env_from_on_gpu_containers is True
@@ -628,7 +666,7 @@ def test_a_file_of_the_same_name_replaces_a_shipped_one(chart: helm_python.Chart
     own = {**SOLO_POLICY, "metadata": {"name": "default"}}
     objects = _render(chart, {"policies": {"files": {"default.yaml": own}}}, RELEASE, NAMESPACE)
     assert yaml.safe_load(_policy_files(objects)["default.yaml"]) == own
-    assert _policy_set(objects).names == ["default", "not-renamed"]
+    assert _policy_set(objects).names == ["default", "dra", "not-renamed"]
 
 
 # --------------------------------------------------------------------------- checking policy files
@@ -659,6 +697,18 @@ SITE_POLICY: dict[str, Any] = {
         "hostAccess": {"allowedHostPaths": [{"pathPrefix": "/models"}],
                        "deniedHostPaths": ["/opt/gpu-runtime"]},
         "rules": {"denyEnvFromOnGpuContainers": True},
+        "dra": {
+            "deviceClasses": [
+                {"name": "gpu.nvidia.com", "allowed": True, "maxDevicesPerRequest": 2,
+                 "sharing": ["MPS", "TimeSlicing"],
+                 "mps": {"maxActiveThreadPercentage": 50, "maxPinnedMemoryMiB": 8192},
+                 "capacity": {"memory": "8Gi"}},
+                {"name": "vfio.gpu.nvidia.com", "allowed": True},
+                {"name": "a100.example.com", "driver": "gpu.example.com",
+                 "configKind": "GpuConfig", "sharing": ["TimeSlicing"],
+                 "capacity": {"gpu.example.com/memory": "40Gi"}},
+            ]
+        },
     },
 }
 DELETE = object()
@@ -687,6 +737,9 @@ CLASS0 = ("spec", "nodeClasses", 0)
 CLASS1 = ("spec", "nodeClasses", 1)
 TOLERATION0 = ("spec", "tolerations", 0)
 HALF = ("spec", "profiles", "half")
+DRA0 = ("spec", "dra", "deviceClasses", 0)
+DRA1 = ("spec", "dra", "deviceClasses", 1)
+DRA2 = ("spec", "dra", "deviceClasses", 2)
 
 # id: (the policy, the fields both checks name). Every kind of problem `policy check` finds
 # that the chart can tell from the file alone.
@@ -790,6 +843,46 @@ BAD_POLICIES: dict[str, tuple[dict[str, Any], set[str]]] = {
     "default-without-profiles": (_broken((("spec", "profiles"), DELETE)), {"spec.defaultProfile"}),
     "profile-above-every-ceiling": (_broken(((*HALF, "activeThreadPercentage"), 60)),
                                     {"spec.profiles.half"}),
+    # The dra section: its fields, and the models' checks of each class and of the section.
+    "dra-unknown-field": (_broken(((*DRA0, "maxDevices"), 2)),
+                          {"spec.dra.deviceClasses[0].maxDevices"}),
+    "dra-strategy": (_broken(((*DRA0, "sharing"), ["mps"])),
+                     {"spec.dra.deviceClasses[0].sharing[0]"}),
+    "dra-config-kind": (_broken(((*DRA2, "configKind"), "GPUConfig")),
+                        {"spec.dra.deviceClasses[2].configKind"}),
+    "dra-too-many-devices": (_broken(((*DRA0, "maxDevicesPerRequest"), 33)),
+                             {"spec.dra.deviceClasses[0].maxDevicesPerRequest"}),
+    "dra-class-name": (_broken(((*DRA1, "name"), "VFIO")), {"spec.dra.deviceClasses[1].name"}),
+    "dra-capacity-name": (_broken(((*DRA0, "capacity"), {"memory-mib": "8Gi"})),
+                          {"spec.dra.deviceClasses[0].capacity.memory-mib.[key]"}),
+    "dra-class-twice": (_broken(((*DRA2, "name"), "gpu.nvidia.com")), {"spec.dra.deviceClasses"}),
+    "dra-sharing-on-vfio-class": (_broken(((*DRA1, "sharing"), ["TimeSlicing"])),
+                                  {"spec.dra.deviceClasses[1].sharing"}),
+    "dra-sharing-on-vfio-kind": (_broken(((*DRA2, "configKind"), "VfioDeviceConfig")),
+                                 {"spec.dra.deviceClasses[2].sharing"}),
+    "dra-strategy-twice": (_broken(((*DRA0, "sharing"), ["MPS", "TimeSlicing", "MPS"])),
+                           {"spec.dra.deviceClasses[0].sharing"}),
+    "dra-capacity-not-a-quantity": (_broken(((*DRA0, "capacity", "memory"), "8 GiB")),
+                                    {"spec.dra.deviceClasses[0].capacity.memory"}),
+    "dra-capacity-negative": (_broken(((*DRA0, "capacity", "memory"), "-8Gi")),
+                              {"spec.dra.deviceClasses[0].capacity.memory"}),
+    "dra-capacity-out-of-range": (_broken(((*DRA0, "capacity", "memory"), "8Ei")),
+                                  {"spec.dra.deviceClasses[0].capacity.memory"}),
+    # `policy check` places a message at the field it starts with, which a name with a
+    # domain is not (its '/'): at the class, then.
+    "dra-capacity-with-a-domain": (
+        _broken(((*DRA2, "capacity", "gpu.example.com/memory"), "-40Gi")),
+        {"spec.dra.deviceClasses[2]"}),
+    # Each class's problems, and the spec's beside them.
+    "dra-and-spec-problems": (
+        _broken(((*DRA2, "configKind"), "VfioDeviceConfig"),
+                ((*DRA0, "capacity", "memory"), "lots"),
+                (("spec", "ruleModes", "no-such-rule"), "warn")),
+        {"spec.dra.deviceClasses[2].sharing", "spec.dra.deviceClasses[0].capacity.memory",
+         "spec.ruleModes.no-such-rule"}),
+    "dra-twice-and-node-class-problems": (
+        _broken(((*DRA2, "name"), "vfio.gpu.nvidia.com"), ((*CLASS1, "replicas"), 1)),
+        {"spec.dra.deviceClasses", "spec.nodeClasses[1].replicas"}),
 }
 # Policies both take, written as people write them: values pydantic converts, and plain
 # scalars Helm reads as another type than the server does (y, 1e3: true, a number).
@@ -878,7 +971,7 @@ def test_the_site_policy_and_the_shipped_ones_pass_the_charts_check(
     assert {n: yaml.safe_load(t) for n, t in rendered.items()} == {
         n: yaml.safe_load(t) for n, t in texts.items()
     }
-    assert _policy_set(objects).names == ["default", "not-renamed", "site"]
+    assert _policy_set(objects).names == ["default", "dra", "not-renamed", "site"]
 
 
 @pytest.mark.slow  # two renders and a `policy check` for each of some sixty policies
