@@ -309,6 +309,9 @@ problems beside them (PolicySpecModel._coherent reads nothing of the dra section
 {{- $out = append $out (printf "spec.ruleModes.%s: always enforced (it refuses bad input)" $rule) }}
 {{- end }}
 {{- end }}
+{{- if and (not $classes) (not $spec.dra) }}
+{{- $out = append $out "spec.nodeClasses: at least one class is needed, unless the policy has a dra section (its namespaces then get GPUs through dynamic resource allocation alone)" }}
+{{- end }}
 {{- $seen := dict }}
 {{- $twice := dict }}
 {{- range $classes }}
@@ -330,7 +333,7 @@ problems beside them (PolicySpecModel._coherent reads nothing of the dra section
 {{- if eq .advertised "" }}{{ $known = false }}{{ end }}
 {{- $served = append $served .advertised }}
 {{- end }}
-{{- if $known }}
+{{- if and $known $classes }}
 {{- range $classes }}
 {{- if not (has .advertised $sharedText) }}
 {{- $out = append $out (printf "spec.nodeClasses[%s]: advertises %s, which is not in sharedResources" .name .advertised) }}
