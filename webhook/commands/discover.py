@@ -1,13 +1,23 @@
-"""`gpu-share-webhook discover -f NODES`: a policy whose classes describe the shared GPU nodes
-of a node dump.
+"""`gpu-share-webhook discover -f NODES [--slices SLICES]`: a policy whose classes describe the
+shared GPU nodes of a node dump, and whose dra section lists the GPUs of a ResourceSlice dump.
 
 NODES is the output of `kubectl get nodes -o json` (or `-o yaml`, or a List of Nodes; `-` for
 stdin): no cluster access. The policy has one class per kind of shared GPU found (resource,
 product, strategy, renamed or not, replicas), with memory and GPUs per node from the labels,
 MPS profiles that fit every MPS class, and comments naming the nodes each class matches.
 Nodes whose labels disagree are left out and listed, never guessed; GPU nodes that share no
-GPU are listed too. Exit 0: a policy was printed (problems also on stderr); 1: no shared GPU
-node was found; 2: bad input or usage.
+GPU are listed too.
+
+SLICES is the output of `kubectl get resourceslices -o json` (read as NODES is; one file, or
+`-`, may serve both options). With it, the policy has a dra section: one entry per NVIDIA
+device class whose devices the slices publish (gpu.nvidia.com for GPUs, mig.nvidia.com for
+MIG devices, vfio.gpu.nvidia.com, vgpu.gpu.nvidia.com), closed (`allowed: false`: the slices
+say what exists, not which namespaces may use it), one device per request, no sharing
+configuration, and comments naming the products, counts and nodes; other drivers' devices
+are named in a comment and not governed.
+
+Exit 0: a policy was printed (problems also on stderr); 1: no shared GPU node was found; 2:
+bad input or usage.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from webhook import discovering, documents, policies
+from webhook import discovering, documents, names, policies
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
@@ -34,10 +44,13 @@ from webhook.commands import (
     help_text,
 )
 from webhook.commands.policy import NODES_OPTION
+from webhook.core import decisions
 from webhook.errors import InputError
 
 # Not GPU_SHARE_WEBHOOK_NAME: that one names the rendered webhook configurations.
 NAME_OPTION = "policy-name"
+# The ResourceSlice dump.
+SLICES_OPTION = "slices"
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 # Names a comment lists before "and N more".
 MAX_LISTED = 20
@@ -64,6 +77,18 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument(
+        "--slices",
+        metavar="SLICES",
+        type=OPTIONAL_TEXT,
+        default=from_env(SLICES_OPTION, None),
+        help=help_text(
+            "`kubectl get resourceslices -o json` output (JSON or YAML), or - for stdin: adds"
+            " a dra section for the GPUs of NVIDIA's DRA driver",
+            SLICES_OPTION,
+            "none",
+        ),
+    )
+    parser.add_argument(
         "--name",
         type=dns_label("a policy name"),
         default=from_env(NAME_OPTION, policies.DEFAULT_POLICY),
@@ -80,24 +105,79 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    # Every file is read before anything is judged: bad input is exit 2 whatever the rest says.
+    read = _Reader()
     try:
-        text, source = documents.read_text(args.filename)
-        objects = documents.parse(text, source)
-        nodes, others = _read_nodes(objects, source)
+        objects, source = read(args.filename)
+        node_objects = objects
+        if args.slices:
+            # Each option reads its own kind; a file may hold both (`kubectl get
+            # nodes,resourceslices -o json`), and the other kind is not "ignored".
+            node_objects = [o for o in objects if o.get("kind") != discovering.SLICE_KIND]
+        nodes, others = _read_nodes(node_objects, source)
+        slices: discovering.SliceSurvey | None = None
+        slices_source = ""
+        if args.slices:
+            slice_objects, slices_source = read(args.slices)
+            kept = [o for o in slice_objects if o.get("kind") != "Node"]
+            read_slices, slice_others = _read_slices(kept, slices_source)
+            slices = discovering.survey_slices(read_slices, others=slice_others)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     found = discovering.survey(nodes, others=others)
     if others:
-        print(f"warning: {source}: ignored {others} objects that are not Nodes", file=sys.stderr)
+        unread = sum(1 for o in objects if o.get("kind") == discovering.SLICE_KIND)
+        hint = (
+            f" ({unread} ResourceSlices among them: give the file to --slices as well for a dra"
+            " section)"
+            if unread and not args.slices
+            else ""
+        )
+        print(
+            f"warning: {source}: ignored {others} objects that are not Nodes{hint}",
+            file=sys.stderr,
+        )
     for problem in found.problems:
         print(f"warning: left out: {problem}", file=sys.stderr)
+    if slices is not None:
+        for line in _slice_warnings(slices, slices_source):
+            print(f"warning: {line}", file=sys.stderr)
     classes = discovering.node_classes(found)
     if not classes:
-        print(f"error: {source}: {_no_shared(found)}", file=sys.stderr)
+        message = _no_shared(found)
+        if slices is not None:
+            message += (
+                f"; a policy needs a node class (spec.nodeClasses), so no dra section for"
+                f" {slices_source} is printed either"
+            )
+        print(f"error: {source}: {message}", file=sys.stderr)
         return EXIT_FAILED
-    sys.stdout.write(render(found, classes, name=args.name, source=source))
+    sys.stdout.write(
+        render(
+            found,
+            classes,
+            name=args.name,
+            source=source,
+            slices=slices,
+            slices_source=slices_source,
+        )
+    )
     return EXIT_OK
+
+
+class _Reader:
+    """Reads each file once: `-f -` and `--slices -` share standard input, and one file may
+    serve both options."""
+
+    def __init__(self) -> None:
+        self._read: dict[str, tuple[list[dict[str, Any]], str]] = {}
+
+    def __call__(self, path: str) -> tuple[list[dict[str, Any]], str]:
+        if path not in self._read:
+            text, source = documents.read_text(path)
+            self._read[path] = (documents.parse(text, source), source)
+        return self._read[path]
 
 
 def _read_nodes(objects: list[dict[str, Any]], source: str) -> tuple[list[discovering.Node], int]:
@@ -105,6 +185,32 @@ def _read_nodes(objects: list[dict[str, Any]], source: str) -> tuple[list[discov
         return discovering.read_nodes(objects)
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
+
+
+def _read_slices(objects: list[dict[str, Any]], source: str) -> tuple[list[discovering.Slice], int]:
+    try:
+        return discovering.read_slices(objects)
+    except InputError as exc:
+        raise InputError(f"{source}: {exc}") from None
+
+
+def _slice_warnings(found: discovering.SliceSurvey, source: str) -> list[str]:
+    out = []
+    if found.others:
+        what = (
+            "object that is not a ResourceSlice"
+            if found.others == 1
+            else "objects that are not ResourceSlices"
+        )
+        out.append(f"{source}: ignored {found.others} {what}")
+    for pool in found.incomplete:
+        out.append(
+            f"{source}: pool {_printable(pool.name)} of driver {_printable(pool.driver)} has"
+            f" {pool.seen} of its {pool.expected}"
+            f" ResourceSlices of generation {pool.generation} in the dump (the driver is"
+            " publishing it): its devices may be short; discover again once it is done"
+        )
+    return out
 
 
 def _no_shared(found: discovering.Survey) -> str:
@@ -133,16 +239,29 @@ def render(
     *,
     name: str,
     source: str,
+    slices: discovering.SliceSurvey | None = None,
+    slices_source: str = "",
 ) -> str:
-    """The policy as YAML, with comments saying where each part comes from."""
-    doc = discovering.policy_document(classes, name=name)
+    """The policy as YAML, with comments saying where each part comes from; with `slices`,
+    its dra section."""
+    dra = discovering.dra_classes(slices) if slices is not None else None
+    doc = discovering.policy_document(
+        classes, name=name, dra=discovering.dra_section(dra) if dra is not None else None
+    )
     spec = doc["spec"]
     nodes_file = source if source != "<stdin>" else "nodes.json"
     out: list[str] = []
+    gpus = ""
+    if slices is not None and dra is not None:
+        gpus = (
+            f", and from {slices_source}: {_plural(len(slices.current), 'ResourceSlice')},"
+            f" {_plural(sum(c.devices for c in dra), 'device')} of NVIDIA's GPU DRA driver"
+            f" in {_plural(len(dra), 'device class', 'device classes')}"
+        )
     out += _comment(
         f"Generated by `gpu-share-webhook discover` from {source}: {_count(found.nodes)},"
         f" {len(found.shared_nodes)} with shared GPUs, in {len(classes)}"
-        f" class{'es' if len(classes) != 1 else ''}."
+        f" class{'es' if len(classes) != 1 else ''}{gpus}."
     )
     out += _comment(
         "The labels of gpu-feature-discovery give product, strategy, renaming, replicas,"
@@ -224,6 +343,8 @@ def render(
     for cls in classes:
         out += _class_lines(cls)
     out += _profile_lines(classes, spec)
+    if slices is not None and dra is not None:
+        out += _dra_lines(slices, dra, source=slices_source, profiles=bool(spec.get("profiles")))
     out += _comment(
         "rules: the safety switches keep their safe defaults (docs/policies.md).", indent=2
     )
@@ -288,6 +409,166 @@ def _profile_lines(
         out.append(f"    {pname}: {{{inner}}}")
     out.append(f"  defaultProfile: {_scalar(spec['defaultProfile'])}")
     return out
+
+
+# --------------------------------------------------------------------------- the dra section
+
+# What a class's devices are called in the comments, by their `type`.
+_DEVICES = {
+    "gpu": ("GPU", "GPUs"),
+    "mig": ("MIG device", "MIG devices"),
+    "vfio": ("VFIO passthrough GPU", "VFIO passthrough GPUs"),
+    "vgpu": ("vGPU", "vGPUs"),
+}
+
+
+def _dra_lines(
+    found: discovering.SliceSurvey,
+    classes: Sequence[discovering.DraFoundClass],
+    *,
+    source: str,
+    profiles: bool,
+) -> list[str]:
+    """The dra section: NVIDIA's classes with devices, closed, and what the slices say."""
+    out: list[str] = []
+    stale = (
+        f" ({_plural(found.stale, 'ResourceSlice')} of older pool generations left out: the"
+        " driver replaced them)"
+        if found.stale
+        else ""
+    )
+    devices = len(found.devices)
+    out += _comment(
+        f"Dynamic resource allocation, from {source}:"
+        f" {_plural(len(found.current), 'ResourceSlice')}{stale},"
+        f" {_plural(devices, 'device')} on {_count(found.nodes)}. With a dra section,"
+        " pods of the namespaces of this policy may name ResourceClaims, and the webhook"
+        " reviews every claim and claim template there (docs/dra.md).",
+        indent=2,
+    )
+    out += _comment(
+        f"NVIDIA's device classes ({', '.join(names.DRA_NVIDIA_CLASSES)}) are governed whether"
+        " listed or not, and closed unless listed with allowed: true. The slices say what"
+        " devices exist, not which namespaces may use them, so discover opens none: set"
+        " allowed: true on the classes the namespaces of this policy may claim.",
+        indent=2,
+    )
+    others = discovering.other_devices(found)
+    if others:
+        out += _comment(
+            "Not governed (requests of their classes pass, as a NIC's do): "
+            + "; ".join(_other(o) for o in others)
+            + ".",
+            indent=2,
+        )
+    out.append("  dra:")
+    if not classes:
+        out += _comment(
+            f"No device of NVIDIA's GPU DRA driver ({names.DRA_DRIVER}) in the slices: its"
+            " classes stay closed, and pods with claims of other drivers are admitted.",
+            indent=4,
+        )
+        out.append("    deviceClasses: []")
+        return out
+    out.append("    deviceClasses:")
+    for cls in classes:
+        out += _dra_class_lines(cls, profiles=profiles)
+    absent = [n for n in names.DRA_NVIDIA_CLASSES if n not in {c.name for c in classes}]
+    if absent:
+        out += _comment(
+            f"Not listed, so closed (no such devices in the slices): {', '.join(absent)}.",
+            indent=6,
+        )
+    return out
+
+
+def _dra_class_lines(cls: discovering.DraFoundClass, *, profiles: bool) -> list[str]:
+    one, many = _DEVICES[cls.type]
+    products = "; ".join(
+        f"{_printable(p.name)}: {p.count} on {_listing([_printable(n) for n in p.nodes])}"
+        + (f", {_memories(p.memories)}" if p.memories else "")
+        for p in cls.products
+    )
+    most = f", at most {cls.most_per_node} on one" if len(cls.nodes) > 1 else ""
+    out = _comment(
+        f"{_plural(cls.devices, one, many)} on {_count(cls.nodes)}{most}: {products}.", indent=6
+    )
+    out += _comment(
+        "maxDevicesPerRequest: one device per request; raise it (at most"
+        f" {min(cls.most_per_node, 32)}: no node has more) for claims that need several.",
+        indent=6,
+    )
+    memory = (
+        f"mps.maxPinnedMemoryMiB at most {cls.memory_mib} (the smallest {one}'s memory: a limit"
+        " above it limits nothing)"
+        if cls.memory_mib
+        else "mps.maxPinnedMemoryMiB"
+    )
+    sized = (
+        "; the policy's profiles then size the requests that write no configuration"
+        if profiles
+        else "; with profiles, they size the requests that write no configuration"
+    )
+    mps = (
+        "MPS needs the driver's MPSSupport feature gate (alpha, off by default; the slices do not"
+        f" say whether it is on): with it, add MPS to sharing with ceilings, {memory}{sized}."
+    )
+    if cls.type == "gpu":
+        text = (
+            "sharing: [] takes the requests with no sharing configuration: the pods that name"
+            " one claim share its GPUs by the driver's default time-slicing. " + mps
+        )
+    elif cls.type == "mig":
+        text = (
+            "sharing: [] takes the requests with no sharing configuration (the driver does not"
+            " time-slice MIG devices by configuration). " + mps
+        )
+    elif cls.type == "vfio":
+        text = "VFIO passthrough gives a GPU whole to one virtual machine: no sharing."
+    else:
+        text = (
+            "vGPUs need the driver's VGPUSupport feature gate (alpha); sharing: [] takes the"
+            " requests with no sharing configuration."
+        )
+    out += _comment(text, indent=6)
+    if cls.multiple:
+        out += _comment(
+            f"{_plural(cls.multiple, one, many)} published with allowMultipleAllocations (the"
+            " driver's ConsumableShares): claims of any namespace may share one by its memory"
+            " capacity. capacity: {memory: <quantity>} caps what one request takes (and makes"
+            " every request name it); the driver then refuses MPS claims.",
+            indent=6,
+        )
+    for i, (key, value) in enumerate(cls.spec().items()):
+        lead = "      - " if i == 0 else "        "
+        shown = "[" + ", ".join(map(_scalar, value)) + "]" if isinstance(value, list) else None
+        out.append(f"{lead}{key}: {shown or _scalar(value)}")
+    return out
+
+
+def _other(o: discovering.OtherDevices) -> str:
+    driver = _printable(o.driver)
+    if o.driver == names.DRA_DRIVER:
+        kind = f"type {_printable(o.type)}" if o.type else "no type attribute"
+        driver = f"{driver} ({kind}, which no NVIDIA class selects)"
+    where = f" on {_listing([_printable(n) for n in o.nodes])}" if o.nodes else ""
+    return f"{driver}: {_plural(o.count, 'device')}{where}"
+
+
+def _memories(values: Sequence[int]) -> str:
+    if len(values) == 1:
+        return f"{values[0]} MiB each"
+    return f"{', '.join(map(str, values))} MiB"
+
+
+def _plural(number: int, one: str, many: str | None = None) -> str:
+    return f"{number} {one if number == 1 else (many or one + 's')}"
+
+
+def _printable(text: str) -> str:
+    # A name from the dump, as a comment shows it: no character that ends the line or
+    # rewrites it in a terminal.
+    return decisions.printable(text)
 
 
 def _listing(names: Sequence[str]) -> str:
