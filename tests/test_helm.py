@@ -114,8 +114,11 @@ SOLO_POLICY = {
     },
 }
 # Non-default switches for the shipped policies.
-SWITCHES = {"voidVisibleDevicesWithoutGpu": False, "denyEnvFromOnGpuContainers": True,
-            "denyCdiAnnotations": False}
+SWITCHES = {
+    "voidVisibleDevicesWithoutGpu": False,
+    "denyEnvFromOnGpuContainers": True,
+    "denyCdiAnnotations": False,
+}
 EXCLUDED = ["monitoring", "gpu-operator"]
 DIGEST = "sha256:" + "ab" * 32
 CA_PEM = certificates.make_ca().cert_pem.decode("ascii")
@@ -125,8 +128,10 @@ CUSTOM_VALUES: dict[str, Any] = {
     "listenAddress": "::",
     "image": {"repository": "registry.example.com/gpu-share-webhook", "digest": DIGEST},
     "replicas": 3,
-    "resources": {"requests": {"cpu": "200m", "memory": "256Mi"},
-                  "limits": {"cpu": "2", "memory": "512Mi"}},
+    "resources": {
+        "requests": {"cpu": "200m", "memory": "256Mi"},
+        "limits": {"cpu": "2", "memory": "512Mi"},
+    },
     "logLevel": "debug",
     "extraEnv": [{"name": "GPU_SHARE_WEBHOOK_WORKERS", "value": "2"}],
     "webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 10, "excludedNamespaces": EXCLUDED},
@@ -158,8 +163,12 @@ RENDERS: dict[str, tuple[dict[str, Any], str, str]] = {
     "bootstrap": ({}, RELEASE, NAMESPACE),
     "certManager": ({"certificates": {"mode": "certManager"}}, RELEASE, NAMESPACE),
     "existingSecret": (
-        {"certificates": {"mode": "existingSecret",
-                          "existingSecret": {"name": "site-webhook-tls", "caBundle": CA_PEM}}},
+        {
+            "certificates": {
+                "mode": "existingSecret",
+                "existingSecret": {"name": "site-webhook-tls", "caBundle": CA_PEM},
+            }
+        },
         RELEASE,
         NAMESPACE,
     ),
@@ -645,15 +654,21 @@ def test_a_policy_change_renames_the_configmap_the_deployment_mounts(
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"policies": {"files": {"x.yaml": SOLO_POLICY, "y.yaml": SOLO_POLICY}}},
-         'policy "solo" is already defined in x.yaml'),
-        ({"policies": {"files": {"x.yaml": {**SOLO_POLICY, "kind": "Pod"}}}},
-         "every document must be apiVersion: gpu-share.io/v1alpha1, kind: SharingPolicy"),
+        (
+            {"policies": {"files": {"x.yaml": SOLO_POLICY, "y.yaml": SOLO_POLICY}}},
+            'policy "solo" is already defined in x.yaml',
+        ),
+        (
+            {"policies": {"files": {"x.yaml": {**SOLO_POLICY, "kind": "Pod"}}}},
+            "every document must be apiVersion: gpu-share.io/v1alpha1, kind: SharingPolicy",
+        ),
         ({"policies": {"files": {"x.yaml": "apiVersion: [\n"}}}, "x.yaml: not valid YAML"),
         ({"policies": {"files": {"x.json": SOLO_POLICY}}}, "not a name the server reads"),
         ({"policies": {"shipped": False}}, "no policy files"),
-        ({"policies": {"exclude": ["defaults.yaml"]}},
-         'the chart ships no policy file "defaults.yaml"'),
+        (
+            {"policies": {"exclude": ["defaults.yaml"]}},
+            'the chart ships no policy file "defaults.yaml"',
+        ),
     ],
 )
 def test_policy_values_the_chart_refuses(
@@ -683,30 +698,55 @@ SITE_POLICY: dict[str, Any] = {
         "runtimeClassName": "nvidia",
         "tolerations": [
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-            {"key": "example.com/dedicated", "value": "gpu", "effect": "NoExecute",
-             "tolerationSeconds": 60},
+            {
+                "key": "example.com/dedicated",
+                "value": "gpu",
+                "effect": "NoExecute",
+                "tolerationSeconds": 60,
+            },
         ],
         "nodeClasses": [
-            {"name": "l4-mps", "product": "NVIDIA-L4", "strategy": "mps", "replicas": 2,
-             "memoryMiB": 23034},
-            {"name": "t4", "product": "Tesla-T4", "strategy": "time-slicing", "renamed": False,
-             "replicas": 4, "gpusPerNode": 2},
+            {
+                "name": "l4-mps",
+                "product": "NVIDIA-L4",
+                "strategy": "mps",
+                "replicas": 2,
+                "memoryMiB": 23034,
+            },
+            {
+                "name": "t4",
+                "product": "Tesla-T4",
+                "strategy": "time-slicing",
+                "renamed": False,
+                "replicas": 4,
+                "gpusPerNode": 2,
+            },
         ],
         "profiles": {"half": {"activeThreadPercentage": 50, "pinnedMemoryMiB": 11517}},
         "defaultProfile": "half",
-        "hostAccess": {"allowedHostPaths": [{"pathPrefix": "/models"}],
-                       "deniedHostPaths": ["/opt/gpu-runtime"]},
+        "hostAccess": {
+            "allowedHostPaths": [{"pathPrefix": "/models"}],
+            "deniedHostPaths": ["/opt/gpu-runtime"],
+        },
         "rules": {"denyEnvFromOnGpuContainers": True},
         "dra": {
             "deviceClasses": [
-                {"name": "gpu.nvidia.com", "allowed": True, "maxDevicesPerRequest": 2,
-                 "sharing": ["MPS", "TimeSlicing"],
-                 "mps": {"maxActiveThreadPercentage": 50, "maxPinnedMemoryMiB": 8192},
-                 "capacity": {"memory": "8Gi"}},
+                {
+                    "name": "gpu.nvidia.com",
+                    "allowed": True,
+                    "maxDevicesPerRequest": 2,
+                    "sharing": ["MPS", "TimeSlicing"],
+                    "mps": {"maxActiveThreadPercentage": 50, "maxPinnedMemoryMiB": 8192},
+                    "capacity": {"memory": "8Gi"},
+                },
                 {"name": "vfio.gpu.nvidia.com", "allowed": True},
-                {"name": "a100.example.com", "driver": "gpu.example.com",
-                 "configKind": "GpuConfig", "sharing": ["TimeSlicing"],
-                 "capacity": {"gpu.example.com/memory": "40Gi"}},
+                {
+                    "name": "a100.example.com",
+                    "driver": "gpu.example.com",
+                    "configKind": "GpuConfig",
+                    "sharing": ["TimeSlicing"],
+                    "capacity": {"gpu.example.com/memory": "40Gi"},
+                },
             ]
         },
     },
@@ -745,144 +785,236 @@ DRA2 = ("spec", "dra", "deviceClasses", 2)
 # that the chart can tell from the file alone.
 BAD_POLICIES: dict[str, tuple[dict[str, Any], set[str]]] = {
     # Unknown fields: a typo is never ignored.
-    "typo-in-a-class": (_broken(((*CLASS0, "strategy"), (RENAME, "stratgy"))),
-                        {"spec.nodeClasses[0].stratgy", "spec.nodeClasses[0].strategy"}),
+    "typo-in-a-class": (
+        _broken(((*CLASS0, "strategy"), (RENAME, "stratgy"))),
+        {"spec.nodeClasses[0].stratgy", "spec.nodeClasses[0].strategy"},
+    ),
     "unknown-spec-field": (_broken((("spec", "mod"), "warn")), {"spec.mod"}),
     "unknown-top-field": (_broken((("specs",), {})), {"specs"}),
-    "unknown-rule-switch": (_broken((("spec", "rules", "denyEverything"), True)),
-                            {"spec.rules.denyEverything"}),
+    "unknown-rule-switch": (
+        _broken((("spec", "rules", "denyEverything"), True)),
+        {"spec.rules.denyEverything"},
+    ),
     # Values not among those allowed.
     "mode-enforced": (_broken((("spec", "mode"), "enforced")), {"spec.mode"}),
     "strategy": (_broken(((*CLASS0, "strategy"), "MPS")), {"spec.nodeClasses[0].strategy"}),
-    "operator": (_broken(((*TOLERATION0, "operator"), "exists")),
-                 {"spec.tolerations[0].operator"}),
+    "operator": (_broken(((*TOLERATION0, "operator"), "exists")), {"spec.tolerations[0].operator"}),
     "effect": (_broken(((*TOLERATION0, "effect"), "NoExec")), {"spec.tolerations[0].effect"}),
-    "rule-mode": (_broken((("spec", "ruleModes", "privileged"), "block")),
-                  {"spec.ruleModes.privileged"}),
+    "rule-mode": (
+        _broken((("spec", "ruleModes", "privileged"), "block")),
+        {"spec.ruleModes.privileged"},
+    ),
     "api-version": (_broken((("apiVersion",), "gpu-share.io/v1")), {"apiVersion"}),
     "kind": (_broken((("kind",), "Pod")), {"kind"}),
     # Types.
     "integer-as-word": (_broken(((*CLASS0, "replicas"), "two")), {"spec.nodeClasses[0].replicas"}),
-    "integer-with-fraction": (_broken(((*CLASS0, "memoryMiB"), 1.5)),
-                              {"spec.nodeClasses[0].memoryMiB"}),
+    "integer-with-fraction": (
+        _broken(((*CLASS0, "memoryMiB"), 1.5)),
+        {"spec.nodeClasses[0].memoryMiB"},
+    ),
     "boolean-as-word": (_broken(((*CLASS1, "renamed"), "maybe")), {"spec.nodeClasses[1].renamed"}),
-    "boolean-as-number": (_broken((("spec", "hostAccess", "trustPodSecurity"), 2)),
-                          {"spec.hostAccess.trustPodSecurity"}),
-    "mapping-for-a-list": (_broken((("spec", "tolerations"), {"key": "nvidia.com/gpu"})),
-                           {"spec.tolerations"}),
+    "boolean-as-number": (
+        _broken((("spec", "hostAccess", "trustPodSecurity"), 2)),
+        {"spec.hostAccess.trustPodSecurity"},
+    ),
+    "mapping-for-a-list": (
+        _broken((("spec", "tolerations"), {"key": "nvidia.com/gpu"})),
+        {"spec.tolerations"},
+    ),
     "list-for-a-mapping": (_broken((("spec", "hostAccess"), [])), {"spec.hostAccess"}),
-    "list-for-a-string": (_broken(((*CLASS0, "product"), ["NVIDIA-L4"])),
-                          {"spec.nodeClasses[0].product"}),
-    "shared-suffix-in-product": (_broken(((*CLASS0, "product"), "NVIDIA-L4-SHARED")),
-                                 {"spec.nodeClasses[0].product"}),
+    "list-for-a-string": (
+        _broken(((*CLASS0, "product"), ["NVIDIA-L4"])),
+        {"spec.nodeClasses[0].product"},
+    ),
+    "shared-suffix-in-product": (
+        _broken(((*CLASS0, "product"), "NVIDIA-L4-SHARED")),
+        {"spec.nodeClasses[0].product"},
+    ),
     "null": (_broken((("spec", "mode"), None)), {"spec.mode"}),
     "spec-is-a-string": (_broken((("spec",), "default")), {"spec"}),
     # Required fields.
-    "no-node-classes": (_broken((("spec", "nodeClasses"), DELETE)), {"spec.nodeClasses"}),
+    # (SITE_POLICY has a dra section, with which nodeClasses may be left out.)
+    "no-node-classes": (
+        _broken((("spec", "nodeClasses"), DELETE), (("spec", "dra"), DELETE)),
+        {"spec.nodeClasses"},
+    ),
     "no-strategy": (_broken(((*CLASS0, "strategy"), DELETE)), {"spec.nodeClasses[0].strategy"}),
     "no-spec": (_broken((("spec",), DELETE)), {"spec"}),
     "no-name": (_broken((("metadata", "name"), DELETE)), {"metadata.name"}),
     # Patterns, lengths, bounds.
-    "resource-name": (_broken((("spec", "sharedResources", 0), "amd.com/gpu")),
-                      {"spec.sharedResources[0]"}),
-    "runtime-class": (_broken((("spec", "runtimeClassName"), "Nvidia_Runtime")),
-                      {"spec.runtimeClassName"}),
+    "resource-name": (
+        _broken((("spec", "sharedResources", 0), "amd.com/gpu")),
+        {"spec.sharedResources[0]"},
+    ),
+    "runtime-class": (
+        _broken((("spec", "runtimeClassName"), "Nvidia_Runtime")),
+        {"spec.runtimeClassName"},
+    ),
     "policy-name": (_broken((("metadata", "name"), "Site")), {"metadata.name"}),
     "long-policy-name": (_broken((("metadata", "name"), "s" * 64)), {"metadata.name"}),
-    "profile-name": (_broken((("spec", "profiles", "half"), (RENAME, "Half"))),
-                     {"spec.profiles.Half.[key]"}),
+    "profile-name": (
+        _broken((("spec", "profiles", "half"), (RENAME, "Half"))),
+        {"spec.profiles.Half.[key]"},
+    ),
     "empty-product": (_broken(((*CLASS0, "product"), "")), {"spec.nodeClasses[0].product"}),
     "no-classes": (_broken((("spec", "nodeClasses"), [])), {"spec.nodeClasses"}),
-    "threads-0": (_broken(((*HALF, "activeThreadPercentage"), 0)),
-                  {"spec.profiles.half.activeThreadPercentage"}),
-    "threads-101": (_broken(((*HALF, "activeThreadPercentage"), 101)),
-                    {"spec.profiles.half.activeThreadPercentage"}),
+    "threads-0": (
+        _broken(((*HALF, "activeThreadPercentage"), 0)),
+        {"spec.profiles.half.activeThreadPercentage"},
+    ),
+    "threads-101": (
+        _broken(((*HALF, "activeThreadPercentage"), 101)),
+        {"spec.profiles.half.activeThreadPercentage"},
+    ),
     "no-gpus": (_broken(((*CLASS1, "gpusPerNode"), 0)), {"spec.nodeClasses[1].gpusPerNode"}),
     "no-memory": (_broken(((*CLASS0, "memoryMiB"), 0)), {"spec.nodeClasses[0].memoryMiB"}),
     # The models' own checks: each class, profile, toleration and host path.
     "one-replica": (_broken(((*CLASS1, "replicas"), 1)), {"spec.nodeClasses[1].replicas"}),
-    "mps-without-memory": (_broken(((*CLASS0, "memoryMiB"), DELETE)),
-                           {"spec.nodeClasses[0].memoryMiB"}),
+    "mps-without-memory": (
+        _broken(((*CLASS0, "memoryMiB"), DELETE)),
+        {"spec.nodeClasses[0].memoryMiB"},
+    ),
     "mps-replicas": (_broken(((*CLASS0, "replicas"), 64)), {"spec.nodeClasses[0].replicas"}),
-    "mps-on-mig": (_broken(((*CLASS0, "resource"), "nvidia.com/mig-1g.10gb")),
-                   {"spec.nodeClasses[0].strategy"}),
-    "shared-product-too-long": (_broken(((*CLASS1, "product"), "P" * 60)),
-                                {"spec.nodeClasses[1].product"}),
+    "mps-on-mig": (
+        _broken(((*CLASS0, "resource"), "nvidia.com/mig-1g.10gb")),
+        {"spec.nodeClasses[0].strategy"},
+    ),
+    "shared-product-too-long": (
+        _broken(((*CLASS1, "product"), "P" * 60)),
+        {"spec.nodeClasses[1].product"},
+    ),
     "empty-profile": (_broken((("spec", "profiles", "none"), {})), {"spec.profiles.none"}),
     "exists-with-value": (_broken(((*TOLERATION0, "value"), "x")), {"spec.tolerations[0]"}),
-    "equal-without-key": (_broken(((*TOLERATION0, "operator"), "Equal"),
-                                  ((*TOLERATION0, "key"), DELETE)), {"spec.tolerations[0]"}),
-    "seconds-without-no-execute": (_broken(((*TOLERATION0, "tolerationSeconds"), 30)),
-                                   {"spec.tolerations[0]"}),
+    "equal-without-key": (
+        _broken(((*TOLERATION0, "operator"), "Equal"), ((*TOLERATION0, "key"), DELETE)),
+        {"spec.tolerations[0]"},
+    ),
+    "seconds-without-no-execute": (
+        _broken(((*TOLERATION0, "tolerationSeconds"), 30)),
+        {"spec.tolerations[0]"},
+    ),
     "relative-allowed-path": (
         _broken((("spec", "hostAccess", "allowedHostPaths", 0, "pathPrefix"), "models")),
-        {"spec.hostAccess.allowedHostPaths[0]"}),
+        {"spec.hostAccess.allowedHostPaths[0]"},
+    ),
     "unclean-allowed-path": (
         _broken((("spec", "hostAccess", "allowedHostPaths", 0, "pathPrefix"), "/models/./x")),
-        {"spec.hostAccess.allowedHostPaths[0]"}),
-    "relative-denied-path": (_broken((("spec", "hostAccess", "deniedHostPaths"), ["opt/gpu"])),
-                             {"spec.hostAccess"}),
+        {"spec.hostAccess.allowedHostPaths[0]"},
+    ),
+    "relative-denied-path": (
+        _broken((("spec", "hostAccess", "deniedHostPaths"), ["opt/gpu"])),
+        {"spec.hostAccess"},
+    ),
     # The policy's coherence.
-    "unknown-rule": (_broken((("spec", "ruleModes", "no-such-rule"), "warn")),
-                     {"spec.ruleModes.no-such-rule"}),
-    "always-enforced-rule": (_broken((("spec", "ruleModes", "malformed-object"), "warn")),
-                             {"spec.ruleModes.malformed-object"}),
+    "unknown-rule": (
+        _broken((("spec", "ruleModes", "no-such-rule"), "warn")),
+        {"spec.ruleModes.no-such-rule"},
+    ),
+    "always-enforced-rule": (
+        _broken((("spec", "ruleModes", "malformed-object"), "warn")),
+        {"spec.ruleModes.malformed-object"},
+    ),
     "two-classes-one-name": (_broken(((*CLASS1, "name"), "l4-mps")), {"spec.nodeClasses"}),
-    "resource-twice": (_broken((("spec", "sharedResources", 1), "nvidia.com/gpu.shared")),
-                       {"spec.sharedResources", "spec.nodeClasses[t4]"}),
-    "class-resource-not-shared": (_broken((("spec", "sharedResources"), ["nvidia.com/gpu.shared"])),
-                                  {"spec.nodeClasses[t4]"}),
+    "resource-twice": (
+        _broken((("spec", "sharedResources", 1), "nvidia.com/gpu.shared")),
+        {"spec.sharedResources", "spec.nodeClasses[t4]"},
+    ),
+    "class-resource-not-shared": (
+        _broken((("spec", "sharedResources"), ["nvidia.com/gpu.shared"])),
+        {"spec.nodeClasses[t4]"},
+    ),
     "shared-resource-no-class": (
-        _broken((("spec", "sharedResources"),
-                 [*SITE_POLICY["spec"]["sharedResources"], "nvidia.com/mig-1g.10gb.shared"])),
-        {"spec.sharedResources"}),
-    "profiles-without-default": (_broken((("spec", "defaultProfile"), DELETE)),
-                                 {"spec.defaultProfile"}),
-    "default-not-a-profile": (_broken((("spec", "defaultProfile"), "full")),
-                              {"spec.defaultProfile"}),
+        _broken(
+            (
+                ("spec", "sharedResources"),
+                [*SITE_POLICY["spec"]["sharedResources"], "nvidia.com/mig-1g.10gb.shared"],
+            )
+        ),
+        {"spec.sharedResources"},
+    ),
+    "profiles-without-default": (
+        _broken((("spec", "defaultProfile"), DELETE)),
+        {"spec.defaultProfile"},
+    ),
+    "default-not-a-profile": (
+        _broken((("spec", "defaultProfile"), "full")),
+        {"spec.defaultProfile"},
+    ),
     "default-without-profiles": (_broken((("spec", "profiles"), DELETE)), {"spec.defaultProfile"}),
-    "profile-above-every-ceiling": (_broken(((*HALF, "activeThreadPercentage"), 60)),
-                                    {"spec.profiles.half"}),
+    "profile-above-every-ceiling": (
+        _broken(((*HALF, "activeThreadPercentage"), 60)),
+        {"spec.profiles.half"},
+    ),
     # The dra section: its fields, and the models' checks of each class and of the section.
-    "dra-unknown-field": (_broken(((*DRA0, "maxDevices"), 2)),
-                          {"spec.dra.deviceClasses[0].maxDevices"}),
-    "dra-strategy": (_broken(((*DRA0, "sharing"), ["mps"])),
-                     {"spec.dra.deviceClasses[0].sharing[0]"}),
-    "dra-config-kind": (_broken(((*DRA2, "configKind"), "GPUConfig")),
-                        {"spec.dra.deviceClasses[2].configKind"}),
-    "dra-too-many-devices": (_broken(((*DRA0, "maxDevicesPerRequest"), 33)),
-                             {"spec.dra.deviceClasses[0].maxDevicesPerRequest"}),
+    "dra-unknown-field": (
+        _broken(((*DRA0, "maxDevices"), 2)),
+        {"spec.dra.deviceClasses[0].maxDevices"},
+    ),
+    "dra-strategy": (
+        _broken(((*DRA0, "sharing"), ["mps"])),
+        {"spec.dra.deviceClasses[0].sharing[0]"},
+    ),
+    "dra-config-kind": (
+        _broken(((*DRA2, "configKind"), "GPUConfig")),
+        {"spec.dra.deviceClasses[2].configKind"},
+    ),
+    "dra-too-many-devices": (
+        _broken(((*DRA0, "maxDevicesPerRequest"), 33)),
+        {"spec.dra.deviceClasses[0].maxDevicesPerRequest"},
+    ),
     "dra-class-name": (_broken(((*DRA1, "name"), "VFIO")), {"spec.dra.deviceClasses[1].name"}),
-    "dra-capacity-name": (_broken(((*DRA0, "capacity"), {"memory-mib": "8Gi"})),
-                          {"spec.dra.deviceClasses[0].capacity.memory-mib.[key]"}),
+    "dra-capacity-name": (
+        _broken(((*DRA0, "capacity"), {"memory-mib": "8Gi"})),
+        {"spec.dra.deviceClasses[0].capacity.memory-mib.[key]"},
+    ),
     "dra-class-twice": (_broken(((*DRA2, "name"), "gpu.nvidia.com")), {"spec.dra.deviceClasses"}),
-    "dra-sharing-on-vfio-class": (_broken(((*DRA1, "sharing"), ["TimeSlicing"])),
-                                  {"spec.dra.deviceClasses[1].sharing"}),
-    "dra-sharing-on-vfio-kind": (_broken(((*DRA2, "configKind"), "VfioDeviceConfig")),
-                                 {"spec.dra.deviceClasses[2].sharing"}),
-    "dra-strategy-twice": (_broken(((*DRA0, "sharing"), ["MPS", "TimeSlicing", "MPS"])),
-                           {"spec.dra.deviceClasses[0].sharing"}),
-    "dra-capacity-not-a-quantity": (_broken(((*DRA0, "capacity", "memory"), "8 GiB")),
-                                    {"spec.dra.deviceClasses[0].capacity.memory"}),
-    "dra-capacity-negative": (_broken(((*DRA0, "capacity", "memory"), "-8Gi")),
-                              {"spec.dra.deviceClasses[0].capacity.memory"}),
-    "dra-capacity-out-of-range": (_broken(((*DRA0, "capacity", "memory"), "8Ei")),
-                                  {"spec.dra.deviceClasses[0].capacity.memory"}),
+    "dra-sharing-on-vfio-class": (
+        _broken(((*DRA1, "sharing"), ["TimeSlicing"])),
+        {"spec.dra.deviceClasses[1].sharing"},
+    ),
+    "dra-sharing-on-vfio-kind": (
+        _broken(((*DRA2, "configKind"), "VfioDeviceConfig")),
+        {"spec.dra.deviceClasses[2].sharing"},
+    ),
+    "dra-strategy-twice": (
+        _broken(((*DRA0, "sharing"), ["MPS", "TimeSlicing", "MPS"])),
+        {"spec.dra.deviceClasses[0].sharing"},
+    ),
+    "dra-capacity-not-a-quantity": (
+        _broken(((*DRA0, "capacity", "memory"), "8 GiB")),
+        {"spec.dra.deviceClasses[0].capacity.memory"},
+    ),
+    "dra-capacity-negative": (
+        _broken(((*DRA0, "capacity", "memory"), "-8Gi")),
+        {"spec.dra.deviceClasses[0].capacity.memory"},
+    ),
+    "dra-capacity-out-of-range": (
+        _broken(((*DRA0, "capacity", "memory"), "8Ei")),
+        {"spec.dra.deviceClasses[0].capacity.memory"},
+    ),
     # `policy check` places a message at the field it starts with, which a name with a
     # domain is not (its '/'): at the class, then.
     "dra-capacity-with-a-domain": (
         _broken(((*DRA2, "capacity", "gpu.example.com/memory"), "-40Gi")),
-        {"spec.dra.deviceClasses[2]"}),
+        {"spec.dra.deviceClasses[2]"},
+    ),
     # Each class's problems, and the spec's beside them.
     "dra-and-spec-problems": (
-        _broken(((*DRA2, "configKind"), "VfioDeviceConfig"),
-                ((*DRA0, "capacity", "memory"), "lots"),
-                (("spec", "ruleModes", "no-such-rule"), "warn")),
-        {"spec.dra.deviceClasses[2].sharing", "spec.dra.deviceClasses[0].capacity.memory",
-         "spec.ruleModes.no-such-rule"}),
+        _broken(
+            ((*DRA2, "configKind"), "VfioDeviceConfig"),
+            ((*DRA0, "capacity", "memory"), "lots"),
+            (("spec", "ruleModes", "no-such-rule"), "warn"),
+        ),
+        {
+            "spec.dra.deviceClasses[2].sharing",
+            "spec.dra.deviceClasses[0].capacity.memory",
+            "spec.ruleModes.no-such-rule",
+        },
+    ),
     "dra-twice-and-node-class-problems": (
         _broken(((*DRA2, "name"), "vfio.gpu.nvidia.com"), ((*CLASS1, "replicas"), 1)),
-        {"spec.dra.deviceClasses", "spec.nodeClasses[1].replicas"}),
+        {"spec.dra.deviceClasses", "spec.nodeClasses[1].replicas"},
+    ),
 }
 # Policies both take, written as people write them: values pydantic converts, and plain
 # scalars Helm reads as another type than the server does (y, 1e3: true, a number).
@@ -1018,7 +1150,10 @@ def test_values_the_server_converts_or_reads_otherwise_than_helm_are_not_refused
     ],
 )
 def test_a_value_helm_reads_otherwise_leaves_the_cross_checks_to_the_server(
-    chart: helm_python.Chart, plain: str, field: str, tmp_path: Path,
+    chart: helm_python.Chart,
+    plain: str,
+    field: str,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     text = yaml.safe_dump(SITE_POLICY, sort_keys=False, default_flow_style=False)
@@ -1079,7 +1214,10 @@ def test_problems_of_several_documents_are_numbered_as_policy_check_numbers_them
     ],
 )
 def test_files_that_hold_no_policy_are_refused_by_both(
-    chart: helm_python.Chart, text: str, says: str, tmp_path: Path,
+    chart: helm_python.Chart,
+    text: str,
+    says: str,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     (checked,) = _check_problems(_site_dir(tmp_path, text), capsys)
@@ -1092,9 +1230,7 @@ def test_files_that_hold_no_policy_are_refused_by_both(
 def test_every_problem_of_every_file_is_listed(chart: helm_python.Chart) -> None:
     files = {
         "a.yaml": BAD_POLICIES["mode-enforced"][0],
-        "b.yaml": yaml.safe_dump(
-            {**BAD_POLICIES["no-strategy"][0], "metadata": {"name": "other"}}
-        ),
+        "b.yaml": yaml.safe_dump({**BAD_POLICIES["no-strategy"][0], "metadata": {"name": "other"}}),
     }
     message = _refused(chart, {"policies": {"files": files}})
     assert "policies.files.a.yaml: spec.mode: " in message
@@ -1104,8 +1240,13 @@ def test_every_problem_of_every_file_is_listed(chart: helm_python.Chart) -> None
 def _paths(node: Any, prefix: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
     """Every place in a document: its keys and list items, at any depth."""
     found: list[tuple[str | int, ...]] = []
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(
-        node, list) else ()
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
     for key, value in items:
         found.append((*prefix, key))
         found.extend(_paths(value, (*prefix, key)))
@@ -1114,13 +1255,55 @@ def _paths(node: Any, prefix: tuple[str | int, ...] = ()) -> list[tuple[str | in
 
 # Values people and typos put in policies: words the models convert, words Helm reads as
 # another type, names, paths, bounds and their neighbours, shapes.
-ODD_VALUES = st.sampled_from([
-    "", "y", "n", "yes", "off", "4", " 4", "4.0", "1_000", "abc", "MPS", "mps", "Exists",
-    "NoExecute", "warn", "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb",
-    "/models", "models", "/a/../b", "half", "l4-mps", "P" * 60,
-    -1, 0, 1, 2, 3, 47, 48, 49, 50, 100, 101, 23034, 1.5, 2.0,
-    True, False, None, [], {}, ["x"], {"x": 1},
-])
+ODD_VALUES = st.sampled_from(
+    [
+        "",
+        "y",
+        "n",
+        "yes",
+        "off",
+        "4",
+        " 4",
+        "4.0",
+        "1_000",
+        "abc",
+        "MPS",
+        "mps",
+        "Exists",
+        "NoExecute",
+        "warn",
+        "nvidia.com/gpu",
+        "nvidia.com/gpu.shared",
+        "nvidia.com/mig-1g.10gb",
+        "/models",
+        "models",
+        "/a/../b",
+        "half",
+        "l4-mps",
+        "P" * 60,
+        -1,
+        0,
+        1,
+        2,
+        3,
+        47,
+        48,
+        49,
+        50,
+        100,
+        101,
+        23034,
+        1.5,
+        2.0,
+        True,
+        False,
+        None,
+        [],
+        {},
+        ["x"],
+        {"x": 1},
+    ]
+)
 
 
 @st.composite
@@ -1151,11 +1334,13 @@ def _check_fields(text: str) -> set[tuple[str, str]]:
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             cli.main(["policy", "check", directory])
-        return _fields([
-            line.removeprefix("error: ").removeprefix(f"{directory}/")
-            for line in err.getvalue().splitlines()
-            if line.startswith("error: ")
-        ])
+        return _fields(
+            [
+                line.removeprefix("error: ").removeprefix(f"{directory}/")
+                for line in err.getvalue().splitlines()
+                if line.startswith("error: ")
+            ]
+        )
 
 
 @pytest.mark.slow  # some hundred renders
@@ -1190,8 +1375,10 @@ def test_the_bootstrap_job_names_the_objects_of_its_release(
     (c,) = pod["containers"]
     args = cli.build_parser().parse_args(c["args"])
     assert args.command == "certs"
-    assert (args.service, args.namespace) == (dh.find(objects, "Service")["metadata"]["name"],
-                                              namespace)
+    assert (args.service, args.namespace) == (
+        dh.find(objects, "Service")["metadata"]["name"],
+        namespace,
+    )
     assert args.inject_ca is True
     configs = {o["metadata"]["name"] for o in _configurations(objects)}
     assert configs == {args.mutating_webhook} == {args.validating_webhook}
@@ -1210,8 +1397,12 @@ def test_the_bootstrap_job_names_the_objects_of_its_release(
     username = f"system:serviceaccount:{namespace}:{account}"
 
     def refused(secret: str, user: str = username, type_: str = "kubernetes.io/tls") -> bool:
-        obj = {"apiVersion": "v1", "kind": "Secret", "type": type_,
-               "metadata": {"name": secret, "namespace": namespace}}
+        obj = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": type_,
+            "metadata": {"name": secret, "namespace": namespace},
+        }
         return dh.secret_policy_refuses(objects, obj, username=user, namespace=namespace)
 
     assert not refused(args.secret)
@@ -1243,9 +1434,7 @@ def test_cert_manager_signs_the_secret_the_server_mounts(
         if obj["apiVersion"].startswith("cert-manager.io/"):
             assert obj["apiVersion"] == "cert-manager.io/v1"
             assert set(obj) == {"apiVersion", "kind", "metadata", "spec"}
-    (serving,) = [
-        o for o in objects if o["kind"] == "Certificate" and not o["spec"].get("isCA")
-    ]
+    (serving,) = [o for o in objects if o["kind"] == "Certificate" and not o["spec"].get("isCA")]
     assert serving["spec"]["secretName"] == _serving_secret(objects)
     assert f"{RELEASE}.{NAMESPACE}.svc" in serving["spec"]["dnsNames"]
     for config in _configurations(objects):
@@ -1266,12 +1455,18 @@ def test_cert_manager_with_an_issuer_of_the_sites(chart: helm_python.Chart) -> N
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"certificates": {"mode": "existingSecret", "existingSecret": {"caBundle": CA_PEM}}},
-         "certificates.existingSecret.name"),
-        ({"certificates": {"mode": "existingSecret", "existingSecret": {"name": "s"}}},
-         "certificates.existingSecret.caBundle"),
-        ({"certificates": {"existingSecret": {"caBundle": CA_PEM}}},
-         "certificates.mode is bootstrap"),
+        (
+            {"certificates": {"mode": "existingSecret", "existingSecret": {"caBundle": CA_PEM}}},
+            "certificates.existingSecret.name",
+        ),
+        (
+            {"certificates": {"mode": "existingSecret", "existingSecret": {"name": "s"}}},
+            "certificates.existingSecret.caBundle",
+        ),
+        (
+            {"certificates": {"existingSecret": {"caBundle": CA_PEM}}},
+            "certificates.mode is bootstrap",
+        ),
         ({"certificates": {"mode": "selfSigned"}}, "/certificates/mode"),
     ],
 )
@@ -1313,8 +1508,10 @@ def test_the_non_default_values_reach_the_server(
         ({"webhook": {"excludedNamespaces": ["Not_A_Namespace"]}}, "/webhook/excludedNamespaces"),
         ({"replica": 3}, "additional properties 'replica' not allowed"),
         ({"policies": {"rules": {"denyEverything": True}}}, "/policies/rules"),
-        ({"extraEnv": [{"name": "GPU_SHARE_WEBHOOK_PORT", "value": "9443"}]},
-         "extraEnv: GPU_SHARE_WEBHOOK_PORT is set by the chart"),
+        (
+            {"extraEnv": [{"name": "GPU_SHARE_WEBHOOK_PORT", "value": "9443"}]},
+            "extraEnv: GPU_SHARE_WEBHOOK_PORT is set by the chart",
+        ),
         ({"networkPolicy": {"metricsFrom": [{}]}}, "/networkPolicy/metricsFrom/0"),
     ],
 )
@@ -1331,8 +1528,9 @@ def test_the_network_policy_admits_the_scrapers_the_values_name(
     default = dh.find(rendered["bootstrap"], "NetworkPolicy", RELEASE)
     assert dh.ingress_admits(default, 8443, namespace=dh.namespace_labels("team-a"), pod=None)
     assert dh.ingress_admits(default, 8080, namespace=dh.MONITORING, pod=prometheus)
-    assert not dh.ingress_admits(default, 8080, namespace=dh.namespace_labels("team-a"),
-                                 pod=prometheus)
+    assert not dh.ingress_admits(
+        default, 8080, namespace=dh.namespace_labels("team-a"), pod=prometheus
+    )
 
     custom = dh.find(rendered["custom"], "NetworkPolicy", OTHER_FULLNAME)
     assert dh.selector_matches(
@@ -1342,9 +1540,13 @@ def test_the_network_policy_admits_the_scrapers_the_values_name(
     (metrics,) = [r for r in custom["spec"]["ingress"] if r.get("from")]
     assert metrics["from"] == CUSTOM_VALUES["networkPolicy"]["metricsFrom"]
     # The selector peers, played as the API server would (the ipBlock aside).
-    selectors = {**custom, "spec": {**custom["spec"], "ingress": [
-        {**metrics, "from": [p for p in metrics["from"] if "ipBlock" not in p]}
-    ]}}
+    selectors = {
+        **custom,
+        "spec": {
+            **custom["spec"],
+            "ingress": [{**metrics, "from": [p for p in metrics["from"] if "ipBlock" not in p]}],
+        },
+    }
     observability = dh.namespace_labels("observability")
     assert dh.ingress_admits(selectors, 8080, namespace=observability, pod={"app": "vmagent"})
     assert not dh.ingress_admits(selectors, 8080, namespace=observability, pod=prometheus)
@@ -1417,16 +1619,20 @@ def test_the_chart_adds_what_the_client_auth_component_adds(
 ) -> None:
     """clientAuth with its defaults and a caBundle gives the objects of
     deploy/components/client-auth on deploy/overlays/cert-manager with that CA."""
-    values = {"namespace": {"create": True}, "certificates": {"mode": "certManager"},
-              "clientAuth": CLIENT_AUTH["caBundle"]}
+    values = {
+        "namespace": {"create": True},
+        "certificates": {"mode": "certManager"},
+        "clientAuth": CLIENT_AUTH["caBundle"],
+    }
     ours = {
         (o["kind"], o["metadata"]["name"]): o
         for o in map(_as_deploy_writes_it, _render(chart, values, RELEASE, NAMESPACE))
     }
     theirs = {
         (o["kind"], o["metadata"]["name"]): o
-        for o in map(_as_deploy_writes_it,
-                     dh.kustomize(dh.site(tmp_path, "cert-manager", client_ca=CA_PEM)))
+        for o in map(
+            _as_deploy_writes_it, dh.kustomize(dh.site(tmp_path, "cert-manager", client_ca=CA_PEM))
+        )
     }
     assert ("ConfigMap", f"{RELEASE}-client-ca") in theirs
     assert sorted(ours) == sorted(theirs)
@@ -1481,13 +1687,19 @@ def test_helm_lint_is_clean_with_client_auth(way: str) -> None:
     ("client_auth", "message"),
     [
         ({"enabled": True}, "clientAuth.enabled is true, but no CA is given"),
-        ({"enabled": True, "caBundle": CA_PEM, "existingConfigMap": "site-apiserver-ca"},
-         "caBundle and existingConfigMap are both set"),
+        (
+            {"enabled": True, "caBundle": CA_PEM, "existingConfigMap": "site-apiserver-ca"},
+            "caBundle and existingConfigMap are both set",
+        ),
         ({"enabled": True, "caBundle": "client-ca.crt"}, "clientAuth.caBundle: not a PEM"),
-        ({"enabled": True, "caBundle": CA_PEM, "names": ["kube-apiserver,other"]},
-         "/clientAuth/names/0"),
-        ({"enabled": True, "caBundle": CA_PEM, "names": [" kube-apiserver"]},
-         "/clientAuth/names/0"),
+        (
+            {"enabled": True, "caBundle": CA_PEM, "names": ["kube-apiserver,other"]},
+            "/clientAuth/names/0",
+        ),
+        (
+            {"enabled": True, "caBundle": CA_PEM, "names": [" kube-apiserver"]},
+            "/clientAuth/names/0",
+        ),
         ({"enabled": True, "caBundle": CA_PEM, "names": []}, "/clientAuth/names"),
         ({"enabled": True, "existingConfigMap": "Site_CA"}, "/clientAuth/existingConfigMap"),
         ({"enabled": "yes"}, "/clientAuth/enabled"),
@@ -1593,8 +1805,9 @@ def _helm_section() -> str:
 
 def _set_keys(text: str) -> list[str]:
     """The value keys of --set, --set-string and --set-file options in the text."""
-    keys = re.findall(r"--set(?:-string|-file)?[ =]'?((?:[\w-]|\\\.)+(?:\.(?:[\w-]|\\\.)+)*)=",
-                      text)
+    keys = re.findall(
+        r"--set(?:-string|-file)?[ =]'?((?:[\w-]|\\\.)+(?:\.(?:[\w-]|\\\.)+)*)=", text
+    )
     return sorted(set(keys))
 
 
@@ -1648,8 +1861,11 @@ def _values_example() -> tuple[list[str], dict[str, Any]]:
     return words, yaml.safe_load(block.group(1))
 
 
-def _helm_values(words: Sequence[str], files: Mapping[str, Any], texts: Mapping[str, str],
-                 ) -> dict[str, Any]:
+def _helm_values(
+    words: Sequence[str],
+    files: Mapping[str, Any],
+    texts: Mapping[str, str],
+) -> dict[str, Any]:
     """The values of `-f`, `--set` and `--set-file` options, as Helm merges them (in order)."""
     values: dict[str, Any] = {}
 
@@ -1699,26 +1915,33 @@ def test_the_values_example_installs_what_its_text_says(
     names = _policy_set(objects).names
     assert names == ["default"]
     for configuration in _configurations(objects):
-        policies_of_entries = {w["clientConfig"]["service"]["path"].split("/")[2]
-                               for w in configuration["webhooks"]}
+        policies_of_entries = {
+            w["clientConfig"]["service"]["path"].split("/")[2] for w in configuration["webhooks"]
+        }
         assert policies_of_entries == {"default", names_mod.UNKNOWN_POLICY_PATH}
     # What the release installs passes the check the text runs first, on nodes of the site.
     directory = tmp_path / "installed"
     directory.mkdir()
     for name, text in installed.items():
         (directory / name).write_text(text, encoding="utf-8")
-    dump = nodes.write(tmp_path, [nodes.node("gpu-t4-1", nodes.T4_MPS),
-                                  nodes.node("gpu-a10g-1", nodes.A10G_TS)])
+    dump = nodes.write(
+        tmp_path, [nodes.node("gpu-t4-1", nodes.T4_MPS), nodes.node("gpu-a10g-1", nodes.A10G_TS)]
+    )
     code = cli.main(["policy", "check", str(directory), "--nodes", str(dump)])
     assert code == commands.EXIT_OK, capsys.readouterr()
     # Monitoring on, with the labels shown; scrapes from the namespace shown.
     assert dh.find(objects, "ServiceMonitor")["metadata"]["labels"]["release"] == (
-        "kube-prometheus-stack")
+        "kube-prometheus-stack"
+    )
     assert dh.find(objects, "PrometheusRule")["metadata"]["labels"]["release"] == (
-        "kube-prometheus-stack")
-    assert dh.ingress_admits(dh.find(objects, "NetworkPolicy", RELEASE), 8080,
-                             namespace=dh.namespace_labels("observability"),
-                             pod={"app.kubernetes.io/name": "prometheus"})
+        "kube-prometheus-stack"
+    )
+    assert dh.ingress_admits(
+        dh.find(objects, "NetworkPolicy", RELEASE),
+        8080,
+        namespace=dh.namespace_labels("observability"),
+        pod={"app.kubernetes.io/name": "prometheus"},
+    )
     # Every value shown has an effect: without it the release differs.
     baseline = yaml.safe_dump_all(objects)
     for key in _leaf_keys(site_values):

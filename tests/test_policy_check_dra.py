@@ -137,12 +137,6 @@ def test_what_the_server_refuses_in_a_dra_section_is_an_error_of_its_file(
     assert (load.policies, load.problems) == ((), (f"{path}: {problem}",))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="webhook/policies.py: _RULES has no entry for DraClassSpec and DraSpec, and"
-    " _unreached_value does not look into `DraSpec | None`, so the dra rules are not run where"
-    " another field of the section is invalid",
-)
 def test_every_problem_of_a_dra_section_comes_in_one_round(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

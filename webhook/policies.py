@@ -606,6 +606,8 @@ _RULES: dict[type[BaseModel], Callable[[View], list[_Refusal]]] = {
     TolerationSpec: _toleration_problems,
     NodeClassSpec: _class_problems,
     ProfileSpec: _profile_problems,
+    DraClassSpec: _dra_class_problems,
+    DraSpec: _dra_problems,
     PolicySpecModel: _spec_problems,
 }
 _INVALID = object()
@@ -667,8 +669,8 @@ def _unreached_value(
     """A field's value as a view (or _INVALID), and the problems pydantic did not reach in the
     models it holds (a model, a list or a mapping of them)."""
     info = model.model_fields[name]
-    annotation = info.annotation
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    annotation = _unoptional(info.annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel) and raw is not None:
         return _unreached(annotation, raw, loc)
     try:
         return _view(_field_adapter(model, name).validate_python(raw)), []
