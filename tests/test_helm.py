@@ -858,7 +858,10 @@ BAD_POLICIES: dict[str, tuple[dict[str, Any], set[str]]] = {
         {"spec.profiles.Half.[key]"},
     ),
     "empty-product": (_broken(((*CLASS0, "product"), "")), {"spec.nodeClasses[0].product"}),
-    "no-classes": (_broken((("spec", "nodeClasses"), [])), {"spec.nodeClasses"}),
+    "no-classes": (
+        _broken((("spec", "nodeClasses"), []), (("spec", "dra"), DELETE)),
+        {"spec.nodeClasses"},
+    ),
     "threads-0": (
         _broken(((*HALF, "activeThreadPercentage"), 0)),
         {"spec.profiles.half.activeThreadPercentage"},
