@@ -2,7 +2,10 @@
 json`) becomes the policy's `dra` section. NVIDIA's device types become its classes (closed,
 one device per request, no sharing configuration), with comments naming products, counts and
 nodes; only each pool's newest generation counts; other drivers are named, not governed; what
-discover writes loads and passes `policy check`; bad input is one line and exit 2.
+discover writes loads and passes `policy check`; bad input is one line and exit 2. A cluster
+whose GPUs all come through DRA gets a policy without nodeClasses (nor the device plugin's
+fields, which would do nothing for pods with claims), in force on the server; one with
+neither shared nodes nor NVIDIA GPUs is exit 1.
 
 The slices (tests/slices.py) are written after the attributes NVIDIA's driver documents and
 are valid `resource.k8s.io/v1` objects to Kubernetes' schema.
@@ -17,15 +20,18 @@ import re
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
+from tests import server_helpers as h
 from tests.nodes import A10G_TS, T4_MPS, T4_TS, node, write
 from tests.slices import (
     A100,
     A100_PCIE,
     CLUSTER,
     H100,
+    SCHEMAS,
     gpu,
     listing,
     nic,
@@ -33,6 +39,8 @@ from tests.slices import (
     write_slices,
 )
 from webhook import cli, discovering, names, policies
+from webhook.core import reviewing
+from webhook.transport import app as server
 
 NODES = [node("t4-1", T4_MPS), node("a10g-1", A10G_TS)]
 
@@ -278,6 +286,265 @@ def test_memory_that_differs_within_a_product_is_listed(
     assert "mps.maxPinnedMemoryMiB at most 39936 (the smallest GPU's memory" in comments(out)
 
 
+# --------------------------------------------------------------------------- DRA alone
+
+# A cluster whose GPUs come through NVIDIA's DRA driver alone: the GPU Operator labels its GPU
+# nodes gpu.present, and no device plugin (so no gpu-feature-discovery sharing label) runs.
+DRA_NODES = [
+    node(name, labels={"nvidia.com/gpu.present": "true"})
+    for name in ("a100-1", "a100-2", "mig-1", "h100-1", "vm-1")
+] + [node("cpu-1")]
+CLOSED = {
+    "deviceClasses": [
+        closed("gpu.nvidia.com"),
+        closed("mig.nvidia.com"),
+        closed("vfio.gpu.nvidia.com"),
+    ]
+}
+
+
+def dra_alone(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    *slices: dict[str, Any],
+    nodes: list[dict[str, Any]] | None = None,
+) -> tuple[int, str, str]:
+    path = write(tmp_path, DRA_NODES if nodes is None else nodes)
+    return discover(
+        capsys, "-f", str(path), "--slices", str(write_slices(tmp_path, *(slices or CLUSTER)))
+    )
+
+
+def test_a_cluster_of_dra_gpus_alone_gets_a_policy_without_node_classes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = dra_alone(tmp_path, capsys)
+    assert (code, err) == (0, "")
+    # Nothing of the device plugin's: the webhook would apply none of it (see below).
+    assert yaml.safe_load(out) == {
+        "apiVersion": "gpu-share.io/v1alpha1",
+        "kind": "SharingPolicy",
+        "metadata": {"name": "default"},
+        "spec": {"mode": "enforce", "dra": CLOSED},
+    }
+    assert yaml.safe_load(out) == discovering.policy_document((), name="default", dra=dra_of(out))
+    (policy,), problems = policies.parse_documents(out, "<discovered>")
+    assert problems == []
+    assert (policy.classes, policy.shared_resources, dict(policy.profiles)) == ((), frozenset(), {})
+    assert policy.dra is not None
+    assert policy.dra.allowed == ()
+    text = comments(out)
+    assert (
+        "from nodes.json: 6 nodes, none with GPUs the device plugin shares, and from"
+    ) in text.replace(str(tmp_path / "nodes.json"), "nodes.json")
+    assert "so this policy has no nodeClasses: its namespaces get GPUs through dynamic" in text
+    assert (
+        "No nodeClasses, sharedResources, runtimeClassName, tolerations or profiles: they are"
+        " the device plugin's."
+    ) in text
+    assert "(NVIDIA's examples give them nvidia.com/gpu Exists NoSchedule)" in text
+    # The driver's nodes lack gpu-feature-discovery's labels as they should: not reported.
+    assert "is it running there?" not in text
+
+
+def test_a_policy_of_neither_node_classes_nor_dra_is_not_written() -> None:
+    with pytest.raises(ValueError, match="needs a dra section"):
+        discovering.policy_document((), name="default")
+
+
+def test_the_policy_of_dra_alone_passes_policy_check_against_the_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out, _ = dra_alone(tmp_path, capsys)
+    directory = tmp_path / "site"
+    directory.mkdir()
+    (directory / "default.yaml").write_text(out)
+    code, lines, err = check(capsys, str(directory), "--nodes", str(tmp_path / "nodes.json"))
+    assert (code, err) == (0, [])
+    assert lines[0].endswith(
+        "; DRA classes allowed: none; closed: gpu.nvidia.com, mig.nvidia.com,"
+        " vfio.gpu.nvidia.com, vgpu.gpu.nvidia.com"
+    )
+    assert lines[-1].startswith(f"ok: {tmp_path / 'nodes.json'}: 6 nodes, 0 with shared GPUs")
+    # Opened as the comments say, it still passes (with the MPSSupport gate's note).
+    opened = out.replace(
+        "      - name: gpu.nvidia.com\n        allowed: false\n        maxDevicesPerRequest: 1\n"
+        "        sharing: []\n",
+        "      - name: gpu.nvidia.com\n        allowed: true\n        maxDevicesPerRequest: 1\n"
+        "        sharing: [MPS]\n        mps: {maxPinnedMemoryMiB: 40960}\n",
+    )
+    assert opened != out
+    (directory / "default.yaml").write_text(opened)
+    code, lines, err = check(capsys, str(directory), "--nodes", str(tmp_path / "nodes.json"))
+    assert code == 0
+    assert "DRA classes allowed: gpu.nvidia.com;" in lines[0]
+    assert [line.split(":")[0] for line in err] == ["note"]
+
+
+# A pod of NVIDIA's quickstart: one container using a claim made from a template.
+CLAIM_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "pod", "namespace": "team-a"},
+    "spec": {
+        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "single-gpu"}],
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "containers": [
+            {
+                "name": "ctr",
+                "image": "ubuntu:22.04",
+                "command": ["bash", "-c", "nvidia-smi -L; trap 'exit 0' TERM; sleep 9999"],
+                "resources": {"claims": [{"name": "gpu"}]},
+            }
+        ],
+    },
+}
+CLAIM: dict[str, Any] = {
+    "apiVersion": "resource.k8s.io/v1",
+    "kind": "ResourceClaim",
+    "metadata": {"name": "single-gpu", "namespace": "team-a"},
+    "spec": {
+        "devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]}
+    },
+}
+
+
+def test_the_objects_sent_are_valid() -> None:
+    for version in SCHEMAS:
+        for obj in (CLAIM_POD, CLAIM):
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+def test_runtime_class_and_tolerations_would_do_nothing_for_pods_with_claims(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Why a policy of DRA alone leaves them out: with them, a pod with claims is reviewed
+    exactly as without (the webhook sets them only on pods of node classes), so writing them
+    would only say something false. If the webhook ever applies them to such pods, discover
+    must write them."""
+    _, out, _ = dra_alone(tmp_path, capsys)
+    device_plugin = out.replace(
+        "  mode: enforce\n",
+        "  mode: enforce\n  runtimeClassName: nvidia\n  tolerations:\n"
+        "    - {key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}\n"
+        "    - {key: nvidia.com/gpu.shared, operator: Exists, effect: NoSchedule}\n",
+    )
+    assert device_plugin != out
+    (left_out,), _ = policies.parse_documents(out, "<discovered>")
+    (written,), _ = policies.parse_documents(device_plugin, "<with them>")
+    assert written.runtime_class_name == "nvidia"
+    assert len(written.tolerations) == 2
+    pod = copy.deepcopy(CLAIM_POD)
+    del pod["spec"]["tolerations"]
+    for obj in (pod, CLAIM_POD):
+        decision = reviewing.review(obj, policy=left_out, mutate=True)
+        assert decision.violations == []
+        assert decision.patch == reviewing.review(obj, policy=written, mutate=True).patch
+        patched = {op["path"] for op in decision.patch}
+        assert not {p for p in patched if "runtimeClassName" in p or "tolerations" in p}
+
+
+async def test_the_policy_of_dra_alone_is_in_force_on_the_server(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    aiohttp_server: Any,
+    aiohttp_client: Any,
+) -> None:
+    """The discovered policy, the server's only one: claims of its closed classes are
+    refused, pods with claims admitted, the device plugin's shared GPU refused."""
+    _, out, _ = dra_alone(tmp_path, capsys)
+    served = tmp_path / "policies"
+    served.mkdir()
+    (served / "default.yaml").write_text(out)
+    app = server.create_app(h.settings(tmp_path, policies_dir=served))
+    client = await h.start(aiohttp_server, aiohttp_client, app)
+
+    async def answer(path: str, obj: dict[str, Any]) -> dict[str, Any]:
+        response = await h.post_review(client, path, h.review_body(obj, "uid-1"))
+        assert response.status == 200
+        return h.response_of(await response.json(), "uid-1")
+
+    refused = await answer("/validate", CLAIM)
+    assert refused["allowed"] is False
+    assert "(rule dra-class-not-allowed)" in refused["status"]["message"]
+    admitted = await answer("/mutate", CLAIM_POD)
+    assert admitted["allowed"] is True
+    shared = copy.deepcopy(CLAIM_POD)
+    del shared["spec"]["resourceClaims"]
+    shared["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu.shared": "1"}}
+    refused = await answer("/mutate", shared)
+    assert refused["allowed"] is False
+    assert "(rule resource-not-allowed)" in refused["status"]["message"]
+
+
+def test_taints_of_the_dra_gpu_nodes_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pods with claims get no toleration from the webhook: the comments name the taints of
+    the nodes with the GPUs (and only of those; not the node lifecycle's own)."""
+    gpu_taint = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+    nodes = [
+        node("a100-1", taints=[gpu_taint]),
+        node(
+            "h100-1",
+            taints=[
+                {"key": "nvidia.com/gpu", "effect": "NoSchedule"},
+                {"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"},
+            ],
+        ),
+        node("cpu-1", taints=[{"key": "dedicated", "value": "infra", "effect": "NoExecute"}]),
+    ]
+    code, out, _ = dra_alone(tmp_path, capsys, nodes=nodes)
+    assert code == 0
+    assert (
+        "Taints of the nodes with these GPUs: nvidia.com/gpu:NoSchedule on h100-1;"
+        " nvidia.com/gpu=present:NoSchedule on a100-1. The webhook adds no toleration to pods"
+        " with claims"
+    ) in comments(out)
+    _, untainted, _ = dra_alone(tmp_path, capsys)
+    assert "Taints of the nodes" not in untainted
+
+
+NIC_ONLY = resource_slice("a100-1", nic("eth1"), driver="nic.example.com")
+
+
+def _unknown_type() -> dict[str, Any]:
+    odd = gpu(0)
+    odd["attributes"]["type"] = {"string": "nvswitch"}
+    return resource_slice("a100-1", odd)
+
+
+@pytest.mark.parametrize(
+    ("slices", "held"),
+    [
+        pytest.param([NIC_ONLY], "nic.example.com: 1 device on a100-1", id="another-driver"),
+        pytest.param(
+            [_unknown_type()],
+            "gpu.nvidia.com (type nvswitch, which no NVIDIA class selects): 1 device on a100-1",
+            id="no-gpu-type",
+        ),
+        pytest.param([resource_slice("a100-1")], "no device", id="no-device"),
+    ],
+)
+def test_neither_a_shared_gpu_node_nor_an_nvidia_gpu_is_exit_1(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    slices: list[dict[str, Any]],
+    held: str,
+) -> None:
+    nodes = write(tmp_path, [node("cpu-1")])
+    path = write_slices(tmp_path, *slices)
+    code, out, err = discover(capsys, "-f", str(nodes), "--slices", str(path))
+    assert (code, out) == (1, "")
+    assert err.splitlines() == [
+        f"error: {nodes}: no shared GPU node among 1 node; no node has gpu-feature-discovery"
+        f" labels. {path}: no GPU of NVIDIA's DRA driver (gpu.nvidia.com) that one of its"
+        f" device classes selects (it holds {held}). Nothing for a policy to describe: its"
+        " nodeClasses describe the GPUs the device plugin shares, its dra section those of"
+        " NVIDIA's DRA driver, and there are neither"
+    ]
+
+
 # --------------------------------------------------------------------------- reading
 
 
@@ -348,21 +615,6 @@ def test_other_objects_in_the_slices_file_are_ignored_with_a_warning(
     assert code == 0
     assert err.splitlines() == [
         f"warning: {tmp_path / 'slices.json'}: ignored 1 object that is not a ResourceSlice"
-    ]
-
-
-def test_no_shared_gpu_node_is_still_exit_1_and_says_why_no_dra_section(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    nodes = write(tmp_path, [node("cpu-1")])
-    code, out, err = discover(
-        capsys, "-f", str(nodes), "--slices", str(write_slices(tmp_path, *CLUSTER))
-    )
-    assert (code, out) == (1, "")
-    assert err.splitlines() == [
-        f"error: {nodes}: no shared GPU node among 1 node; no node has gpu-feature-discovery"
-        " labels; a policy needs a node class (spec.nodeClasses), so no dra section for"
-        f" {tmp_path / 'slices.json'} is printed either"
     ]
 
 

@@ -36,7 +36,7 @@ import pytest
 import yaml
 
 from tests import deploy_helpers as dh
-from tests import nodes
+from tests import nodes, slices
 from tests import server_helpers as h
 from webhook import cli, commands, names
 from webhook.core import pods
@@ -212,7 +212,7 @@ def _listing(objects: Sequence[Mapping[str, Any]]) -> str:
 
 def workspace(root: Path) -> Path:
     """Where the docs' commands run: a copy of examples/ and policies/, and the files the
-    docs name."""
+    docs name (slices.json too)."""
     repo = root / "repo"
     repo.mkdir(parents=True)
     for part in ("examples", "policies"):
@@ -229,6 +229,9 @@ def workspace(root: Path) -> Path:
             nodes.node("bad-1", nodes.T4_MPS, drop=("nvidia.com/gpu.count",)),
         ],
     )
+    # `kubectl get resourceslices -o json`: NVIDIA's DRA driver's GPUs, MIG and VFIO devices,
+    # and a NIC of another driver (`discover --slices`, docs/dra.md).
+    slices.write_slices(repo, *slices.CLUSTER)
     team = "team-a"
     pods = [dict(o, metadata={**o["metadata"], "namespace": team}) for o in _examples("allowed")]
     namespaces = [_namespace(team, **{"gpu-share.io/enabled": "true"})]

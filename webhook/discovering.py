@@ -716,14 +716,23 @@ def policy_document(
     classes: Sequence[DiscoveredClass], *, name: str, dra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """The SharingPolicy for `classes` as plain data (no comments), with `dra` as its dra
-    section when given (`dra_section`)."""
-    spec: dict[str, Any] = {
-        "mode": names.ENFORCE,
-        "sharedResources": sorted({c.advertised for c in classes}),
-        "runtimeClassName": names.DEFAULT_RUNTIME_CLASS,
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "nodeClasses": [c.spec() for c in classes],
-    }
+    section when given (`dra_section`).
+
+    Without classes (a cluster whose GPUs come through DRA alone: `dra` is then required), the
+    policy has no field of the device plugin's: no nodeClasses, sharedResources,
+    runtimeClassName, tolerations or profiles. The webhook sets the runtime class and the
+    tolerations only on pods that ask for a shared resource of a node class, and a profile only
+    sizes MPS, which no class discover writes allows."""
+    spec: dict[str, Any] = {"mode": names.ENFORCE}
+    if classes:
+        spec.update(
+            sharedResources=sorted({c.advertised for c in classes}),
+            runtimeClassName=names.DEFAULT_RUNTIME_CLASS,
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            nodeClasses=[c.spec() for c in classes],
+        )
+    elif dra is None:
+        raise ValueError("a policy without node classes needs a dra section")
     profiles = mps_profiles(classes)
     if profiles:
         spec["profiles"] = profiles
