@@ -110,7 +110,7 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     for name in report.loaded.names:
         p = report.loaded.policies[name]
-        classes = ", ".join(c.name for c in p.classes)
+        classes = ", ".join(c.name for c in p.classes) or "none (DRA only)"
         print(f"ok: policy {name} ({p.source}): classes {classes}{_dra_summary(p)}")
     failed = bool(report.errors)
     if report.errors:

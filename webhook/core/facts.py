@@ -312,7 +312,11 @@ def _mismatch(pod: pods.Pod, c: pods.Container, detail: str) -> Finding:
 
 
 def _not_allowed(pod: pods.Pod, policy: Policy, c: pods.Container, name: str) -> Finding:
-    allowed = ", ".join(sorted(policy.shared_resources)) or "none"
+    allowed = ", ".join(sorted(policy.shared_resources))
+    if allowed:
+        advice = f"it allows: {allowed}). Ask for one of those, or"
+    else:
+        advice = "it shares none through the device plugin). Ask"
     return Finding(
         "resource-not-allowed",
         Violation(
@@ -321,9 +325,8 @@ def _not_allowed(pod: pods.Pod, policy: Policy, c: pods.Container, name: str) ->
             f"{c.field}.resources.limits[{name}]",
             (
                 f'container "{c.name}": resource not allowed: {name} is not a shared GPU'
-                f' policy "{policy.name}" allows (it allows: {allowed}). Ask for one of'
-                " those, or ask the cluster admin for a policy that shares it"
-                + _through_claims(policy),
+                f' policy "{policy.name}" allows ({advice} ask the cluster admin for a'
+                " policy that shares it" + _through_claims(policy),
             ),
             c.name,
             pod.place,
