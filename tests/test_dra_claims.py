@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import kubernetes_validate
 import pytest
 import yaml
@@ -495,7 +496,7 @@ ROWS: dict[str, Row] = {
         _configured("mig-profile-template", "MigDeviceConfig", strategy="TimeSlicing"),
         "dra",
         'claim template "mig-profile" request "mig": spec.spec.devices.config[0].opaque'
-        '.parameters.sharing.strategy: TimeSlicing is not a sharing policy "dra" allows on'
+        '.parameters.sharing.strategy: TimeSlicing is not a sharing strategy policy "dra" allows on'
         ' class "mig.nvidia.com". Use MPS, or remove the sharing section (rule dra-sharing)',
     ),
     # NVIDIA's time-sliced GPU where the class allows no strategy.
@@ -504,7 +505,7 @@ ROWS: dict[str, Row] = {
         dra.obj("timeslicing-claim"),
         "dra-open",
         'claim "ts-gpu" request "ts-gpu": spec.devices.config[0].opaque.parameters.sharing'
-        '.strategy: TimeSlicing is not a sharing policy "dra-open" allows on class'
+        '.strategy: TimeSlicing is not a sharing strategy policy "dra-open" allows on class'
         ' "gpu.nvidia.com". Remove the sharing section (the driver then time-slices by'
         " default) (rule dra-sharing)",
     ),
@@ -533,8 +534,8 @@ ROWS: dict[str, Row] = {
         _mps(defaultActiveThreadPercentage=150, defaultPinnedDeviceMemoryLimit="8Gi"),
         "dra",
         'claim template "shared-gpu" request "mps-gpu": spec.spec.devices.config[0]'
-        f'.{MPS_AT}.defaultActiveThreadPercentage: "150" is not a percentage (a whole number'
-        " 0..100) (rule dra-mps-limits)",
+        f".{MPS_AT}.defaultActiveThreadPercentage: 150 is not a percentage the webhook admits"
+        " (a whole number 1..100) (rule dra-mps-limits)",
     ),
     "mps-threads-unset": Row(
         "dra-mps-limits",
@@ -918,8 +919,8 @@ ALLOWED: dict[str, Allowed] = {
             }
         ],
         (
-            'claim template "single-gpu": gpu-share.io/profile is read from the template\'s own'
-            " metadata; its claims carry only spe...",
+            "put gpu-share.io/profile in spec.metadata.annotations: the claims made from a"
+            " template carry only those",
         ),
     ),
     "claim-with-a-profile": Allowed(
@@ -985,13 +986,8 @@ ALLOWED: dict[str, Allowed] = {
     "capacity-within-the-ceiling": Allowed(
         dra.obj("memory-sharing-template"),
         "dra-capacity",
-        [
-            {
-                "op": "add",
-                "path": "/spec/spec/devices/config",
-                "value": [_config("gpu", GPU_CONFIG, 10, "2048Mi")],
-            }
-        ],
+        # No MPS where devices are shared by capacity: the driver refuses it there.
+        [],
     ),
     # Configured already: NVIDIA's time-slicing claim, and its MPS example within the
     # ceilings.
@@ -1024,13 +1020,8 @@ ALLOWED: dict[str, Allowed] = {
             ),
         ),
         "dra-capacity",
-        [
-            {
-                "op": "add",
-                "path": "/spec/spec/devices/config",
-                "value": [_config("gpu", GPU_CONFIG, 10, "2048Mi")],
-            }
-        ],
+        # No MPS where devices are shared by capacity: the driver refuses it there.
+        [],
     ),
     # VFIO where open: no sharing, so nothing added.
     "vfio": Allowed(dra.obj("vfio-template"), "dra-open", []),
@@ -1383,14 +1374,21 @@ async def test_modes_apply_to_the_dra_rules(
     dry-run: admitted, silent; ruleModes: one rule warned, the others enforced."""
     governing = loaded.governing(policy)
     claim = dra.obj("count-template")
-    for endpoint in ("mutate", "validate"):
-        decision = _admit(kube.as_served(claim), governing, endpoint)
+    served = kube.as_served(claim)
+    mutated = _admit(served, governing, "mutate")
+    # The validating endpoint sees the claim as the mutating one left it (sized by the
+    # profile where the refusal is not enforced).
+    patched = jsonpatch.apply_patch(served, mutated.patch) if mutated.patch else served
+    for endpoint, sent in (("mutate", served), ("validate", patched)):
+        decision = _admit(sent, governing, endpoint)
         assert decision.allowed is not refused
         assert decision.warnings == ([] if refused else warnings)
         if not refused:
-            assert [(m, v.rule) for m, v in decision.would_refuse] == [
-                (governing.mode_of("dra-too-many-devices"), "dra-too-many-devices")
-            ]
+            expected = [(governing.mode_of("dra-too-many-devices"), "dra-too-many-devices")]
+            if endpoint == "validate" and not mutated.patch:
+                # Dry-run patches nothing, so the profile's configuration is missing too.
+                expected.append(("dry-run", "dra-mps-limits"))
+            assert [(m, v.rule) for m, v in decision.would_refuse] == expected
             assert decision.audit == (
                 {
                     "would-refuse": "dra-too-many-devices",
@@ -1436,11 +1434,6 @@ def test_dry_run_adds_no_configuration_and_requires_none(loaded: policies.Policy
 # should hold; strict, so each fails loudly once the core is fixed (then drop the mark).
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="claims.py: a violation of a warn-mode rule stops the"
-    " profile's configuration (`_add_profile` returns on any r.violations)",
-)
 def test_warn_mode_still_sizes_the_claim(loaded: policies.PolicySet) -> None:
     """As a pod with a warned capabilities violation still gets its MPS limits."""
     claim = _with("single-gpu-claim", lambda o: _exactly(o).update(adminAccess=True))
@@ -1449,12 +1442,6 @@ def test_warn_mode_still_sizes_the_claim(loaded: policies.PolicySet) -> None:
     assert decision.patch == ALLOWED["claim"].patch
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="claims.py `_judge_capacity`: of `memory` and"
-    " `gpu.nvidia.com/memory` (the same capacity) only the key written last is"
-    " judged",
-)
 def test_a_capacity_written_both_ways_is_judged_both_ways(loaded: policies.PolicySet) -> None:
     claim = _with(
         "memory-sharing-template",
@@ -1467,11 +1454,6 @@ def test_a_capacity_written_both_ways_is_judged_both_ways(loaded: policies.Polic
     assert not decision.allowed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="claims.py `_judge_mps`: entries of"
-    " defaultPerDevicePinnedMemoryLimit past the 32nd are not judged",
-)
 def test_every_per_device_limit_is_judged() -> None:
     """32 GPUs, a limit for each by index, and one more by a GPU's UUID (a key the driver
     takes for a device of the allocation, as it takes an index: research §3.3)."""
@@ -1489,13 +1471,6 @@ def test_every_per_device_limit_is_judged() -> None:
     assert not decision.allowed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="claims.py `review`: a configuration of empty requests"
-    " whose kind is not the class's is skipped, even one the driver cannot"
-    " decode; the driver decodes every configuration of its own (and fails"
-    " the claim on the node)",
-)
 def test_a_configuration_the_driver_cannot_decode_is_refused(
     loaded: policies.PolicySet,
 ) -> None:

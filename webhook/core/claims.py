@@ -154,6 +154,13 @@ class _Review:
         )
 
 
+def _value(value: object) -> str:
+    """A value of the object for a message: numbers as numbers, others quoted."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return shown(value)
+
+
 def _type_name(value: object) -> str:
     if value is None:
         return "null"
@@ -193,7 +200,8 @@ def review(
     configs = _configs(r, devices, {t.cls.driver for t in targets})
     if r.violations and any(v.rule == MALFORMED for v in r.violations):
         return _decision(r)
-    profile = _profile(r, obj) if targets else None
+    # The profile matters where a request may be given its MPS configuration.
+    profile = _profile(r, obj) if any(t.cls.allowed and _sized(t) for t in targets) else None
     missing: list[Target] = []
     # A configuration that applies to several requests of one class is judged once.
     judged: set[tuple[int, str]] = set()
@@ -201,15 +209,26 @@ def review(
         if not _judge_request(r, t):
             continue
         applying = [c for c in configs if _applies(c, t)]
-        kinds = [c for c in applying if _kind_of(c.parameters) == t.cls.config_kind or c.requests]
+        # Those that name it, and those for every request of its kind; one the driver cannot
+        # read at all (an unknown kind) fails every device of the driver on the node.
+        kinds = [
+            c
+            for c in applying
+            if c.requests
+            or _kind_of(c.parameters) == t.cls.config_kind
+            or not _readable(c.parameters)
+        ]
         for c in kinds:
             if (c.position, t.cls.name) not in judged:
                 judged.add((c.position, t.cls.name))
                 _judge_config(r, t, c)
-        if not kinds and MPS in t.cls.sharing and profile is not None:
+        if not kinds and _sized(t) and profile is not None:
             missing.append(t)
     if missing and profile is not None:
         _add_profile(r, devices, configs, missing, profile, mutate=mutate, require=require)
+    if require:
+        # Told once: the mutating review of the same claim told it.
+        r.warnings.clear()
     return _decision(r)
 
 
@@ -242,7 +261,12 @@ def _claim_spec(r: _Review, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
                 MALFORMED,
                 ErrorType.TYPE_INVALID,
                 "spec",
-                (f"{r.label}: ", FIELD, f": must be an object, not {_type_name(spec)}"),
+                (
+                    f"{r.label}: ",
+                    FIELD,
+                    f": must be an object, not {_type_name(spec)}: no Kubernetes object has"
+                    " this shape. Fix the field (the API server would refuse it too)",
+                ),
                 None,
                 Place("", "", ""),
             )
@@ -364,6 +388,27 @@ def _applies(c: Config, t: Target) -> bool:
     )
 
 
+def _sized(t: Target) -> bool:
+    """Whether a request of an allowed class would be given the profile's MPS configuration
+    when it has none: its class allows MPS, and does not share devices by capacity (the
+    driver refuses MPS while its consumable shares are on), nor does the request ask for
+    capacity."""
+    capacity = t.spec.get("capacity")
+    return MPS in t.cls.sharing and not t.cls.capacity and not capacity
+
+
+KINDS: Final = frozenset({"GpuConfig", "MigDeviceConfig", "VfioDeviceConfig"})
+
+
+def _readable(parameters: Any) -> bool:
+    """Whether the driver can decode `parameters` as one of its configuration kinds."""
+    return (
+        isinstance(parameters, dict)
+        and parameters.get("apiVersion") == names.DRA_CONFIG_API_VERSION
+        and parameters.get("kind") in KINDS
+    )
+
+
 def _kind_of(parameters: Any) -> str | None:
     kind = parameters.get("kind") if isinstance(parameters, dict) else None
     return kind if isinstance(kind, str) else None
@@ -463,14 +508,15 @@ def _judge_capacity(r: _Review, t: Target) -> None:
     # A capacity of the driver may be named bare (`memory`) or qualified by the driver's
     # domain (`gpu.nvidia.com/memory`): the same capacity.
     own = f"{cls.driver}/"
-    by_name: dict[str, tuple[str, Any]] = {}
+    by_name: dict[str, list[tuple[str, Any]]] = {}
     for key, value in asked.items():
-        by_name[key.removeprefix(own)] = (key, value)
+        # Written both ways, each is judged.
+        by_name.setdefault(key.removeprefix(own), []).append((key, value))
     for name, written, ceiling in cls.capacity:
         bare = name.removeprefix(own)
         found = by_name.get(bare)
         field = f"{t.field}.capacity.requests"
-        if found is None:
+        if not found:
             r.deny(
                 "dra-capacity",
                 ErrorType.REQUIRED,
@@ -481,29 +527,29 @@ def _judge_capacity(r: _Review, t: Target) -> None:
                 f' class "{cls.name}". Set capacity.requests.{bare} to at most {written}',
             )
             continue
-        key, value = found
-        try:
-            amount = quantities.parse(value)
-        except quantities.QuantityError as exc:
-            r.deny(
-                "dra-capacity",
-                ErrorType.INVALID,
-                f"{field}[{key}]",
-                what,
-                FIELD,
-                f": {shown(value)} {exc}. Set a quantity of at most {written}",
-            )
-            continue
-        if amount > ceiling:
-            r.deny(
-                "dra-capacity",
-                ErrorType.FORBIDDEN,
-                f"{field}[{key}]",
-                what,
-                FIELD,
-                f': {shown(value)} is more than policy "{r.policy.name}" allows of class'
-                f' "{cls.name}" ({written}). Ask for {written} or less',
-            )
+        for key, value in found:
+            try:
+                amount = quantities.parse(value)
+            except quantities.QuantityError as exc:
+                r.deny(
+                    "dra-capacity",
+                    ErrorType.INVALID,
+                    f"{field}[{key}]",
+                    what,
+                    FIELD,
+                    f": {shown(value)} {exc}. Set a quantity of at most {written}",
+                )
+                continue
+            if amount > ceiling:
+                r.deny(
+                    "dra-capacity",
+                    ErrorType.FORBIDDEN,
+                    f"{field}[{key}]",
+                    what,
+                    FIELD,
+                    f': {shown(value)} is more than policy "{r.policy.name}" allows of class'
+                    f' "{cls.name}" ({written}). Ask for {written} or less',
+                )
 
 
 def _judge_config(r: _Review, t: Target, c: Config) -> None:
@@ -573,7 +619,7 @@ def _judge_config(r: _Review, t: Target, c: Config) -> None:
             f"{at}.strategy",
             what,
             FIELD,
-            f': {strategy} is not a sharing policy "{r.policy.name}" allows on class'
+            f': {strategy} is not a sharing strategy policy "{r.policy.name}" allows on class'
             f' "{cls.name}". {fix}',
         )
         return
@@ -653,7 +699,7 @@ def _judge_mps(r: _Review, t: Target, mps: Mapping[str, Any], at: str) -> None:
             f"{at}.{THREADS}",
             what,
             FIELD,
-            f": {shown(threads)} is not a percentage the webhook admits (a whole number 1..100)",
+            f": {_value(threads)} is not a percentage the webhook admits (a whole number 1..100)",
         )
     elif ceiling is not None and (threads is None or threads > ceiling):
         said = "unset (100%)" if threads is None else f"{threads}%"
@@ -754,8 +800,8 @@ def _profile(r: _Review, obj: Mapping[str, Any]) -> Profile | None:
             wanted, field = inner[key], f"spec.metadata.annotations[{key}]"
         elif wanted is not None:
             r.warnings.append(
-                f"{r.label}: {key} is read from the template's own metadata; its claims carry"
-                " only spec.metadata.annotations: put it there"
+                f"put {key} in spec.metadata.annotations: the claims made from a template"
+                " carry only those"
             )
     policy = r.policy
     if wanted is None:
@@ -856,7 +902,8 @@ def _add_profile(
                 },
             }
         )
-    if not entries or r.violations:
+    if not entries or any(r.policy.mode_of(v.rule) == names.ENFORCE for v in r.violations):
+        # (A rule the policy does not enforce leaves the claim admitted: it is still sized.)
         return
     if require:
         for t in missing:

@@ -388,19 +388,27 @@ def check_device_variables(r: Pass) -> None:
                 )
             else:
                 what, after = f"{var.name}={shown(var.value)} (", ") is not one that hides GPUs"
-            whose = (
-                "the device plugin sets it for a container that asks for a GPU, and a value of"
-                " the pod's can widen what the NVIDIA runtime gives it"
-                if used.gpu
-                else "on a container that asks for no GPU it exposes GPUs outside the device"
-                " plugin's allocation"
-            )
-            fix = (
-                "Remove it"
-                if used.gpu
-                else "Remove it (or set it to void), or ask for"
-                f" {r.policy.preferred_resource}: 1 if the container needs a GPU"
-            )
+            if used.gpu:
+                whose = (
+                    "the device plugin sets it for a container that asks for a GPU, and a"
+                    " value of the pod's can widen what the NVIDIA runtime gives it"
+                )
+                fix = "Remove it"
+            elif c.claims:
+                whose = (
+                    "a container's resource claims give it its devices, and a value of the"
+                    " pod's can add GPUs outside them"
+                )
+                fix = "Remove it"
+            else:
+                whose = (
+                    "on a container that asks for no GPU it exposes GPUs outside the device"
+                    " plugin's allocation"
+                )
+                fix = (
+                    "Remove it (or set it to void), or ask for"
+                    f" {r.policy.preferred_resource}: 1 if the container needs a GPU"
+                )
             r.deny(
                 "device-variables",
                 ErrorType.FORBIDDEN,
