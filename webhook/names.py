@@ -165,6 +165,7 @@ RULES = (
     "dra-class-not-allowed",
     "dra-all-devices",
     "dra-admin-access",
+    "dra-device-tolerations",
     "dra-too-many-devices",
     "dra-capacity",
     "dra-config",

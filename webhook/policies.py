@@ -773,11 +773,16 @@ class DraPolicy:
     classes (`names.DRA_NVIDIA_CLASSES`) are governed even where not listed, closed."""
 
     classes: Mapping[str, DraClass]
+    # The classes other policies of the set list: GPU classes by the admin's word, closed
+    # here unless this policy lists them too (`build_set`).
+    elsewhere: frozenset[str] = frozenset()
 
     def governed(self, class_name: str) -> DraClass | None:
         """How the policy governs requests of `class_name`; None: not a GPU class of it."""
         found = self.classes.get(class_name)
-        if found is None and class_name in names.DRA_NVIDIA_CLASSES:
+        if found is None and (
+            class_name in names.DRA_NVIDIA_CLASSES or class_name in self.elsewhere
+        ):
             return closed_dra_class(class_name)
         return found
 
@@ -788,8 +793,8 @@ class DraPolicy:
 
     @property
     def gpu_classes(self) -> tuple[str, ...]:
-        """Every class it governs, sorted (listed and NVIDIA's)."""
-        return tuple(sorted({*self.classes, *names.DRA_NVIDIA_CLASSES}))
+        """Every class it governs, sorted (listed here or elsewhere, and NVIDIA's)."""
+        return tuple(sorted({*self.classes, *self.elsewhere, *names.DRA_NVIDIA_CLASSES}))
 
 
 def closed_dra_class(name: str) -> DraClass:
@@ -908,6 +913,13 @@ class PolicySet:
     @property
     def names(self) -> list[str]:
         return sorted(self.policies)
+
+    @property
+    def gpu_classes(self) -> tuple[str, ...]:
+        """The DRA device classes any policy governs, sorted: NVIDIA's, and every class a
+        policy lists (the catch-all entry sends claims of these, to refuse them)."""
+        listed = {c for p in self.policies.values() if p.dra for c in p.dra.classes}
+        return tuple(sorted({*listed, *names.DRA_NVIDIA_CLASSES}))
 
     def governing(self, path: str) -> Policy:
         """The policy at the webhook path `path` (see `get`), or the stand-in that says why
@@ -1328,11 +1340,19 @@ def build_set(policies: Iterable[Policy], problems: list[str] | None = None) -> 
     if problems:
         raise PolicyError(problems)
     all_profiles = {n for p in by_name.values() for n in p.profiles}
+    # A class one policy lists as a GPU class is one in every policy with a dra section.
+    gpu_classes = frozenset(c for p in by_name.values() if p.dra for c in p.dra.classes)
     return PolicySet(
         MappingProxyType(
             {
                 name: dataclasses.replace(
-                    p, foreign_profiles=frozenset(all_profiles - set(p.profiles))
+                    p,
+                    foreign_profiles=frozenset(all_profiles - set(p.profiles)),
+                    dra=None
+                    if p.dra is None
+                    else dataclasses.replace(
+                        p.dra, elsewhere=frozenset(gpu_classes - set(p.dra.classes))
+                    ),
                 )
                 for name, p in by_name.items()
             }

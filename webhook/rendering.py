@@ -327,7 +327,13 @@ def entry_condition(policies: PolicySet, path: str, kinds: Sequence[pods.Kind]) 
         every_pod=policy.unavailable is not None or switches.void_visible_devices_without_gpu,
         host_access=switches.deny_host_access and not policy.pod_security,
         cdi_updates=switches.deny_cdi_annotations,
-        claim_classes=() if policy.dra is None else policy.dra.gpu_classes,
+        # A namespace whose policy is not in force: its GPU claims are sent, to be refused
+        # saying why (a claim made now would serve pods once the policy is in force).
+        claim_classes=policies.gpu_classes
+        if policy.unavailable is not None
+        else ()
+        if policy.dra is None
+        else policy.dra.gpu_classes,
     )
 
 
@@ -524,10 +530,13 @@ def _workload_rules(kinds: Sequence[pods.Kind]) -> list[dict[str, Any]]:
 
 
 def not_mirror_condition() -> dict[str, str]:
-    """Skip mirror pods: the kubelet makes them for static pods, which no webhook can change."""
+    """Skip mirror pods: the kubelet makes them for static pods, which no webhook can change.
+    Only Pods: on any other object (a ResourceClaim, a workload) the annotation is one any
+    user may write, and means nothing."""
     return {
         "name": CONDITION_NOT_MIRROR,
         "expression": (
+            f"!({_IS_POD}) ||\n"
             "!has(object.metadata) || !has(object.metadata.annotations) ||\n"
             f"!({cel_string(names.MIRROR_ANNOTATION)} in object.metadata.annotations)"
         ),

@@ -31,6 +31,7 @@ limits. The validating review requires it in place.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any, Final, NamedTuple
@@ -70,6 +71,11 @@ THREADS: Final = "defaultActiveThreadPercentage"
 PINNED: Final = "defaultPinnedDeviceMemoryLimit"
 PER_DEVICE: Final = "defaultPerDevicePinnedMemoryLimit"
 PROFILE_RULE: Final = "profile"
+# Entries of a per-device limit that can mean anything: a device of the allocation (at most
+# 32) by its index, or by its UUID.
+MAX_PER_DEVICE: Final = 2 * names.DRA_MAX_REQUESTS
+# How much of a name (a request, a map key) a message or a field path shows.
+SHOWN_NAME: Final = 63
 
 
 def is_claim(group: str, kind: str) -> bool:
@@ -105,7 +111,7 @@ class Config(NamedTuple):
 
     position: int
     driver: str
-    requests: tuple[str, ...]  # empty: every request
+    requests: frozenset[str]  # empty: every request
     parameters: Any
 
 
@@ -152,6 +158,12 @@ class _Review:
                 self.place,
             )
         )
+
+
+def _cut(name: object) -> str:
+    """A name of the object (a key, a request) as a message or a field path shows it."""
+    text = name if isinstance(name, str) else repr(name)
+    return text if len(text) <= SHOWN_NAME else text[: SHOWN_NAME - 3] + "..."
 
 
 def _value(value: object) -> str:
@@ -296,8 +308,8 @@ def _targets(r: _Review, devices: Mapping[str, Any]) -> list[Target]:
             r.wrong(where, "an object", request)
             continue
         name = request.get("name")
-        if not isinstance(name, str):
-            r.wrong(f"{where}.name", "a string", name)
+        if not isinstance(name, str) or not _is_label(name):
+            _not_a_label(r, f"{where}.name", name)
             continue
         exactly = request.get("exactly")
         if exactly is not None:
@@ -319,13 +331,43 @@ def _targets(r: _Review, devices: Mapping[str, Any]) -> list[Target]:
                 r.wrong(at, "an object", sub)
                 continue
             sub_name = sub.get("name")
-            if not isinstance(sub_name, str):
-                r.wrong(f"{at}.name", "a string", sub_name)
+            if not isinstance(sub_name, str) or not _is_label(sub_name):
+                _not_a_label(r, f"{at}.name", sub_name)
                 continue
             t = _target(r, sub, f"{name}/{sub_name}", name, at, subrequest=True)
             if t is not None:
                 out.append(t)
     return out
+
+
+_LABEL: Final = re.compile(names.DNS1123_LABEL)
+
+
+def _is_label(name: str) -> bool:
+    return len(name) <= 63 and _LABEL.fullmatch(name) is not None
+
+
+def _not_a_label(r: _Review, field: str, value: object) -> None:
+    """A request's name that is no DNS label: the API server refuses it (it is how pods and
+    configurations name the request); bad input, as a field of the wrong type is."""
+    if not isinstance(value, str):
+        r.wrong(field, "a string", value)
+        return
+    r.violations.append(
+        Violation(
+            MALFORMED,
+            ErrorType.INVALID,
+            field,
+            (
+                f"{r.label}: ",
+                FIELD,
+                f": {shown(value)} is not a DNS label (lower-case letters, digits and '-', at"
+                " most 63 characters). Fix the name (the API server would refuse it too)",
+            ),
+            None,
+            r.place,
+        )
+    )
 
 
 def _target(
@@ -375,7 +417,7 @@ def _configs(r: _Review, devices: Mapping[str, Any], drivers: set[str]) -> list[
             continue
         if driver not in drivers:
             continue
-        out.append(Config(i, driver, tuple(requests or ()), opaque.get("parameters")))
+        out.append(Config(i, driver, frozenset(requests or ()), opaque.get("parameters")))
     return out
 
 
@@ -487,6 +529,19 @@ def _judge_request(r: _Review, t: Target) -> bool:
             " others, outside any allocation. Remove it (monitoring tools belong in a"
             " namespace that has not opted in)",
         )
+    tolerations = spec.get("tolerations")
+    if tolerations is not None and not isinstance(tolerations, list):
+        r.wrong(f"{t.field}.tolerations", "a list", tolerations)
+    elif tolerations:
+        r.deny(
+            "dra-device-tolerations",
+            ErrorType.FORBIDDEN,
+            f"{t.field}.tolerations",
+            what,
+            FIELD,
+            f': tolerating device taints reaches GPUs of class "{cls.name}" that an admin'
+            " took out of use (maintenance, reserved, unhealthy). Remove them",
+        )
     if cls.capacity:
         _judge_capacity(r, t)
     return True
@@ -534,17 +589,27 @@ def _judge_capacity(r: _Review, t: Target) -> None:
                 r.deny(
                     "dra-capacity",
                     ErrorType.INVALID,
-                    f"{field}[{key}]",
+                    f"{field}[{_cut(key)}]",
                     what,
                     FIELD,
                     f": {shown(value)} {exc}. Set a quantity of at most {written}",
                 )
                 continue
-            if amount > ceiling:
+            if amount <= 0:
+                r.deny(
+                    "dra-capacity",
+                    ErrorType.INVALID,
+                    f"{field}[{_cut(key)}]",
+                    what,
+                    FIELD,
+                    f": {shown(value)} is not more than zero. Set a quantity of at most"
+                    f" {written}",
+                )
+            elif amount > ceiling:
                 r.deny(
                     "dra-capacity",
                     ErrorType.FORBIDDEN,
-                    f"{field}[{key}]",
+                    f"{field}[{_cut(key)}]",
                     what,
                     FIELD,
                     f': {shown(value)} is more than policy "{r.policy.name}" allows of class'
@@ -722,9 +787,18 @@ def _judge_mps(r: _Review, t: Target, mps: Mapping[str, Any], at: str) -> None:
     if not isinstance(per_device, dict):
         _bad_config(r, t, f"{at}.{PER_DEVICE}", "must be an object")
         return
-    # Every entry: the API server bounds the parameters in bytes (10 KiB), not in entries.
+    if len(per_device) > MAX_PER_DEVICE:
+        _bad_config(
+            r,
+            t,
+            f"{at}.{PER_DEVICE}",
+            f"{len(per_device)} entries; an allocation holds at most {names.DRA_MAX_REQUESTS}"
+            " devices, each named by its index or its UUID: write at most"
+            f" {MAX_PER_DEVICE}",
+        )
+        return
     for key, value in per_device.items():
-        _judge_pinned(r, t, value, f"{at}.{PER_DEVICE}[{key}]", limit, required=False)
+        _judge_pinned(r, t, value, f"{at}.{PER_DEVICE}[{_cut(key)}]", limit, required=False)
 
 
 def _judge_pinned(

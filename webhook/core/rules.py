@@ -836,7 +836,7 @@ def check_resource_claims(r: Pass) -> None:
     """Claims in a pod whose policy has no `dra` section: nothing governs what they hold.
     Where it has one, the claims the pod names were reviewed when they were created
     (`claims`), in the pod's own namespace, the only one it can name them from."""
-    if r.pod.resource_claims and r.policy.dra is None:
+    if r.pod.resource_claims and r.policy.dra is None and r.policy.unavailable is None:
         r.deny(
             "resource-claims",
             ErrorType.FORBIDDEN,
@@ -979,6 +979,7 @@ RULES: tuple[Rule, ...] = (
          " not allow"),
     Rule("dra-all-devices", C, "allocationMode All (or an unknown mode) on a GPU class"),
     Rule("dra-admin-access", C, "adminAccess on a GPU class"),
+    Rule("dra-device-tolerations", C, "tolerations of device taints on a GPU class"),
     Rule("dra-too-many-devices", C, "more devices in one request than the class allows"),
     Rule("dra-capacity", C, "consumable capacity left out or above the class's ceiling"),
     Rule("dra-config", C, "device configuration the GPU driver does not read, or of another"
