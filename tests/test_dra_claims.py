@@ -34,7 +34,7 @@ from tests import apiserver, kube
 from tests import deploy_helpers as dh
 from tests import dra_objects as dra
 from tests import server_helpers as h
-from webhook import cli, names, policies, rendering
+from webhook import cli, names, policies, rendering, reviews
 from webhook.core import reviewing, rules
 from webhook.core.decisions import Decision
 from webhook.transport import app as server
@@ -294,6 +294,20 @@ ROWS: dict[str, Row] = {
         " outside any allocation. Remove it (monitoring tools belong in a namespace that has"
         " not opted in) (rule dra-admin-access)",
     ),
+    # ------------------------------------------------------------ dra-device-tolerations
+    # A toleration of every device taint (DRADeviceTaints): GPUs an admin took out of use.
+    "device-tolerations": Row(
+        "dra-device-tolerations",
+        _with(
+            "single-gpu-claim",
+            lambda o: _exactly(o).update(tolerations=[{"operator": "Exists"}]),
+        ),
+        "dra",
+        'claim "single-gpu" request "gpu": spec.devices.requests[0].exactly.tolerations:'
+        ' tolerating device taints reaches GPUs of class "gpu.nvidia.com" that an admin took'
+        " out of use (maintenance, reserved, unhealthy). Remove them (rule"
+        " dra-device-tolerations)",
+    ),
     # ------------------------------------------------------------ dra-too-many-devices
     # NVIDIA's count example, as written.
     "too-many-devices": Row(
@@ -326,6 +340,18 @@ ROWS: dict[str, Row] = {
         'claim template "gpu-4gi" request "gpu": spec.spec.devices.requests[0].exactly'
         '.capacity.requests[memory]: "16Gi" is more than policy "dra-capacity" allows of'
         ' class "gpu.nvidia.com" (8Gi). Ask for 8Gi or less (rule dra-capacity)',
+    ),
+    # Nothing consumed of a shared device: free use of it, whatever the ceiling.
+    "capacity-zero": Row(
+        "dra-capacity",
+        _with(
+            "memory-sharing-template",
+            lambda o: _exactly(o)["capacity"]["requests"].update(memory="0"),
+        ),
+        "dra-capacity",
+        'claim template "gpu-4gi" request "gpu": spec.spec.devices.requests[0].exactly'
+        '.capacity.requests[memory]: "0" is not more than zero. Set a quantity of at most 8Gi'
+        " (rule dra-capacity)",
     ),
     # The guide's memory selector filters devices; it consumes none of a shared one.
     "capacity-missing": Row(
@@ -573,6 +599,22 @@ ROWS: dict[str, Row] = {
         ' "gpu.nvidia.com" in policy "dra" allows 8192Mi. Set it to 8192Mi or less'
         " (rule dra-mps-limits)",
     ),
+    # More entries than an allocation has devices, each by index and by UUID: what a
+    # review of every entry would cost grows with the body (the API server bounds the
+    # parameters only after the mutating webhooks).
+    "mps-per-device-too-many": Row(
+        "dra-config",
+        _mps(
+            defaultActiveThreadPercentage=50,
+            defaultPinnedDeviceMemoryLimit="8Gi",
+            defaultPerDevicePinnedMemoryLimit={str(i): "1Gi" for i in range(65)},
+        ),
+        "dra",
+        'claim template "shared-gpu" request "mps-gpu": spec.spec.devices.config[0]'
+        f".{MPS_AT}.defaultPerDevicePinnedMemoryLimit: 65 entries; an allocation holds at"
+        " most 32 devices, each named by its index or its UUID: write at most 64 (rule"
+        " dra-config)",
+    ),
     "mps-per-device-above": Row(
         "dra-mps-limits",
         _mps(
@@ -657,6 +699,7 @@ def test_every_claim_rule_has_rows() -> None:
         "dra-class-not-allowed",
         "dra-all-devices",
         "dra-admin-access",
+        "dra-device-tolerations",
         "dra-too-many-devices",
         "dra-capacity",
         "dra-config",
@@ -1220,10 +1263,56 @@ def test_a_policy_without_dra_has_no_claim_sent(
         assert (decision.allowed, decision.patch) == (True, [])
 
 
-def test_a_namespace_whose_policy_label_names_no_policy_has_no_claim_sent(
+def test_a_namespace_whose_policy_label_names_no_policy_has_its_gpu_claims_refused(
     loaded: policies.PolicySet,
 ) -> None:
-    assert _sent(loaded, dra.obj("count-template"), "no-such-policy") == []
+    """A claim made while the label names no policy would serve pods once the label is
+    fixed: the catch-all sends GPU claims (of every class any policy governs) and refuses
+    them, saying why; other claims are never sent."""
+    claim = dra.obj("count-template")
+    assert _sent(loaded, claim, "no-such-policy") == [
+        f"{rendering.MUTATING_KIND}/{rendering.UNKNOWN_ENTRY}",
+        f"{rendering.VALIDATING_KIND}/{rendering.UNKNOWN_ENTRY}",
+    ]
+    decision = _admit(kube.as_served(claim), loaded.governing(names.UNKNOWN_POLICY_PATH), "mutate")
+    assert decision.rules == [names.UNKNOWN_POLICY_RULE]
+    assert _sent(loaded, dra.obj("nic-claim"), "no-such-policy") == []
+
+
+def test_a_claim_with_the_mirror_annotation_is_sent_as_any_other(
+    loaded: policies.PolicySet,
+) -> None:
+    """The annotation marks a static pod's mirror; on a claim anyone may write it."""
+    claim = _with(
+        "single-gpu-claim",
+        lambda o: (
+            o["metadata"].setdefault("annotations", {}).update({names.MIRROR_ANNOTATION: "x"})
+        ),
+    )
+    assert _sent(loaded, claim, "dra") == [
+        f"{rendering.MUTATING_KIND}/{rendering.policy_entry('dra')}",
+        f"{rendering.VALIDATING_KIND}/{rendering.policy_entry('dra')}",
+    ]
+
+
+def test_a_class_another_policy_lists_is_a_gpu_class_here(tmp_path: Path) -> None:
+    """An admin who lists a class of their own in one policy has said it selects GPUs: in
+    every other policy with a dra section it is sent and closed."""
+    directory = tmp_path / "policies"
+    directory.mkdir()
+    for name in ("dra.yaml", "default.yaml"):
+        (directory / name).write_text((SHIPPED / name).read_text())
+    own = _lab("lab", [{"name": "a100.example.com", "allowed": True}])
+    (directory / "lab.yaml").write_text(own)
+    loaded = policies.load_directory(directory)
+    claim = _with(
+        "single-gpu-claim",
+        lambda o: _exactly(o).update(deviceClassName="a100.example.com"),
+    )
+    assert _sent(loaded, claim, "dra")
+    decision = _admit(kube.as_served(claim), loaded.governing("dra"), "mutate")
+    assert decision.rules == ["dra-class-not-allowed"]
+    assert _admit(kube.as_served(claim), loaded.governing("lab"), "mutate").allowed
 
 
 async def test_a_claim_update_is_never_sent_and_the_core_passes_it(
@@ -1494,3 +1583,53 @@ def test_a_configuration_the_driver_cannot_decode_is_refused(
     )
     decision = _admit(kube.as_served(claim), loaded.governing("dra"), "mutate")
     assert decision.rules == ["dra-config"]
+
+
+def test_a_value_nested_a_thousand_deep_is_refused_not_a_crash(
+    loaded: policies.PolicySet,
+) -> None:
+    """The message shows no repr of it (which raised RecursionError at 1,000 levels)."""
+    deep: Any = 1
+    for _ in range(1000):
+        deep = [deep]
+    claim = _with(
+        "single-gpu-claim",
+        lambda o: o["spec"]["devices"].update(
+            config=[
+                {
+                    "requests": ["gpu"],
+                    "opaque": {
+                        "driver": "gpu.nvidia.com",
+                        "parameters": {
+                            "apiVersion": "resource.nvidia.com/v1beta1",
+                            "kind": "GpuConfig",
+                            "sharing": {"strategy": deep},
+                        },
+                    },
+                }
+            ]
+        ),
+    )
+    body = json.dumps(kube.admission_review(claim, operation="CREATE", uid="u"))
+    outcome = reviews.review(body.encode(), policies=loaded, policy_name="dra", endpoint="mutate")
+    response = json.loads(outcome.body)["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"].endswith(
+        'parameters.sharing.strategy: "a list of 1 items": the driver knows TimeSlicing and'
+        " MPS (rule dra-config)"
+    )
+
+
+@pytest.mark.parametrize("name", ["GPU", "g" * 64, "gpu_0"])
+def test_a_request_name_that_is_no_dns_label_is_malformed(
+    loaded: policies.PolicySet, name: str
+) -> None:
+    """The name goes into field paths, messages and the added configuration: one the API
+    server refuses anyway is bad input, not something to echo back (a 1 MiB name did)."""
+    claim = _with(
+        "single-gpu-claim", lambda o: o["spec"]["devices"]["requests"][0].update(name=name)
+    )
+    decision = _admit(kube.as_served(claim), loaded.governing("dra"), "mutate")
+    assert decision.rules == [names.MALFORMED_RULE]
+    assert decision.code == 400
+    assert "is not a DNS label" in decision.message
