@@ -293,20 +293,32 @@ def _claim_spec(r: _Review, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
+def _objects(
+    r: _Review, node: Mapping[str, Any], key: str, where: str, most: int
+) -> list[tuple[int, str, Mapping[str, Any]]]:
+    """The objects of the list `node[key]` with their field paths, at most `most` + 1 of
+    them (the API server refuses more, after the mutating webhooks); what is not an object
+    is reported malformed."""
+    items = node.get(key)
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        r.wrong(f"{where}.{key}", "a list", items)
+        return []
+    out: list[tuple[int, str, Mapping[str, Any]]] = []
+    for i, item in enumerate(items[: most + 1]):
+        at = f"{where}.{key}[{i}]"
+        if isinstance(item, dict):
+            out.append((i, at, item))
+        else:
+            r.wrong(at, "an object", item)
+    return out
+
+
 def _targets(r: _Review, devices: Mapping[str, Any]) -> list[Target]:
     """The requests and subrequests of governed classes, in their order."""
-    requests = devices.get("requests")
-    if requests is None:
-        return []
-    if not isinstance(requests, list):
-        r.wrong("devices.requests", "a list", requests)
-        return []
     out: list[Target] = []
-    for i, request in enumerate(requests[: names.DRA_MAX_REQUESTS + 1]):
-        where = f"devices.requests[{i}]"
-        if not isinstance(request, dict):
-            r.wrong(where, "an object", request)
-            continue
+    for _, where, request in _objects(r, devices, "requests", "devices", names.DRA_MAX_REQUESTS):
         name = request.get("name")
         if not isinstance(name, str) or not _is_label(name):
             _not_a_label(r, f"{where}.name", name)
@@ -319,17 +331,7 @@ def _targets(r: _Review, devices: Mapping[str, Any]) -> list[Target]:
                 t = _target(r, exactly, name, name, f"{where}.exactly", subrequest=False)
                 if t is not None:
                     out.append(t)
-        first = request.get("firstAvailable")
-        if first is None:
-            continue
-        if not isinstance(first, list):
-            r.wrong(f"{where}.firstAvailable", "a list", first)
-            continue
-        for j, sub in enumerate(first[: names.DRA_MAX_SUBREQUESTS + 1]):
-            at = f"{where}.firstAvailable[{j}]"
-            if not isinstance(sub, dict):
-                r.wrong(at, "an object", sub)
-                continue
+        for _, at, sub in _objects(r, request, "firstAvailable", where, names.DRA_MAX_SUBREQUESTS):
             sub_name = sub.get("name")
             if not isinstance(sub_name, str) or not _is_label(sub_name):
                 _not_a_label(r, f"{at}.name", sub_name)
@@ -387,18 +389,8 @@ def _target(
 
 def _configs(r: _Review, devices: Mapping[str, Any], drivers: set[str]) -> list[Config]:
     """The entries of `devices.config` for the drivers of the governed classes."""
-    raw = devices.get("config")
-    if raw is None:
-        return []
-    if not isinstance(raw, list):
-        r.wrong("devices.config", "a list", raw)
-        return []
     out: list[Config] = []
-    for i, entry in enumerate(raw[: names.DRA_MAX_CONFIGS + 1]):
-        where = f"devices.config[{i}]"
-        if not isinstance(entry, dict):
-            r.wrong(where, "an object", entry)
-            continue
+    for i, where, entry in _objects(r, devices, "config", "devices", names.DRA_MAX_CONFIGS):
         requests = entry.get("requests")
         if requests is not None and (
             not isinstance(requests, list) or not all(isinstance(n, str) for n in requests)
@@ -602,8 +594,7 @@ def _judge_capacity(r: _Review, t: Target) -> None:
                     f"{field}[{_cut(key)}]",
                     what,
                     FIELD,
-                    f": {shown(value)} is not more than zero. Set a quantity of at most"
-                    f" {written}",
+                    f": {shown(value)} is not more than zero. Set a quantity of at most {written}",
                 )
             elif amount > ceiling:
                 r.deny(
