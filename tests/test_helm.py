@@ -551,17 +551,19 @@ def test_switches_and_own_policies_change_the_entries_as_render_does(
         for name, expression in by_name.items():
             reads_updates = "oldObject" in expression
             assert reads_updates is (not name.startswith(("not-renamed.", "dra."))), name
-        # Claims: of the GPU classes of the policy's dra section, listed and NVIDIA's, sorted
-        # and once each; none where the policy has no dra section, or none is in force.
-        nvidia = list(names_mod.DRA_NVIDIA_CLASSES)
+        # Claims: of the GPU classes, NVIDIA's and every class any policy lists (team-b's
+        # a100 too where the policy lists none), sorted and once each, where the policy has a
+        # dra section or none is in force (no default policy: its entry refuses them); none
+        # where the policy has no dra section.
+        gpu = sorted(["a100.example.com", *names_mod.DRA_NVIDIA_CLASSES])
         claims = {
-            "team-b": ["a100.example.com", *nvidia],
-            "solo": nvidia,
-            "dra": nvidia,
+            "team-b": gpu,
+            "solo": gpu,
+            "dra": gpu,
             "team-a": None,
             "not-renamed": None,
-            "default": None,
-            "unknown-policy": None,
+            "default": gpu,
+            "unknown-policy": gpu,
         }
         for name, expression in by_name.items():
             assert _claim_classes(expression) == claims[name.split(".")[0]], name
@@ -2147,6 +2149,110 @@ def test_a_class_name_helm_reads_otherwise_must_be_quoted(
 
 
 # --------------------------------------------------------------------------- the conditions
+
+
+def _named_policy(name: str, dra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`_policy` named `name`; without a dra section when `dra` is None."""
+    doc = _policy(dra or {})
+    doc["metadata"]["name"] = name
+    if dra is None:
+        del doc["spec"]["dra"]
+    return doc
+
+
+def _claims_by_entry(objects: Sequence[Mapping[str, Any]]) -> dict[str, list[str] | None]:
+    """The classes each pod entry sends claims of (None: none), the same in both
+    configurations (asserted)."""
+    mutating, validating = [
+        {
+            e["name"]: _claim_classes(e["matchConditions"][1]["expression"])
+            for e in dh.pod_entries(c)
+        }
+        for c in _configurations(objects)
+    ]
+    assert mutating == validating
+    return mutating
+
+
+def _as_render_prints(objects: Sequence[Mapping[str, Any]], values: Mapping[str, Any]) -> None:
+    expected = _expected_configurations(objects, values, RELEASE, NAMESPACE)
+    for want, have in zip(expected, _configurations(objects), strict=True):
+        assert have["webhooks"] == want["webhooks"]
+
+
+def test_a_class_one_policy_lists_is_a_gpu_class_of_every_policy_with_a_dra_section(
+    chart: helm_python.Chart,
+) -> None:
+    """`DraPolicy.gpu_classes`: team-a lists a100 (allowed), team-b lists nothing but has a
+    dra section, so team-b's namespaces may not ask for a100 either: its claims must reach
+    the webhook. A policy without a dra section still sends none."""
+    values = {
+        "policies": {
+            "files": {
+                "team-a.yaml": _named_policy(
+                    "team-a", {"deviceClasses": [{"name": "a100.example.com", "allowed": True}]}
+                ),
+                "team-b.yaml": _named_policy("team-b", {"deviceClasses": []}),
+                "team-c.yaml": _named_policy("team-c", None),
+            }
+        }
+    }
+    for doc in values["policies"]["files"].values():
+        assert _checked(yaml.safe_dump(doc)) == []
+    objects = _render(chart, values, RELEASE, NAMESPACE)
+    _as_render_prints(objects, values)
+    gpu = sorted(["a100.example.com", *names.DRA_NVIDIA_CLASSES])
+    claims = _claims_by_entry(objects)
+    for entry in (
+        "team-b.policies.gpu-share.io",
+        "team-b.baseline.policies.gpu-share.io",
+        # The shipped dra policy lists NVIDIA's only.
+        "dra.policies.gpu-share.io",
+        "team-a.policies.gpu-share.io",
+    ):
+        assert claims[entry] == gpu, entry
+    assert claims["team-c.policies.gpu-share.io"] is None
+    assert claims["team-c.baseline.policies.gpu-share.io"] is None
+
+
+def test_the_entries_of_no_policy_in_force_send_the_claims_of_every_gpu_class(
+    chart: helm_python.Chart,
+) -> None:
+    """`PolicySet.gpu_classes`: a namespace labelled for no policy, or unlabelled where there is
+    no default policy, is sent the claims of NVIDIA's classes and of every class any policy
+    lists, to refuse them saying why; not only of NVIDIA's, not none."""
+    values = {
+        "policies": {
+            "shipped": False,
+            "files": {
+                "one.yaml": _named_policy(
+                    "one", {"deviceClasses": [{"name": "a100.example.com", "allowed": True}]}
+                ),
+                "two.yaml": _named_policy("two", {"deviceClasses": [{"name": "z.example.org"}]}),
+                "three.yaml": _named_policy("three", None),
+            },
+        }
+    }
+    objects = _render(chart, values, RELEASE, NAMESPACE)
+    _as_render_prints(objects, values)
+    gpu = sorted(["a100.example.com", "z.example.org", *names.DRA_NVIDIA_CLASSES])
+    claims = _claims_by_entry(objects)
+    for entry in (
+        "unknown-policy.gpu-share.io",
+        "unknown-policy.baseline.gpu-share.io",
+        "default.gpu-share.io",
+        "default.baseline.gpu-share.io",
+    ):
+        assert claims[entry] == gpu, entry
+    # With a default policy without a dra section, its entry sends none; the catch-all still
+    # sends every class's, and with no policy listing any, NVIDIA's.
+    values["policies"]["files"] = {"default.yaml": _named_policy("default", None)}
+    objects = _render(chart, values, RELEASE, NAMESPACE)
+    _as_render_prints(objects, values)
+    claims = _claims_by_entry(objects)
+    assert claims["default.gpu-share.io"] is None
+    assert claims["unknown-policy.gpu-share.io"] == sorted(names.DRA_NVIDIA_CLASSES)
+
 
 _CLASS_NAMES = st.one_of(
     st.sampled_from(

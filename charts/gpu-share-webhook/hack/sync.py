@@ -73,8 +73,14 @@ HEADER = (
 
 # The fields of an entry that the chart sets itself, per entry or from values; every other
 # field is the same in every entry of a configuration, and is taken from here as it is.
-PER_ENTRY = ("name", "clientConfig", "failurePolicy", "timeoutSeconds", "namespaceSelector",
-             "matchConditions")
+PER_ENTRY = (
+    "name",
+    "clientConfig",
+    "failurePolicy",
+    "timeoutSeconds",
+    "namespaceSelector",
+    "matchConditions",
+)
 
 
 def _shared_fields(configuration: dict[str, Any]) -> dict[str, Any]:
@@ -147,8 +153,9 @@ def _conditions(kinds_reviewed: Any) -> dict[str, Any]:
 
 def _claims() -> dict[str, str]:
     """What the template puts in place of `marker` (CLAIM_MARKER) in a condition: `none` for
-    an entry whose policy has no `dra` section (or none in force), else `some` with
-    `classesMarker` replaced by the policy's GPU classes (`DraPolicy.gpu_classes`), each
+    an entry whose policy is in force and has no `dra` section, else `some` with
+    `classesMarker` replaced by the GPU classes (NVIDIA's and every class any policy lists:
+    `PolicySet.gpu_classes`, which is each policy's `DraPolicy.gpu_classes`), each
     `printf item name`, joined by `separator`. Checked here against
     `rendering.claim_condition`, for the shipped policies' classes among others."""
     first, second, _ = _SENTINELS
@@ -172,9 +179,14 @@ def _claims() -> dict[str, str]:
         "separator": between.group(1),
     }
     shipped = policies.load_directory(POLICIES)
-    lists = [_SENTINELS[:n] for n in range(1, len(_SENTINELS) + 1)] + [
-        p.dra.gpu_classes for p in shipped.policies.values() if p.dra is not None
-    ]
+    # The template gives every entry that sends claims the set's classes: so does render.
+    for p in shipped.policies.values():
+        if p.dra is not None and p.dra.gpu_classes != shipped.gpu_classes:
+            raise SystemExit(
+                f"sync.py: policy {p.name!r} governs other classes than the set's; the chart"
+                " gives every policy with a dra section the set's"
+            )
+    lists = [_SENTINELS[:n] for n in range(1, len(_SENTINELS) + 1)] + [shipped.gpu_classes]
     for classes in lists:
         if _claim_condition(claims, classes) != rendering.claim_condition(classes):
             raise SystemExit(f"sync.py: the chart would write another condition for {classes}")
@@ -190,14 +202,17 @@ def _claim_condition(claims: dict[str, str], classes: Sequence[str]) -> str:
 
 
 def _switches(policy: policies.Policy) -> dict[str, bool | list[str]]:
-    """What the conditions of a policy's entries follow, as the chart reads them (the GPU
-    classes whose claims they send: none without a dra section)."""
+    """What the conditions of a policy's entries follow, as the chart reads them: whether
+    they send GPU claims (`claims`: a dra section, or not in force; `entry_condition`) and
+    the classes its dra section lists (`draClasses`; the template sends claims of those of
+    every policy and NVIDIA's: `PolicySet.gpu_classes`, each `DraPolicy.gpu_classes`)."""
     return {
         "everyPod": policy.unavailable is not None or policy.rules.void_visible_devices_without_gpu,
         "hostAccess": policy.rules.deny_host_access,
         "trustPodSecurity": policy.trust_pod_security,
         "cdiUpdates": policy.rules.deny_cdi_annotations,
-        "claimClasses": [] if policy.dra is None else list(policy.dra.gpu_classes),
+        "claims": policy.unavailable is not None or policy.dra is not None,
+        "draClasses": [] if policy.dra is None else sorted(policy.dra.classes),
     }
 
 
@@ -248,7 +263,7 @@ def generated() -> dict[str, Any]:
         # spec.hostAccess.trustPodSecurity when a policy does not set it.
         "trustPodSecurityDefault": policies.HostAccessSpec().trust_pod_security,
         # The switches of the default and catch-all entries when no policy is in force
-        # there (`_switches` of the policy `governing` stands in with).
+        # there (`_switches` of the policy `governing` stands in with: claims sent).
         "standIn": _switches(policies.build_set([]).governing(names.UNKNOWN_POLICY_PATH)),
         "notMirror": rendering.not_mirror_condition(),
         # What takes the place of `claims.marker` in each condition (see `_claims`).
@@ -272,11 +287,22 @@ SCHEMA_HEADER = (
 # needs another one stops this script rather than leave the chart checking less than it says.
 SCHEMA_KEYWORDS = frozenset(
     {
-        "type", "enum", "nullable", "ref",
-        "properties", "required", "additionalProperties", "propertyNames",
-        "items", "minItems",
-        "pattern", "minLength", "maxLength",
-        "minimum", "maximum", "exclusiveMinimum",
+        "type",
+        "enum",
+        "nullable",
+        "ref",
+        "properties",
+        "required",
+        "additionalProperties",
+        "propertyNames",
+        "items",
+        "minItems",
+        "pattern",
+        "minLength",
+        "maxLength",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
     }
 )
 # Kept out: what documents a schema but checks nothing.
@@ -454,7 +480,7 @@ def _quantity_checks() -> dict[str, Any]:
 MONITORING_HEADER = (
     "# Generated by charts/gpu-share-webhook/hack/sync.py from the chart's\n"
     "# templates/prometheusrule.yaml and the thresholds in its values.yaml (the one place they\n"
-    "# are set; docs/operations.md, \"What to watch\", quotes them). Do not edit: change\n"
+    '# are set; docs/operations.md, "What to watch", quotes them). Do not edit: change\n'
     "# values.yaml and run `python charts/gpu-share-webhook/hack/sync.py`.\n"
 )
 # What deploy/ labels its objects with (deploy/base/service.yaml), in place of the chart's.
@@ -471,7 +497,7 @@ KUSTOMIZE_EXPIRY_ADVICE = (
     " server cannot call the webhook and applies failurePolicy. Both overlays renew it 30 days"
     " before it ends: with deploy/overlays/cert-manager, cert-manager should have (`kubectl -n"
     " gpu-share-system describe certificate gpu-share-webhook`); with deploy/overlays/bootstrap,"
-    " run the Job again (docs/install.md, \"Install with the bootstrap Job\")."
+    ' run the Job again (docs/install.md, "Install with the bootstrap Job").'
 )
 
 
@@ -480,8 +506,9 @@ def monitoring_rule() -> dict[str, Any]:
     included), as deploy/optional/monitoring installs it."""
     import helm_python  # noqa: PLC0415 (a test dependency: only this file needs it)
 
-    values = {"monitoring": {"serviceMonitor": {"enabled": True},
-                             "prometheusRule": {"enabled": True}}}
+    values = {
+        "monitoring": {"serviceMonitor": {"enabled": True}, "prometheusRule": {"enabled": True}}
+    }
     with helm_python.Chart.load(CHART) as chart:
         manifests = chart.render(values, name=DEPLOY_RELEASE, namespace=DEPLOY_NAMESPACE)
     (text,) = [t for p, t in manifests.items() if p.endswith("/templates/prometheusrule.yaml")]
