@@ -392,6 +392,25 @@ def _configs(r: _Review, devices: Mapping[str, Any], drivers: set[str]) -> list[
     out: list[Config] = []
     for i, where, entry in _objects(r, devices, "config", "devices", names.DRA_MAX_CONFIGS):
         requests = entry.get("requests")
+        if isinstance(requests, list) and len(requests) > names.DRA_MAX_REQUESTS:
+            # The API server takes at most 32 names (after the mutating webhooks).
+            r.violations.append(
+                Violation(
+                    MALFORMED,
+                    ErrorType.TOO_MANY,
+                    f"{where}.requests",
+                    (
+                        f"{r.label}: ",
+                        FIELD,
+                        f": {len(requests)} names; a configuration names at most"
+                        f" {names.DRA_MAX_REQUESTS} requests (the API server would refuse it"
+                        " too)",
+                    ),
+                    None,
+                    r.place,
+                )
+            )
+            continue
         if requests is not None and (
             not isinstance(requests, list) or not all(isinstance(n, str) for n in requests)
         ):

@@ -70,6 +70,7 @@ class ErrorType(enum.Enum):
     NOT_SUPPORTED = "FieldValueNotSupported"
     FORBIDDEN = "FieldValueForbidden"
     TYPE_INVALID = "FieldValueTypeInvalid"
+    TOO_MANY = "FieldValueTooMany"
 
 
 class Place(NamedTuple):
