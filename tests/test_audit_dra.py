@@ -315,8 +315,10 @@ def test_each_claim_and_template_gets_the_verdict_of_the_webhook(
     # Counted with the pods and workloads: 10 claims and templates, a Deployment, its
     # ReplicaSet and 2 pods.
     assert gpu["counts"]["objects"] == 14
+    # Under a policy with no dra section a GPU claim is refused: it would serve the
+    # namespace's pods, unreviewed, once the namespace moves to a policy with one.
     legacy = namespace(doc, "legacy")
-    assert claim_entries(legacy) == {("ResourceClaim", "single-gpu"): ("untouched", 1)}
+    assert claim_entries(legacy) == {("ResourceClaim", "single-gpu"): ("refused", 1)}
     off = namespace(doc, "off")
     assert (off["status"], off["counts"]["untouched"], off["objects"]) == ("not-opted-in", 1, [])
 
@@ -372,9 +374,10 @@ def test_claims_left_as_they_are_say_why(
         'it asks only for devices of classes policy "dra" does not govern (nic.example.com):'
         " the webhook leaves them alone"
     )
-    assert entry(namespace(doc, "legacy"), "ResourceClaim", "single-gpu")["unchanged"] == (
-        'claims are not reviewed under policy "default" (no dra section); its pods may not use'
-        " claims"
+    [v] = entry(namespace(doc, "legacy"), "ResourceClaim", "single-gpu")["violations"]
+    assert (v["rule"], v["field"]) == ("resource-claims", "metadata.namespace")
+    assert v["message"].startswith(
+        'claim "single-gpu": policy "default" has no dra section: its pods may not use claims'
     )
 
 
@@ -454,7 +457,7 @@ def test_the_text_report_lists_claims_like_other_objects(
     summary = lines[lines.index("Summary") :]
     assert any(line.split()[:2] == ["gpu-test", "dra"] for line in summary)
     # The quickstart template and the two bare claims.
-    assert "Would be refused: 3 objects. Fix them before enforcing." in lines
+    assert "Would be refused: 4 objects. Fix them before enforcing." in lines
     assert (
         "Ignored: 1 object of kinds the webhook never reviews (ResourceClaim"
         " (resource.k8s.io/v1beta1))." in lines
@@ -469,7 +472,7 @@ def test_the_totals_count_claims(capsys: pytest.CaptureFixture[str], dump: list[
     _, doc, _ = as_json(capsys, dump)
     counts = {ns["name"]: ns["counts"] for ns in doc["namespaces"]}
     refused = sum(c["refused"] for c in counts.values())
-    assert doc["totals"]["refused"] == refused == 3
+    assert doc["totals"]["refused"] == refused == 4
     assert doc["totals"]["objects"] == sum(c["objects"] for c in counts.values()) == 16
     assert doc["totals"]["ignored"] == 1
 

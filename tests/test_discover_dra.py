@@ -81,7 +81,11 @@ def dra_of(text: str) -> Any:
 
 
 def test_nvidia_device_types_name_every_nvidia_class() -> None:
-    assert sorted(discovering.NVIDIA_DEVICE_CLASSES.values()) == sorted(names.DRA_NVIDIA_CLASSES)
+    """Every class of the GPU driver's device types; the ComputeDomain daemon class (another
+    driver's, governed because its devices are given the node's GPUs) is the one more."""
+    assert sorted(
+        [*discovering.NVIDIA_DEVICE_CLASSES.values(), "compute-domain-daemon.nvidia.com"]
+    ) == sorted(names.DRA_NVIDIA_CLASSES)
 
 
 def closed(name: str) -> dict[str, Any]:
@@ -139,7 +143,10 @@ def test_the_comments_name_products_counts_and_nodes(
     assert "mps.maxPinnedMemoryMiB at most 4864 (the smallest MIG device's memory" in text
     assert "MPS needs the driver's MPSSupport feature gate (alpha, off by default" in text
     assert "so discover opens none: set allowed: true on the classes" in text
-    assert "Not listed, so closed (no such devices in the slices): vgpu.gpu.nvidia.com." in text
+    assert (
+        "Not listed, so closed (no such devices in the slices): vgpu.gpu.nvidia.com,"
+        " compute-domain-daemon.nvidia.com." in text
+    )
     assert (
         "Not governed (requests of their classes pass, as a NIC's do): nic.example.com: 2"
         " devices on a100-1."
@@ -157,7 +164,8 @@ def test_what_discover_writes_passes_policy_check_with_nothing_to_say(
     assert (code, err) == (0, [])
     assert lines[0] == (
         f"ok: policy default ({directory / 'discovered.yaml'}): classes nvidia-a10g-time-slicing,"
-        " tesla-t4-mps; DRA classes allowed: none; closed: gpu.nvidia.com, mig.nvidia.com,"
+        " tesla-t4-mps; DRA classes allowed: none; closed: compute-domain-daemon.nvidia.com,"
+        " gpu.nvidia.com, mig.nvidia.com,"
         " vfio.gpu.nvidia.com, vgpu.gpu.nvidia.com"
     )
 
@@ -362,7 +370,8 @@ def test_the_policy_of_dra_alone_passes_policy_check_against_the_nodes(
     code, lines, err = check(capsys, str(directory), "--nodes", str(tmp_path / "nodes.json"))
     assert (code, err) == (0, [])
     assert lines[0].endswith(
-        "; DRA classes allowed: none; closed: gpu.nvidia.com, mig.nvidia.com,"
+        "; DRA classes allowed: none; closed: compute-domain-daemon.nvidia.com,"
+        " gpu.nvidia.com, mig.nvidia.com,"
         " vfio.gpu.nvidia.com, vgpu.gpu.nvidia.com"
     )
     assert lines[-1].startswith(f"ok: {tmp_path / 'nodes.json'}: 6 nodes, 0 with shared GPUs")

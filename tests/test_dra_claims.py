@@ -1247,20 +1247,27 @@ def test_a_claim_of_no_gpu_class_is_never_sent_and_passes(
 
 
 @pytest.mark.parametrize("policy", ["default", None, "not-renamed"])
-def test_a_policy_without_dra_has_no_claim_sent(
+def test_a_policy_without_dra_refuses_gpu_claims(
     policy: str | None, loaded: policies.PolicySet
 ) -> None:
-    """A GPU claim the dra policy refuses: where the namespace's policy has no dra section
-    (its pods may not use claims: rule resource-claims), the claim is not sent; the core,
-    were it reviewed, lets it pass."""
-    claim = dra.obj("count-template")
-    assert _sent(loaded, claim, "dra")
-    assert _sent(loaded, claim, policy) == []
+    """Where the namespace's policy has no dra section its pods may not use claims (rule
+    resource-claims); a GPU claim made there now would serve them, unreviewed, once the
+    namespace moves to a policy with one: it is sent and refused. A NIC's is not sent."""
+    claim = dra.obj("single-gpu-claim")
+    assert _sent(loaded, claim, policy)
     governing = loaded.governing(policy or names.DEFAULT_POLICY)
     assert governing.dra is None
     for endpoint in ("mutate", "validate"):
         decision = _admit(kube.as_served(claim), governing, endpoint)
-        assert (decision.allowed, decision.patch) == (True, [])
+        assert decision.message == (
+            f'claim "single-gpu": policy "{governing.name}" has no dra section: its pods may'
+            " not use claims, and a claim made now would serve them once it has one. Ask for"
+            f" {governing.preferred_resource} instead, or ask the cluster admin for a policy"
+            " that governs DRA (rule resource-claims)"
+        )
+    assert _sent(loaded, dra.obj("nic-claim"), policy) == []
+    nic = _admit(kube.as_served(dra.obj("nic-claim")), governing, "mutate")
+    assert (nic.allowed, nic.patch) == (True, [])
 
 
 def test_a_namespace_whose_policy_label_names_no_policy_has_its_gpu_claims_refused(

@@ -552,16 +552,15 @@ def test_switches_and_own_policies_change_the_entries_as_render_does(
             reads_updates = "oldObject" in expression
             assert reads_updates is (not name.startswith(("not-renamed.", "dra."))), name
         # Claims: of the GPU classes, NVIDIA's and every class any policy lists (team-b's
-        # a100 too where the policy lists none), sorted and once each, where the policy has a
-        # dra section or none is in force (no default policy: its entry refuses them); none
-        # where the policy has no dra section.
+        # a100 too where the policy lists none), sorted and once each, to every entry: judged
+        # where the policy has a dra section, refused where it has none or none is in force.
         gpu = sorted(["a100.example.com", *names_mod.DRA_NVIDIA_CLASSES])
         claims = {
             "team-b": gpu,
             "solo": gpu,
             "dra": gpu,
-            "team-a": None,
-            "not-renamed": None,
+            "team-a": gpu,
+            "not-renamed": gpu,
             "default": gpu,
             "unknown-policy": gpu,
         }
@@ -2211,8 +2210,9 @@ def test_a_class_one_policy_lists_is_a_gpu_class_of_every_policy_with_a_dra_sect
         "team-a.policies.gpu-share.io",
     ):
         assert claims[entry] == gpu, entry
-    assert claims["team-c.policies.gpu-share.io"] is None
-    assert claims["team-c.baseline.policies.gpu-share.io"] is None
+    # (And a policy without a dra section is sent them too, to refuse them.)
+    assert claims["team-c.policies.gpu-share.io"] == gpu
+    assert claims["team-c.baseline.policies.gpu-share.io"] == gpu
 
 
 def test_the_entries_of_no_policy_in_force_send_the_claims_of_every_gpu_class(
@@ -2244,13 +2244,13 @@ def test_the_entries_of_no_policy_in_force_send_the_claims_of_every_gpu_class(
         "default.baseline.gpu-share.io",
     ):
         assert claims[entry] == gpu, entry
-    # With a default policy without a dra section, its entry sends none; the catch-all still
-    # sends every class's, and with no policy listing any, NVIDIA's.
+    # With a default policy without a dra section, its entry is sent them too (to refuse
+    # them), and with no policy listing any class, every entry NVIDIA's.
     values["policies"]["files"] = {"default.yaml": _named_policy("default", None)}
     objects = _render(chart, values, RELEASE, NAMESPACE)
     _as_render_prints(objects, values)
     claims = _claims_by_entry(objects)
-    assert claims["default.gpu-share.io"] is None
+    assert claims["default.gpu-share.io"] == sorted(names.DRA_NVIDIA_CLASSES)
     assert claims["unknown-policy.gpu-share.io"] == sorted(names.DRA_NVIDIA_CLASSES)
 
 

@@ -380,19 +380,12 @@ NO_DEVICES = {
         # A configuration for every request (requests empty) of the class's kind.
         (TIME_SLICED, DRA, 'it is already configured: request "gpu" (GpuConfig)'),
         (NO_DEVICES, DRA, "it asks for no device"),
-        (
-            claim("single-gpu"),
-            [],
-            'claims are not reviewed under policy "default" (no dra section); its pods may not'
-            " use claims",
-        ),
     ],
     ids=[
         "other-class",
         "configured",
         "configured-for-all",
         "no-devices",
-        "no-dra-section",
     ],
 )
 def test_a_claim_left_as_it_is_says_why(
@@ -539,13 +532,16 @@ def test_claims_beside_a_pod_are_each_judged(
         'no change: ResourceClaim/nic: it asks only for devices of classes policy "dra" does not'
         " govern (nic.example.com): the webhook leaves them alone\n"
     )
-    # Under the default policy the pod is refused (rule resource-claims), the claims not.
+    # Under the default policy (no dra section) the pod and the GPU claim template are
+    # refused (rule resource-claims), the NIC's claim not.
     code, _, err = mutate(capsys, tmp_path, [pod, single, NIC])
     assert code == 1
     denied = [line for line in err.splitlines() if line.startswith("denied: ")]
-    assert denied
-    assert all(line.startswith("denied: Pod/pod1: ") for line in denied)
-    assert any("(rule resource-claims)" in line for line in denied)
+    assert {line.split(":")[1].strip() for line in denied} == {
+        "Pod/pod1",
+        "ResourceClaimTemplate/single-gpu",
+    }
+    assert all("(rule resource-claims)" in line for line in denied)
 
 
 def test_a_claim_of_a_shape_no_kubernetes_object_has_is_bad_input(
@@ -575,3 +571,14 @@ def test_a_claim_where_the_policy_label_names_no_policy_is_refused_saying_so(
     assert code == 1
     assert 'unknown policy: policy "gold" does not exist' in out + err
     assert "(rule unknown-policy)" in out + err
+
+
+def test_a_gpu_claim_under_a_policy_without_dra_is_refused_saying_why(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """Its pods may not use claims there; a claim made now would serve them, unreviewed,
+    once the namespace moves to a policy that governs DRA."""
+    code, out, err = mutate(capsys, tmp_path, [claim("single-gpu")])
+    assert code == 1
+    assert 'policy "default" has no dra section: its pods may not use claims' in err
+    assert "(rule resource-claims)" in err

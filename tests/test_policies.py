@@ -38,8 +38,8 @@ def test_the_shipped_policies_pass_the_check(capsys: pytest.CaptureFixture[str])
         f"ok: policy default ({REPO / 'policies' / 'default.yaml'}): classes t4-mps,"
         " a10g-time-slicing",
         f"ok: policy dra ({REPO / 'policies' / 'dra.yaml'}): classes t4-mps; DRA classes"
-        " allowed: gpu.nvidia.com, mig.nvidia.com; closed: vfio.gpu.nvidia.com,"
-        " vgpu.gpu.nvidia.com",
+        " allowed: gpu.nvidia.com, mig.nvidia.com; closed: compute-domain-daemon.nvidia.com,"
+        " vfio.gpu.nvidia.com, vgpu.gpu.nvidia.com",
         f"ok: policy not-renamed ({REPO / 'policies' / 'not-renamed.yaml'}): classes"
         " t4-time-slicing, l4-mps",
     ]

@@ -452,7 +452,8 @@ def test_the_ok_line_says_which_dra_classes_are_open_and_which_closed(
     _, out, _ = check(capsys, str(directory))
     assert out == [
         f"ok: policy site ({path}): classes t4-mps; DRA classes allowed: a100.gpu.nvidia.com,"
-        " gpu.nvidia.com; closed: gpu.example.com, mig.nvidia.com, vfio.gpu.nvidia.com,"
+        " gpu.nvidia.com; closed: compute-domain-daemon.nvidia.com, gpu.example.com,"
+        " mig.nvidia.com, vfio.gpu.nvidia.com,"
         " vgpu.gpu.nvidia.com"
     ]
 

@@ -78,7 +78,17 @@ DRA_MAX_CONFIGS = 32
 DRA_MAX_SUBREQUESTS = 8
 # The device classes NVIDIA's GPU DRA driver installs: GPUs in every form. A policy with a
 # `dra` section governs them whether it lists them or not (closed unless listed as allowed).
-DRA_NVIDIA_CLASSES = (DRA_GPU_CLASS, DRA_MIG_CLASS, DRA_VFIO_CLASS, "vgpu.gpu.nvidia.com")
+#
+# Also the ComputeDomain driver's daemon class: its devices are given the node's GPUs (the
+# driver's CDI spec for them names every GPU device node) so that the IMEX daemon can manage
+# them; a tenant's claim of one would reach every GPU of the node.
+DRA_NVIDIA_CLASSES = (
+    DRA_GPU_CLASS,
+    DRA_MIG_CLASS,
+    DRA_VFIO_CLASS,
+    "vgpu.gpu.nvidia.com",
+    "compute-domain-daemon.nvidia.com",
+)
 
 # --------------------------------------------------------------------------- environment
 

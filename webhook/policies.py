@@ -866,6 +866,10 @@ class Policy:
     # `dra`: the GPU device classes of dynamic resource allocation; None: the policy does not
     # govern DRA, and rule resource-claims refuses pods with claims.
     dra: DraPolicy | None = None
+    # The DRA device classes of GPUs in the set this policy is in (NVIDIA's, and every class
+    # a policy lists): claims of them are sent to every entry, and refused where the policy
+    # does not govern DRA (`claims.review`).
+    gpu_claim_classes: frozenset[str] = frozenset(names.DRA_NVIDIA_CLASSES)
 
     @property
     def preferred_resource(self) -> str:
@@ -932,7 +936,7 @@ class PolicySet:
             return self._enforcing_pod_security(self.governing(name))
         known = ", ".join(self.names) or "none"
         if name in self.broken:
-            return stand_in(
+            return self._standing_in(
                 name,
                 names.POLICY_NOT_LOADED_RULE,
                 f'policy "{name}" is not in force: {self.broken[name]}. The cluster admin must'
@@ -951,7 +955,13 @@ class PolicySet:
                 f" namespace label {names.POLICY_LABEL}, or add the policy and render the"
                 " webhook configurations"
             )
-        return stand_in(name, names.UNKNOWN_POLICY_RULE, message)
+        return self._standing_in(name, names.UNKNOWN_POLICY_RULE, message)
+
+    def _standing_in(self, name: str, rule: str, message: str) -> Policy:
+        """`stand_in`, knowing the set's GPU classes (the claims of them it refuses)."""
+        return dataclasses.replace(
+            stand_in(name, rule, message), gpu_claim_classes=frozenset(self.gpu_classes)
+        )
 
 
 def split_path(path: str) -> tuple[str, bool]:
@@ -1348,6 +1358,7 @@ def build_set(policies: Iterable[Policy], problems: list[str] | None = None) -> 
                 name: dataclasses.replace(
                     p,
                     foreign_profiles=frozenset(all_profiles - set(p.profiles)),
+                    gpu_claim_classes=frozenset(gpu_classes | set(names.DRA_NVIDIA_CLASSES)),
                     dra=None
                     if p.dra is None
                     else dataclasses.replace(

@@ -327,13 +327,10 @@ def entry_condition(policies: PolicySet, path: str, kinds: Sequence[pods.Kind]) 
         every_pod=policy.unavailable is not None or switches.void_visible_devices_without_gpu,
         host_access=switches.deny_host_access and not policy.pod_security,
         cdi_updates=switches.deny_cdi_annotations,
-        # A namespace whose policy is not in force: its GPU claims are sent, to be refused
-        # saying why (a claim made now would serve pods once the policy is in force).
-        claim_classes=policies.gpu_classes
-        if policy.unavailable is not None
-        else ()
-        if policy.dra is None
-        else policy.dra.gpu_classes,
+        # Every entry is sent the claims of every GPU class of the set: a policy with a dra
+        # section judges them; one without it, or one not in force, refuses them (a claim
+        # made there now would serve pods once the namespace's policy governs DRA).
+        claim_classes=policies.gpu_classes,
     )
 
 

@@ -193,11 +193,20 @@ def review(
     """Review a ResourceClaim or ResourceClaimTemplate (see the module). `mutate`: build the
     patch; `require`: the validating review, where what the patch adds must be in place."""
     if policy.unavailable is not None:
-        return _unavailable(obj, policy, policy.unavailable)
+        return _ungoverned(obj, policy, policy.unavailable)
     dra = policy.dra
     if dra is None:
-        # Not governed: the policy's pods may not use claims at all (rule resource-claims).
-        return Decision()
+        return _ungoverned(
+            obj,
+            policy,
+            (
+                "resource-claims",
+                f'policy "{policy.name}" has no dra section: its pods may not use claims, and'
+                " a claim made now would serve them once it has one. Ask for"
+                f" {policy.preferred_resource} instead, or ask the cluster admin for a policy"
+                " that governs DRA",
+            ),
+        )
     r = _Review(obj, policy, dra)
     spec = _claim_spec(r, obj)
     if spec is None:
@@ -244,23 +253,35 @@ def review(
     return _decision(r)
 
 
-def _unavailable(obj: Mapping[str, Any], policy: Policy, why: tuple[str, str]) -> Decision:
-    """A claim in a namespace whose policy is not in force (its file does not load, or the
-    label names none): the entries send only claims of the classes the policy governed when
-    they were rendered, which no stand-in can tell apart, and a claim made now would serve
-    pods once the policy is back. Refused, saying why, as GPU pods are."""
+def _ungoverned(obj: Mapping[str, Any], policy: Policy, why: tuple[str, str]) -> Decision:
+    """A claim where nothing judges claims: the namespace's policy has no `dra` section, or
+    is not in force (its file does not load, or the label names none). A claim of a GPU
+    class made now would serve pods once the namespace's policy governs DRA, unreviewed: it
+    is refused, saying why; claims of other classes pass."""
     spec = obj.get("spec")
-    if obj.get("kind") == names.CLAIM_TEMPLATE_KIND and isinstance(spec, dict):
+    template = obj.get("kind") == names.CLAIM_TEMPLATE_KIND
+    if template and isinstance(spec, dict):
         spec = spec.get("spec")
     devices = spec.get("devices") if isinstance(spec, dict) else None
     requests = devices.get("requests") if isinstance(devices, dict) else None
-    if not requests:
+    if not isinstance(requests, list):
         return Decision()
-    rule, message = why
-    v = Violation(
-        rule, ErrorType.FORBIDDEN, "metadata.namespace", (message,), None, Place("", "", "")
-    )
-    return Decision(violations=[v])
+    classes = policy.gpu_claim_classes
+    for request in requests[: names.DRA_MAX_REQUESTS]:
+        if not isinstance(request, dict):
+            continue
+        asked = [request.get("exactly")]
+        first = request.get("firstAvailable")
+        if isinstance(first, list):
+            asked += first[: names.DRA_MAX_SUBREQUESTS]
+        if any(isinstance(a, dict) and a.get("deviceClassName") in classes for a in asked):
+            rule, message = why
+            meta = obj.get("metadata")
+            name = meta.get("name") if isinstance(meta, dict) else None
+            what = f"{'claim template' if template else 'claim'} {shown(name or '')}"
+            v = Violation(rule, ErrorType.FORBIDDEN, "metadata.namespace", (f"{what}: {message}",))
+            return Decision(violations=[v])
+    return Decision()
 
 
 def _claim_spec(r: _Review, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -296,23 +317,44 @@ def _claim_spec(r: _Review, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
 def _objects(
     r: _Review, node: Mapping[str, Any], key: str, where: str, most: int
 ) -> list[tuple[int, str, Mapping[str, Any]]]:
-    """The objects of the list `node[key]` with their field paths, at most `most` + 1 of
-    them (the API server refuses more, after the mutating webhooks); what is not an object
-    is reported malformed."""
+    """The objects of the list `node[key]` with their field paths; what is not an object,
+    and a list of more than `most` (which the API server refuses, after the mutating
+    webhooks), is reported malformed."""
     items = node.get(key)
     if items is None:
         return []
     if not isinstance(items, list):
         r.wrong(f"{where}.{key}", "a list", items)
         return []
+    if len(items) > most:
+        _too_many(r, f"{where}.{key}", len(items), most)
+        return []
     out: list[tuple[int, str, Mapping[str, Any]]] = []
-    for i, item in enumerate(items[: most + 1]):
+    for i, item in enumerate(items):
         at = f"{where}.{key}[{i}]"
         if isinstance(item, dict):
             out.append((i, at, item))
         else:
             r.wrong(at, "an object", item)
     return out
+
+
+def _too_many(r: _Review, field: str, found: int, most: int) -> None:
+    r.violations.append(
+        Violation(
+            MALFORMED,
+            ErrorType.TOO_MANY,
+            field,
+            (
+                f"{r.label}: ",
+                FIELD,
+                f": {found} items; Kubernetes takes at most {most} here (the API server would"
+                " refuse it too)",
+            ),
+            None,
+            r.place,
+        )
+    )
 
 
 def _targets(r: _Review, devices: Mapping[str, Any]) -> list[Target]:
@@ -394,22 +436,7 @@ def _configs(r: _Review, devices: Mapping[str, Any], drivers: set[str]) -> list[
         requests = entry.get("requests")
         if isinstance(requests, list) and len(requests) > names.DRA_MAX_REQUESTS:
             # The API server takes at most 32 names (after the mutating webhooks).
-            r.violations.append(
-                Violation(
-                    MALFORMED,
-                    ErrorType.TOO_MANY,
-                    f"{where}.requests",
-                    (
-                        f"{r.label}: ",
-                        FIELD,
-                        f": {len(requests)} names; a configuration names at most"
-                        f" {names.DRA_MAX_REQUESTS} requests (the API server would refuse it"
-                        " too)",
-                    ),
-                    None,
-                    r.place,
-                )
-            )
+            _too_many(r, f"{where}.requests", len(requests), names.DRA_MAX_REQUESTS)
             continue
         if requests is not None and (
             not isinstance(requests, list) or not all(isinstance(n, str) for n in requests)
@@ -515,6 +542,8 @@ def _judge_request(r: _Review, t: Target) -> bool:
         count = spec.get("count", 1)
         if not isinstance(count, int) or isinstance(count, bool):
             r.wrong(f"{t.field}.count", "an integer", count)
+        elif count < 1:
+            r.wrong(f"{t.field}.count", "a number of devices (1 or more)", count)
         elif count > cls.max_devices:
             r.deny(
                 "dra-too-many-devices",

@@ -203,15 +203,16 @@ def _claim_condition(claims: dict[str, str], classes: Sequence[str]) -> str:
 
 def _switches(policy: policies.Policy) -> dict[str, bool | list[str]]:
     """What the conditions of a policy's entries follow, as the chart reads them: whether
-    they send GPU claims (`claims`: a dra section, or not in force; `entry_condition`) and
-    the classes its dra section lists (`draClasses`; the template sends claims of those of
-    every policy and NVIDIA's: `PolicySet.gpu_classes`, each `DraPolicy.gpu_classes`)."""
+    it judges GPU claims (`claims`: a dra section; every entry is sent them, and those of
+    a policy without one refuse them) and the classes its dra section lists (`draClasses`;
+    the template sends claims of those of every policy and NVIDIA's:
+    `PolicySet.gpu_classes`)."""
     return {
         "everyPod": policy.unavailable is not None or policy.rules.void_visible_devices_without_gpu,
         "hostAccess": policy.rules.deny_host_access,
         "trustPodSecurity": policy.trust_pod_security,
         "cdiUpdates": policy.rules.deny_cdi_annotations,
-        "claims": policy.unavailable is not None or policy.dra is not None,
+        "claims": policy.dra is not None,
         "draClasses": [] if policy.dra is None else sorted(policy.dra.classes),
     }
 
