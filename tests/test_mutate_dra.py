@@ -578,7 +578,7 @@ def test_a_gpu_claim_under_a_policy_without_dra_is_refused_saying_why(
 ) -> None:
     """Its pods may not use claims there; a claim made now would serve them, unreviewed,
     once the namespace moves to a policy that governs DRA."""
-    code, out, err = mutate(capsys, tmp_path, [claim("single-gpu")])
+    code, _, err = mutate(capsys, tmp_path, [claim("single-gpu")])
     assert code == 1
     assert 'policy "default" has no dra section: its pods may not use claims' in err
     assert "(rule resource-claims)" in err
