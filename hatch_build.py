@@ -40,6 +40,7 @@ COMPILED = (
     "webhook/core/rules.py",
     "webhook/core/recording.py",
     "webhook/core/nearmisses.py",
+    "webhook/core/claims.py",
     "webhook/core/reviewing.py",
     "webhook/reviews.py",
 )

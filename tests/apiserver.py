@@ -6,7 +6,8 @@ whose rules matches the resource, subresource and operation, and all of whose ma
 (CEL, evaluated with cel-python, with `object`, `oldObject` and `request` bound as the API
 server binds them: see `deploy_helpers.Conditions`) hold, is called; mutating entries first,
 in order, each patch applied to the object as sent to that entry; then the patched object is
-validated as Kubernetes validates it (schema of two versions, the client's model, Pod rules);
+validated as Kubernetes validates it (schema of two versions, the client's model, Pod rules;
+a ResourceClaim or ResourceClaimTemplate by the schema of the versions that serve it);
 then the built-in PodSecurity admission plugin judges pods where the namespace enforces a
 level (`pod_security_refusal`: baseline's host-access checks); then the validating entries
 see the final object. Any denial stops the chain.
@@ -27,7 +28,7 @@ from typing import Any
 from tests import deploy_helpers as dh
 from tests import kube
 from webhook import names, policies, rendering, reviews
-from webhook.core import pods
+from webhook.core import claims, pods
 
 # (path with query, request body) -> the AdmissionReview the webhook answered.
 Send = Callable[[str, bytes], Awaitable[dict[str, Any]]]
@@ -131,9 +132,9 @@ class ApiServer:
             (rendering.VALIDATING_KIND, self.validating),
         ):
             if kind == rendering.VALIDATING_KIND:
-                if kube.templates_of(current):
+                if kube.templates_of(current) or claims.of_object(current):
                     # Between the two: the object as patched must be valid, or nothing is
-                    # stored.
+                    # stored (a claim's configuration the mutating webhook added too).
                     kube.check_valid(current)
                 # The built-in validating plugins run before the validating webhooks.
                 refusal = pod_security_refusal(

@@ -312,7 +312,8 @@ RULE_CASES = [
             resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "a100"}]),
         lab(), [("resource-claims", None)],
         "resource claims: spec.resourceClaims can give the pod devices, GPUs included, that"
-        ' policy "lab" does not govern. Remove them, or ask for nvidia.com/gpu.shared'
+        ' policy "lab" does not govern (it has no dra section). Remove them, or ask for'
+        " nvidia.com/gpu.shared"
         " (rule resource-claims)",
         id="resource-claims",
     ),

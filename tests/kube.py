@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from webhook import policies
-from webhook.core import pods, reviewing
+from webhook.core import claims, pods, reviewing
 from webhook.core.decisions import Decision
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,6 +34,10 @@ REPO = Path(__file__).resolve().parent.parent
 REAL_WORLD_VARIABLE = "GPU_SHARE_REAL_WORLD"
 REAL_WORLD_BESIDE = REPO.parent / "shared" / "real-world"
 VERSIONS = ("1.30", kubernetes_validate.latest_version())
+# Objects of dynamic resource allocation: resource.k8s.io/v1 is served from 1.34, where DRA is
+# GA (the webhook's rules name v1 only), and a pod's `resources.claims[].request` is newer
+# than 1.30 too; a pod that uses claims is checked against these versions.
+DRA_VERSIONS = ("1.34", kubernetes_validate.latest_version())
 
 # Node classes and profiles the core's tests share.
 T4_MPS = {"name": "t4-mps", "product": "Tesla-T4", "strategy": "mps", "replicas": 4,
@@ -102,6 +106,8 @@ _MODEL = {
     "Job": "V1Job",
     "CronJob": "V1CronJob",
     "ReplicationController": "V1ReplicationController",
+    "ResourceClaim": "ResourceV1ResourceClaim",
+    "ResourceClaimTemplate": "V1ResourceClaimTemplate",
 }
 _API_CLIENT = kubernetes.client.ApiClient()
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -215,9 +221,10 @@ def apply(obj: Mapping[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]
 
 
 def check_valid(obj: Mapping[str, Any]) -> None:
-    """The object validates against the schema of every version, as the client's model, and
+    """The object validates against the schema of every version (those that serve dynamic
+    resource allocation, for a claim or a pod that uses one), as the client's model, and
     passes Pod validation's semantic rules."""
-    for version in VERSIONS:
+    for version in DRA_VERSIONS if uses_dra(obj) else VERSIONS:
         kubernetes_validate.validate(dict(obj), version, strict=True)
     model = _MODEL.get(str(obj.get("kind")))
     if model is not None:
@@ -226,6 +233,13 @@ def check_valid(obj: Mapping[str, Any]) -> None:
         assert _API_CLIENT.sanitize_for_serialization(parsed)["kind"] == obj["kind"]
     for template in templates_of(obj):
         check_pod_rules(template)
+
+
+def uses_dra(obj: Mapping[str, Any]) -> bool:
+    """A ResourceClaim or ResourceClaimTemplate, or an object whose pods name claims."""
+    return claims.of_object(obj) or any(
+        (t.get("spec") or {}).get("resourceClaims") for t in templates_of(obj)
+    )
 
 
 def as_served(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -314,7 +328,7 @@ def admit(
     again = reviewing.review(result, policy=policy)
     assert again.allowed, again.message
     assert again.patch == [], f"not idempotent: second pass wants {again.patch}"
-    if result.get("kind") == "Pod":
+    if result.get("kind") == "Pod" or claims.of_object(result):
         # What the validating webhook sees after the mutating one: nothing missing.
         checked = reviewing.review(result, policy=policy, mutate=False, require=True)
         assert checked.allowed, checked.message
@@ -334,7 +348,8 @@ def env_of(
 
 _PLURALS = {"Pod": "pods", "Deployment": "deployments", "ReplicaSet": "replicasets",
             "StatefulSet": "statefulsets", "DaemonSet": "daemonsets", "Job": "jobs",
-            "CronJob": "cronjobs", "ReplicationController": "replicationcontrollers"}
+            "CronJob": "cronjobs", "ReplicationController": "replicationcontrollers",
+            "ResourceClaim": "resourceclaims", "ResourceClaimTemplate": "resourceclaimtemplates"}
 
 
 def plural(kind: str) -> str:

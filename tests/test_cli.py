@@ -67,7 +67,7 @@ READS = {
         "AUDIT_FILES", "POLICIES", "WORKLOAD_KINDS", "NAMESPACE", "AUDIT_OUTPUT", "AUDIT_SHOW",
     },
     "policy check": {"POLICIES", "NODES"},
-    "discover": {"NODES", "POLICY_NAME"},
+    "discover": {"NODES", "SLICES", "POLICY_NAME"},
     "certs": {
         "CERT_DIR", "SERVICE", "NAMESPACE", "EXTRA_SAN", "DAYS", "FORCE", "SECRET", "INJECT_CA",
         "MUTATING_WEBHOOK", "VALIDATING_WEBHOOK", "KUBECONFIG",

@@ -36,9 +36,9 @@ import pytest
 import yaml
 
 from tests import deploy_helpers as dh
-from tests import nodes
+from tests import nodes, slices
 from tests import server_helpers as h
-from webhook import cli, commands
+from webhook import cli, commands, names
 from webhook.core import pods
 from webhook.transport import app as server
 from webhook.transport import states
@@ -212,7 +212,7 @@ def _listing(objects: Sequence[Mapping[str, Any]]) -> str:
 
 def workspace(root: Path) -> Path:
     """Where the docs' commands run: a copy of examples/ and policies/, and the files the
-    docs name."""
+    docs name (slices.json too)."""
     repo = root / "repo"
     repo.mkdir(parents=True)
     for part in ("examples", "policies"):
@@ -229,6 +229,9 @@ def workspace(root: Path) -> Path:
             nodes.node("bad-1", nodes.T4_MPS, drop=("nvidia.com/gpu.count",)),
         ],
     )
+    # `kubectl get resourceslices -o json`: NVIDIA's DRA driver's GPUs, MIG and VFIO devices,
+    # and a NIC of another driver (`discover --slices`, docs/dra.md).
+    slices.write_slices(repo, *slices.CLUSTER)
     team = "team-a"
     pods = [dict(o, metadata={**o["metadata"], "namespace": team}) for o in _examples("allowed")]
     namespaces = [_namespace(team, **{"gpu-share.io/enabled": "true"})]
@@ -348,9 +351,9 @@ def test_an_unknown_command_or_flag_fails_the_check(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- cluster dumps
 
-# What `audit` reviews of a cluster: pods and the built-in workload kinds (their plural
-# resource names, as `kubectl get` takes them).
-AUDITED = frozenset({"pods", *(k.resource for k in pods.BUILTIN_KINDS)})
+# What `audit` reviews of a cluster: pods, the built-in workload kinds, and claims and claim
+# templates (their plural resource names, as `kubectl get` takes them).
+AUDITED = frozenset({"pods", *(k.resource for k in pods.BUILTIN_KINDS), *names.CLAIM_RESOURCES})
 
 
 def _dump_commands(doc: Path) -> Iterator[tuple[str, int, list[str], set[str]]]:

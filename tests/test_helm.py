@@ -34,6 +34,7 @@ from tests import deploy_helpers as dh
 from tests import nodes
 from webhook import __version__, certificates, cli, commands, names, policies, rendering
 from webhook import names as names_mod
+from webhook.core import quantities
 
 CHART = dh.REPO / "charts" / "gpu-share-webhook"
 INSTALL_GUIDE = dh.REPO / "docs" / "install.md"
@@ -93,8 +94,15 @@ spec:
       replicas: 2
   rules:
     denyHostAccess: false
+  # Claims of a class of its own too (listed before NVIDIA's, sorted after them), and of
+  # NVIDIA's (listed again: once in the conditions).
+  dra:
+    deviceClasses:
+      - {name: gpu.nvidia.com, allowed: true, sharing: [TimeSlicing]}
+      - {name: a100.example.com, allowed: true}
 """
-# One policy given as a mapping rather than a file's text.
+# One policy given as a mapping rather than a file's text; its dra section lists no class,
+# so NVIDIA's are governed, closed.
 SOLO_POLICY = {
     "apiVersion": "gpu-share.io/v1alpha1",
     "kind": "SharingPolicy",
@@ -102,12 +110,16 @@ SOLO_POLICY = {
     "spec": {
         "nodeClasses": [
             {"name": "t4", "product": "Tesla-T4", "strategy": "time-slicing", "replicas": 4}
-        ]
+        ],
+        "dra": {},
     },
 }
 # Non-default switches for the shipped policies.
-SWITCHES = {"voidVisibleDevicesWithoutGpu": False, "denyEnvFromOnGpuContainers": True,
-            "denyCdiAnnotations": False}
+SWITCHES = {
+    "voidVisibleDevicesWithoutGpu": False,
+    "denyEnvFromOnGpuContainers": True,
+    "denyCdiAnnotations": False,
+}
 EXCLUDED = ["monitoring", "gpu-operator"]
 DIGEST = "sha256:" + "ab" * 32
 CA_PEM = certificates.make_ca().cert_pem.decode("ascii")
@@ -117,8 +129,10 @@ CUSTOM_VALUES: dict[str, Any] = {
     "listenAddress": "::",
     "image": {"repository": "registry.example.com/gpu-share-webhook", "digest": DIGEST},
     "replicas": 3,
-    "resources": {"requests": {"cpu": "200m", "memory": "256Mi"},
-                  "limits": {"cpu": "2", "memory": "512Mi"}},
+    "resources": {
+        "requests": {"cpu": "200m", "memory": "256Mi"},
+        "limits": {"cpu": "2", "memory": "512Mi"},
+    },
     "logLevel": "debug",
     "extraEnv": [{"name": "GPU_SHARE_WEBHOOK_WORKERS", "value": "2"}],
     "webhook": {"failurePolicy": "Ignore", "timeoutSeconds": 10, "excludedNamespaces": EXCLUDED},
@@ -150,8 +164,12 @@ RENDERS: dict[str, tuple[dict[str, Any], str, str]] = {
     "bootstrap": ({}, RELEASE, NAMESPACE),
     "certManager": ({"certificates": {"mode": "certManager"}}, RELEASE, NAMESPACE),
     "existingSecret": (
-        {"certificates": {"mode": "existingSecret",
-                          "existingSecret": {"name": "site-webhook-tls", "caBundle": CA_PEM}}},
+        {
+            "certificates": {
+                "mode": "existingSecret",
+                "existingSecret": {"name": "site-webhook-tls", "caBundle": CA_PEM},
+            }
+        },
         RELEASE,
         NAMESPACE,
     ),
@@ -505,6 +523,8 @@ def test_switches_and_own_policies_change_the_entries_as_render_does(
             # The switch turned off in the shipped file, and in an own file.
             "not-renamed.policies.gpu-share.io": rules,
             "not-renamed.baseline.policies.gpu-share.io": rules,
+            "dra.policies.gpu-share.io": rules,
+            "dra.baseline.policies.gpu-share.io": rules,
             "team-a.policies.gpu-share.io": rules,
             "team-a.baseline.policies.gpu-share.io": rules,
             "team-b.policies.gpu-share.io": every,
@@ -526,10 +546,26 @@ def test_switches_and_own_policies_change_the_entries_as_render_does(
             ("unknown-policy.baseline.gpu-share.io", False),
         ):
             assert ("t.spec.hostNetwork" in by_name[name]) is host_access, name
-        # CDI annotation updates (route 8): never for not-renamed, which lets them be.
+        # CDI annotation updates (route 8): never for the shipped policies, which the values
+        # let leave them be.
         for name, expression in by_name.items():
             reads_updates = "oldObject" in expression
-            assert reads_updates is (not name.startswith("not-renamed.")), name
+            assert reads_updates is (not name.startswith(("not-renamed.", "dra."))), name
+        # Claims: of the GPU classes, NVIDIA's and every class any policy lists (team-b's
+        # a100 too where the policy lists none), sorted and once each, to every entry: judged
+        # where the policy has a dra section, refused where it has none or none is in force.
+        gpu = sorted(["a100.example.com", *names_mod.DRA_NVIDIA_CLASSES])
+        claims = {
+            "team-b": gpu,
+            "solo": gpu,
+            "dra": gpu,
+            "team-a": gpu,
+            "not-renamed": gpu,
+            "default": gpu,
+            "unknown-policy": gpu,
+        }
+        for name, expression in by_name.items():
+            assert _claim_classes(expression) == claims[name.split(".")[0]], name
         for entry in config["webhooks"]:
             assert entry["failurePolicy"] == "Ignore"
             assert entry["timeoutSeconds"] == 10
@@ -541,6 +577,17 @@ def test_switches_and_own_policies_change_the_entries_as_render_does(
             assert names == sorted(["kube-system", OTHER_NAMESPACE, *EXCLUDED])
             assert entry["clientConfig"]["service"]["name"] == OTHER_FULLNAME
             assert entry["clientConfig"]["service"]["namespace"] == OTHER_NAMESPACE
+
+
+def _claim_classes(expression: str) -> list[str] | None:
+    """The device classes whose claims a condition sends; None when it sends none."""
+    claim, _ = expression.split(") : (", 1)
+    if claim == "(request.kind.group == 'resource.k8s.io') ? (\n  false\n":
+        return None
+    lists = re.findall(r"deviceClassName in \[(.*?)\]", claim)
+    assert len(lists) == 2
+    assert lists[0] == lists[1]
+    return [c.strip("'") for c in lists[0].split(", ")]
 
 
 def test_the_ca_bundle_of_an_existing_secret_is_in_every_entry(
@@ -575,17 +622,19 @@ def test_switch_values_rewrite_the_shipped_policies_and_leave_own_files_alone(
     rendered: dict[str, list[dict[str, Any]]],
 ) -> None:
     files = _policy_files(rendered["custom"])
-    assert sorted(files) == ["not-renamed.yaml", "solo.yaml", "teams.yaml"]
+    assert sorted(files) == ["dra.yaml", "not-renamed.yaml", "solo.yaml", "teams.yaml"]
     assert files["teams.yaml"] == TEAM_POLICIES
     assert yaml.safe_load(files["solo.yaml"]) == SOLO_POLICY
-    # The shipped file: everything as in policies/, but the switches of the values.
-    (original,) = dh.load_yaml(dh.POLICIES / "not-renamed.yaml")
-    (rewritten,) = yaml.safe_load_all(files["not-renamed.yaml"])
-    rules = rewritten["spec"].pop("rules")
-    assert rewritten == original
-    assert rules == {**policies.RulesSpec().model_dump(by_alias=True), **SWITCHES}
+    # The shipped files: everything as in policies/, but the switches of the values.
+    for shipped in ("not-renamed.yaml", "dra.yaml"):
+        (original,) = dh.load_yaml(dh.POLICIES / shipped)
+        (rewritten,) = yaml.safe_load_all(files[shipped])
+        rules = rewritten["spec"].pop("rules")
+        original["spec"].pop("rules", None)
+        assert rewritten == original
+        assert rules == {**policies.RulesSpec().model_dump(by_alias=True), **SWITCHES}
     loaded = _policy_set(rendered["custom"])
-    assert loaded.names == ["not-renamed", "solo", "team-a", "team-b"]
+    assert loaded.names == ["dra", "not-renamed", "solo", "team-a", "team-b"]
     switches = loaded.policies["not-renamed"].rules
     assert switches.void_visible_devices_without_gpu is False
     assert switches.deny_env_from_on_gpu_containers is True
@@ -607,15 +656,21 @@ def test_a_policy_change_renames_the_configmap_the_deployment_mounts(
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"policies": {"files": {"x.yaml": SOLO_POLICY, "y.yaml": SOLO_POLICY}}},
-         'policy "solo" is already defined in x.yaml'),
-        ({"policies": {"files": {"x.yaml": {**SOLO_POLICY, "kind": "Pod"}}}},
-         "every document must be apiVersion: gpu-share.io/v1alpha1, kind: SharingPolicy"),
+        (
+            {"policies": {"files": {"x.yaml": SOLO_POLICY, "y.yaml": SOLO_POLICY}}},
+            'policy "solo" is already defined in x.yaml',
+        ),
+        (
+            {"policies": {"files": {"x.yaml": {**SOLO_POLICY, "kind": "Pod"}}}},
+            "every document must be apiVersion: gpu-share.io/v1alpha1, kind: SharingPolicy",
+        ),
         ({"policies": {"files": {"x.yaml": "apiVersion: [\n"}}}, "x.yaml: not valid YAML"),
         ({"policies": {"files": {"x.json": SOLO_POLICY}}}, "not a name the server reads"),
         ({"policies": {"shipped": False}}, "no policy files"),
-        ({"policies": {"exclude": ["defaults.yaml"]}},
-         'the chart ships no policy file "defaults.yaml"'),
+        (
+            {"policies": {"exclude": ["defaults.yaml"]}},
+            'the chart ships no policy file "defaults.yaml"',
+        ),
     ],
 )
 def test_policy_values_the_chart_refuses(
@@ -628,7 +683,7 @@ def test_a_file_of_the_same_name_replaces_a_shipped_one(chart: helm_python.Chart
     own = {**SOLO_POLICY, "metadata": {"name": "default"}}
     objects = _render(chart, {"policies": {"files": {"default.yaml": own}}}, RELEASE, NAMESPACE)
     assert yaml.safe_load(_policy_files(objects)["default.yaml"]) == own
-    assert _policy_set(objects).names == ["default", "not-renamed"]
+    assert _policy_set(objects).names == ["default", "dra", "not-renamed"]
 
 
 # --------------------------------------------------------------------------- checking policy files
@@ -645,20 +700,57 @@ SITE_POLICY: dict[str, Any] = {
         "runtimeClassName": "nvidia",
         "tolerations": [
             {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-            {"key": "example.com/dedicated", "value": "gpu", "effect": "NoExecute",
-             "tolerationSeconds": 60},
+            {
+                "key": "example.com/dedicated",
+                "value": "gpu",
+                "effect": "NoExecute",
+                "tolerationSeconds": 60,
+            },
         ],
         "nodeClasses": [
-            {"name": "l4-mps", "product": "NVIDIA-L4", "strategy": "mps", "replicas": 2,
-             "memoryMiB": 23034},
-            {"name": "t4", "product": "Tesla-T4", "strategy": "time-slicing", "renamed": False,
-             "replicas": 4, "gpusPerNode": 2},
+            {
+                "name": "l4-mps",
+                "product": "NVIDIA-L4",
+                "strategy": "mps",
+                "replicas": 2,
+                "memoryMiB": 23034,
+            },
+            {
+                "name": "t4",
+                "product": "Tesla-T4",
+                "strategy": "time-slicing",
+                "renamed": False,
+                "replicas": 4,
+                "gpusPerNode": 2,
+            },
         ],
         "profiles": {"half": {"activeThreadPercentage": 50, "pinnedMemoryMiB": 11517}},
         "defaultProfile": "half",
-        "hostAccess": {"allowedHostPaths": [{"pathPrefix": "/models"}],
-                       "deniedHostPaths": ["/opt/gpu-runtime"]},
+        "hostAccess": {
+            "allowedHostPaths": [{"pathPrefix": "/models"}],
+            "deniedHostPaths": ["/opt/gpu-runtime"],
+        },
         "rules": {"denyEnvFromOnGpuContainers": True},
+        "dra": {
+            "deviceClasses": [
+                {
+                    "name": "gpu.nvidia.com",
+                    "allowed": True,
+                    "maxDevicesPerRequest": 2,
+                    "sharing": ["MPS", "TimeSlicing"],
+                    "mps": {"maxActiveThreadPercentage": 50, "maxPinnedMemoryMiB": 8192},
+                    "capacity": {"memory": "8Gi"},
+                },
+                {"name": "vfio.gpu.nvidia.com", "allowed": True},
+                {
+                    "name": "a100.example.com",
+                    "driver": "gpu.example.com",
+                    "configKind": "GpuConfig",
+                    "sharing": ["TimeSlicing"],
+                    "capacity": {"gpu.example.com/memory": "40Gi"},
+                },
+            ]
+        },
     },
 }
 DELETE = object()
@@ -687,109 +779,247 @@ CLASS0 = ("spec", "nodeClasses", 0)
 CLASS1 = ("spec", "nodeClasses", 1)
 TOLERATION0 = ("spec", "tolerations", 0)
 HALF = ("spec", "profiles", "half")
+DRA0 = ("spec", "dra", "deviceClasses", 0)
+DRA1 = ("spec", "dra", "deviceClasses", 1)
+DRA2 = ("spec", "dra", "deviceClasses", 2)
 
 # id: (the policy, the fields both checks name). Every kind of problem `policy check` finds
 # that the chart can tell from the file alone.
 BAD_POLICIES: dict[str, tuple[dict[str, Any], set[str]]] = {
     # Unknown fields: a typo is never ignored.
-    "typo-in-a-class": (_broken(((*CLASS0, "strategy"), (RENAME, "stratgy"))),
-                        {"spec.nodeClasses[0].stratgy", "spec.nodeClasses[0].strategy"}),
+    "typo-in-a-class": (
+        _broken(((*CLASS0, "strategy"), (RENAME, "stratgy"))),
+        {"spec.nodeClasses[0].stratgy", "spec.nodeClasses[0].strategy"},
+    ),
     "unknown-spec-field": (_broken((("spec", "mod"), "warn")), {"spec.mod"}),
     "unknown-top-field": (_broken((("specs",), {})), {"specs"}),
-    "unknown-rule-switch": (_broken((("spec", "rules", "denyEverything"), True)),
-                            {"spec.rules.denyEverything"}),
+    "unknown-rule-switch": (
+        _broken((("spec", "rules", "denyEverything"), True)),
+        {"spec.rules.denyEverything"},
+    ),
     # Values not among those allowed.
     "mode-enforced": (_broken((("spec", "mode"), "enforced")), {"spec.mode"}),
     "strategy": (_broken(((*CLASS0, "strategy"), "MPS")), {"spec.nodeClasses[0].strategy"}),
-    "operator": (_broken(((*TOLERATION0, "operator"), "exists")),
-                 {"spec.tolerations[0].operator"}),
+    "operator": (_broken(((*TOLERATION0, "operator"), "exists")), {"spec.tolerations[0].operator"}),
     "effect": (_broken(((*TOLERATION0, "effect"), "NoExec")), {"spec.tolerations[0].effect"}),
-    "rule-mode": (_broken((("spec", "ruleModes", "privileged"), "block")),
-                  {"spec.ruleModes.privileged"}),
+    "rule-mode": (
+        _broken((("spec", "ruleModes", "privileged"), "block")),
+        {"spec.ruleModes.privileged"},
+    ),
     "api-version": (_broken((("apiVersion",), "gpu-share.io/v1")), {"apiVersion"}),
     "kind": (_broken((("kind",), "Pod")), {"kind"}),
     # Types.
     "integer-as-word": (_broken(((*CLASS0, "replicas"), "two")), {"spec.nodeClasses[0].replicas"}),
-    "integer-with-fraction": (_broken(((*CLASS0, "memoryMiB"), 1.5)),
-                              {"spec.nodeClasses[0].memoryMiB"}),
+    "integer-with-fraction": (
+        _broken(((*CLASS0, "memoryMiB"), 1.5)),
+        {"spec.nodeClasses[0].memoryMiB"},
+    ),
     "boolean-as-word": (_broken(((*CLASS1, "renamed"), "maybe")), {"spec.nodeClasses[1].renamed"}),
-    "boolean-as-number": (_broken((("spec", "hostAccess", "trustPodSecurity"), 2)),
-                          {"spec.hostAccess.trustPodSecurity"}),
-    "mapping-for-a-list": (_broken((("spec", "tolerations"), {"key": "nvidia.com/gpu"})),
-                           {"spec.tolerations"}),
+    "boolean-as-number": (
+        _broken((("spec", "hostAccess", "trustPodSecurity"), 2)),
+        {"spec.hostAccess.trustPodSecurity"},
+    ),
+    "mapping-for-a-list": (
+        _broken((("spec", "tolerations"), {"key": "nvidia.com/gpu"})),
+        {"spec.tolerations"},
+    ),
     "list-for-a-mapping": (_broken((("spec", "hostAccess"), [])), {"spec.hostAccess"}),
-    "list-for-a-string": (_broken(((*CLASS0, "product"), ["NVIDIA-L4"])),
-                          {"spec.nodeClasses[0].product"}),
-    "shared-suffix-in-product": (_broken(((*CLASS0, "product"), "NVIDIA-L4-SHARED")),
-                                 {"spec.nodeClasses[0].product"}),
+    "list-for-a-string": (
+        _broken(((*CLASS0, "product"), ["NVIDIA-L4"])),
+        {"spec.nodeClasses[0].product"},
+    ),
+    "shared-suffix-in-product": (
+        _broken(((*CLASS0, "product"), "NVIDIA-L4-SHARED")),
+        {"spec.nodeClasses[0].product"},
+    ),
     "null": (_broken((("spec", "mode"), None)), {"spec.mode"}),
     "spec-is-a-string": (_broken((("spec",), "default")), {"spec"}),
     # Required fields.
-    "no-node-classes": (_broken((("spec", "nodeClasses"), DELETE)), {"spec.nodeClasses"}),
+    # (SITE_POLICY has a dra section, with which nodeClasses may be left out.)
+    "no-node-classes": (
+        _broken((("spec", "nodeClasses"), DELETE), (("spec", "dra"), DELETE)),
+        {"spec.nodeClasses"},
+    ),
     "no-strategy": (_broken(((*CLASS0, "strategy"), DELETE)), {"spec.nodeClasses[0].strategy"}),
     "no-spec": (_broken((("spec",), DELETE)), {"spec"}),
     "no-name": (_broken((("metadata", "name"), DELETE)), {"metadata.name"}),
     # Patterns, lengths, bounds.
-    "resource-name": (_broken((("spec", "sharedResources", 0), "amd.com/gpu")),
-                      {"spec.sharedResources[0]"}),
-    "runtime-class": (_broken((("spec", "runtimeClassName"), "Nvidia_Runtime")),
-                      {"spec.runtimeClassName"}),
+    "resource-name": (
+        _broken((("spec", "sharedResources", 0), "amd.com/gpu")),
+        {"spec.sharedResources[0]"},
+    ),
+    "runtime-class": (
+        _broken((("spec", "runtimeClassName"), "Nvidia_Runtime")),
+        {"spec.runtimeClassName"},
+    ),
     "policy-name": (_broken((("metadata", "name"), "Site")), {"metadata.name"}),
     "long-policy-name": (_broken((("metadata", "name"), "s" * 64)), {"metadata.name"}),
-    "profile-name": (_broken((("spec", "profiles", "half"), (RENAME, "Half"))),
-                     {"spec.profiles.Half.[key]"}),
+    "profile-name": (
+        _broken((("spec", "profiles", "half"), (RENAME, "Half"))),
+        {"spec.profiles.Half.[key]"},
+    ),
     "empty-product": (_broken(((*CLASS0, "product"), "")), {"spec.nodeClasses[0].product"}),
-    "no-classes": (_broken((("spec", "nodeClasses"), [])), {"spec.nodeClasses"}),
-    "threads-0": (_broken(((*HALF, "activeThreadPercentage"), 0)),
-                  {"spec.profiles.half.activeThreadPercentage"}),
-    "threads-101": (_broken(((*HALF, "activeThreadPercentage"), 101)),
-                    {"spec.profiles.half.activeThreadPercentage"}),
+    "no-classes": (
+        _broken((("spec", "nodeClasses"), []), (("spec", "dra"), DELETE)),
+        {"spec.nodeClasses"},
+    ),
+    "threads-0": (
+        _broken(((*HALF, "activeThreadPercentage"), 0)),
+        {"spec.profiles.half.activeThreadPercentage"},
+    ),
+    "threads-101": (
+        _broken(((*HALF, "activeThreadPercentage"), 101)),
+        {"spec.profiles.half.activeThreadPercentage"},
+    ),
     "no-gpus": (_broken(((*CLASS1, "gpusPerNode"), 0)), {"spec.nodeClasses[1].gpusPerNode"}),
     "no-memory": (_broken(((*CLASS0, "memoryMiB"), 0)), {"spec.nodeClasses[0].memoryMiB"}),
     # The models' own checks: each class, profile, toleration and host path.
     "one-replica": (_broken(((*CLASS1, "replicas"), 1)), {"spec.nodeClasses[1].replicas"}),
-    "mps-without-memory": (_broken(((*CLASS0, "memoryMiB"), DELETE)),
-                           {"spec.nodeClasses[0].memoryMiB"}),
+    "mps-without-memory": (
+        _broken(((*CLASS0, "memoryMiB"), DELETE)),
+        {"spec.nodeClasses[0].memoryMiB"},
+    ),
     "mps-replicas": (_broken(((*CLASS0, "replicas"), 64)), {"spec.nodeClasses[0].replicas"}),
-    "mps-on-mig": (_broken(((*CLASS0, "resource"), "nvidia.com/mig-1g.10gb")),
-                   {"spec.nodeClasses[0].strategy"}),
-    "shared-product-too-long": (_broken(((*CLASS1, "product"), "P" * 60)),
-                                {"spec.nodeClasses[1].product"}),
+    "mps-on-mig": (
+        _broken(((*CLASS0, "resource"), "nvidia.com/mig-1g.10gb")),
+        {"spec.nodeClasses[0].strategy"},
+    ),
+    "shared-product-too-long": (
+        _broken(((*CLASS1, "product"), "P" * 60)),
+        {"spec.nodeClasses[1].product"},
+    ),
     "empty-profile": (_broken((("spec", "profiles", "none"), {})), {"spec.profiles.none"}),
     "exists-with-value": (_broken(((*TOLERATION0, "value"), "x")), {"spec.tolerations[0]"}),
-    "equal-without-key": (_broken(((*TOLERATION0, "operator"), "Equal"),
-                                  ((*TOLERATION0, "key"), DELETE)), {"spec.tolerations[0]"}),
-    "seconds-without-no-execute": (_broken(((*TOLERATION0, "tolerationSeconds"), 30)),
-                                   {"spec.tolerations[0]"}),
+    "equal-without-key": (
+        _broken(((*TOLERATION0, "operator"), "Equal"), ((*TOLERATION0, "key"), DELETE)),
+        {"spec.tolerations[0]"},
+    ),
+    "seconds-without-no-execute": (
+        _broken(((*TOLERATION0, "tolerationSeconds"), 30)),
+        {"spec.tolerations[0]"},
+    ),
     "relative-allowed-path": (
         _broken((("spec", "hostAccess", "allowedHostPaths", 0, "pathPrefix"), "models")),
-        {"spec.hostAccess.allowedHostPaths[0]"}),
+        {"spec.hostAccess.allowedHostPaths[0]"},
+    ),
     "unclean-allowed-path": (
         _broken((("spec", "hostAccess", "allowedHostPaths", 0, "pathPrefix"), "/models/./x")),
-        {"spec.hostAccess.allowedHostPaths[0]"}),
-    "relative-denied-path": (_broken((("spec", "hostAccess", "deniedHostPaths"), ["opt/gpu"])),
-                             {"spec.hostAccess"}),
+        {"spec.hostAccess.allowedHostPaths[0]"},
+    ),
+    "relative-denied-path": (
+        _broken((("spec", "hostAccess", "deniedHostPaths"), ["opt/gpu"])),
+        {"spec.hostAccess"},
+    ),
     # The policy's coherence.
-    "unknown-rule": (_broken((("spec", "ruleModes", "no-such-rule"), "warn")),
-                     {"spec.ruleModes.no-such-rule"}),
-    "always-enforced-rule": (_broken((("spec", "ruleModes", "malformed-object"), "warn")),
-                             {"spec.ruleModes.malformed-object"}),
+    "unknown-rule": (
+        _broken((("spec", "ruleModes", "no-such-rule"), "warn")),
+        {"spec.ruleModes.no-such-rule"},
+    ),
+    "always-enforced-rule": (
+        _broken((("spec", "ruleModes", "malformed-object"), "warn")),
+        {"spec.ruleModes.malformed-object"},
+    ),
     "two-classes-one-name": (_broken(((*CLASS1, "name"), "l4-mps")), {"spec.nodeClasses"}),
-    "resource-twice": (_broken((("spec", "sharedResources", 1), "nvidia.com/gpu.shared")),
-                       {"spec.sharedResources", "spec.nodeClasses[t4]"}),
-    "class-resource-not-shared": (_broken((("spec", "sharedResources"), ["nvidia.com/gpu.shared"])),
-                                  {"spec.nodeClasses[t4]"}),
+    "resource-twice": (
+        _broken((("spec", "sharedResources", 1), "nvidia.com/gpu.shared")),
+        {"spec.sharedResources", "spec.nodeClasses[t4]"},
+    ),
+    "class-resource-not-shared": (
+        _broken((("spec", "sharedResources"), ["nvidia.com/gpu.shared"])),
+        {"spec.nodeClasses[t4]"},
+    ),
     "shared-resource-no-class": (
-        _broken((("spec", "sharedResources"),
-                 [*SITE_POLICY["spec"]["sharedResources"], "nvidia.com/mig-1g.10gb.shared"])),
-        {"spec.sharedResources"}),
-    "profiles-without-default": (_broken((("spec", "defaultProfile"), DELETE)),
-                                 {"spec.defaultProfile"}),
-    "default-not-a-profile": (_broken((("spec", "defaultProfile"), "full")),
-                              {"spec.defaultProfile"}),
+        _broken(
+            (
+                ("spec", "sharedResources"),
+                [*SITE_POLICY["spec"]["sharedResources"], "nvidia.com/mig-1g.10gb.shared"],
+            )
+        ),
+        {"spec.sharedResources"},
+    ),
+    "profiles-without-default": (
+        _broken((("spec", "defaultProfile"), DELETE)),
+        {"spec.defaultProfile"},
+    ),
+    "default-not-a-profile": (
+        _broken((("spec", "defaultProfile"), "full")),
+        {"spec.defaultProfile"},
+    ),
     "default-without-profiles": (_broken((("spec", "profiles"), DELETE)), {"spec.defaultProfile"}),
-    "profile-above-every-ceiling": (_broken(((*HALF, "activeThreadPercentage"), 60)),
-                                    {"spec.profiles.half"}),
+    "profile-above-every-ceiling": (
+        _broken(((*HALF, "activeThreadPercentage"), 60)),
+        {"spec.profiles.half"},
+    ),
+    # The dra section: its fields, and the models' checks of each class and of the section.
+    "dra-unknown-field": (
+        _broken(((*DRA0, "maxDevices"), 2)),
+        {"spec.dra.deviceClasses[0].maxDevices"},
+    ),
+    "dra-strategy": (
+        _broken(((*DRA0, "sharing"), ["mps"])),
+        {"spec.dra.deviceClasses[0].sharing[0]"},
+    ),
+    "dra-config-kind": (
+        _broken(((*DRA2, "configKind"), "GPUConfig")),
+        {"spec.dra.deviceClasses[2].configKind"},
+    ),
+    "dra-too-many-devices": (
+        _broken(((*DRA0, "maxDevicesPerRequest"), 33)),
+        {"spec.dra.deviceClasses[0].maxDevicesPerRequest"},
+    ),
+    "dra-class-name": (_broken(((*DRA1, "name"), "VFIO")), {"spec.dra.deviceClasses[1].name"}),
+    "dra-capacity-name": (
+        _broken(((*DRA0, "capacity"), {"memory-mib": "8Gi"})),
+        {"spec.dra.deviceClasses[0].capacity.memory-mib.[key]"},
+    ),
+    "dra-class-twice": (_broken(((*DRA2, "name"), "gpu.nvidia.com")), {"spec.dra.deviceClasses"}),
+    "dra-sharing-on-vfio-class": (
+        _broken(((*DRA1, "sharing"), ["TimeSlicing"])),
+        {"spec.dra.deviceClasses[1].sharing"},
+    ),
+    "dra-sharing-on-vfio-kind": (
+        _broken(((*DRA2, "configKind"), "VfioDeviceConfig")),
+        {"spec.dra.deviceClasses[2].sharing"},
+    ),
+    "dra-strategy-twice": (
+        _broken(((*DRA0, "sharing"), ["MPS", "TimeSlicing", "MPS"])),
+        {"spec.dra.deviceClasses[0].sharing"},
+    ),
+    "dra-capacity-not-a-quantity": (
+        _broken(((*DRA0, "capacity", "memory"), "8 GiB")),
+        {"spec.dra.deviceClasses[0].capacity.memory"},
+    ),
+    "dra-capacity-negative": (
+        _broken(((*DRA0, "capacity", "memory"), "-8Gi")),
+        {"spec.dra.deviceClasses[0].capacity.memory"},
+    ),
+    "dra-capacity-out-of-range": (
+        _broken(((*DRA0, "capacity", "memory"), "8Ei")),
+        {"spec.dra.deviceClasses[0].capacity.memory"},
+    ),
+    # `policy check` places a message at the field it starts with, which a name with a
+    # domain is not (its '/'): at the class, then.
+    "dra-capacity-with-a-domain": (
+        _broken(((*DRA2, "capacity", "gpu.example.com/memory"), "-40Gi")),
+        {"spec.dra.deviceClasses[2]"},
+    ),
+    # Each class's problems, and the spec's beside them.
+    "dra-and-spec-problems": (
+        _broken(
+            ((*DRA2, "configKind"), "VfioDeviceConfig"),
+            ((*DRA0, "capacity", "memory"), "lots"),
+            (("spec", "ruleModes", "no-such-rule"), "warn"),
+        ),
+        {
+            "spec.dra.deviceClasses[2].sharing",
+            "spec.dra.deviceClasses[0].capacity.memory",
+            "spec.ruleModes.no-such-rule",
+        },
+    ),
+    "dra-twice-and-node-class-problems": (
+        _broken(((*DRA2, "name"), "vfio.gpu.nvidia.com"), ((*CLASS1, "replicas"), 1)),
+        {"spec.dra.deviceClasses", "spec.nodeClasses[1].replicas"},
+    ),
 }
 # Policies both take, written as people write them: values pydantic converts, and plain
 # scalars Helm reads as another type than the server does (y, 1e3: true, a number).
@@ -878,7 +1108,7 @@ def test_the_site_policy_and_the_shipped_ones_pass_the_charts_check(
     assert {n: yaml.safe_load(t) for n, t in rendered.items()} == {
         n: yaml.safe_load(t) for n, t in texts.items()
     }
-    assert _policy_set(objects).names == ["default", "not-renamed", "site"]
+    assert _policy_set(objects).names == ["default", "dra", "not-renamed", "site"]
 
 
 @pytest.mark.slow  # two renders and a `policy check` for each of some sixty policies
@@ -925,7 +1155,10 @@ def test_values_the_server_converts_or_reads_otherwise_than_helm_are_not_refused
     ],
 )
 def test_a_value_helm_reads_otherwise_leaves_the_cross_checks_to_the_server(
-    chart: helm_python.Chart, plain: str, field: str, tmp_path: Path,
+    chart: helm_python.Chart,
+    plain: str,
+    field: str,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     text = yaml.safe_dump(SITE_POLICY, sort_keys=False, default_flow_style=False)
@@ -986,7 +1219,10 @@ def test_problems_of_several_documents_are_numbered_as_policy_check_numbers_them
     ],
 )
 def test_files_that_hold_no_policy_are_refused_by_both(
-    chart: helm_python.Chart, text: str, says: str, tmp_path: Path,
+    chart: helm_python.Chart,
+    text: str,
+    says: str,
+    tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     (checked,) = _check_problems(_site_dir(tmp_path, text), capsys)
@@ -999,9 +1235,7 @@ def test_files_that_hold_no_policy_are_refused_by_both(
 def test_every_problem_of_every_file_is_listed(chart: helm_python.Chart) -> None:
     files = {
         "a.yaml": BAD_POLICIES["mode-enforced"][0],
-        "b.yaml": yaml.safe_dump(
-            {**BAD_POLICIES["no-strategy"][0], "metadata": {"name": "other"}}
-        ),
+        "b.yaml": yaml.safe_dump({**BAD_POLICIES["no-strategy"][0], "metadata": {"name": "other"}}),
     }
     message = _refused(chart, {"policies": {"files": files}})
     assert "policies.files.a.yaml: spec.mode: " in message
@@ -1011,8 +1245,13 @@ def test_every_problem_of_every_file_is_listed(chart: helm_python.Chart) -> None
 def _paths(node: Any, prefix: tuple[str | int, ...] = ()) -> list[tuple[str | int, ...]]:
     """Every place in a document: its keys and list items, at any depth."""
     found: list[tuple[str | int, ...]] = []
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(
-        node, list) else ()
+    items = (
+        node.items()
+        if isinstance(node, dict)
+        else enumerate(node)
+        if isinstance(node, list)
+        else ()
+    )
     for key, value in items:
         found.append((*prefix, key))
         found.extend(_paths(value, (*prefix, key)))
@@ -1021,13 +1260,55 @@ def _paths(node: Any, prefix: tuple[str | int, ...] = ()) -> list[tuple[str | in
 
 # Values people and typos put in policies: words the models convert, words Helm reads as
 # another type, names, paths, bounds and their neighbours, shapes.
-ODD_VALUES = st.sampled_from([
-    "", "y", "n", "yes", "off", "4", " 4", "4.0", "1_000", "abc", "MPS", "mps", "Exists",
-    "NoExecute", "warn", "nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb",
-    "/models", "models", "/a/../b", "half", "l4-mps", "P" * 60,
-    -1, 0, 1, 2, 3, 47, 48, 49, 50, 100, 101, 23034, 1.5, 2.0,
-    True, False, None, [], {}, ["x"], {"x": 1},
-])
+ODD_VALUES = st.sampled_from(
+    [
+        "",
+        "y",
+        "n",
+        "yes",
+        "off",
+        "4",
+        " 4",
+        "4.0",
+        "1_000",
+        "abc",
+        "MPS",
+        "mps",
+        "Exists",
+        "NoExecute",
+        "warn",
+        "nvidia.com/gpu",
+        "nvidia.com/gpu.shared",
+        "nvidia.com/mig-1g.10gb",
+        "/models",
+        "models",
+        "/a/../b",
+        "half",
+        "l4-mps",
+        "P" * 60,
+        -1,
+        0,
+        1,
+        2,
+        3,
+        47,
+        48,
+        49,
+        50,
+        100,
+        101,
+        23034,
+        1.5,
+        2.0,
+        True,
+        False,
+        None,
+        [],
+        {},
+        ["x"],
+        {"x": 1},
+    ]
+)
 
 
 @st.composite
@@ -1058,11 +1339,13 @@ def _check_fields(text: str) -> set[tuple[str, str]]:
         err = io.StringIO()
         with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
             cli.main(["policy", "check", directory])
-        return _fields([
-            line.removeprefix("error: ").removeprefix(f"{directory}/")
-            for line in err.getvalue().splitlines()
-            if line.startswith("error: ")
-        ])
+        return _fields(
+            [
+                line.removeprefix("error: ").removeprefix(f"{directory}/")
+                for line in err.getvalue().splitlines()
+                if line.startswith("error: ")
+            ]
+        )
 
 
 @pytest.mark.slow  # some hundred renders
@@ -1097,8 +1380,10 @@ def test_the_bootstrap_job_names_the_objects_of_its_release(
     (c,) = pod["containers"]
     args = cli.build_parser().parse_args(c["args"])
     assert args.command == "certs"
-    assert (args.service, args.namespace) == (dh.find(objects, "Service")["metadata"]["name"],
-                                              namespace)
+    assert (args.service, args.namespace) == (
+        dh.find(objects, "Service")["metadata"]["name"],
+        namespace,
+    )
     assert args.inject_ca is True
     configs = {o["metadata"]["name"] for o in _configurations(objects)}
     assert configs == {args.mutating_webhook} == {args.validating_webhook}
@@ -1117,8 +1402,12 @@ def test_the_bootstrap_job_names_the_objects_of_its_release(
     username = f"system:serviceaccount:{namespace}:{account}"
 
     def refused(secret: str, user: str = username, type_: str = "kubernetes.io/tls") -> bool:
-        obj = {"apiVersion": "v1", "kind": "Secret", "type": type_,
-               "metadata": {"name": secret, "namespace": namespace}}
+        obj = {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "type": type_,
+            "metadata": {"name": secret, "namespace": namespace},
+        }
         return dh.secret_policy_refuses(objects, obj, username=user, namespace=namespace)
 
     assert not refused(args.secret)
@@ -1150,9 +1439,7 @@ def test_cert_manager_signs_the_secret_the_server_mounts(
         if obj["apiVersion"].startswith("cert-manager.io/"):
             assert obj["apiVersion"] == "cert-manager.io/v1"
             assert set(obj) == {"apiVersion", "kind", "metadata", "spec"}
-    (serving,) = [
-        o for o in objects if o["kind"] == "Certificate" and not o["spec"].get("isCA")
-    ]
+    (serving,) = [o for o in objects if o["kind"] == "Certificate" and not o["spec"].get("isCA")]
     assert serving["spec"]["secretName"] == _serving_secret(objects)
     assert f"{RELEASE}.{NAMESPACE}.svc" in serving["spec"]["dnsNames"]
     for config in _configurations(objects):
@@ -1173,12 +1460,18 @@ def test_cert_manager_with_an_issuer_of_the_sites(chart: helm_python.Chart) -> N
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        ({"certificates": {"mode": "existingSecret", "existingSecret": {"caBundle": CA_PEM}}},
-         "certificates.existingSecret.name"),
-        ({"certificates": {"mode": "existingSecret", "existingSecret": {"name": "s"}}},
-         "certificates.existingSecret.caBundle"),
-        ({"certificates": {"existingSecret": {"caBundle": CA_PEM}}},
-         "certificates.mode is bootstrap"),
+        (
+            {"certificates": {"mode": "existingSecret", "existingSecret": {"caBundle": CA_PEM}}},
+            "certificates.existingSecret.name",
+        ),
+        (
+            {"certificates": {"mode": "existingSecret", "existingSecret": {"name": "s"}}},
+            "certificates.existingSecret.caBundle",
+        ),
+        (
+            {"certificates": {"existingSecret": {"caBundle": CA_PEM}}},
+            "certificates.mode is bootstrap",
+        ),
         ({"certificates": {"mode": "selfSigned"}}, "/certificates/mode"),
     ],
 )
@@ -1220,8 +1513,10 @@ def test_the_non_default_values_reach_the_server(
         ({"webhook": {"excludedNamespaces": ["Not_A_Namespace"]}}, "/webhook/excludedNamespaces"),
         ({"replica": 3}, "additional properties 'replica' not allowed"),
         ({"policies": {"rules": {"denyEverything": True}}}, "/policies/rules"),
-        ({"extraEnv": [{"name": "GPU_SHARE_WEBHOOK_PORT", "value": "9443"}]},
-         "extraEnv: GPU_SHARE_WEBHOOK_PORT is set by the chart"),
+        (
+            {"extraEnv": [{"name": "GPU_SHARE_WEBHOOK_PORT", "value": "9443"}]},
+            "extraEnv: GPU_SHARE_WEBHOOK_PORT is set by the chart",
+        ),
         ({"networkPolicy": {"metricsFrom": [{}]}}, "/networkPolicy/metricsFrom/0"),
     ],
 )
@@ -1238,8 +1533,9 @@ def test_the_network_policy_admits_the_scrapers_the_values_name(
     default = dh.find(rendered["bootstrap"], "NetworkPolicy", RELEASE)
     assert dh.ingress_admits(default, 8443, namespace=dh.namespace_labels("team-a"), pod=None)
     assert dh.ingress_admits(default, 8080, namespace=dh.MONITORING, pod=prometheus)
-    assert not dh.ingress_admits(default, 8080, namespace=dh.namespace_labels("team-a"),
-                                 pod=prometheus)
+    assert not dh.ingress_admits(
+        default, 8080, namespace=dh.namespace_labels("team-a"), pod=prometheus
+    )
 
     custom = dh.find(rendered["custom"], "NetworkPolicy", OTHER_FULLNAME)
     assert dh.selector_matches(
@@ -1249,9 +1545,13 @@ def test_the_network_policy_admits_the_scrapers_the_values_name(
     (metrics,) = [r for r in custom["spec"]["ingress"] if r.get("from")]
     assert metrics["from"] == CUSTOM_VALUES["networkPolicy"]["metricsFrom"]
     # The selector peers, played as the API server would (the ipBlock aside).
-    selectors = {**custom, "spec": {**custom["spec"], "ingress": [
-        {**metrics, "from": [p for p in metrics["from"] if "ipBlock" not in p]}
-    ]}}
+    selectors = {
+        **custom,
+        "spec": {
+            **custom["spec"],
+            "ingress": [{**metrics, "from": [p for p in metrics["from"] if "ipBlock" not in p]}],
+        },
+    }
     observability = dh.namespace_labels("observability")
     assert dh.ingress_admits(selectors, 8080, namespace=observability, pod={"app": "vmagent"})
     assert not dh.ingress_admits(selectors, 8080, namespace=observability, pod=prometheus)
@@ -1324,16 +1624,20 @@ def test_the_chart_adds_what_the_client_auth_component_adds(
 ) -> None:
     """clientAuth with its defaults and a caBundle gives the objects of
     deploy/components/client-auth on deploy/overlays/cert-manager with that CA."""
-    values = {"namespace": {"create": True}, "certificates": {"mode": "certManager"},
-              "clientAuth": CLIENT_AUTH["caBundle"]}
+    values = {
+        "namespace": {"create": True},
+        "certificates": {"mode": "certManager"},
+        "clientAuth": CLIENT_AUTH["caBundle"],
+    }
     ours = {
         (o["kind"], o["metadata"]["name"]): o
         for o in map(_as_deploy_writes_it, _render(chart, values, RELEASE, NAMESPACE))
     }
     theirs = {
         (o["kind"], o["metadata"]["name"]): o
-        for o in map(_as_deploy_writes_it,
-                     dh.kustomize(dh.site(tmp_path, "cert-manager", client_ca=CA_PEM)))
+        for o in map(
+            _as_deploy_writes_it, dh.kustomize(dh.site(tmp_path, "cert-manager", client_ca=CA_PEM))
+        )
     }
     assert ("ConfigMap", f"{RELEASE}-client-ca") in theirs
     assert sorted(ours) == sorted(theirs)
@@ -1388,13 +1692,19 @@ def test_helm_lint_is_clean_with_client_auth(way: str) -> None:
     ("client_auth", "message"),
     [
         ({"enabled": True}, "clientAuth.enabled is true, but no CA is given"),
-        ({"enabled": True, "caBundle": CA_PEM, "existingConfigMap": "site-apiserver-ca"},
-         "caBundle and existingConfigMap are both set"),
+        (
+            {"enabled": True, "caBundle": CA_PEM, "existingConfigMap": "site-apiserver-ca"},
+            "caBundle and existingConfigMap are both set",
+        ),
         ({"enabled": True, "caBundle": "client-ca.crt"}, "clientAuth.caBundle: not a PEM"),
-        ({"enabled": True, "caBundle": CA_PEM, "names": ["kube-apiserver,other"]},
-         "/clientAuth/names/0"),
-        ({"enabled": True, "caBundle": CA_PEM, "names": [" kube-apiserver"]},
-         "/clientAuth/names/0"),
+        (
+            {"enabled": True, "caBundle": CA_PEM, "names": ["kube-apiserver,other"]},
+            "/clientAuth/names/0",
+        ),
+        (
+            {"enabled": True, "caBundle": CA_PEM, "names": [" kube-apiserver"]},
+            "/clientAuth/names/0",
+        ),
         ({"enabled": True, "caBundle": CA_PEM, "names": []}, "/clientAuth/names"),
         ({"enabled": True, "existingConfigMap": "Site_CA"}, "/clientAuth/existingConfigMap"),
         ({"enabled": "yes"}, "/clientAuth/enabled"),
@@ -1500,8 +1810,9 @@ def _helm_section() -> str:
 
 def _set_keys(text: str) -> list[str]:
     """The value keys of --set, --set-string and --set-file options in the text."""
-    keys = re.findall(r"--set(?:-string|-file)?[ =]'?((?:[\w-]|\\\.)+(?:\.(?:[\w-]|\\\.)+)*)=",
-                      text)
+    keys = re.findall(
+        r"--set(?:-string|-file)?[ =]'?((?:[\w-]|\\\.)+(?:\.(?:[\w-]|\\\.)+)*)=", text
+    )
     return sorted(set(keys))
 
 
@@ -1555,8 +1866,11 @@ def _values_example() -> tuple[list[str], dict[str, Any]]:
     return words, yaml.safe_load(block.group(1))
 
 
-def _helm_values(words: Sequence[str], files: Mapping[str, Any], texts: Mapping[str, str],
-                 ) -> dict[str, Any]:
+def _helm_values(
+    words: Sequence[str],
+    files: Mapping[str, Any],
+    texts: Mapping[str, str],
+) -> dict[str, Any]:
     """The values of `-f`, `--set` and `--set-file` options, as Helm merges them (in order)."""
     values: dict[str, Any] = {}
 
@@ -1606,26 +1920,33 @@ def test_the_values_example_installs_what_its_text_says(
     names = _policy_set(objects).names
     assert names == ["default"]
     for configuration in _configurations(objects):
-        policies_of_entries = {w["clientConfig"]["service"]["path"].split("/")[2]
-                               for w in configuration["webhooks"]}
+        policies_of_entries = {
+            w["clientConfig"]["service"]["path"].split("/")[2] for w in configuration["webhooks"]
+        }
         assert policies_of_entries == {"default", names_mod.UNKNOWN_POLICY_PATH}
     # What the release installs passes the check the text runs first, on nodes of the site.
     directory = tmp_path / "installed"
     directory.mkdir()
     for name, text in installed.items():
         (directory / name).write_text(text, encoding="utf-8")
-    dump = nodes.write(tmp_path, [nodes.node("gpu-t4-1", nodes.T4_MPS),
-                                  nodes.node("gpu-a10g-1", nodes.A10G_TS)])
+    dump = nodes.write(
+        tmp_path, [nodes.node("gpu-t4-1", nodes.T4_MPS), nodes.node("gpu-a10g-1", nodes.A10G_TS)]
+    )
     code = cli.main(["policy", "check", str(directory), "--nodes", str(dump)])
     assert code == commands.EXIT_OK, capsys.readouterr()
     # Monitoring on, with the labels shown; scrapes from the namespace shown.
     assert dh.find(objects, "ServiceMonitor")["metadata"]["labels"]["release"] == (
-        "kube-prometheus-stack")
+        "kube-prometheus-stack"
+    )
     assert dh.find(objects, "PrometheusRule")["metadata"]["labels"]["release"] == (
-        "kube-prometheus-stack")
-    assert dh.ingress_admits(dh.find(objects, "NetworkPolicy", RELEASE), 8080,
-                             namespace=dh.namespace_labels("observability"),
-                             pod={"app.kubernetes.io/name": "prometheus"})
+        "kube-prometheus-stack"
+    )
+    assert dh.ingress_admits(
+        dh.find(objects, "NetworkPolicy", RELEASE),
+        8080,
+        namespace=dh.namespace_labels("observability"),
+        pod={"app.kubernetes.io/name": "prometheus"},
+    )
     # Every value shown has an effect: without it the release differs.
     baseline = yaml.safe_dump_all(objects)
     for key in _leaf_keys(site_values):
@@ -1646,3 +1967,324 @@ def _leaf_keys(node: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> list[tu
         else:
             out.append((*prefix, key))
     return out
+
+
+# --------------------------------------------------------------------------- dra
+#
+# charts/gpu-share-webhook and a policy's `dra` section: the claim conditions the chart
+# writes for it (the GPU classes of the section, as `gpu-share-webhook render` lists them) and
+# its check of the section (what DraClassSpec and DraSpec refuse, capacity ceilings read as
+# webhook/core/quantities.py reads them), each held to the server's own code.
+#
+# The table of bad policies in tests/test_helm.py has a case for each kind of problem; here the
+# quantities are compared line for line, at their bounds and at random, and the conditions for
+# random lists of classes.
+
+
+def _policy(dra: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "gpu-share.io/v1alpha1",
+        "kind": "SharingPolicy",
+        "metadata": {"name": "site"},
+        "spec": {
+            "nodeClasses": [
+                {"name": "t4", "product": "Tesla-T4", "strategy": "time-slicing", "replicas": 4}
+            ],
+            "dra": dict(dra),
+        },
+    }
+
+
+def _checked(text: str) -> list[str]:
+    """`gpu-share-webhook policy check`'s problems with the file site.yaml of `text`, each
+    `site.yaml: <field>: <reason>`."""
+    with tempfile.TemporaryDirectory() as directory:
+        (Path(directory) / "site.yaml").write_text(text, encoding="utf-8")
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            cli.main(["policy", "check", directory])
+    return [
+        line.removeprefix("error: ").removeprefix(f"{directory}/")
+        for line in err.getvalue().splitlines()
+        if line.startswith("error: ")
+    ]
+
+
+# --------------------------------------------------------------------------- capacity ceilings
+
+# Quantities at the edges of what quantities.parse takes: the grammar, the sign, the bound of
+# 2^63-1 in each form (whole, with a decimal suffix, an exponent, a fraction, each binary
+# suffix), the exponent's own bound; and values `policy check` quotes with care.
+EDGE_QUANTITIES = [
+    # The grammar.
+    "8Gi", "500m", "1", "0", "1.", ".5", ".", "+", "-", "-0", "+1", "1e3", "1E3", "1e+3",
+    "1e-3", "1E", "1e", "1ki", "1K", "1k", "1Ki", "1 Gi", " 1", "1 ", "0x10", "1_000",
+    "1.5.3", "1e3.5", "e3", "Ki", "1Gib", "1.5Gi", "00012", "\uff11", "1e3Gi",
+    # The sign: negative unless zero, however small.
+    "-1", "-8Gi", "-0.0", "-000", "-1n", "-1e-30", "-0.0000000001", "-1e-2147483647",
+    # Whole numbers.
+    "9223372036854775807", "9223372036854775808", "09223372036854775807",
+    "99999999999999999999", "-9223372036854775807", "-9223372036854775808",
+    "9223372036854775807.0", "9223372036854775807.000000001",
+    # Decimal suffixes and exponents.
+    "9.223372036854775807E", "9.223372036854775808E", "9223372036854775807000m",
+    "9223372036854775807001m", "9223372036854.775807M", "9223372036854.775808M",
+    "92233720368547758070e-1", "92233720368547758071e-1", "9223372036854775807e0",
+    "9.223372036854775807e18", "9.223372036854775808e18", "1e18", "1e19", "10E",
+    "1e2147483647", "1e2147483648", "1e-2147483648", "0e2147483648", "1e-2147483647",
+    "1e0000000000002147483647", "1e-40", "1e-9n",
+    # Binary suffixes: the largest whole part, its largest fraction, and just above.
+    "7Ei", "8Ei", "7.999999999999999999132638262011596452794037759304046630859375Ei",
+    "7.999999999999999999132638262011596452794037759304046630859376Ei",
+    "7.99999999999999999913263826201159645279403775930404663085937Ei",
+    "8191Pi", "8191.99999999999999911182158029987476766109466552734375Pi",
+    "8191.99999999999999911182158029987476766109466552734376Pi", "8192Pi",
+    "8388607Ti", "8388608Ti", "8589934591Gi", "8589934591.9999999991Gi", "8589934592Gi",
+    "8796093022207.99999904632568359375Mi", "8796093022207.99999904632568359376Mi",
+    "9007199254740991.9990234375Ki", "9007199254740991.9990234376Ki", "9007199254740992Ki",
+    "0009007199254740991.99902343750Ki", "99999999999999999999Ki",
+    # What `policy check` writes as Python's repr.
+    "it's", 'say "hi"', "it's \"quoted\"", "back\\slash", "tab\there",
+]  # fmt: skip
+
+
+def _capacity_lines(chart: helm_python.Chart, values: Sequence[str]) -> tuple[list[str], ...]:
+    """(the chart's problems, `policy check`'s) with a class whose capacity ceilings are
+    `values`, named q0, q1, ... and, from the third on, every other one with a domain (which
+    `policy check` places at the class)."""
+    capacity = {
+        (f"example.com/q{i}" if i > 1 and i % 2 else f"q{i}"): value
+        for i, value in enumerate(values)
+    }
+    doc = _policy({"deviceClasses": [{"name": "gpu.nvidia.com", "capacity": capacity}]})
+    # The mapping: Helm takes the strings as they are (in a file's text it reads 1e3 as a
+    # number, and leaves the file to the server).
+    charted = sorted(_chart_problems(chart, doc))
+    checked = sorted(_checked(yaml.safe_dump(doc)))
+    return charted, checked
+
+
+def test_capacity_ceilings_are_judged_as_the_server_judges_them(chart: helm_python.Chart) -> None:
+    """Line for line: the same values refused, for the same reason, at the same place."""
+    charted, checked = _capacity_lines(chart, EDGE_QUANTITIES)
+    assert charted == checked
+    # Some of each kind, and a domain's at the class.
+    text = "\n".join(checked)
+    for reason in (
+        quantities.NOT_A_QUANTITY,
+        quantities.NEGATIVE,
+        quantities.OUT_OF_RANGE,
+        quantities.EXPONENT_OUT_OF_RANGE,
+    ):
+        assert reason in text
+    assert "spec.dra.deviceClasses[0]: capacity.example.com/q" in text
+    assert "'it\\'s \"quoted\"'" in text
+    # And every value the server takes passes.
+    good = [v for v in EDGE_QUANTITIES if _takes(v)]
+    assert len(good) > 40
+    assert _capacity_lines(chart, good) == ([], [])
+
+
+def _takes(value: str) -> bool:
+    try:
+        return quantities.parse(value) >= 0
+    except quantities.QuantityError:
+        return False
+
+
+_DIGITS = st.text("0123456789", max_size=24)
+_QUANTITY_LIKE = st.builds(
+    lambda sign, whole, fraction, tail: f"{sign}{whole}{fraction}{tail}",
+    st.sampled_from(["", "", "+", "-"]),
+    _DIGITS,
+    st.one_of(st.just(""), _DIGITS.map(lambda d: f".{d}")),
+    st.one_of(
+        st.sampled_from(["", "", "m", "k", "M", "G", "E", "n", "Ki", "Gi", "Pi", "Ei", "e", "K"]),
+        st.builds(lambda s, d: f"e{s}{d}", st.sampled_from(["", "+", "-"]), _DIGITS),
+    ),
+)
+_ANY_TEXT = st.text("0123456789+-.eEinumkKMGTP ", min_size=1, max_size=12)
+
+
+@pytest.mark.slow  # forty renders and `policy check`s
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    values=st.lists(
+        st.one_of(_QUANTITY_LIKE, _ANY_TEXT).filter(lambda v: 0 < len(v) <= 64),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_random_capacity_ceilings_are_judged_as_the_server_judges_them(
+    chart: helm_python.Chart, values: list[str]
+) -> None:
+    charted, checked = _capacity_lines(chart, values)
+    assert charted == checked
+
+
+# --------------------------------------------------------------------------- class names
+
+
+@pytest.mark.parametrize(("plain", "helm_reads"), [("y", "true"), ("1e3", "1000")])
+def test_a_class_name_helm_reads_otherwise_must_be_quoted(
+    chart: helm_python.Chart, plain: str, helm_reads: str
+) -> None:
+    """The chart lists the classes in the conditions, so it must read their names as the
+    server does; `policy check` takes them as they are."""
+    text = yaml.safe_dump(_policy({"deviceClasses": [{"name": "PLAIN", "allowed": True}]}))
+    assert _checked(text.replace("PLAIN", plain)) == []
+    assert _chart_problems(chart, text.replace("PLAIN", plain)) == [
+        f"site.yaml: spec.dra.deviceClasses[0].name: Helm reads this name as {helm_reads},"
+        " not as text: put it in quotes"
+    ]
+    quoted = text.replace("PLAIN", f"'{plain}'")
+    objects = _render(chart, {"policies": {"files": {"site.yaml": quoted}}}, RELEASE, NAMESPACE)
+    for configuration in _configurations(objects):
+        (entry,) = [
+            e for e in configuration["webhooks"] if e["name"] == "site.policies.gpu-share.io"
+        ]
+        listed = ", ".join(f"'{c}'" for c in sorted([plain, *names.DRA_NVIDIA_CLASSES]))
+        assert f"deviceClassName in [{listed}]" in entry["matchConditions"][1]["expression"]
+
+
+# --------------------------------------------------------------------------- the conditions
+
+
+def _named_policy(name: str, dra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`_policy` named `name`; without a dra section when `dra` is None."""
+    doc = _policy(dra or {})
+    doc["metadata"]["name"] = name
+    if dra is None:
+        del doc["spec"]["dra"]
+    return doc
+
+
+def _claims_by_entry(objects: Sequence[Mapping[str, Any]]) -> dict[str, list[str] | None]:
+    """The classes each pod entry sends claims of (None: none), the same in both
+    configurations (asserted)."""
+    mutating, validating = [
+        {
+            e["name"]: _claim_classes(e["matchConditions"][1]["expression"])
+            for e in dh.pod_entries(c)
+        }
+        for c in _configurations(objects)
+    ]
+    assert mutating == validating
+    return mutating
+
+
+def _as_render_prints(objects: Sequence[Mapping[str, Any]], values: Mapping[str, Any]) -> None:
+    expected = _expected_configurations(objects, values, RELEASE, NAMESPACE)
+    for want, have in zip(expected, _configurations(objects), strict=True):
+        assert have["webhooks"] == want["webhooks"]
+
+
+def test_a_class_one_policy_lists_is_a_gpu_class_of_every_policy_with_a_dra_section(
+    chart: helm_python.Chart,
+) -> None:
+    """`DraPolicy.gpu_classes`: team-a lists a100 (allowed), team-b lists nothing but has a
+    dra section, so team-b's namespaces may not ask for a100 either: its claims must reach
+    the webhook. A policy without a dra section still sends none."""
+    values = {
+        "policies": {
+            "files": {
+                "team-a.yaml": _named_policy(
+                    "team-a", {"deviceClasses": [{"name": "a100.example.com", "allowed": True}]}
+                ),
+                "team-b.yaml": _named_policy("team-b", {"deviceClasses": []}),
+                "team-c.yaml": _named_policy("team-c", None),
+            }
+        }
+    }
+    for doc in values["policies"]["files"].values():
+        assert _checked(yaml.safe_dump(doc)) == []
+    objects = _render(chart, values, RELEASE, NAMESPACE)
+    _as_render_prints(objects, values)
+    gpu = sorted(["a100.example.com", *names.DRA_NVIDIA_CLASSES])
+    claims = _claims_by_entry(objects)
+    for entry in (
+        "team-b.policies.gpu-share.io",
+        "team-b.baseline.policies.gpu-share.io",
+        # The shipped dra policy lists NVIDIA's only.
+        "dra.policies.gpu-share.io",
+        "team-a.policies.gpu-share.io",
+    ):
+        assert claims[entry] == gpu, entry
+    # (And a policy without a dra section is sent them too, to refuse them.)
+    assert claims["team-c.policies.gpu-share.io"] == gpu
+    assert claims["team-c.baseline.policies.gpu-share.io"] == gpu
+
+
+def test_the_entries_of_no_policy_in_force_send_the_claims_of_every_gpu_class(
+    chart: helm_python.Chart,
+) -> None:
+    """`PolicySet.gpu_classes`: a namespace labelled for no policy, or unlabelled where there is
+    no default policy, is sent the claims of NVIDIA's classes and of every class any policy
+    lists, to refuse them saying why; not only of NVIDIA's, not none."""
+    values = {
+        "policies": {
+            "shipped": False,
+            "files": {
+                "one.yaml": _named_policy(
+                    "one", {"deviceClasses": [{"name": "a100.example.com", "allowed": True}]}
+                ),
+                "two.yaml": _named_policy("two", {"deviceClasses": [{"name": "z.example.org"}]}),
+                "three.yaml": _named_policy("three", None),
+            },
+        }
+    }
+    objects = _render(chart, values, RELEASE, NAMESPACE)
+    _as_render_prints(objects, values)
+    gpu = sorted(["a100.example.com", "z.example.org", *names.DRA_NVIDIA_CLASSES])
+    claims = _claims_by_entry(objects)
+    for entry in (
+        "unknown-policy.gpu-share.io",
+        "unknown-policy.baseline.gpu-share.io",
+        "default.gpu-share.io",
+        "default.baseline.gpu-share.io",
+    ):
+        assert claims[entry] == gpu, entry
+    # With a default policy without a dra section, its entry is sent them too (to refuse
+    # them), and with no policy listing any class, every entry NVIDIA's.
+    values["policies"]["files"] = {"default.yaml": _named_policy("default", None)}
+    objects = _render(chart, values, RELEASE, NAMESPACE)
+    _as_render_prints(objects, values)
+    claims = _claims_by_entry(objects)
+    assert claims["default.gpu-share.io"] == sorted(names.DRA_NVIDIA_CLASSES)
+    assert claims["unknown-policy.gpu-share.io"] == sorted(names.DRA_NVIDIA_CLASSES)
+
+
+_CLASS_NAMES = st.one_of(
+    st.sampled_from(
+        [
+            *names.DRA_NVIDIA_CLASSES,
+            "a.example.com",
+            "gpu.nvidia.com.example",
+            "gpu-nvidia.com",
+            "gpu.nvidia.co",
+            "z",
+            "0gpu",
+            "nvidia.com",
+            "vfio.gpu.nvidia.com-2",
+        ]
+    ),
+    st.from_regex(r"[a-z0-9]([-a-z0-9]{0,8}[a-z0-9])?(\.[a-z0-9]{1,6}){0,2}", fullmatch=True),
+)
+
+
+@pytest.mark.slow  # thirty renders
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(classes=st.lists(_CLASS_NAMES, unique=True, max_size=6))
+def test_the_claim_conditions_are_renders_for_any_classes(
+    chart: helm_python.Chart, classes: list[str]
+) -> None:
+    """Listed or not, NVIDIA's or not, in any order: the chart's conditions are render's."""
+    doc = _policy({"deviceClasses": [{"name": c} for c in classes]})
+    assert _checked(yaml.safe_dump(doc)) == []
+    values = {"policies": {"files": {"site.yaml": doc}}}
+    objects = _render(chart, values, RELEASE, NAMESPACE)
+    expected = _expected_configurations(objects, values, RELEASE, NAMESPACE)
+    for want, have in zip(expected, _configurations(objects), strict=True):
+        assert [e["matchConditions"] for e in dh.pod_entries(have)] == [
+            e["matchConditions"] for e in dh.pod_entries(want)
+        ]

@@ -217,7 +217,7 @@ def test_an_unknown_policy_label_is_refused(capsys: pytest.CaptureFixture[str]) 
     code, _, err = run(capsys, "-f", path, "-l", "gpu-share.io/enabled=true",
                        "-l", "gpu-share.io/policy=gold")
     assert code == 1
-    assert 'policy "gold" does not exist (policies: default, not-renamed)' in err
+    assert 'policy "gold" does not exist (policies: default, dra, not-renamed)' in err
 
 
 @pytest.mark.parametrize(

@@ -124,7 +124,7 @@ def test_each_policy_has_an_entry_plus_the_unlabelled_and_the_unknown_entry(
         rendering.UNKNOWN_ENTRY: names.UNKNOWN_POLICY_PATH,
         rendering.UNKNOWN_BASELINE_ENTRY: f"{names.UNKNOWN_POLICY_PATH}/baseline",
     }
-    assert set(shipped_policies.names) == {"default", "not-renamed"}
+    assert set(shipped_policies.names) == {"default", "dra", "not-renamed"}
     for kind, endpoint in (
         (rendering.MUTATING_KIND, "mutate"),
         (rendering.VALIDATING_KIND, "validate"),
@@ -201,13 +201,19 @@ POD_RULES = [
     {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
      "resources": ["pods/binding", "bindings"], "scope": "Namespaced"},
 ]
+# Claims and claim templates on CREATE only (their spec is immutable), in v1 only: with
+# matchPolicy Equivalent a write through v1beta1 or v1beta2 arrives converted to v1.
+CLAIM_RULES = [
+    {"apiGroups": ["resource.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
+     "resources": ["resourceclaims", "resourceclaimtemplates"], "scope": "Namespaced"},
+]
 
 
 def test_mutation_sees_pods_on_create_and_update_and_their_ephemeral_containers_on_update(
     mutating_config: dict[str, Any],
 ) -> None:
     for e in dh.pod_entries(mutating_config):
-        assert e["rules"] == POD_RULES
+        assert e["rules"] == POD_RULES + CLAIM_RULES
 
 
 def test_validation_also_sees_the_workloads_on_create_and_update(
@@ -215,9 +221,10 @@ def test_validation_also_sees_the_workloads_on_create_and_update(
 ) -> None:
     expected = {(k.group, k.resource): list(k.versions) for k in kinds.all_kinds()}
     for e in dh.pod_entries(validating_config):
-        assert e["rules"][:len(POD_RULES)] == POD_RULES
+        head = len(POD_RULES) + len(CLAIM_RULES)
+        assert e["rules"][:head] == POD_RULES + CLAIM_RULES
         seen: dict[tuple[str, str], list[str]] = {}
-        for rule in e["rules"][len(POD_RULES):]:
+        for rule in e["rules"][head:]:
             assert rule["scope"] == "Namespaced"
             assert rule["operations"] == ["CREATE", "UPDATE"]
             for group in rule["apiGroups"]:

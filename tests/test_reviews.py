@@ -93,7 +93,7 @@ def test_an_unknown_policy_is_a_denial_that_says_so(
     assert response["status"]["message"].endswith("(rule unknown-policy)")
     assert response["allowed"] is False
     message = response["status"]["message"]
-    assert "does not exist (policies: default, not-renamed)" in message
+    assert "does not exist (policies: default, dra, not-renamed)" in message
     assert ("gpu-share.io/policy" in message)
 
 

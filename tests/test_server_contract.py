@@ -400,7 +400,7 @@ async def test_a_policy_file_that_does_not_load_takes_only_its_own_policies_out_
     broken = settings.policies_dir / "broken.yaml"
     broken.write_text("kind: SharingPolicy\nmetadata: {name: broken}\n")
     app = server.create_app(settings)
-    assert app[states.STATE].policies.names == ["default", "not-renamed"]
+    assert app[states.STATE].policies.names == ["default", "dra", "not-renamed"]
     client = await h.start(aiohttp_server, aiohttp_client, app)
     refused = await answer(client, "/mutate/broken", h.shared_pod(), "uid-broken")
     assert refused["allowed"] is False

@@ -1,8 +1,10 @@
 """The audit: what the webhook would refuse or change among the objects of a cluster dump.
 
-`audit(objects, policies=..., kinds=...)` takes what `kubectl get pods,deployments,... -A -o
-json` and `kubectl get namespaces -o json` print and judges every Pod and every workload
-(the built-in kinds and `kinds`) as the webhook would if it were created now:
+`audit(objects, policies=..., kinds=...)` takes what `kubectl get pods,deployments,...,
+resourceclaims,resourceclaimtemplates -A -o json` and `kubectl get namespaces -o json` print
+and judges every Pod, every workload (the built-in kinds and `kinds`) and every
+ResourceClaim and ResourceClaimTemplate (`resource.k8s.io/v1`) as the webhook would if it
+were created now:
 
 - Which namespaces the webhook sees, and under which policy, is decided by the namespace
   selectors of the configurations `rendering.render` makes for the same policies, evaluated
@@ -16,12 +18,20 @@ json` and `kubectl get namespaces -o json` print and judges every Pod and every 
   dry-run today (and so adds nothing yet).
   A Pod is judged as the mutating webhook judges it at CREATE; a workload's templates as
   its new pods will be (which also holds what the validating webhook refuses: its checks
-  are the same).
+  are the same); a claim or claim template as the mutating webhook judges it at CREATE
+  (`claims.review`: its requests against the policy's `dra` section, the MPS configuration
+  of its profile added). Claims made before the namespace opted in are what this finds.
+  Claims of another `resource.k8s.io` version are not judged (counted as ignored): the
+  webhook is sent v1 only, and reads its shape.
 - Objects of one controller (a Deployment, its ReplicaSets and their Pods; a CronJob or a
   JobSet, its Jobs and their Pods; found through `ownerReferences`) that get the same verdict
   are one `Entry`, so a 300-replica Deployment is one line; so are bare Pods with the same
   verdict. Every object is still reviewed: an old ReplicaSet or a Pod that differs from its
-  template gets an entry of its own.
+  template gets an entry of its own. A claim kube-controller-manager made from a template
+  for a pod (owned by the Pod, annotation `resource.kubernetes.io/pod-claim-name`) follows
+  its owner reference like a pod does: the claims of a Deployment's pods with one verdict
+  are one entry of that Deployment; bare claims (and templates) with one verdict are one
+  entry, as bare pods are. A claim's own name is left out when verdicts are compared.
 - A namespace's Pod Security level (label `pod-security.kubernetes.io/enforce`) travels in its
   webhook path as in the cluster: one that enforces baseline or restricted is judged under
   `<policy>/baseline`, where rule host-access leaves its checks to Pod Security. Each judged
@@ -43,9 +53,9 @@ from types import MappingProxyType
 from typing import Any
 
 from webhook import hostpaths, names, namespaces, rendering
-from webhook.core import nearmisses, pods, reviewing, rules
-from webhook.core.decisions import MALFORMED, OBJECT, Violation
-from webhook.policies import Policy, PolicySet
+from webhook.core import claims, nearmisses, pods, reviewing, rules
+from webhook.core.decisions import MALFORMED, OBJECT, Decision, Violation, Words, shown
+from webhook.policies import DraClass, Policy, PolicySet
 
 # What the webhook would do to an object.
 REFUSED, CHANGED, UNTOUCHED = "refused", "changed", "untouched"
@@ -60,6 +70,17 @@ STATUSES = (JUDGED, NOT_OPTED_IN, EXCLUDED, NOT_IN_FILES)
 
 NAMESPACE_KIND = "Namespace"
 POD_KIND = "Pod"
+CLAIM_KINDS = (names.CLAIM_TEMPLATE_KIND, names.CLAIM_KIND)
+# The only version of claims the webhook is sent (`matchPolicy: Equivalent` converts the
+# others first), and the only shape `claims.review` reads: v1beta1's requests are flat.
+CLAIM_API_VERSION = f"{names.DRA_GROUP}/{names.DRA_VERSION}"
+# Set by kube-controller-manager on a claim it makes from a ResourceClaimTemplate for a pod
+# (which is its controller owner): the name of the pod's entry in spec.resourceClaims
+# (kubernetes.io/docs/reference/labels-annotations-taints/#resource-kubernetes-io-pod-claim-name).
+POD_CLAIM_NAME_ANNOTATION = "resource.kubernetes.io/pod-claim-name"
+# Kinds whose objects without a controller are grouped by verdict (bare pods, bare claims):
+# nothing else is made from them, so one line per verdict says all.
+_LEAF_KINDS = (POD_KIND, *CLAIM_KINDS)
 # The controllers' own order, so a report lists a Deployment before its ReplicaSets.
 _KIND_ORDER = {
     k: i
@@ -233,6 +254,9 @@ class Report:
     namespaces: list[NamespaceReport]
     # Objects of kinds the webhook never reviews (Services, ConfigMaps, ...), by kind.
     ignored: Counter[str] = field(default_factory=Counter)
+    # Claims and claim templates of another resource.k8s.io version than v1, by apiVersion
+    # (among `ignored` too): the webhook is sent v1 only.
+    other_claim_versions: Counter[str] = field(default_factory=Counter)
     # Objects found more than once (the last one counts).
     duplicates: int = 0
     # Objects with a shape no Kubernetes object has: (namespace, object, the first
@@ -329,7 +353,13 @@ def audit(
                 labels_of[name] = _labels(meta.get("labels"))
                 report.namespaces_found = True
             continue
-        if not isinstance(kind, str) or not (
+        if isinstance(kind, str) and claims.is_claim(group, kind):
+            api_version = obj.get("apiVersion")
+            if api_version != CLAIM_API_VERSION:
+                report.ignored[f"{kind} ({api_version})"] += 1
+                report.other_claim_versions[str(api_version)] += 1
+                continue
+        elif not isinstance(kind, str) or not (
             (kind == POD_KIND and group == "") or (group, kind) in by_kind
         ):
             report.ignored[str(kind) if kind else "(no kind)"] += 1
@@ -499,6 +529,9 @@ def _judge(
     decision = reviewing.review(obj, policy=enforcing, mutate=True, kinds=kinds)
     if decision.malformed:
         return next(v for v in decision.violations if v.rule == MALFORMED)
+    if item.ref.kind in CLAIM_KINDS:
+        item.verdict = _claim_verdict(obj, decision, real=real, enforcing=enforcing)
+        return None
     found, _ = pods.templates(obj, kinds)
     # Warnings about one template of the kinds of other projects start with its label
     # (`JobSet spec.replicatedJobs[0]...: `), which its pods' do not have.
@@ -521,6 +554,45 @@ def _judge(
         why = "; ".join(dict.fromkeys(nearmisses.unchanged(pods.read(t), enforcing) for t in found))
     item.verdict = Verdict(status, refusals, mutations, adds, warnings, (*key, why), why)
     return None
+
+
+def _claim_verdict(
+    obj: Mapping[str, Any], decision: Decision, *, real: Policy, enforcing: Policy
+) -> Verdict:
+    """The verdict on a claim or claim template. Its key leaves out the object's own name,
+    which each message starts with (`claim "pod1-gpu-7j2k4" request "gpu": ...`): the claims
+    made for the pods of one controller differ in nothing else."""
+    label = claim_label(obj)
+    refusals = tuple(Refusal(v, real.mode_of(v.rule)) for v in decision.violations)
+    adds = describe_claim_patch(decision.patch)
+    status = REFUSED if refusals else CHANGED if decision.patch else UNTOUCHED
+    mutations = tuple((rule, real.mode_of(rule)) for rule in decision.mutations)
+    warnings = tuple(decision.warnings)
+    why = claim_unchanged(obj, enforcing) if status == UNTOUCHED else ""
+    key = (
+        status,
+        tuple(_claim_refusal_key(f, label) for f in refusals),
+        mutations,
+        adds,
+        tuple(w.removeprefix(label) for w in warnings),
+        why,
+        # Never one entry with a pod, nor a claim with a template.
+        str(obj.get("kind")),
+    )
+    return Verdict(status, refusals, mutations, adds, warnings, key, why)
+
+
+def _claim_refusal_key(f: Refusal, label: str) -> tuple[Any, ...]:
+    """`Refusal.key` with the claim's name left out of the words."""
+    v = f.violation
+    return (v.rule, v.type, v.field, _unnamed(v.words, label), v.container, f.mode)
+
+
+def _unnamed(words: Words, label: str) -> Words:
+    first = words[0] if words else None
+    if isinstance(first, str) and first.startswith(label):
+        return (first.removeprefix(label), *words[1:])
+    return words
 
 
 # --------------------------------------------------------------------------- grouping
@@ -559,7 +631,7 @@ def _entries(items: list[_Object]) -> list[Entry]:
         top = items[at].owner
         if top is not None and owners[at] is None:
             roots.append(top)
-        elif at == i and top is None and item.ref.kind == POD_KIND:
+        elif at == i and top is None and item.ref.kind in _LEAF_KINDS:
             roots.append(None)
         else:
             roots.append(at)
@@ -604,8 +676,10 @@ def _entries(items: list[_Object]) -> list[Entry]:
 
 
 def kind_rank(kind: str) -> int:
-    if kind == POD_KIND:
-        return len(_KIND_ORDER) + 1
+    """Where objects of `kind` stand among an owner's: controllers first, then pods, then
+    claim templates and claims (a pod's claims come after it)."""
+    if kind in _LEAF_KINDS:
+        return len(_KIND_ORDER) + 1 + _LEAF_KINDS.index(kind)
     return _KIND_ORDER.get(kind, len(_KIND_ORDER))
 
 
@@ -618,6 +692,12 @@ def _note(item: _Object) -> str:
         spec = item.obj.get("spec")
         if isinstance(spec, dict) and spec.get("replicas") == 0:
             return "0 replicas: an old revision, used again only by a rollback"
+    if item.ref.kind == names.CLAIM_KIND and item.owner is not None:
+        meta = item.obj.get("metadata")
+        annotations = meta.get("annotations") if isinstance(meta, dict) else None
+        if isinstance(annotations, dict) and POD_CLAIM_NAME_ANNOTATION in annotations:
+            # Its spec is the template's: a new pod's claim is made from the template again.
+            return "made for its pod from a claim template, which decides the next pods' claims"
     return ""
 
 
@@ -757,3 +837,200 @@ def _expression(e: Mapping[str, Any]) -> str:
 def _shown(value: Any) -> str:
     text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
     return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
+
+
+# --------------------------------------------------------------------------- claims
+
+
+def claim_label(obj: Mapping[str, Any]) -> str:
+    """How `claims.review` names a claim or template at the start of its messages."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    name = meta.get("name") or meta.get("generateName") or ""
+    what = "claim template" if obj.get("kind") == names.CLAIM_TEMPLATE_KIND else "claim"
+    return f"{what} {shown(name if isinstance(name, str) else '')}"
+
+
+def describe_claim_patch(patch: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
+    """What a claim's patch adds, one line per request, whatever the object (a claim's
+    `/spec/devices/config` or a template's `/spec/spec/devices/config`, one list or one entry
+    at a time): `config of request "gpu": GpuConfig, sharing MPS,
+    defaultActiveThreadPercentage=25, defaultPinnedDeviceMemoryLimit=3840Mi`."""
+    out: list[str] = []
+    for op in patch:
+        value = op.get("value")
+        for entry in value if isinstance(value, list) else [value]:
+            out.append(_config_entry(entry))
+    return tuple(out)
+
+
+def _config_entry(entry: Any) -> str:
+    if not isinstance(entry, dict):
+        return f"devices.config: {_shown(entry)}"
+    requests = entry.get("requests")
+    named = [str(r) for r in requests] if isinstance(requests, list) else []
+    words = [f'{"subrequest" if "/" in r else "request"} "{r}"' for r in named]
+    topic = "config of " + (", ".join(words) if words else "every request")
+    opaque = entry.get("opaque")
+    parameters = opaque.get("parameters") if isinstance(opaque, dict) else None
+    if not isinstance(parameters, dict):
+        return f"{topic}: {_shown(opaque)}"
+    items = [str(parameters.get("kind"))]
+    sharing = parameters.get("sharing")
+    if isinstance(sharing, dict):
+        items.append(f"sharing {sharing.get('strategy')}")
+        mps = sharing.get("mpsConfig")
+        if isinstance(mps, dict):
+            items += [f"{k}={_shown(v)}" for k, v in mps.items()]
+    return f"{topic}: {', '.join(items)}"
+
+
+def claim_unchanged(obj: Mapping[str, Any], policy: Policy) -> str:
+    """Why a review of a claim or template that refused nothing left it as it was, in a few
+    words (`mutate` and `audit` say it): the counterpart of `nearmisses.unchanged`. It reads
+    the requests and configurations as `claims.review` does."""
+    if policy.unavailable is not None:
+        # The catch-all entry, like the entry of a policy with no dra section, is sent no claim.
+        if policy.name == names.UNKNOWN_POLICY_PATH:
+            label = names.POLICY_LABEL
+            return f"claims are not reviewed: the namespace's label {label} names no policy"
+        if policy.unavailable[0] == names.UNKNOWN_POLICY_RULE:
+            return f'claims are not reviewed: no policy is named "{policy.name}"'
+        return f'claims are not reviewed under policy "{policy.name}": it is not in force'
+    dra = policy.dra
+    if dra is None:
+        return (
+            f'claims are not reviewed under policy "{policy.name}" (no dra section); its pods'
+            " may not use claims"
+        )
+    devices = _devices(obj)
+    requests = _requests(devices)
+    targets = [(name, c, cls) for name, c in requests if (cls := dra.governed(c)) is not None]
+    if not targets:
+        other = sorted({class_name for _, class_name in requests})
+        if not other:
+            return "it asks for no device"
+        return (
+            f'it asks only for devices of classes policy "{policy.name}" does not govern'
+            f" ({', '.join(other)}): the webhook leaves them alone"
+        )
+    if policy.mode == names.DRY_RUN:
+        return f'policy "{policy.name}" is in dry-run mode: it changes nothing'
+    configs = _configs(devices)
+    profile = _profile_name(obj, policy)
+    configured: list[str] = []
+    without_mps: list[str] = []
+    unsized = sized = False
+    for name, class_name, cls in targets:
+        if any(_applies(c, name, cls) for c in configs):
+            configured.append(f'{_request_word(name)} "{name}" ({cls.config_kind})')
+        elif claims.MPS not in cls.sharing:
+            shared = " or ".join(cls.sharing) or "no sharing"
+            without_mps.append(f'class "{class_name}" ({shared})')
+        elif profile is None:
+            unsized = True
+        else:
+            sized = True  # the review adds its configuration, unless the rule is in dry-run
+    reasons = []
+    if configured:
+        reasons.append(f"it is already configured: {', '.join(configured)}")
+    if without_mps:
+        reasons.append(
+            f'policy "{policy.name}" shares no device of {", ".join(dict.fromkeys(without_mps))}'
+            " with MPS, so it adds no MPS configuration"
+        )
+    if unsized:
+        reasons.append(
+            f"no profile applies (no {names.ANNOTATION_PROFILE} annotation, and policy"
+            f' "{policy.name}" has no defaultProfile)'
+        )
+    if sized and policy.mode_of("dra-mps-limits") == names.DRY_RUN:
+        reasons.append(
+            f'rule dra-mps-limits is in dry-run mode in policy "{policy.name}": the MPS'
+            f' configuration of profile "{profile}" is not added yet'
+        )
+    return "; ".join(reasons) or "it is already as the webhook leaves it"
+
+
+def _request_word(name: str) -> str:
+    return "subrequest" if "/" in name else "request"
+
+
+def _devices(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = obj.get("spec")
+    if obj.get("kind") == names.CLAIM_TEMPLATE_KIND and isinstance(spec, dict):
+        spec = spec.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    return devices if isinstance(devices, dict) else {}
+
+
+def _requests(devices: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(name, device class) of each request and each `firstAvailable` subrequest
+    (`req/sub`)."""
+    out: list[tuple[str, str]] = []
+    requests = devices.get("requests")
+    for request in requests if isinstance(requests, list) else ():
+        if not isinstance(request, dict) or not isinstance(request.get("name"), str):
+            continue
+        name = request["name"]
+        exactly = request.get("exactly")
+        if isinstance(exactly, dict) and isinstance(exactly.get("deviceClassName"), str):
+            out.append((name, exactly["deviceClassName"]))
+        first = request.get("firstAvailable")
+        for sub in first if isinstance(first, list) else ():
+            if isinstance(sub, dict) and isinstance(sub.get("deviceClassName"), str):
+                out.append((f"{name}/{sub.get('name')}", sub["deviceClassName"]))
+    return out
+
+
+# (driver, requests, parameters' kind) of an opaque configuration.
+_Config = tuple[str, tuple[str, ...], str | None]
+
+
+def _configs(devices: Mapping[str, Any]) -> list[_Config]:
+    """(driver, requests, parameters' kind) of each opaque configuration."""
+    out: list[_Config] = []
+    raw = devices.get("config")
+    for entry in raw if isinstance(raw, list) else ():
+        opaque = entry.get("opaque") if isinstance(entry, dict) else None
+        if not isinstance(opaque, dict):
+            continue
+        requests = entry.get("requests")
+        named = tuple(str(r) for r in requests) if isinstance(requests, list) else ()
+        parameters = opaque.get("parameters")
+        kind = parameters.get("kind") if isinstance(parameters, dict) else None
+        out.append((str(opaque.get("driver")), named, kind if isinstance(kind, str) else None))
+    return out
+
+
+def _applies(config: _Config, name: str, cls: DraClass) -> bool:
+    """Whether a configuration counts as the request's own, as `claims.review` counts it: one
+    of the class's driver that names the request (or, for a subrequest, its request), or
+    names none and is of the class's kind."""
+    driver, requests, kind = config
+    if driver != cls.driver:
+        return False
+    if not requests:
+        return kind == cls.config_kind
+    return name in requests or name.partition("/")[0] in requests
+
+
+def _profile_name(obj: Mapping[str, Any], policy: Policy) -> str | None:
+    """The profile that sizes the claim's MPS configuration: its annotation (a template's in
+    spec.metadata, else its own), else the policy's default."""
+    key = names.ANNOTATION_PROFILE
+    wanted = _annotations(obj).get(key)
+    spec = obj.get("spec")
+    if obj.get("kind") == names.CLAIM_TEMPLATE_KIND and isinstance(spec, dict):
+        inner = _annotations(spec)
+        if key in inner:
+            wanted = inner[key]
+    if wanted is None:
+        return policy.default_profile
+    return str(wanted)
+
+
+def _annotations(node: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = node.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return annotations if isinstance(annotations, dict) else {}

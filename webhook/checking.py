@@ -9,16 +9,24 @@ load. Then, of the policies that load, what can never happen although the server
 Two levels, as the command prints them: an *error* is something the server refuses (the file
 does not load) or a class that can place no pod on the nodes given: exit 1. A *warning* is
 something the server loads and an admin should know of: exit 0. A file that cannot be read is
-bad input (exit 2), after everything else has been said.
+bad input (exit 2), after everything else has been said. Besides, *notes* (exit 0, each said
+once for the whole directory) name what the policies rely on that no file can show: the DRA
+driver's feature gates.
+
+A `dra` section is judged class by class as if the class were open: `allowed` decides whether
+namespaces may use it, the rest what they get once they may (`discover` writes classes closed,
+ready to open).
 """
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webhook import discovering, policies
+from webhook import discovering, names, policies
 from webhook.core import placing
 from webhook.errors import PolicyError
 
@@ -33,6 +41,8 @@ class DirectoryReport:
     warnings: tuple[str, ...]
     # Files that cannot be read: bad input.
     unreadable: tuple[str, ...]
+    # What the policies that load rely on beyond any file (`policy_notes`), each once.
+    notes: tuple[str, ...] = ()
 
     @property
     def complete(self) -> bool:
@@ -90,7 +100,8 @@ def check_directory(directory: Path) -> DirectoryReport:
                 )
     errors.extend(p for p in problems if p not in errors)
     warnings = [w for name in loaded.names for w in policy_warnings(loaded.policies[name])]
-    return DirectoryReport(loaded, tuple(errors), tuple(warnings), tuple(unreadable))
+    notes = policy_notes([loaded.policies[name] for name in loaded.names])
+    return DirectoryReport(loaded, tuple(errors), tuple(warnings), tuple(unreadable), tuple(notes))
 
 
 # --------------------------------------------------------------------------- loads, never matches
@@ -102,9 +113,13 @@ def policy_warnings(policy: policies.Policy) -> list[str]:
     out: list[str] = []
     where = policy.source
     mps = [c for c in policy.classes if c.mps]
-    if policy.profiles and not mps:
+    # Profiles also size the requests of DRA classes that allow MPS (the webhook adds their
+    # MPS configuration).
+    dra_mps = policy.dra is not None and any(MPS in c.sharing for c in policy.dra.classes.values())
+    if policy.profiles and not mps and not dra_mps:
+        either = "" if policy.dra is None else " (nor does a DRA class allow MPS)"
         out.append(
-            f"{where}: spec.profiles: no node class is mps, so no profile limits anything"
+            f"{where}: spec.profiles: no node class is mps{either}, so no profile limits anything"
             " (time-slicing nodes ignore CUDA_MPS_*); remove them, or add the MPS class they"
             " are meant for"
         )
@@ -131,6 +146,204 @@ def policy_warnings(policy: policies.Policy) -> list[str]:
                 f"{where}: spec.nodeClasses[{c.index}]: class {c.name} selects the nodes class"
                 f" {other.name} selects (the same {_labels(c)}); the webhook cannot tell them"
                 " apart: merge them into one"
+            )
+    out.extend(dra_warnings(policy))
+    return out
+
+
+# --------------------------------------------------------------------------- dra
+
+MPS = "MPS"
+TIME_SLICING = "TimeSlicing"
+MPS_RULE = "dra-mps-limits"
+# The configuration kind NVIDIA's driver applies to the devices of each of its classes (it
+# refuses another on the node: "cannot apply GpuConfig to device ... of type mig"); vGPU's is
+# not documented.
+_NVIDIA_KINDS = {
+    names.DRA_GPU_CLASS: "GpuConfig",
+    names.DRA_MIG_CLASS: "MigDeviceConfig",
+    names.DRA_VFIO_CLASS: "VfioDeviceConfig",
+}
+# How many characters a name may differ by (changed, added or dropped) from one of NVIDIA's to
+# be taken for a misspelling of it: more would take a site's own class, such as
+# a100.gpu.nvidia.com (three added), for one.
+MISSPELT = 2
+
+
+def dra_warnings(policy: policies.Policy) -> list[str]:
+    """What a policy's dra section says that can never work, each as
+    `<file>: <field path>: <reason and what to do>`."""
+    dra = policy.dra
+    if dra is None:
+        return []
+    out: list[str] = []
+    default = policy.profiles.get(policy.default_profile or "")
+    for i, c in enumerate(dra.classes.values()):
+        at = f"{policy.source}: spec.dra.deviceClasses[{i}]"
+        out.extend(_names(c, at, dra))
+        ceilings = c.max_thread_percentage is not None or c.max_pinned_memory_mib is not None
+        if MPS not in c.sharing:
+            if ceilings:
+                out.append(
+                    f"{at}.mps: class {c.name} does not allow MPS (sharing:"
+                    f" [{', '.join(c.sharing)}]), so its MPS ceilings limit nothing; add MPS to"
+                    " sharing, or remove them"
+                )
+            continue
+        if not ceilings and not policy.profiles:
+            out.append(
+                f"{at}.sharing: class {c.name} allows MPS with no ceiling, and the policy has"
+                " no profile: an MPS configuration may set any limits or none, and a request"
+                " with none gets none; set mps.maxActiveThreadPercentage and"
+                " mps.maxPinnedMemoryMiB, or add profiles"
+            )
+        if c.capacity:
+            out.append(
+                f"{at}.capacity: class {c.name} allows MPS and caps consumable capacity"
+                f" ({', '.join(n for n, _, _ in c.capacity)}): where NVIDIA's driver shares"
+                " GPUs by capacity (its ConsumableShares feature gate), it refuses MPS claims on"
+                ' the node ("MPS sharing is not supported when consumable shares is enabled");'
+                " allow one or the other"
+            )
+        out.extend(_profiles_above(policy, c, at, default))
+    return out
+
+
+def _names(c: policies.DraClass, at: str, dra: policies.DraPolicy) -> list[str]:
+    """A class or driver name that looks like a misspelling of NVIDIA's, and a driver or
+    configuration kind NVIDIA's driver does not take for the devices of its own class."""
+    out = []
+    meant = misspelling(c.name, names.DRA_NVIDIA_CLASSES)
+    if meant is not None:
+        fate = f"; {meant} is not listed, so closed" if meant not in dra.classes else ""
+        out.append(
+            f"{at}.name: {c.name} is no class of NVIDIA's GPU DRA driver; did you mean"
+            f" {meant}? (this entry governs only a class of its own name{fate})"
+        )
+    if c.driver != names.DRA_DRIVER:
+        meant = misspelling(c.driver, [names.DRA_DRIVER])
+        if meant is not None:
+            out.append(
+                f"{at}.driver: {c.driver} is not NVIDIA's driver; did you mean {meant}?"
+                " (configurations for another driver are not the ones NVIDIA's reads)"
+            )
+        elif c.name in _NVIDIA_KINDS:
+            out.append(
+                f"{at}.driver: {c.name} is a class of NVIDIA's driver, {names.DRA_DRIVER}, which"
+                f" reads no configuration for {c.driver}; remove driver"
+            )
+    kind = _NVIDIA_KINDS.get(c.name)
+    if kind is not None and c.config_kind != kind:
+        out.append(
+            f"{at}.configKind: NVIDIA's driver applies {kind} to the devices of {c.name} and"
+            f" refuses a {c.config_kind} on the node; remove configKind"
+        )
+    return out
+
+
+def _profiles_above(
+    policy: policies.Policy, c: policies.DraClass, at: str, default: policies.Profile | None
+) -> list[str]:
+    """The profiles above an MPS class's ceilings: where one of them applies, the webhook
+    refuses a request of the class with no MPS configuration, as the configuration it would
+    add does not fit."""
+    above = [p for p in policy.profiles.values() if not _fits_dra(p, c)]
+    if not above:
+        return []
+    ceiling = _dra_ceiling(c)
+    fix = f"(rule {MPS_RULE}); raise the ceiling, or lower the profile"
+    if len(above) == len(policy.profiles):
+        return [
+            f"{at}.mps: every profile is above the MPS ceiling of class {c.name} ({ceiling}):"
+            " the webhook refuses every request of it that has no MPS configuration of its"
+            f" own {fix}s"
+        ]
+    out = []
+    if default is not None and default in above:
+        out.append(
+            f"{policy.source}: spec.defaultProfile: {default.name} is above the MPS ceiling of"
+            f" DRA class {c.name} ({ceiling}): in claims that name no profile, the webhook"
+            f" refuses the requests of it that have no MPS configuration {fix}"
+        )
+    others = [p.name for p in above if p is not default]
+    if others:
+        many = len(others) > 1
+        out.append(
+            f"{at}.mps: profile{'s' if many else ''} {', '.join(others)}"
+            f" {'are' if many else 'is'} above the MPS ceiling of class {c.name} ({ceiling}):"
+            f" in claims that name {'them' if many else 'it'}, the webhook refuses the"
+            f" requests of it that have no MPS configuration {fix}{'s' if many else ''}"
+        )
+    return out
+
+
+def _fits_dra(profile: policies.Profile, c: policies.DraClass) -> bool:
+    """Whether `profile` is within a class's MPS ceilings (a value it leaves out is the
+    ceiling's, as the webhook fills it in)."""
+    threads, memory = profile.active_thread_percentage, profile.pinned_memory_mib
+    ceiling = c.max_thread_percentage
+    if threads is not None and ceiling is not None and threads > ceiling:
+        return False
+    return memory is None or c.max_pinned_memory_mib is None or memory <= c.max_pinned_memory_mib
+
+
+def _dra_ceiling(c: policies.DraClass) -> str:
+    parts = []
+    if c.max_thread_percentage is not None:
+        parts.append(f"{c.max_thread_percentage}%")
+    if c.max_pinned_memory_mib is not None:
+        parts.append(f"{c.max_pinned_memory_mib} MiB")
+    return " / ".join(parts)
+
+
+def misspelling(name: str, known: Collection[str]) -> str | None:
+    """The one of `known` that `name`, none of them, is a misspelling of: the closest, at
+    most `MISSPELT` characters changed, added or dropped as difflib aligns them (its ratio
+    alone would take t4.gpu.nvidia.com, a name a site may give its own class, for
+    gpu.nvidia.com)."""
+    if name in known:
+        return None
+    found: tuple[int, str] | None = None
+    for candidate in known:
+        matcher = difflib.SequenceMatcher(None, name, candidate, autojunk=False)
+        edits = sum(
+            max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in matcher.get_opcodes() if tag != "equal"
+        )
+        if edits <= MISSPELT and (found is None or edits < found[0]):
+            found = (edits, candidate)
+    return found[1] if found else None
+
+
+def policy_notes(loaded: Sequence[policies.Policy]) -> list[str]:
+    """What the policies' dra sections rely on that no file shows, each said once: the
+    feature gate of NVIDIA's driver each sharing strategy they allow needs."""
+    out = []
+    for strategy, gate, otherwise in (
+        (
+            MPS,
+            "MPSSupport",
+            "without it, MPS claims fail on the node, those the webhook gives a profile's MPS"
+            " configuration too",
+        ),
+        (
+            TIME_SLICING,
+            "TimeSlicingSettings",
+            "without it, a claim that configures time-slicing fails on the node (one with no"
+            " sharing configuration still gets the driver's default time-slicing)",
+        ),
+    ):
+        using = []
+        for p in loaded:
+            classes = [
+                c.name for c in (p.dra.classes.values() if p.dra else ()) if strategy in c.sharing
+            ]
+            if classes:
+                using.append(f"policy {p.name}: {', '.join(classes)}")
+        if using:
+            out.append(
+                f"{strategy} is allowed on DRA classes ({'; '.join(using)}): NVIDIA's DRA"
+                f" driver takes it only with its {gate} feature gate on (alpha, off by"
+                f" default); {otherwise}"
             )
     return out
 

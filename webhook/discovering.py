@@ -18,6 +18,11 @@ A renamed resource is advertised as `R.shared` in the node's status (capacity, a
 one that is not keeps the name R. Labels and status that disagree (a -SHARED product on a
 node that advertises R.shared, a strategy without replicas, MPS on a MIG device...) are
 reported with the node and the labels, and the node is left out: we never guess.
+
+`discover --slices` also reads a ResourceSlice dump (`kubectl get resourceslices -o json`):
+the devices of NVIDIA's GPU DRA driver, by the device class that selects them, become the
+policy's `dra` section (`read_slices`, `survey_slices`, `dra_classes`; see "ResourceSlices"
+below).
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from webhook import names, policies
+from webhook.core import quantities
 from webhook.errors import InputError
 
 GFD_ATTRIBUTES = ("product", "replicas", "sharing-strategy", "count", "memory")
@@ -706,22 +712,415 @@ def mps_profiles(classes: Sequence[DiscoveredClass]) -> dict[str, dict[str, int]
 DEFAULT_PROFILE = "medium"
 
 
-def policy_document(classes: Sequence[DiscoveredClass], *, name: str) -> dict[str, Any]:
-    """The SharingPolicy for `classes` as plain data (no comments)."""
-    spec: dict[str, Any] = {
-        "mode": names.ENFORCE,
-        "sharedResources": sorted({c.advertised for c in classes}),
-        "runtimeClassName": names.DEFAULT_RUNTIME_CLASS,
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
-        "nodeClasses": [c.spec() for c in classes],
-    }
+def policy_document(
+    classes: Sequence[DiscoveredClass], *, name: str, dra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The SharingPolicy for `classes` as plain data (no comments), with `dra` as its dra
+    section when given (`dra_section`).
+
+    Without classes (a cluster whose GPUs come through DRA alone: `dra` is then required), the
+    policy has no field of the device plugin's: no nodeClasses, sharedResources,
+    runtimeClassName, tolerations or profiles. The webhook sets the runtime class and the
+    tolerations only on pods that ask for a shared resource of a node class, and a profile only
+    sizes MPS, which no class discover writes allows."""
+    spec: dict[str, Any] = {"mode": names.ENFORCE}
+    if classes:
+        spec.update(
+            sharedResources=sorted({c.advertised for c in classes}),
+            runtimeClassName=names.DEFAULT_RUNTIME_CLASS,
+            tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            nodeClasses=[c.spec() for c in classes],
+        )
+    elif dra is None:
+        raise ValueError("a policy without node classes needs a dra section")
     profiles = mps_profiles(classes)
     if profiles:
         spec["profiles"] = profiles
         spec["defaultProfile"] = DEFAULT_PROFILE
+    if dra is not None:
+        spec["dra"] = dict(dra)
     return {
         "apiVersion": policies.API_VERSION,
         "kind": policies.KIND,
         "metadata": {"name": name},
         "spec": spec,
     }
+
+
+# --------------------------------------------------------------------------- ResourceSlices
+#
+# A ResourceSlice (resource.k8s.io/v1) publishes devices of one driver in one pool; a pool may
+# span several slices, and only those of its highest `pool.generation` count: the older ones
+# are what the driver is replacing (the `ResourcePool.generation` API doc). NVIDIA's GPU DRA
+# driver (`gpu.nvidia.com`) publishes one pool per node, each device with the attribute
+# `type` (gpu, mig, vfio; vgpu behind its VGPUSupport gate) its device classes select on,
+# `productName`, a MIG device's `profile`, and the capacity `memory` (a VFIO device's
+# `addressableMemory`): the driver's reference, "ResourceSlice device attributes".
+
+SLICE_KIND = "ResourceSlice"
+# v1beta2 devices have v1's shape (v1beta1 nests them under `basic`, and no cluster this
+# webhook reviews claims on, 1.34 or later, serves it by default).
+SLICE_API_VERSIONS = ("resource.k8s.io/v1", "resource.k8s.io/v1beta2")
+# The DeviceClass NVIDIA's chart installs for each device `type` (its CEL selects on it).
+NVIDIA_DEVICE_CLASSES: Mapping[str, str] = MappingProxyType(
+    {
+        "gpu": names.DRA_GPU_CLASS,
+        "mig": names.DRA_MIG_CLASS,
+        "vfio": names.DRA_VFIO_CLASS,
+        "vgpu": "vgpu.gpu.nvidia.com",
+    }
+)
+# NVIDIA's attributes are bare keys in a slice; the domain-qualified form names them too.
+_NVIDIA_DOMAIN = names.DRA_DRIVER + "/"
+_MIB = 1024 * 1024
+SLICES_EXPECTED = "expected the output of `kubectl get resourceslices -o json`"
+
+
+@dataclass(frozen=True, slots=True)
+class SliceDevice:
+    """A device of a ResourceSlice: what discovery reads of it."""
+
+    name: str
+    # The slice's nodeName, or the device's own (a pool with per-device node selection);
+    # None for a pool of several nodes.
+    node: str | None
+    # NVIDIA's attributes (None where the device has none).
+    type: str | None
+    product: str | None
+    profile: str | None
+    # The capacity `memory` (a VFIO device's `addressableMemory`), in whole MiB.
+    memory_mib: int | None
+    # `allowMultipleAllocations`: claims share it by its capacity (consumable capacity).
+    multiple: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """A ResourceSlice of the dump: what discovery reads of it."""
+
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int
+    node: str | None
+    devices: tuple[SliceDevice, ...]
+
+
+def read_slices(objects: Iterable[Mapping[str, Any]]) -> tuple[list[Slice], int]:
+    """The ResourceSlices among `objects`, and how many objects were not ResourceSlices.
+    InputError for a slice of the wrong shape (naming it and the field), for a name given
+    twice, or for no slice."""
+    slices: list[Slice] = []
+    others = 0
+    seen: set[str] = set()
+    for number, obj in enumerate(objects, 1):
+        if obj.get("kind") != SLICE_KIND:
+            others += 1
+            continue
+        read = _read_slice(obj, number)
+        if read.name in seen:
+            raise InputError(f"{SLICE_KIND}/{read.name}: appears twice in the dump")
+        seen.add(read.name)
+        slices.append(read)
+    if not slices:
+        raise InputError(f"holds no {SLICE_KIND} object ({SLICES_EXPECTED})")
+    return slices, others
+
+
+def _shown(value: Any) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return repr(text if len(text) <= 40 else text[:37] + "...")
+
+
+def _wrong(where: str, value: Any, expected: str) -> InputError:
+    if value is None:
+        return InputError(f"{where} is missing")
+    return InputError(f"{where}: {_shown(value)} is not {expected}")
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise _wrong(where, value, "a name")
+    return value
+
+
+def _optional_text(value: Any, where: str) -> str | None:
+    return None if value is None else _text(value, where)
+
+
+def _count(value: Any, where: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _wrong(where, value, f"a whole number of at least {minimum}")
+    return value
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    """A mapping (none: empty)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where} is not a mapping")
+    return value
+
+
+def _read_slice(obj: Mapping[str, Any], number: int) -> Slice:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str) or not name:
+        raise InputError(f"object {number}, a {SLICE_KIND}: metadata.name is missing")
+    what = f"{SLICE_KIND}/{name}"
+    version = obj.get("apiVersion")
+    if version not in SLICE_API_VERSIONS:
+        said = "apiVersion is missing" if version is None else f"apiVersion {_shown(version)}"
+        raise InputError(
+            f"{what}: {said}: discover reads {SLICE_API_VERSIONS[0]}, which Kubernetes 1.34"
+            " and later serve (`kubectl get resourceslices -o json` there)"
+        )
+    if obj.get("spec") is None:
+        raise InputError(f"{what}: spec is missing")
+    spec = _object(obj.get("spec"), f"{what}: spec")
+    driver = _text(spec.get("driver"), f"{what}: spec.driver")
+    if spec.get("pool") is None:
+        raise InputError(f"{what}: spec.pool is missing")
+    pool = _object(spec.get("pool"), f"{what}: spec.pool")
+    node = _optional_text(spec.get("nodeName"), f"{what}: spec.nodeName")
+    raw = spec.get("devices")
+    if raw is not None and not isinstance(raw, list):
+        raise InputError(f"{what}: spec.devices is not a list")
+    nvidia = driver == names.DRA_DRIVER
+    return Slice(
+        name=name,
+        driver=driver,
+        pool=_text(pool.get("name"), f"{what}: spec.pool.name"),
+        generation=_count(pool.get("generation"), f"{what}: spec.pool.generation", 0),
+        slice_count=_count(
+            pool.get("resourceSliceCount"), f"{what}: spec.pool.resourceSliceCount", 1
+        ),
+        node=node,
+        devices=tuple(
+            _read_device(d, f"{what}: spec.devices[{i}]", node, nvidia)
+            for i, d in enumerate(raw or [])
+        ),
+    )
+
+
+def _read_device(raw: Any, where: str, node: str | None, nvidia: bool) -> SliceDevice:
+    if not isinstance(raw, dict):
+        raise InputError(f"{where} is not a mapping")
+    name = _text(raw.get("name"), f"{where}.name")
+    own_node = _optional_text(raw.get("nodeName"), f"{where}.nodeName")
+    attributes = _object(raw.get("attributes"), f"{where}.attributes")
+    for key, value in attributes.items():
+        # Exactly one of string, int, bool, version (newer API versions add list forms).
+        if not isinstance(value, dict) or len(value) != 1:
+            raise InputError(
+                f"{where}.attributes.{key}: not an attribute (a mapping with one of string,"
+                " int, bool or version)"
+            )
+    capacity = _object(raw.get("capacity"), f"{where}.capacity")
+    amounts: dict[str, int] = {}
+    for key, value in capacity.items():
+        if not isinstance(value, dict) or "value" not in value:
+            raise InputError(f"{where}.capacity.{key}: not a capacity (a mapping with value)")
+        try:
+            amount = quantities.parse(value["value"])
+        except quantities.QuantityError as exc:
+            raise InputError(
+                f"{where}.capacity.{key}.value: {_shown(value['value'])} {exc}"
+            ) from None
+        amounts[str(key)] = int(amount // _MIB)
+    multiple = raw.get("allowMultipleAllocations", False)
+    if not isinstance(multiple, bool):
+        raise _wrong(f"{where}.allowMultipleAllocations", multiple, "true or false")
+
+    def attribute(key: str) -> str | None:
+        if not nvidia:
+            return None
+        found = attributes.get(key, attributes.get(_NVIDIA_DOMAIN + key))
+        if found is None:
+            return None
+        # Another form (an int) is no attribute NVIDIA's driver writes: as if absent.
+        text = found.get("string")
+        return text if isinstance(text, str) else None
+
+    kind = attribute("type")
+    memory = amounts.get("addressableMemory" if kind == "vfio" else "memory")
+    return SliceDevice(
+        name=name,
+        node=own_node or node,
+        type=kind,
+        product=attribute("productName"),
+        profile=attribute("profile"),
+        memory_mib=memory if nvidia else None,
+        multiple=multiple,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A pool of the dump at its highest generation: how many slices it has, of how many."""
+
+    driver: str
+    name: str
+    generation: int
+    expected: int
+    seen: int
+
+
+@dataclass(frozen=True, slots=True)
+class SliceSurvey:
+    """What a ResourceSlice dump says about devices."""
+
+    slices: tuple[Slice, ...]
+    # The slices of each pool's highest generation: the ones in force.
+    current: tuple[Slice, ...]
+    # Pools with fewer slices of that generation than they announce (being published).
+    incomplete: tuple[Pool, ...]
+    # Objects of the dump that are not ResourceSlices.
+    others: int = 0
+
+    @property
+    def stale(self) -> int:
+        """Slices of an older generation of their pool, left out."""
+        return len(self.slices) - len(self.current)
+
+    @property
+    def devices(self) -> tuple[tuple[Slice, SliceDevice], ...]:
+        return tuple((s, d) for s in self.current for d in s.devices)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The nodes the devices in force are on."""
+        return tuple(sorted({d.node for _, d in self.devices if d.node}))
+
+
+def survey_slices(slices: Sequence[Slice], *, others: int = 0) -> SliceSurvey:
+    highest: dict[tuple[str, str], int] = {}
+    for s in slices:
+        key = (s.driver, s.pool)
+        highest[key] = max(highest.get(key, s.generation), s.generation)
+    current = [s for s in slices if s.generation == highest[(s.driver, s.pool)]]
+    pools: dict[tuple[str, str], list[Slice]] = {}
+    for s in current:
+        pools.setdefault((s.driver, s.pool), []).append(s)
+    incomplete = []
+    for (driver, pool), members in sorted(pools.items()):
+        # Slices of one generation announce one count; the largest is the safe reading.
+        expected = max(m.slice_count for m in members)
+        if len(members) < expected:
+            incomplete.append(Pool(driver, pool, members[0].generation, expected, len(members)))
+    return SliceSurvey(tuple(slices), tuple(current), tuple(incomplete), others)
+
+
+@dataclass(frozen=True, slots=True)
+class Product:
+    """The devices of one product (and MIG profile) in a class."""
+
+    name: str
+    count: int
+    nodes: tuple[str, ...]
+    # Distinct memory sizes among them, in MiB.
+    memories: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DraFoundClass:
+    """An NVIDIA device class with devices in the slices, and what they are."""
+
+    name: str
+    # The devices' `type` attribute.
+    type: str
+    devices: int
+    nodes: tuple[str, ...]
+    products: tuple[Product, ...]
+    # The smallest memory among its devices (None: a device publishes none).
+    memory_mib: int | None
+    # The most of its devices one node (or pool, where devices have no node) has.
+    most_per_node: int
+    # Devices published with allowMultipleAllocations (the driver's ConsumableShares).
+    multiple: int
+
+    def spec(self) -> dict[str, Any]:
+        """The class as discover writes it: closed (the slices say what exists, not which
+        namespaces may use it), one device per request, no sharing configuration (what no
+        driver feature gate is needed for: see `discover`'s comments)."""
+        return {"name": self.name, "allowed": False, "maxDevicesPerRequest": 1, "sharing": []}
+
+
+@dataclass(frozen=True, slots=True)
+class OtherDevices:
+    """Devices no NVIDIA class selects: another driver's, or NVIDIA's of another type."""
+
+    driver: str
+    # NVIDIA's `type` attribute where the driver is NVIDIA's (None: no such attribute).
+    type: str | None
+    count: int
+    nodes: tuple[str, ...]
+
+
+def _product_name(d: SliceDevice) -> str:
+    name = d.product or "no productName"
+    return f"{name} MIG {d.profile}" if d.type == "mig" and d.profile else name
+
+
+def dra_classes(found: SliceSurvey) -> tuple[DraFoundClass, ...]:
+    """One class per NVIDIA device type with devices in force, in NVIDIA_DEVICE_CLASSES'
+    order."""
+    by_type: dict[str, list[tuple[Slice, SliceDevice]]] = {}
+    for s, d in found.devices:
+        if s.driver == names.DRA_DRIVER and d.type is not None and d.type in NVIDIA_DEVICE_CLASSES:
+            by_type.setdefault(d.type, []).append((s, d))
+    out = []
+    for kind, class_name in NVIDIA_DEVICE_CLASSES.items():
+        members = by_type.get(kind)
+        if not members:
+            continue
+        products: dict[str, list[SliceDevice]] = {}
+        places: dict[str, int] = {}
+        for s, d in members:
+            products.setdefault(_product_name(d), []).append(d)
+            place = d.node or f"pool {s.pool}"
+            places[place] = places.get(place, 0) + 1
+        memories = [d.memory_mib for _, d in members]
+        out.append(
+            DraFoundClass(
+                name=class_name,
+                type=kind,
+                devices=len(members),
+                nodes=tuple(sorted({d.node for _, d in members if d.node})),
+                products=tuple(
+                    Product(
+                        name=p,
+                        count=len(ds),
+                        nodes=tuple(sorted({d.node for d in ds if d.node})),
+                        memories=tuple(
+                            sorted({d.memory_mib for d in ds if d.memory_mib is not None})
+                        ),
+                    )
+                    for p, ds in sorted(products.items())
+                ),
+                memory_mib=None if None in memories else min(m for m in memories if m is not None),
+                most_per_node=max(places.values()),
+                multiple=sum(1 for _, d in members if d.multiple),
+            )
+        )
+    return tuple(out)
+
+
+def other_devices(found: SliceSurvey) -> tuple[OtherDevices, ...]:
+    """The devices in force that no NVIDIA class selects, by driver (and NVIDIA type)."""
+    groups: dict[tuple[str, str | None], list[SliceDevice]] = {}
+    for s, d in found.devices:
+        if s.driver == names.DRA_DRIVER and d.type in NVIDIA_DEVICE_CLASSES:
+            continue
+        groups.setdefault((s.driver, d.type), []).append(d)
+    return tuple(
+        OtherDevices(driver, kind, len(ds), tuple(sorted({d.node for d in ds if d.node})))
+        for (driver, kind), ds in sorted(groups.items(), key=lambda g: (g[0][0], g[0][1] or ""))
+    )
+
+
+def dra_section(classes: Sequence[DraFoundClass]) -> dict[str, Any]:
+    """The policy's dra section for `classes` as plain data."""
+    return {"deviceClasses": [c.spec() for c in classes]}

@@ -56,6 +56,40 @@ SHARED_SUFFIX = ".shared"
 # ResourceClaim of that class for the pod, outside any policy, as spec.resourceClaims would.
 DRA_EXTENDED_RESOURCE_PREFIX = "deviceclass.resource.kubernetes.io/"
 
+# --------------------------------------------------------------------------- DRA
+#
+# Dynamic resource allocation (`resource.k8s.io/v1`, docs/dra.md): the claims and claim
+# templates the webhook reviews, and NVIDIA's GPU DRA driver with its device classes and
+# opaque configuration.
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSION = "v1"
+CLAIM_KIND = "ResourceClaim"
+CLAIM_TEMPLATE_KIND = "ResourceClaimTemplate"
+CLAIM_RESOURCES = ("resourceclaims", "resourceclaimtemplates")
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_GPU_CLASS = "gpu.nvidia.com"
+DRA_MIG_CLASS = "mig.nvidia.com"
+DRA_VFIO_CLASS = "vfio.gpu.nvidia.com"
+DRA_CONFIG_API_VERSION = "resource.nvidia.com/v1beta1"
+# Kubernetes' bounds on a claim (resource.k8s.io/v1 types.go): requests and configurations
+# per claim, subrequests per request.
+DRA_MAX_REQUESTS = 32
+DRA_MAX_CONFIGS = 32
+DRA_MAX_SUBREQUESTS = 8
+# The device classes NVIDIA's GPU DRA driver installs: GPUs in every form. A policy with a
+# `dra` section governs them whether it lists them or not (closed unless listed as allowed).
+#
+# Also the ComputeDomain driver's daemon class: its devices are given the node's GPUs (the
+# driver's CDI spec for them names every GPU device node) so that the IMEX daemon can manage
+# them; a tenant's claim of one would reach every GPU of the node.
+DRA_NVIDIA_CLASSES = (
+    DRA_GPU_CLASS,
+    DRA_MIG_CLASS,
+    DRA_VFIO_CLASS,
+    "vgpu.gpu.nvidia.com",
+    "compute-domain-daemon.nvidia.com",
+)
+
 # --------------------------------------------------------------------------- environment
 
 # Which GPUs the NVIDIA runtime injects (envvar strategy); the device plugin sets it.
@@ -138,6 +172,15 @@ RULES = (
     "host-access",
     "cdi-annotations",
     "resource-claims",
+    "dra-class-not-allowed",
+    "dra-all-devices",
+    "dra-admin-access",
+    "dra-device-tolerations",
+    "dra-too-many-devices",
+    "dra-capacity",
+    "dra-config",
+    "dra-sharing",
+    "dra-mps-limits",
     "node-selection",
     "multi-replica",
     "mps-limits",

@@ -29,6 +29,7 @@ import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
@@ -38,6 +39,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from webhook import hostpaths, names
+from webhook.core import quantities
 from webhook.errors import PolicyError
 
 API_VERSION = "gpu-share.io/v1alpha1"
@@ -244,6 +246,82 @@ def _default_tolerations() -> list[TolerationSpec]:
 Mode = Literal["enforce", "warn", "dry-run"]
 
 
+class DraMpsSpec(_Model):
+    """Ceilings on the MPS configuration of a claim's request (NVIDIA's GpuConfig and
+    MigDeviceConfig `sharing.mpsConfig`): what each request may set at most."""
+
+    max_active_thread_percentage: int | None = Field(
+        default=None, alias="maxActiveThreadPercentage", ge=1, le=100
+    )
+    # The default pinned memory limit and every per-device one, in MiB.
+    max_pinned_memory_mib: int | None = Field(default=None, alias="maxPinnedMemoryMiB", ge=1)
+
+
+# The kinds of NVIDIA's opaque device configuration (`resource.nvidia.com/v1beta1`), each for
+# the devices of one type: full GPUs, MIG devices, VFIO passthrough.
+DraConfigKind = Literal["GpuConfig", "MigDeviceConfig", "VfioDeviceConfig"]
+# A capacity's name in a request (`exactly.capacity.requests`): a DRA QualifiedName, an
+# optional domain and a C identifier of at most 32 characters.
+_CAPACITY_NAME = rf"^({_DNS_SUBDOMAIN}/)?[A-Za-z_][A-Za-z0-9_]{{0,31}}$"
+CapacityName = Annotated[str, StringConstraints(pattern=_CAPACITY_NAME, max_length=286)]
+
+
+def default_config_kind(class_name: str) -> DraConfigKind:
+    """The configuration kind NVIDIA's driver takes for the devices of a class it installs
+    (`mig.nvidia.com`: MIG devices; `vfio.gpu.nvidia.com`: passthrough; else full GPUs)."""
+    if class_name == names.DRA_MIG_CLASS:
+        return "MigDeviceConfig"
+    if class_name == names.DRA_VFIO_CLASS:
+        return "VfioDeviceConfig"
+    return "GpuConfig"
+
+
+class DraClassSpec(_Model):
+    """A DeviceClass of GPUs under dynamic resource allocation (`gpu.nvidia.com`,
+    `mig.nvidia.com`) and what a namespace may ask of it. A class the policy does not list
+    is not the webhook's business (a NIC); a listed one is closed unless `allowed`."""
+
+    name: DnsSubdomain
+    allowed: bool = False
+    # The DRA driver of the class's devices: the `opaque.driver` of the configuration that
+    # applies to them.
+    driver: DnsSubdomain = names.DRA_DRIVER
+    # The kind of that configuration (None: by the class's name, `default_config_kind`).
+    config_kind: DraConfigKind | None = Field(default=None, alias="configKind")
+    # Devices one request (or each of its firstAvailable subrequests) may take.
+    max_devices_per_request: int = Field(default=1, alias="maxDevicesPerRequest", ge=1, le=32)
+    # The sharing strategies a request's configuration may name (NVIDIA's
+    # `sharing.strategy`); none: only a request without sharing configuration.
+    sharing: list[Literal["TimeSlicing", "MPS"]] = Field(default_factory=list)
+    mps: DraMpsSpec = Field(default_factory=DraMpsSpec)
+    # Ceilings on consumable capacity (`exactly.capacity.requests`), by capacity name: a
+    # request must name each, at most this much.
+    capacity: dict[CapacityName, Annotated[str, StringConstraints(min_length=1, max_length=64)]] = (
+        Field(default_factory=dict)
+    )
+
+    @model_validator(mode="after")
+    def _coherent(self) -> DraClassSpec:
+        _refuse(_dra_class_problems(_view(self)))
+        return self
+
+    @property
+    def kind(self) -> DraConfigKind:
+        return self.config_kind or default_config_kind(self.name)
+
+
+class DraSpec(_Model):
+    """Dynamic resource allocation: the GPU device classes, and what requests of them may
+    be, reviewed in ResourceClaims and ResourceClaimTemplates (docs/dra.md)."""
+
+    device_classes: list[DraClassSpec] = Field(default_factory=list, alias="deviceClasses")
+
+    @model_validator(mode="after")
+    def _coherent(self) -> DraSpec:
+        _refuse(_dra_problems(_view(self)))
+        return self
+
+
 class PolicySpecModel(_Model):
     # How the policy applies its rules (names.MODES), and per-rule exceptions: roll a policy
     # out in dry-run, read the audit, warn, then enforce (docs/policies.md).
@@ -259,11 +337,15 @@ class PolicySpecModel(_Model):
     # Also tolerate a taint named after the requested resource, as the ExtendedResourceToleration
     # admission plugin would, for clusters that taint GPU nodes that way.
     tolerate_resource_taint: bool = Field(default=True, alias="tolerateResourceTaint")
-    node_classes: list[NodeClassSpec] = Field(alias="nodeClasses", min_length=1)
+    # The device plugin's sharing nodes; none only in a policy with a `dra` section (a
+    # namespace that gets its GPUs through DRA alone).
+    node_classes: list[NodeClassSpec] = Field(default_factory=list, alias="nodeClasses")
     profiles: dict[DnsLabel, ProfileSpec] = Field(default_factory=dict)
     host_access: HostAccessSpec = Field(default_factory=HostAccessSpec, alias="hostAccess")
     default_profile: DnsLabel | None = Field(default=None, alias="defaultProfile")
     rules: RulesSpec = Field(default_factory=RulesSpec)
+    # None: the policy does not govern DRA (rule resource-claims refuses claims in pods).
+    dra: DraSpec | None = None
 
     @model_validator(mode="after")
     def _coherent(self) -> PolicySpecModel:
@@ -402,6 +484,41 @@ def _profile_problems(v: View) -> list[_Refusal]:
     return []
 
 
+def _dra_class_problems(v: View) -> list[_Refusal]:
+    problems: list[_Refusal] = []
+    name = v.get("name")
+    kind = v.get("config_kind") or (default_config_kind(name) if isinstance(name, str) else None)
+    sharing = v.get("sharing") or []
+    if kind == "VfioDeviceConfig" and sharing:
+        problems.append(
+            _Refusal(
+                "sharing: VFIO passthrough devices are given whole to one virtual machine;"
+                " NVIDIA's VfioDeviceConfig has no sharing",
+                ("sharing",),
+            )
+        )
+    if len(set(sharing)) != len(sharing):
+        problems.append(_Refusal("sharing: a strategy is listed twice", ("sharing",)))
+    for capacity, value in (v.get("capacity") or {}).items():
+        try:
+            amount = quantities.parse(value)
+        except quantities.QuantityError as exc:
+            problems.append(_Refusal(f"capacity.{capacity}: {value!r} {exc}", ("capacity",)))
+            continue
+        if amount < 0:
+            problems.append(_Refusal(f"capacity.{capacity}: {value!r} is negative", ("capacity",)))
+    return problems
+
+
+def _dra_problems(v: View) -> list[_Refusal]:
+    classes: list[View] = v.get("device_classes") or []
+    class_names = [c["name"] for c in classes if "name" in c]
+    return [
+        _Refusal(f"deviceClasses: two entries for class {dup!r}", ("device_classes",))
+        for dup in sorted({n for n in class_names if class_names.count(n) > 1})
+    ]
+
+
 def _spec_problems(v: View) -> list[_Refusal]:
     problems: list[str] = []
     rule_modes = v.get("rule_modes")
@@ -413,6 +530,11 @@ def _spec_problems(v: View) -> list[_Refusal]:
         for rule in sorted(set(rule_modes) & names.ALWAYS_ENFORCED):
             problems.append(f"ruleModes.{rule}: always enforced (it refuses bad input)")
     classes: list[View] | None = v.get("node_classes")
+    if classes is not None and not classes and "dra" in v and v["dra"] is None:
+        problems.append(
+            "nodeClasses: at least one class is needed, unless the policy has a dra section"
+            " (its namespaces then get GPUs through dynamic resource allocation alone)"
+        )
     if classes is not None:
         class_names = [c["name"] for c in classes if "name" in c]
         for dup in sorted({n for n in class_names if class_names.count(n) > 1}):
@@ -430,7 +552,7 @@ def _spec_problems(v: View) -> list[_Refusal]:
                     f"nodeClasses[{c['name']}]: advertises {adv}, which is not in sharedResources"
                 )
         # Only when every class is known: one that is not may be the one that advertises it.
-        if len(known) == len(classes):
+        if classes and len(known) == len(classes):
             served = {advertised_resource(c["resource"], c["renamed"]) for c in known}
             for res in sorted(shared - served):
                 problems.append(f"sharedResources: no node class advertises {res}")
@@ -484,6 +606,8 @@ _RULES: dict[type[BaseModel], Callable[[View], list[_Refusal]]] = {
     TolerationSpec: _toleration_problems,
     NodeClassSpec: _class_problems,
     ProfileSpec: _profile_problems,
+    DraClassSpec: _dra_class_problems,
+    DraSpec: _dra_problems,
     PolicySpecModel: _spec_problems,
 }
 _INVALID = object()
@@ -545,8 +669,8 @@ def _unreached_value(
     """A field's value as a view (or _INVALID), and the problems pydantic did not reach in the
     models it holds (a model, a list or a mapping of them)."""
     info = model.model_fields[name]
-    annotation = info.annotation
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    annotation = _unoptional(info.annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel) and raw is not None:
         return _unreached(annotation, raw, loc)
     try:
         return _view(_field_adapter(model, name).validate_python(raw)), []
@@ -626,6 +750,81 @@ class Profile:
     pinned_memory_mib: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class DraClass:
+    """A GPU device class as a policy governs it (`DraClassSpec`, compiled)."""
+
+    name: str
+    allowed: bool
+    driver: str
+    config_kind: str
+    max_devices: int
+    # The strategies a configuration may name, in the order the policy lists them.
+    sharing: tuple[str, ...]
+    max_thread_percentage: int | None
+    max_pinned_memory_mib: int | None
+    # (capacity name, the ceiling as written, its value), in the order the policy lists them.
+    capacity: tuple[tuple[str, str, Fraction], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DraPolicy:
+    """A policy's `dra` section, compiled: the classes it governs by name. NVIDIA's own
+    classes (`names.DRA_NVIDIA_CLASSES`) are governed even where not listed, closed."""
+
+    classes: Mapping[str, DraClass]
+    # The classes other policies of the set list: GPU classes by the admin's word, closed
+    # here unless this policy lists them too (`build_set`).
+    elsewhere: frozenset[str] = frozenset()
+
+    def governed(self, class_name: str) -> DraClass | None:
+        """How the policy governs requests of `class_name`; None: not a GPU class of it."""
+        found = self.classes.get(class_name)
+        if found is None and (
+            class_name in names.DRA_NVIDIA_CLASSES or class_name in self.elsewhere
+        ):
+            return closed_dra_class(class_name)
+        return found
+
+    @property
+    def allowed(self) -> tuple[str, ...]:
+        """The classes a namespace may ask for, sorted."""
+        return tuple(sorted(n for n, c in self.classes.items() if c.allowed))
+
+    @property
+    def gpu_classes(self) -> tuple[str, ...]:
+        """Every class it governs, sorted (listed here or elsewhere, and NVIDIA's)."""
+        return tuple(sorted({*self.classes, *self.elsewhere, *names.DRA_NVIDIA_CLASSES}))
+
+
+def closed_dra_class(name: str) -> DraClass:
+    """A GPU class the policy does not list: no namespace may use it."""
+    return DraClass(name, False, names.DRA_DRIVER, default_config_kind(name), 1, (), None, None, ())
+
+
+def compile_dra(spec: DraSpec) -> DraPolicy:
+    return DraPolicy(
+        MappingProxyType(
+            {
+                c.name: DraClass(
+                    name=c.name,
+                    allowed=c.allowed,
+                    driver=c.driver,
+                    config_kind=c.kind,
+                    max_devices=c.max_devices_per_request,
+                    sharing=tuple(c.sharing),
+                    max_thread_percentage=c.mps.max_active_thread_percentage,
+                    max_pinned_memory_mib=c.mps.max_pinned_memory_mib,
+                    capacity=tuple(
+                        (name, value, quantities.parse(value)) for name, value in c.capacity.items()
+                    ),
+                )
+                for c in spec.device_classes
+            }
+        )
+    )
+
+
 # The compiled switches: the same fields as the file's `spec.rules`, by their Python names.
 Rules = RulesSpec
 
@@ -664,6 +863,13 @@ class Policy:
     # (their webhook path ends in `/baseline`): rule host-access leaves its checks to Pod
     # Security there (`PolicySet.governing`).
     pod_security: bool = False
+    # `dra`: the GPU device classes of dynamic resource allocation; None: the policy does not
+    # govern DRA, and rule resource-claims refuses pods with claims.
+    dra: DraPolicy | None = None
+    # The DRA device classes of GPUs in the set this policy is in (NVIDIA's, and every class
+    # a policy lists): claims of them are sent to every entry, and refused where the policy
+    # does not govern DRA (`claims.review`).
+    gpu_claim_classes: frozenset[str] = frozenset(names.DRA_NVIDIA_CLASSES)
 
     @property
     def preferred_resource(self) -> str:
@@ -712,6 +918,13 @@ class PolicySet:
     def names(self) -> list[str]:
         return sorted(self.policies)
 
+    @property
+    def gpu_classes(self) -> tuple[str, ...]:
+        """The DRA device classes any policy governs, sorted: NVIDIA's, and every class a
+        policy lists (the catch-all entry sends claims of these, to refuse them)."""
+        listed = {c for p in self.policies.values() if p.dra for c in p.dra.classes}
+        return tuple(sorted({*listed, *names.DRA_NVIDIA_CLASSES}))
+
     def governing(self, path: str) -> Policy:
         """The policy at the webhook path `path` (see `get`), or the stand-in that says why
         there is none (the name is `names.UNKNOWN_POLICY_PATH` for the catch-all entry)."""
@@ -723,7 +936,7 @@ class PolicySet:
             return self._enforcing_pod_security(self.governing(name))
         known = ", ".join(self.names) or "none"
         if name in self.broken:
-            return stand_in(
+            return self._standing_in(
                 name,
                 names.POLICY_NOT_LOADED_RULE,
                 f'policy "{name}" is not in force: {self.broken[name]}. The cluster admin must'
@@ -742,7 +955,13 @@ class PolicySet:
                 f" namespace label {names.POLICY_LABEL}, or add the policy and render the"
                 " webhook configurations"
             )
-        return stand_in(name, names.UNKNOWN_POLICY_RULE, message)
+        return self._standing_in(name, names.UNKNOWN_POLICY_RULE, message)
+
+    def _standing_in(self, name: str, rule: str, message: str) -> Policy:
+        """`stand_in`, knowing the set's GPU classes (the claims of them it refuses)."""
+        return dataclasses.replace(
+            stand_in(name, rule, message), gpu_claim_classes=frozenset(self.gpu_classes)
+        )
 
 
 def split_path(path: str) -> tuple[str, bool]:
@@ -827,7 +1046,9 @@ def compile_policy(doc: PolicyDocument, source: str) -> Policy:
     return Policy(
         name=doc.metadata.name,
         source=source,
-        shared_resources=frozenset(spec.shared_resources),
+        # A policy with no node classes shares no device-plugin resource (its namespaces get
+        # GPUs through DRA alone).
+        shared_resources=frozenset(spec.shared_resources) if classes else frozenset(),
         runtime_class_name=spec.runtime_class_name,
         tolerations=tuple(tuple(t.as_k8s().items()) for t in spec.tolerations),
         tolerate_resource_taint=spec.tolerate_resource_taint,
@@ -849,6 +1070,7 @@ def compile_policy(doc: PolicyDocument, source: str) -> Policy:
         ),
         denied_host_paths=tuple(d.rstrip("/") or "/" for d in spec.host_access.denied_host_paths),
         trust_pod_security=spec.host_access.trust_pod_security,
+        dra=None if spec.dra is None else compile_dra(spec.dra),
     )
 
 
@@ -1128,11 +1350,20 @@ def build_set(policies: Iterable[Policy], problems: list[str] | None = None) -> 
     if problems:
         raise PolicyError(problems)
     all_profiles = {n for p in by_name.values() for n in p.profiles}
+    # A class one policy lists as a GPU class is one in every policy with a dra section.
+    gpu_classes = frozenset(c for p in by_name.values() if p.dra for c in p.dra.classes)
     return PolicySet(
         MappingProxyType(
             {
                 name: dataclasses.replace(
-                    p, foreign_profiles=frozenset(all_profiles - set(p.profiles))
+                    p,
+                    foreign_profiles=frozenset(all_profiles - set(p.profiles)),
+                    gpu_claim_classes=frozenset(gpu_classes | set(names.DRA_NVIDIA_CLASSES)),
+                    dra=None
+                    if p.dra is None
+                    else dataclasses.replace(
+                        p.dra, elsewhere=frozenset(gpu_classes - set(p.dra.classes))
+                    ),
                 )
                 for name, p in by_name.items()
             }

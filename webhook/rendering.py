@@ -179,9 +179,9 @@ def render(
 
     # Pods alone for mutation (workload templates are not changed: their pods are, when
     # created); validation also refuses workloads whose template breaks a rule.
-    mutating_entries = _entries(policies, settings("mutate", _pod_rules()))
+    mutating_entries = _entries(policies, settings("mutate", _pod_rules() + claim_rules()))
     validating_entries = _entries(
-        policies, settings("validate", _pod_rules() + _workload_rules(kinds))
+        policies, settings("validate", _pod_rules() + claim_rules() + _workload_rules(kinds))
     )
     validating_entries.append(namespace_entry(settings("validate", [])))
     metadata: dict[str, Any] = {"name": name, "labels": dict(LABELS)}
@@ -327,6 +327,10 @@ def entry_condition(policies: PolicySet, path: str, kinds: Sequence[pods.Kind]) 
         every_pod=policy.unavailable is not None or switches.void_visible_devices_without_gpu,
         host_access=switches.deny_host_access and not policy.pod_security,
         cdi_updates=switches.deny_cdi_annotations,
+        # Every entry is sent the claims of every GPU class of the set: a policy with a dra
+        # section judges them; one without it, or one not in force, refuses them (a claim
+        # made there now would serve pods once the namespace's policy governs DRA).
+        claim_classes=policies.gpu_classes,
     )
 
 
@@ -484,6 +488,22 @@ def _pod_rules() -> list[dict[str, Any]]:
     ]
 
 
+def claim_rules() -> list[dict[str, Any]]:
+    """ResourceClaims and ResourceClaimTemplates on CREATE: their spec cannot change after
+    (the API server refuses any update of it). Only v1 is named: with `matchPolicy:
+    Equivalent` a write through an older version (v1beta1, v1beta2) is converted and sent
+    as v1."""
+    return [
+        {
+            "apiGroups": [names.DRA_GROUP],
+            "apiVersions": [names.DRA_VERSION],
+            "operations": ["CREATE"],
+            "resources": list(names.CLAIM_RESOURCES),
+            "scope": "Namespaced",
+        }
+    ]
+
+
 def _workload_rules(kinds: Sequence[pods.Kind]) -> list[dict[str, Any]]:
     """Workloads on CREATE and UPDATE: a template that breaks a rule is refused at `kubectl
     apply`, not later as events on a controller nobody watches. One rule per API group and
@@ -507,10 +527,13 @@ def _workload_rules(kinds: Sequence[pods.Kind]) -> list[dict[str, Any]]:
 
 
 def not_mirror_condition() -> dict[str, str]:
-    """Skip mirror pods: the kubelet makes them for static pods, which no webhook can change."""
+    """Skip mirror pods: the kubelet makes them for static pods, which no webhook can change.
+    Only Pods: on any other object (a ResourceClaim, a workload) the annotation is one any
+    user may write, and means nothing."""
     return {
         "name": CONDITION_NOT_MIRROR,
         "expression": (
+            f"!({_IS_POD}) ||\n"
             "!has(object.metadata) || !has(object.metadata.annotations) ||\n"
             f"!({cel_string(names.MIRROR_ANNOTATION)} in object.metadata.annotations)"
         ),
@@ -524,12 +547,14 @@ def match_condition(
     every_pod: bool,
     host_access: bool,
     cdi_updates: bool,
+    claim_classes: Sequence[str] = (),
 ) -> dict[str, str]:
     """What an entry is called for (see the module docstring): `every_pod` for a policy with
     the route 2 switch on; `host_access` where rule host-access applies (route 9);
     `cdi_updates` where rule cdi-annotations does (Pod updates, route 8); `resources` are
     the policy's shared resources (any NVIDIA GPU resource counts anyway); `kinds` the
-    workload kinds whose templates are reviewed."""
+    workload kinds whose templates are reviewed; `claim_classes` the GPU device classes of
+    the policy's `dra` section (none: no claim is sent)."""
     if every_pod:
         pods_clause = f"({_IS_POD})"
         name = CONDITION_EVERY_POD
@@ -546,7 +571,8 @@ def match_condition(
     bound = _cdi_annotation_present() if cdi_updates else "  false"
     return {
         "name": name,
-        "expression": f"({pod_update}) ? (\n{updates}\n) : ({_IS_BINDING}) ? (\n{bound}\n) : (\n"
+        "expression": f"({_IS_CLAIM}) ? (\n{claim_condition(claim_classes)}\n) : "
+        f"({pod_update}) ? (\n{updates}\n) : ({_IS_BINDING}) ? (\n{bound}\n) : (\n"
         f"{pods_clause} ||\n"
         f"{_templates(kinds)}.exists(t,\n"
         f"{_refusable(sorted(set(resources)), host_access=host_access)})\n)",
@@ -558,6 +584,31 @@ def match_condition(
 _IS_POD = "request.kind.group == '' && request.kind.kind == 'Pod'"
 _IS_BINDING = "request.kind.group == '' && request.kind.kind == 'Binding'"
 _NO_SUB_RESOURCE = "(!has(request.subResource) || request.subResource == '')"
+_IS_CLAIM = f"request.kind.group == '{names.DRA_GROUP}'"
+
+
+def claim_condition(classes: Sequence[str]) -> str:
+    """CEL: a ResourceClaim or ResourceClaimTemplate with a request (or a `firstAvailable`
+    subrequest) of one of `classes`, the GPU classes its policy governs: what rules dra-*
+    judge. Requests of other classes never wait on the webhook; none at all without
+    classes (a policy with no `dra` section)."""
+    if not classes:
+        return "  false"
+    listed = ", ".join(cel_string(c) for c in classes)
+    template = cel_string(names.CLAIM_TEMPLATE_KIND)
+    return (
+        f"  (request.kind.kind == {template} ?\n"
+        "    (has(object.spec) && has(object.spec.spec) && has(object.spec.spec.devices) &&\n"
+        "      has(object.spec.spec.devices.requests) ? object.spec.spec.devices.requests : [])"
+        " :\n"
+        "    (has(object.spec) && has(object.spec.devices) &&\n"
+        "      has(object.spec.devices.requests) ? object.spec.devices.requests : [])\n"
+        "  ).exists(r,\n"
+        "    (has(r.exactly) && has(r.exactly.deviceClassName) &&\n"
+        f"      r.exactly.deviceClassName in [{listed}]) ||\n"
+        "    (has(r.firstAvailable) && r.firstAvailable.exists(s,\n"
+        f"      has(s.deviceClassName) && s.deviceClassName in [{listed}])))"
+    )
 
 
 def _sub_resource_is(name: str) -> str:

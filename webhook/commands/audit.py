@@ -5,15 +5,17 @@ Make the files with
 
     kubectl get namespaces -o json > namespaces.json
     kubectl get -A -o json > workloads.json \\
-        pods,deployments,statefulsets,daemonsets,jobs,cronjobs,replicasets,replicationcontrollers
+        pods,deployments,statefulsets,daemonsets,jobs,cronjobs,replicasets,replicationcontrollers,resourceclaims,resourceclaimtemplates
 
 (JSON or YAML, `kind: List`, the API's own lists such as PodList, or single objects, JSON
 ones also one after another; several files, `-` for standard input; add the kinds of the
-WorkloadKinds file, e.g. jobsets, to the second command). Each namespace's
+WorkloadKinds file, e.g. jobsets, to the second command; on a cluster before
+Kubernetes 1.34, which serves no resource.k8s.io/v1, leave out the claims). Each namespace's
 labels pick its policy exactly as the rendered webhook configurations do: kube-system, the
 webhook's own namespace and namespaces that have not opted in are never reviewed. Every Pod
 is judged as the webhook would judge it if it were created now, every workload as the pods
-it makes; objects of one controller with the same verdict are one entry. A refusal is what
+it makes, every ResourceClaim and ResourceClaimTemplate against the policy's dra section;
+objects of one controller with the same verdict are one entry. A refusal is what
 the policy refuses in enforce mode, with the mode its rule is in today (warn or dry-run
 admit it today).
 
@@ -153,9 +155,10 @@ def run(args: argparse.Namespace) -> int:
         # An empty dump (a `kubectl get` that failed in CI, say) must not pass as "nothing
         # would be refused".
         print(
-            f"error: no pod or workload in {', '.join(files)}: nothing to audit; add the output"
-            " of `kubectl get -A -o json pods,deployments,statefulsets,daemonsets,jobs,cronjobs,"
-            "replicasets,replicationcontrollers`",
+            f"error: no pod or workload in {', '.join(files)}, and no claim: nothing to audit;"
+            " add the output of `kubectl get -A -o json pods,deployments,statefulsets,"
+            "daemonsets,jobs,cronjobs,replicasets,replicationcontrollers,resourceclaims,"
+            "resourceclaimtemplates`",
             file=sys.stderr,
         )
         return EXIT_USAGE
@@ -206,6 +209,15 @@ def _warn(report: auditing.Report) -> None:
         print(
             f"warning: {_objects(count)} not judged: no Namespace object for {shown}{more}"
             " (their labels pick the policy); add them to the files",
+            file=sys.stderr,
+        )
+    if report.other_claim_versions:
+        count = sum(report.other_claim_versions.values())
+        print(
+            f"warning: {_objects(count)} of"
+            f" {', '.join(sorted(report.other_claim_versions))} not judged: the webhook is sent"
+            f" claims as {auditing.CLAIM_API_VERSION} only (Kubernetes 1.34+); counted as"
+            " ignored",
             file=sys.stderr,
         )
     if report.duplicates:
@@ -278,7 +290,7 @@ def _namespace_text(ns: auditing.NamespaceReport, listed: Sequence[str]) -> list
         head = f"namespace {ns.name}: {ns.reason}"
     out = [head, f"  {ns.host_access_reason}"]
     if not ns.objects:
-        out.append("  no pods or workloads")
+        out.append("  no pods, workloads or claims")
     for verdict in auditing.VERDICTS:
         count = ns.counts[verdict]
         if not count:
@@ -369,13 +381,17 @@ def _mutations(mutations: Sequence[tuple[str, str]]) -> str:
 
 def _who(entry: auditing.Entry) -> str:
     """`Deployment/web with ReplicaSet/web-7c9 and 300 pods`, `Pod/web-x and 2 more pods of
-    Deployment/web`, `Pod/a, Pod/b and Pod/c`."""
+    Deployment/web`, `Pod/a, Pod/b and Pod/c`, `ResourceClaim/web-x-gpu-4k2p9 and 2 more
+    claims of Deployment/web`."""
     of = f" of {entry.owner.text}" if entry.owner else ""
-    if entry.subject.kind == auditing.POD_KIND:
+    kind = entry.subject.kind
+    if kind in (auditing.POD_KIND, *auditing.CLAIM_KINDS) and all(
+        m.kind == kind for m in entry.members
+    ):
         named = [entry.subject.text, *(m.text for m in entry.members)]
         if len(named) <= _NAMED:
             return _and(named) + of
-        return f"{entry.subject.text} and {len(entry.members):,} more pods{of}"
+        return f"{entry.subject.text} and {len(entry.members):,} more {_plural(kind)}{of}"
     counts = Counter(m.kind for m in entry.members)
     parts = []
     for kind, n in sorted(counts.items(), key=lambda kn: auditing.kind_rank(kn[0])):
@@ -396,8 +412,15 @@ def _and(parts: Sequence[str]) -> str:
 _NAMED = 3
 
 
+_PLURALS = {
+    auditing.POD_KIND: "pods",
+    names.CLAIM_KIND: "claims",
+    names.CLAIM_TEMPLATE_KIND: "claim templates",
+}
+
+
 def _plural(kind: str) -> str:
-    return "pods" if kind == auditing.POD_KIND else kind + "s"
+    return _PLURALS.get(kind, kind + "s")
 
 
 def _objects(n: int) -> str:

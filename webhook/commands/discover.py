@@ -1,13 +1,28 @@
-"""`gpu-share-webhook discover -f NODES`: a policy whose classes describe the shared GPU nodes
-of a node dump.
+"""`gpu-share-webhook discover -f NODES [--slices SLICES]`: a policy whose classes describe the
+shared GPU nodes of a node dump, and whose dra section lists the GPUs of a ResourceSlice dump.
 
 NODES is the output of `kubectl get nodes -o json` (or `-o yaml`, or a List of Nodes; `-` for
 stdin): no cluster access. The policy has one class per kind of shared GPU found (resource,
 product, strategy, renamed or not, replicas), with memory and GPUs per node from the labels,
 MPS profiles that fit every MPS class, and comments naming the nodes each class matches.
 Nodes whose labels disagree are left out and listed, never guessed; GPU nodes that share no
-GPU are listed too. Exit 0: a policy was printed (problems also on stderr); 1: no shared GPU
-node was found; 2: bad input or usage.
+GPU are listed too.
+
+SLICES is the output of `kubectl get resourceslices -o json` (read as NODES is; one file, or
+`-`, may serve both options). With it, the policy has a dra section: one entry per NVIDIA
+device class whose devices the slices publish (gpu.nvidia.com for GPUs, mig.nvidia.com for
+MIG devices, vfio.gpu.nvidia.com, vgpu.gpu.nvidia.com), closed (`allowed: false`: the slices
+say what exists, not which namespaces may use it), one device per request, no sharing
+configuration, and comments naming the products, counts and nodes; other drivers' devices
+are named in a comment and not governed.
+
+When no node shares a GPU through the device plugin but the slices hold GPUs of NVIDIA's DRA
+driver, the policy governs DRA alone: no nodeClasses, and none of the device plugin's fields
+(sharedResources, runtimeClassName, tolerations, profiles), which the webhook applies only to
+pods that ask for a node class's shared resource.
+
+Exit 0: a policy was printed (problems also on stderr); 1: neither a shared GPU node nor (with
+--slices) a device of NVIDIA's DRA driver was found; 2: bad input or usage.
 """
 
 from __future__ import annotations
@@ -22,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from webhook import discovering, documents, policies
+from webhook import discovering, documents, names, policies
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
@@ -34,10 +49,13 @@ from webhook.commands import (
     help_text,
 )
 from webhook.commands.policy import NODES_OPTION
+from webhook.core import decisions
 from webhook.errors import InputError
 
 # Not GPU_SHARE_WEBHOOK_NAME: that one names the rendered webhook configurations.
 NAME_OPTION = "policy-name"
+# The ResourceSlice dump.
+SLICES_OPTION = "slices"
 _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 # Names a comment lists before "and N more".
 MAX_LISTED = 20
@@ -64,6 +82,18 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument(
+        "--slices",
+        metavar="SLICES",
+        type=OPTIONAL_TEXT,
+        default=from_env(SLICES_OPTION, None),
+        help=help_text(
+            "`kubectl get resourceslices -o json` output (JSON or YAML), or - for stdin: adds"
+            " a dra section for the GPUs of NVIDIA's DRA driver",
+            SLICES_OPTION,
+            "none",
+        ),
+    )
+    parser.add_argument(
         "--name",
         type=dns_label("a policy name"),
         default=from_env(NAME_OPTION, policies.DEFAULT_POLICY),
@@ -80,24 +110,76 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_USAGE
+    # Every file is read before anything is judged: bad input is exit 2 whatever the rest says.
+    read = _Reader()
     try:
-        text, source = documents.read_text(args.filename)
-        objects = documents.parse(text, source)
-        nodes, others = _read_nodes(objects, source)
+        objects, source = read(args.filename)
+        node_objects = objects
+        if args.slices:
+            # Each option reads its own kind; a file may hold both (`kubectl get
+            # nodes,resourceslices -o json`), and the other kind is not "ignored".
+            node_objects = [o for o in objects if o.get("kind") != discovering.SLICE_KIND]
+        nodes, others = _read_nodes(node_objects, source)
+        slices: discovering.SliceSurvey | None = None
+        slices_source = ""
+        if args.slices:
+            slice_objects, slices_source = read(args.slices)
+            kept = [o for o in slice_objects if o.get("kind") != "Node"]
+            read_slices, slice_others = _read_slices(kept, slices_source)
+            slices = discovering.survey_slices(read_slices, others=slice_others)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     found = discovering.survey(nodes, others=others)
     if others:
-        print(f"warning: {source}: ignored {others} objects that are not Nodes", file=sys.stderr)
+        unread = sum(1 for o in objects if o.get("kind") == discovering.SLICE_KIND)
+        hint = (
+            f" ({unread} ResourceSlices among them: give the file to --slices as well for a dra"
+            " section)"
+            if unread and not args.slices
+            else ""
+        )
+        print(
+            f"warning: {source}: ignored {others} objects that are not Nodes{hint}",
+            file=sys.stderr,
+        )
     for problem in found.problems:
         print(f"warning: left out: {problem}", file=sys.stderr)
+    if slices is not None:
+        for line in _slice_warnings(slices, slices_source):
+            print(f"warning: {line}", file=sys.stderr)
     classes = discovering.node_classes(found)
-    if not classes:
-        print(f"error: {source}: {_no_shared(found)}", file=sys.stderr)
+    if not classes and (slices is None or not discovering.dra_classes(slices)):
+        message = f"error: {source}: {_no_shared(found)}"
+        if slices is not None:
+            message += f". {slices_source}: {_no_nvidia(slices)}"
+        print(message, file=sys.stderr)
         return EXIT_FAILED
-    sys.stdout.write(render(found, classes, name=args.name, source=source))
+    sys.stdout.write(
+        render(
+            found,
+            classes,
+            name=args.name,
+            source=source,
+            slices=slices,
+            slices_source=slices_source,
+        )
+    )
     return EXIT_OK
+
+
+class _Reader:
+    """Reads each file once: `-f -` and `--slices -` share standard input, and one file may
+    serve both options."""
+
+    def __init__(self) -> None:
+        self._read: dict[str, tuple[list[dict[str, Any]], str]] = {}
+
+    def __call__(self, path: str) -> tuple[list[dict[str, Any]], str]:
+        if path not in self._read:
+            text, source = documents.read_text(path)
+            self._read[path] = (documents.parse(text, source), source)
+        return self._read[path]
 
 
 def _read_nodes(objects: list[dict[str, Any]], source: str) -> tuple[list[discovering.Node], int]:
@@ -105,6 +187,32 @@ def _read_nodes(objects: list[dict[str, Any]], source: str) -> tuple[list[discov
         return discovering.read_nodes(objects)
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
+
+
+def _read_slices(objects: list[dict[str, Any]], source: str) -> tuple[list[discovering.Slice], int]:
+    try:
+        return discovering.read_slices(objects)
+    except InputError as exc:
+        raise InputError(f"{source}: {exc}") from None
+
+
+def _slice_warnings(found: discovering.SliceSurvey, source: str) -> list[str]:
+    out = []
+    if found.others:
+        what = (
+            "object that is not a ResourceSlice"
+            if found.others == 1
+            else "objects that are not ResourceSlices"
+        )
+        out.append(f"{source}: ignored {found.others} {what}")
+    for pool in found.incomplete:
+        out.append(
+            f"{source}: pool {_printable(pool.name)} of driver {_printable(pool.driver)} has"
+            f" {pool.seen} of its {pool.expected}"
+            f" ResourceSlices of generation {pool.generation} in the dump (the driver is"
+            " publishing it): its devices may be short; discover again once it is done"
+        )
+    return out
 
 
 def _no_shared(found: discovering.Survey) -> str:
@@ -120,6 +228,22 @@ def _no_shared(found: discovering.Survey) -> str:
     return "; ".join(parts)
 
 
+def _no_nvidia(found: discovering.SliceSurvey) -> str:
+    """Why a slice dump gives no dra section to a cluster where no node shares a GPU."""
+    others = discovering.other_devices(found)
+    held = (
+        " (it holds " + "; ".join(_other(o) for o in others) + ")"
+        if others
+        else " (it holds no device)"
+    )
+    return (
+        f"no GPU of NVIDIA's DRA driver ({names.DRA_DRIVER}) that one of its device classes"
+        f" selects{held}. Nothing for a policy to describe: its nodeClasses describe the GPUs"
+        " the device plugin shares, its dra section those of NVIDIA's DRA driver, and there"
+        " are neither"
+    )
+
+
 def _count(items: Sequence[object]) -> str:
     return f"{len(items)} node{'s' if len(items) != 1 else ''}"
 
@@ -133,24 +257,54 @@ def render(
     *,
     name: str,
     source: str,
+    slices: discovering.SliceSurvey | None = None,
+    slices_source: str = "",
 ) -> str:
-    """The policy as YAML, with comments saying where each part comes from."""
-    doc = discovering.policy_document(classes, name=name)
+    """The policy as YAML, with comments saying where each part comes from; with `slices`,
+    its dra section. Without `classes` (the slices' GPUs are the cluster's only ones), a
+    policy of DRA alone."""
+    dra = discovering.dra_classes(slices) if slices is not None else None
+    doc = discovering.policy_document(
+        classes, name=name, dra=discovering.dra_section(dra) if dra is not None else None
+    )
     spec = doc["spec"]
     nodes_file = source if source != "<stdin>" else "nodes.json"
     out: list[str] = []
+    gpus = ""
+    if slices is not None and dra is not None:
+        gpus = (
+            f", and from {slices_source}: {_plural(len(slices.current), 'ResourceSlice')},"
+            f" {_plural(sum(c.devices for c in dra), 'device')} of NVIDIA's GPU DRA driver"
+            f" in {_plural(len(dra), 'device class', 'device classes')}"
+        )
+    shared = (
+        f"{len(found.shared_nodes)} with shared GPUs, in"
+        f" {_plural(len(classes), 'class', 'classes')}"
+        if classes
+        else "none with GPUs the device plugin shares"
+    )
     out += _comment(
         f"Generated by `gpu-share-webhook discover` from {source}: {_count(found.nodes)},"
-        f" {len(found.shared_nodes)} with shared GPUs, in {len(classes)}"
-        f" class{'es' if len(classes) != 1 else ''}."
+        f" {shared}{gpus}."
     )
-    out += _comment(
-        "The labels of gpu-feature-discovery give product, strategy, renaming, replicas,"
-        " memory and GPUs per node; what they cannot tell is left at its default, and the"
-        " comments below say so. Review it, save it in a directory of your site's policies"
-        " (site/policies/, not the shipped examples of policies/) and check it against the"
-        " nodes:"
-    )
+    if classes:
+        out += _comment(
+            "The labels of gpu-feature-discovery give product, strategy, renaming, replicas,"
+            " memory and GPUs per node; what they cannot tell is left at its default, and the"
+            " comments below say so. Review it, save it in a directory of your site's policies"
+            " (site/policies/, not the shipped examples of policies/) and check it against the"
+            " nodes:"
+        )
+    else:
+        out += _comment(
+            "No node shares a GPU through the device plugin, so this policy has no nodeClasses:"
+            " its namespaces get GPUs through dynamic resource allocation alone. The slices"
+            " give the devices, products, memory and nodes; what they cannot tell (which"
+            " namespaces may use them, the driver's feature gates) is left closed, and the"
+            " comments below say so. Review it, save it in a directory of your site's policies"
+            " (site/policies/, not the shipped examples of policies/) and check it against the"
+            " nodes (no node class to match, but a shared GPU node appearing later fails it):"
+        )
     out.append(f"#   gpu-share-webhook policy check site/policies/ --nodes {nodes_file}")
     if found.problems:
         out.append("#")
@@ -159,11 +313,17 @@ def render(
             " discover again):"
         )
         out += [f"#   {_safe(str(p))}" for p in found.problems]
-    if found.unshared_nodes:
+    # The nodes whose GPUs the dra section describes are neither "sharing no GPU" nor short of
+    # gpu-feature-discovery labels: NVIDIA's DRA driver publishes their GPUs, and the device
+    # plugin does not run beside it.
+    on_dra = {n for c in dra or () for n in c.nodes}
+    unshared = [n for n in found.unshared_nodes if n not in on_dra]
+    unlabelled = [n for n in found.unlabelled if n not in on_dra]
+    if unshared:
         out.append("#")
         out += _comment(
             "GPU nodes that share no GPU (this policy does not describe them): "
-            + _listing(found.unshared_nodes)
+            + _listing(unshared)
         )
     partly = found.unshared_on_sharing_nodes
     if partly:
@@ -171,10 +331,10 @@ def render(
             "Not shared on nodes that share other GPUs: "
             + ", ".join(f"{u.node}: {u.resource}" for u in partly)
         )
-    if found.unlabelled:
+    if unlabelled:
         out += _comment(
             "GPU nodes without gpu-feature-discovery labels (is it running there?): "
-            + _listing(found.unlabelled)
+            + _listing(unlabelled)
         )
     out += [
         f"apiVersion: {doc['apiVersion']}",
@@ -189,6 +349,40 @@ def render(
         indent=2,
     )
     out.append(f"  mode: {_scalar(spec['mode'])}")
+    if classes:
+        out += _device_plugin_lines(classes, spec)
+    else:
+        out += _comment(
+            "No nodeClasses, sharedResources, runtimeClassName, tolerations or profiles: they"
+            " are the device plugin's. The webhook sets the runtime class and the tolerations"
+            " only on pods that ask for a shared resource of a node class (a request for"
+            " nvidia.com/gpu.shared is refused here); pods with claims get their GPUs from the"
+            " driver's CDI edits and tolerate the GPU nodes' taints themselves (NVIDIA's"
+            " examples give them nvidia.com/gpu Exists NoSchedule). Profiles size the MPS"
+            " configuration of claims, and no class below allows MPS: add them with it"
+            " (docs/dra.md).",
+            indent=2,
+        )
+    if slices is not None and dra is not None:
+        out += _dra_lines(
+            slices,
+            dra,
+            source=slices_source,
+            profiles=bool(spec.get("profiles")),
+            nodes=found.nodes,
+        )
+    out += _comment(
+        "rules: the safety switches keep their safe defaults (docs/policies.md).", indent=2
+    )
+    return "\n".join(out) + "\n"
+
+
+def _device_plugin_lines(
+    classes: Sequence[discovering.DiscoveredClass], spec: dict[str, Any]
+) -> list[str]:
+    """The fields of the device plugin's sharing: resources, runtime class, tolerations,
+    node classes, profiles."""
+    out: list[str] = []
     plain = [r for r in spec["sharedResources"] if not r.endswith(policies.SHARED_SUFFIX)]
     if plain:
         out += _comment(
@@ -224,10 +418,7 @@ def render(
     for cls in classes:
         out += _class_lines(cls)
     out += _profile_lines(classes, spec)
-    out += _comment(
-        "rules: the safety switches keep their safe defaults (docs/policies.md).", indent=2
-    )
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _class_lines(cls: discovering.DiscoveredClass) -> list[str]:
@@ -288,6 +479,190 @@ def _profile_lines(
         out.append(f"    {pname}: {{{inner}}}")
     out.append(f"  defaultProfile: {_scalar(spec['defaultProfile'])}")
     return out
+
+
+# --------------------------------------------------------------------------- the dra section
+
+# What a class's devices are called in the comments, by their `type`.
+_DEVICES = {
+    "gpu": ("GPU", "GPUs"),
+    "mig": ("MIG device", "MIG devices"),
+    "vfio": ("VFIO passthrough GPU", "VFIO passthrough GPUs"),
+    "vgpu": ("vGPU", "vGPUs"),
+}
+
+
+def _dra_lines(
+    found: discovering.SliceSurvey,
+    classes: Sequence[discovering.DraFoundClass],
+    *,
+    source: str,
+    profiles: bool,
+    nodes: Sequence[discovering.Node] = (),
+) -> list[str]:
+    """The dra section: NVIDIA's classes with devices, closed, and what the slices say (and
+    the taints of `nodes`, the node dump, that pods with claims must tolerate)."""
+    out: list[str] = []
+    stale = (
+        f" ({_plural(found.stale, 'ResourceSlice')} of older pool generations left out: the"
+        " driver replaced them)"
+        if found.stale
+        else ""
+    )
+    devices = len(found.devices)
+    out += _comment(
+        f"Dynamic resource allocation, from {source}:"
+        f" {_plural(len(found.current), 'ResourceSlice')}{stale},"
+        f" {_plural(devices, 'device')} on {_count(found.nodes)}. With a dra section,"
+        " pods of the namespaces of this policy may name ResourceClaims, and the webhook"
+        " reviews every claim and claim template there (docs/dra.md).",
+        indent=2,
+    )
+    out += _comment(
+        f"NVIDIA's device classes ({', '.join(names.DRA_NVIDIA_CLASSES)}) are governed whether"
+        " listed or not, and closed unless listed with allowed: true. The slices say what"
+        " devices exist, not which namespaces may use them, so discover opens none: set"
+        " allowed: true on the classes the namespaces of this policy may claim.",
+        indent=2,
+    )
+    others = discovering.other_devices(found)
+    if others:
+        out += _comment(
+            "Not governed (requests of their classes pass, as a NIC's do): "
+            + "; ".join(_other(o) for o in others)
+            + ".",
+            indent=2,
+        )
+    out += _claim_taint_lines(classes, nodes)
+    out.append("  dra:")
+    if not classes:
+        out += _comment(
+            f"No device of NVIDIA's GPU DRA driver ({names.DRA_DRIVER}) in the slices: its"
+            " classes stay closed, and pods with claims of other drivers are admitted.",
+            indent=4,
+        )
+        out.append("    deviceClasses: []")
+        return out
+    out.append("    deviceClasses:")
+    for cls in classes:
+        out += _dra_class_lines(cls, profiles=profiles)
+    absent = [n for n in names.DRA_NVIDIA_CLASSES if n not in {c.name for c in classes}]
+    if absent:
+        out += _comment(
+            f"Not listed, so closed (no such devices in the slices): {', '.join(absent)}.",
+            indent=6,
+        )
+    return out
+
+
+def _claim_taint_lines(
+    classes: Sequence[discovering.DraFoundClass], nodes: Sequence[discovering.Node]
+) -> list[str]:
+    """The taints of the nodes with NVIDIA's DRA GPUs: the webhook tolerates none of them for
+    pods with claims (its tolerations go to pods of node classes only)."""
+    where = {n for c in classes for n in c.nodes}
+    tainted = discovering.untolerated([], [n for n in nodes if n.name in where])
+    if not tainted.taints:
+        return []
+    listed = "; ".join(
+        f"{_printable(t)} on {_listing([_printable(n) for n in ns])}" for t, ns in tainted.taints
+    )
+    return _comment(
+        f"Taints of the nodes with these GPUs: {listed}. The webhook adds no toleration to"
+        " pods with claims (the policy's tolerations go to pods of its node classes): the"
+        " pods tolerate them themselves, as NVIDIA's examples do (nvidia.com/gpu Exists"
+        " NoSchedule), or the scheduler keeps them off.",
+        indent=2,
+    )
+
+
+def _dra_class_lines(cls: discovering.DraFoundClass, *, profiles: bool) -> list[str]:
+    one, many = _DEVICES[cls.type]
+    products = "; ".join(
+        f"{_printable(p.name)}: {p.count} on {_listing([_printable(n) for n in p.nodes])}"
+        + (f", {_memories(p.memories)}" if p.memories else "")
+        for p in cls.products
+    )
+    most = f", at most {cls.most_per_node} on one" if len(cls.nodes) > 1 else ""
+    out = _comment(
+        f"{_plural(cls.devices, one, many)} on {_count(cls.nodes)}{most}: {products}.", indent=6
+    )
+    out += _comment(
+        "maxDevicesPerRequest: one device per request; raise it (at most"
+        f" {min(cls.most_per_node, 32)}: no node has more) for claims that need several.",
+        indent=6,
+    )
+    memory = (
+        f"mps.maxPinnedMemoryMiB at most {cls.memory_mib} (the smallest {one}'s memory: a limit"
+        " above it limits nothing)"
+        if cls.memory_mib
+        else "mps.maxPinnedMemoryMiB"
+    )
+    sized = (
+        "; the policy's profiles then size the requests that write no configuration"
+        if profiles
+        else "; with profiles, they size the requests that write no configuration"
+    )
+    mps = (
+        "MPS needs the driver's MPSSupport feature gate (alpha, off by default; the slices do not"
+        f" say whether it is on): with it, add MPS to sharing with ceilings, {memory}{sized}."
+    )
+    if cls.type == "gpu":
+        text = (
+            "sharing: [] takes the requests with no sharing configuration: the pods that name"
+            " one claim share its GPUs by the driver's default time-slicing. " + mps
+        )
+    elif cls.type == "mig":
+        text = (
+            "sharing: [] takes the requests with no sharing configuration (the driver does not"
+            " time-slice MIG devices by configuration). " + mps
+        )
+    elif cls.type == "vfio":
+        text = "VFIO passthrough gives a GPU whole to one virtual machine: no sharing."
+    else:
+        text = (
+            "vGPUs need the driver's VGPUSupport feature gate (alpha); sharing: [] takes the"
+            " requests with no sharing configuration."
+        )
+    out += _comment(text, indent=6)
+    if cls.multiple:
+        out += _comment(
+            f"{_plural(cls.multiple, one, many)} published with allowMultipleAllocations (the"
+            " driver's ConsumableShares): claims of any namespace may share one by its memory"
+            " capacity. capacity: {memory: <quantity>} caps what one request takes (and makes"
+            " every request name it); the driver then refuses MPS claims.",
+            indent=6,
+        )
+    for i, (key, value) in enumerate(cls.spec().items()):
+        lead = "      - " if i == 0 else "        "
+        shown = "[" + ", ".join(map(_scalar, value)) + "]" if isinstance(value, list) else None
+        out.append(f"{lead}{key}: {shown or _scalar(value)}")
+    return out
+
+
+def _other(o: discovering.OtherDevices) -> str:
+    driver = _printable(o.driver)
+    if o.driver == names.DRA_DRIVER:
+        kind = f"type {_printable(o.type)}" if o.type else "no type attribute"
+        driver = f"{driver} ({kind}, which no NVIDIA class selects)"
+    where = f" on {_listing([_printable(n) for n in o.nodes])}" if o.nodes else ""
+    return f"{driver}: {_plural(o.count, 'device')}{where}"
+
+
+def _memories(values: Sequence[int]) -> str:
+    if len(values) == 1:
+        return f"{values[0]} MiB each"
+    return f"{', '.join(map(str, values))} MiB"
+
+
+def _plural(number: int, one: str, many: str | None = None) -> str:
+    return f"{number} {one if number == 1 else (many or one + 's')}"
+
+
+def _printable(text: str) -> str:
+    # A name from the dump, as a comment shows it: no character that ends the line or
+    # rewrites it in a terminal.
+    return decisions.printable(text)
 
 
 def _listing(names: Sequence[str]) -> str:

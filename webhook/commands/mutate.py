@@ -3,7 +3,9 @@
 Pods come out as the webhook admits them. For workloads (Deployment, ReplicaSet,
 StatefulSet, DaemonSet, Job, CronJob) the webhook itself never changes the object, only
 refuses it; here their pod template comes out as the pods it creates will be admitted, so a
-user sees what will run.
+user sees what will run. ResourceClaims and ResourceClaimTemplates (`resource.k8s.io/v1`)
+come out as the mutating webhook leaves them: judged against the policy's `dra` section,
+with the MPS configuration of their profile added to each GPU request that has none.
 
 Whether an object reaches the webhook at all is decided as in the cluster: by the namespace
 selectors of the configurations `render` makes for the same policies, evaluated on the
@@ -25,7 +27,7 @@ import jsonpatch
 import orjson
 import yaml
 
-from webhook import documents, kinds, names, namespaces, policies, rendering
+from webhook import auditing, documents, kinds, names, namespaces, policies, rendering
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
@@ -38,7 +40,7 @@ from webhook.commands import (
     namespace_name,
     policies_directory,
 )
-from webhook.core import nearmisses, pods, reviewing
+from webhook.core import claims, nearmisses, pods, reviewing
 from webhook.core.decisions import MALFORMED, Decision, printable
 from webhook.errors import InputError, PolicyError
 
@@ -61,7 +63,9 @@ def register(subparsers: Any) -> None:
             "Run the admission core on every object in FILE (YAML or JSON, several documents)"
             " and print the result. Exit 0: all allowed; 1: something was refused (reasons on"
             " stderr); 2: bad input or usage. Workloads are shown with their pod template as"
-            " its pods will be admitted (the webhook itself only validates workloads)."
+            " its pods will be admitted (the webhook itself only validates workloads);"
+            " ResourceClaims and ResourceClaimTemplates (resource.k8s.io/v1) as the webhook"
+            " leaves them (the MPS configuration of their profile added)."
             " Objects in a namespace the webhook configurations leave out (not opted in,"
             " kube-system, the webhook's own) are not reviewed: they come out unchanged, with"
             " a line on stderr saying why."
@@ -200,6 +204,19 @@ def run(args: argparse.Namespace) -> int:
         _say(f"Warning: namespace: {line}")
     for obj in objects:
         what = documents.describe(obj)
+        claim = claims.is_claim(pods.group_of(obj.get("apiVersion")), str(obj.get("kind")))
+        if claim and obj.get("apiVersion") != auditing.CLAIM_API_VERSION:
+            # The API server converts it to v1 before the webhook sees it; its own fields
+            # (v1beta1's requests are flat) are not what the review reads.
+            _say(
+                f"not reviewed: {what}: the webhook is sent claims as"
+                f" {auditing.CLAIM_API_VERSION} (the API server converts"
+                f" {obj.get('apiVersion')}); write it as {auditing.CLAIM_API_VERSION} to see"
+                " what the webhook does; left unchanged"
+            )
+            reviewed = True
+            results.append((obj, []))
+            continue
         seen = _namespace_labels(labels, obj, args.namespace)
         unsent = where.not_sent(seen)
         if unsent is not None:
@@ -224,11 +241,12 @@ def run(args: argparse.Namespace) -> int:
                 _say(f"denied: {what}: {v.text}")
             continue
         found = pods.templates(obj, workload_kinds)[0] if not decision.patch else []
-        if found:
+        if found or (claim and not decision.patch):
             reviewed = True
             # Sent, so opted in: its labels name a path (`where.not_sent` above).
             policy = loaded.governing(namespaces.policy_path(seen) or names.DEFAULT_POLICY)
-            _say(f"no change: {what}: {_unchanged(found, policy)}")
+            why = auditing.claim_unchanged(obj, policy) if claim else _unchanged(found, policy)
+            _say(f"no change: {what}: {why}")
         elif decision.patch:
             reviewed = True
         # The decision is this review's own: the object is copied, the patch used as it is.

@@ -1,9 +1,10 @@
 """`gpu-share-webhook policy check [DIR] [--nodes FILE]`: validate policy files, and match them
 against the nodes of a cluster dump.
 
-Every problem of every file in one run (webhook/checking.py), and warnings for what the
-server loads but can never happen. With `--nodes` (the output of `kubectl get nodes -o json`;
-no cluster access), every class of every policy that loads is matched against the nodes by
+Every problem of every file in one run (webhook/checking.py), warnings for what the server
+loads but can never happen (a dra section's too), and notes, once each, for the DRA driver's
+feature gates the policies' sharing needs. With `--nodes` (the output of `kubectl get nodes
+-o json`; no cluster access), every class of every policy that loads is matched against the nodes by
 the labels the webhook pins, and the check fails when a class matches no node, when taints
 its pods do not tolerate keep them off every node it matches, or when a shared GPU node (as
 `gpu-share-webhook discover` reads the labels) matches no class. Exit 0: all good, or
@@ -105,10 +106,12 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"error: {problem}", file=sys.stderr)
     for warning in report.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    for note in report.notes:
+        print(f"note: {note}", file=sys.stderr)
     for name in report.loaded.names:
         p = report.loaded.policies[name]
-        classes = ", ".join(c.name for c in p.classes)
-        print(f"ok: policy {name} ({p.source}): classes {classes}")
+        classes = ", ".join(c.name for c in p.classes) or "none (DRA only)"
+        print(f"ok: policy {name} ({p.source}): classes {classes}{_dra_summary(p)}")
     failed = bool(report.errors)
     if report.errors:
         count = len(report.errors)
@@ -241,6 +244,19 @@ def _disagreements(cls: policies.NodeClass, nodes: list[discovering.Node]) -> li
             " (a request for several replicas is pinned to nodes with enough GPUs)"
         )
     return out
+
+
+def _dra_summary(policy: policies.Policy) -> str:
+    """What the ok line says of a policy's dra section: the GPU classes it opens and those
+    it keeps closed (NVIDIA's among them, listed or not)."""
+    if policy.dra is None:
+        return ""
+    allowed = policy.dra.allowed
+    closed = [c for c in policy.dra.gpu_classes if c not in allowed]
+    return (
+        f"; DRA classes allowed: {', '.join(allowed) or 'none'};"
+        f" closed: {', '.join(closed) or 'none'}"
+    )
 
 
 def _pinned(cls: policies.NodeClass) -> str:

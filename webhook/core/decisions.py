@@ -24,7 +24,16 @@ MALFORMED = names.MALFORMED_RULE
 def shown(value: object) -> str:
     """A value of the object for a message: quoted, and cut short (messages are bounded,
     inputs are not)."""
-    text = value if isinstance(value, str) else repr(value)
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, dict):
+        # Not its repr: a value nested a thousand deep would exceed the recursion limit,
+        # and a large one would be copied whole to be cut short.
+        text = f"an object of {len(value)} keys"
+    elif isinstance(value, list):
+        text = f"a list of {len(value)} items"
+    else:
+        text = repr(value)
     if len(text) > 40:
         text = f"{text[:32]}... ({len(text)} characters)"
     return f'"{text}"'
@@ -61,6 +70,7 @@ class ErrorType(enum.Enum):
     NOT_SUPPORTED = "FieldValueNotSupported"
     FORBIDDEN = "FieldValueForbidden"
     TYPE_INVALID = "FieldValueTypeInvalid"
+    TOO_MANY = "FieldValueTooMany"
 
 
 class Place(NamedTuple):

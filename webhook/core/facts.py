@@ -103,7 +103,7 @@ class Facts:
     ) -> None:
         self.pod: Final = pod
         # Whether any container asks for a GPU: shared, exclusive, or a `.shared` resource
-        # the policy does not list (which `Usage` leaves out).
+        # the policy does not list (which `Usage` leaves out); or uses a resource claim.
         self.gpu: Final = gpu
         # The policy's shared resources the pod asks for, sorted.
         self.requested: Final = requested
@@ -243,6 +243,10 @@ def _usage(
             else:
                 exclusive.append(name)
         out.append(Usage(tuple(shared), tuple(exclusive)) if shared or exclusive else NO_USAGE)
+    # A container that uses a resource claim counts as a GPU container for the rules that
+    # treat those apart (capabilities, host namespaces, envFrom): its claim may hold GPUs,
+    # which the webhook cannot see from the pod (docs/dra.md).
+    gpu = gpu or any(c.claims for c in pod.containers)
     return tuple(out), tuple(sorted(requested)), gpu
 
 
@@ -264,7 +268,7 @@ def _dra_extended(
                 FIELD,
                 " asks for devices of a DRA device class by extended resource name: the"
                 f' scheduler makes a resource claim for it, outside policy "{policy.name}".'
-                f" Remove it, or ask for {policy.preferred_resource}",
+                f" Remove it, or ask for {policy.preferred_resource}" + _through_claims(policy),
             ),
             c.name,
             pod.place,
@@ -308,7 +312,11 @@ def _mismatch(pod: pods.Pod, c: pods.Container, detail: str) -> Finding:
 
 
 def _not_allowed(pod: pods.Pod, policy: Policy, c: pods.Container, name: str) -> Finding:
-    allowed = ", ".join(sorted(policy.shared_resources)) or "none"
+    allowed = ", ".join(sorted(policy.shared_resources))
+    if allowed:
+        advice = f"it allows: {allowed}). Ask for one of those, or"
+    else:
+        advice = "it shares none through the device plugin). Ask"
     return Finding(
         "resource-not-allowed",
         Violation(
@@ -317,13 +325,21 @@ def _not_allowed(pod: pods.Pod, policy: Policy, c: pods.Container, name: str) ->
             f"{c.field}.resources.limits[{name}]",
             (
                 f'container "{c.name}": resource not allowed: {name} is not a shared GPU'
-                f' policy "{policy.name}" allows (it allows: {allowed}). Ask for one of'
-                " those, or ask the cluster admin for a policy that shares it",
+                f' policy "{policy.name}" allows ({advice} ask the cluster admin for a'
+                " policy that shares it" + _through_claims(policy),
             ),
             c.name,
             pod.place,
         ),
     )
+
+
+def _through_claims(policy: Policy) -> str:
+    """How a pod of a policy with a `dra` section gets a GPU otherwise (for refusals)."""
+    allowed = policy.dra.allowed if policy.dra is not None else ()
+    if not allowed:
+        return ""
+    return f"; or use a ResourceClaim of device class {' or '.join(allowed)}"
 
 
 PROFILE_FIELD = f"metadata.annotations[{names.ANNOTATION_PROFILE}]"

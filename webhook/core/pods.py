@@ -275,6 +275,9 @@ class Container(NamedTuple):
     # Whether the rules judge this container: false for ephemeral containers that were
     # there before an update (they were judged when added, and cannot be changed).
     judged: bool
+    # Whether it uses a resource claim of the pod (`resources.claims`): the devices of
+    # dynamic resource allocation, GPUs among them.
+    claims: bool = False
 
     @property
     def field(self) -> str:
@@ -532,11 +535,13 @@ def _container(r: _Reader, raw: Mapping[str, Any], *, group: str, index: int) ->
         name = f"{group}[{index}]"
     limits: Mapping[str, Any] = {}
     requests: Mapping[str, Any] = {}
+    claims = False
     resources = get("resources")
     if resources:
         if isinstance(resources, dict):
             limits = r.obj(resources, "limits", f"{where}.resources") or {}
             requests = r.obj(resources, "requests", f"{where}.resources") or {}
+            claims = bool(r.items(resources, "claims", f"{where}.resources"))
         else:
             r.wrong(f"{where}.resources", "an object", resources)
     env: list[EnvVar] = []
@@ -613,6 +618,7 @@ def _container(r: _Reader, raw: Mapping[str, Any], *, group: str, index: int) ->
         capabilities,
         tuple(mounts),
         True,  # judged
+        claims,
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple
 
 from webhook import names
-from webhook.core import facts, nearmisses, pods, recording, rules
+from webhook.core import claims, facts, nearmisses, pods, recording, rules
 from webhook.core.decisions import OBJECT, Decision
 from webhook.policies import Policy
 
@@ -61,6 +61,13 @@ def admit(
             {},
             policy=policy,
         )
+    if claims.is_claim(group, kind):
+        # A claim's spec (and a template's) cannot change after it is created.
+        if operation != "CREATE" or sub_resource:
+            return Decision()
+        decision = claims.review(obj, policy=policy, mutate=mutate, require=not mutate)
+        _tell(decision)
+        return decision
     if kind == "Pod" and group == "":
         if sub_resource == EPHEMERAL_CONTAINERS and operation == "UPDATE":
             return review(obj, policy=policy, mutate=mutate, require=not mutate, old=old or {})
@@ -152,6 +159,10 @@ def review(
     the policy (`Rule.required`) must be in place already. `old`: the Pod before an update
     of its ephemeral containers; only the ones it adds are judged.
     """
+    if claims.of_object(obj):
+        decision = claims.review(obj, policy=policy, mutate=mutate, require=require)
+        _tell(decision)
+        return decision
     found, problems = pods.templates(obj, kinds)
     views = [pods.read(template, old=old) for template in found]
     decision = Decision(violations=[rules.malformed(p, OBJECT) for p in problems])
@@ -279,6 +290,8 @@ def _table(policy: Policy, gpu: bool, shared: bool, ephemeral_update: bool) -> T
 def _applies(
     rule: rules.Rule, policy: Policy, gpu: bool, shared: bool, ephemeral_update: bool
 ) -> bool:
+    if rule.scope is rules.Scope.CLAIM:
+        return False
     if policy.unavailable is not None and not rule.always:
         return False
     if rule.pod_level and ephemeral_update:

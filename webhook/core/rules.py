@@ -55,6 +55,9 @@ class Scope(enum.Enum):
     GPU_POD = "pods that use a GPU"
     # Pods with a container that asks for one of the policy's shared resources.
     SHARED_POD = "pods that use a shared GPU"
+    # ResourceClaims and ResourceClaimTemplates (`claims`), under a policy with a `dra`
+    # section: no pod table holds these rules.
+    CLAIM = "resource claims and claim templates"
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,19 +388,27 @@ def check_device_variables(r: Pass) -> None:
                 )
             else:
                 what, after = f"{var.name}={shown(var.value)} (", ") is not one that hides GPUs"
-            whose = (
-                "the device plugin sets it for a container that asks for a GPU, and a value of"
-                " the pod's can widen what the NVIDIA runtime gives it"
-                if used.gpu
-                else "on a container that asks for no GPU it exposes GPUs outside the device"
-                " plugin's allocation"
-            )
-            fix = (
-                "Remove it"
-                if used.gpu
-                else "Remove it (or set it to void), or ask for"
-                f" {r.policy.preferred_resource}: 1 if the container needs a GPU"
-            )
+            if used.gpu:
+                whose = (
+                    "the device plugin sets it for a container that asks for a GPU, and a"
+                    " value of the pod's can widen what the NVIDIA runtime gives it"
+                )
+                fix = "Remove it"
+            elif c.claims:
+                whose = (
+                    "a container's resource claims give it its devices, and a value of the"
+                    " pod's can add GPUs outside them"
+                )
+                fix = "Remove it"
+            else:
+                whose = (
+                    "on a container that asks for no GPU it exposes GPUs outside the device"
+                    " plugin's allocation"
+                )
+                fix = (
+                    "Remove it (or set it to void), or ask for"
+                    f" {r.policy.preferred_resource}: 1 if the container needs a GPU"
+                )
             r.deny(
                 "device-variables",
                 ErrorType.FORBIDDEN,
@@ -412,7 +423,7 @@ def check_device_variables(r: Pass) -> None:
 def check_env_from(r: Pass) -> None:
     """Route 1: envFrom on a container that uses a GPU can set the device and MPS variables
     from a ConfigMap or Secret, which admission cannot read."""
-    offenders = [c for c, used in r.facts.judged if used.gpu and c.env_from]
+    offenders = [c for c, used in r.facts.judged if (used.gpu or c.claims) and c.env_from]
     if not offenders:
         return
     if r.policy.rules.deny_env_from_on_gpu_containers:
@@ -799,8 +810,7 @@ def _host_volumes(
     return [
         (v, allowed_host_path(v.host_path, policy))
         for v in pod.volumes
-        if v.host_path is not None
-        and not (host_path_on and host_path_classes(v.host_path, policy))
+        if v.host_path is not None and not (host_path_on and host_path_classes(v.host_path, policy))
     ]
 
 
@@ -823,7 +833,10 @@ def check_cdi_annotations(r: Pass) -> None:
 
 
 def check_resource_claims(r: Pass) -> None:
-    if r.pod.resource_claims:
+    """Claims in a pod whose policy has no `dra` section: nothing governs what they hold.
+    Where it has one, the claims the pod names were reviewed when they were created
+    (`claims`), in the pod's own namespace, the only one it can name them from."""
+    if r.pod.resource_claims and r.policy.dra is None and r.policy.unavailable is None:
         r.deny(
             "resource-claims",
             ErrorType.FORBIDDEN,
@@ -831,7 +844,8 @@ def check_resource_claims(r: Pass) -> None:
             "resource claims: ",
             FIELD,
             f' can give the pod devices, GPUs included, that policy "{r.policy.name}" does not'
-            f" govern. Remove them, or ask for {r.policy.preferred_resource}",
+            f" govern (it has no dra section). Remove them, or ask for"
+            f" {r.policy.preferred_resource}",
         )
 
 
@@ -905,7 +919,7 @@ def patch_visible_devices(r: Pass) -> None:
 
 # --------------------------------------------------------------------------- the table
 
-E, G, S = Scope.EVERY_POD, Scope.GPU_POD, Scope.SHARED_POD
+E, G, S, C = Scope.EVERY_POD, Scope.GPU_POD, Scope.SHARED_POD, Scope.CLAIM
 
 # In the order of `names.RULES`, which is the order of what they report and add (SPEC.md's
 # for the patches: runtime class, tolerations, node selection, MPS limits, void); the order
@@ -957,10 +971,22 @@ RULES: tuple[Rule, ...] = (
          check_host_access, switch="denyHostAccess", always=True, pod_security=True),
     Rule("cdi-annotations", E, "pod annotations that request CDI devices",
          check_cdi_annotations, switch="denyCdiAnnotations", pod_level=True, always=True),
-    Rule("resource-claims", E, "dynamic resource allocation claims, and device classes asked for"
-         " by extended resource name",
+    Rule("resource-claims", E, "resource claims in a pod whose policy has no dra section, and"
+         " device classes asked for by extended resource name",
          check_resource_claims, found=True, switch="denyResourceClaims", pod_level=True,
          always=True),
+    Rule("dra-class-not-allowed", C, "a claim's request of a GPU device class the policy does"
+         " not allow"),
+    Rule("dra-all-devices", C, "allocationMode All (or an unknown mode) on a GPU class"),
+    Rule("dra-admin-access", C, "adminAccess on a GPU class"),
+    Rule("dra-device-tolerations", C, "tolerations of device taints on a GPU class"),
+    Rule("dra-too-many-devices", C, "more devices in one request than the class allows"),
+    Rule("dra-capacity", C, "consumable capacity left out or above the class's ceiling"),
+    Rule("dra-config", C, "device configuration the GPU driver does not read, or of another"
+         " kind of device"),
+    Rule("dra-sharing", C, "a sharing strategy the class does not allow"),
+    Rule("dra-mps-limits", C, "MPS limits that do not parse or exceed the class's ceilings;"
+         " adds the profile's to a request with no configuration", required=True),
     Rule("node-selection", S, "a node selection no allowed class satisfies; pins the pod to"
          " the allowed classes", patch=patch_node_selection, found=True, pod_level=True),
     Rule("multi-replica", S, "more than one replica where the device plugin would fail it or"

@@ -7,9 +7,9 @@ Two passes over each document, as the server's pydantic models make them:
 1. the schema (files/policy-schema.yaml, generated from the models by hack/sync.py): unknown
    fields, missing ones, types, allowed values, patterns, lengths and bounds;
 2. when the document passes it, the models' own validators (PolicySpecModel._coherent and
-   those of the node classes, profiles, tolerations and host paths), rewritten here with the
-   constants of files/policy-schema.yaml, except what needs webhook/hostpaths.py (whether a
-   host path reaches the GPU paths the rules guard).
+   those of the node classes, profiles, tolerations, host paths and the dra section),
+   rewritten here with the constants of files/policy-schema.yaml, except what needs
+   webhook/hostpaths.py (whether a host path reaches the GPU paths the rules guard).
 Each problem is one line, `<field path>: <reason>`, the path as `policy check` writes it.
 
 Where the chart cannot tell, it lets the file through and leaves the word to the server:
@@ -289,8 +289,12 @@ one reaches the GPU paths, webhook/hostpaths.py, is the server's to say). */}}
 {{- $nested = append $nested (printf "spec.hostAccess: %s" $deniedProblem) }}
 {{- end }}
 {{- end }}
+{{- /* DraClassSpec._coherent: every problem of each class; DraSpec._coherent when there is
+none. pydantic reports them whatever else is wrong, and `policy check` the spec's own
+problems beside them (PolicySpecModel._coherent reads nothing of the dra section). */}}
+{{- $dra := include "gpu-share-webhook.policyDra" (dict "dra" $spec.dra "checks" $checks) | fromJsonArray }}
 {{- if $nested }}
-{{- toJson $nested }}
+{{- toJson (concat $nested $dra) }}
 {{- else }}
 {{- /* PolicySpecModel._coherent: every problem. */}}
 {{- $out := list }}
@@ -304,6 +308,9 @@ one reaches the GPU paths, webhook/hostpaths.py, is the server's to say). */}}
 {{- if has $rule $checks.alwaysEnforced }}
 {{- $out = append $out (printf "spec.ruleModes.%s: always enforced (it refuses bad input)" $rule) }}
 {{- end }}
+{{- end }}
+{{- if and (not $classes) (not $spec.dra) }}
+{{- $out = append $out "spec.nodeClasses: at least one class is needed, unless the policy has a dra section (its namespaces then get GPUs through dynamic resource allocation alone)" }}
 {{- end }}
 {{- $seen := dict }}
 {{- $twice := dict }}
@@ -326,7 +333,7 @@ one reaches the GPU paths, webhook/hostpaths.py, is the server's to say). */}}
 {{- if eq .advertised "" }}{{ $known = false }}{{ end }}
 {{- $served = append $served .advertised }}
 {{- end }}
-{{- if $known }}
+{{- if and $known $classes }}
 {{- range $classes }}
 {{- if not (has .advertised $sharedText) }}
 {{- $out = append $out (printf "spec.nodeClasses[%s]: advertises %s, which is not in sharedResources" .name .advertised) }}
@@ -382,8 +389,144 @@ one reaches the GPU paths, webhook/hostpaths.py, is the server's to say). */}}
 {{- end }}
 {{- end }}
 {{- end }}
+{{- toJson (concat $out $dra) }}
+{{- end }}
+{{- end }}
+
+{{/*
+The problems of a dra section (spec.dra) that passed the schema, as a JSON list of lines:
+those of DraClassSpec._coherent for each class, and when there are none those of
+DraSpec._coherent; each message as files/policy-schema.yaml has it from the models, placed
+as `policy check` places it (`fieldFirst`: at the field it starts with, under the model's
+path). (dict "dra" D "checks" C)
+*/}}
+{{- define "gpu-share-webhook.policyDra" -}}
+{{- $checks := .checks }}
+{{- $c := $checks.dra }}
+{{- $out := list }}
+{{- with .dra }}
+{{- $names := list }}
+{{- range $i, $class := .deviceClasses | default list }}
+{{- $at := printf "spec.dra.deviceClasses[%d]" $i }}
+{{- $name := toString $class.name }}
+{{- $names = append $names $name }}
+{{- $kind := $class.configKind | default (get $c.configKinds $name) | default $c.defaultConfigKind }}
+{{- $sharing := $class.sharing | default list }}
+{{- $messages := list }}
+{{- if and (hasKey $c.unshared $kind) $sharing }}
+{{- $messages = append $messages (get $c.unshared $kind) }}
+{{- end }}
+{{- if ne (len (uniq $sharing)) (len $sharing) }}
+{{- $messages = append $messages $c.strategyTwice }}
+{{- end }}
+{{- range $capacity, $value := $class.capacity | default dict }}
+{{- $fault := include "gpu-share-webhook.policyQuantity" (dict "value" $value "q" $checks.quantity) }}
+{{- if $fault }}
+{{- $messages = append $messages (printf $c.capacity $capacity (include "gpu-share-webhook.pythonRepr" $value) $fault) }}
+{{- end }}
+{{- end }}
+{{- range $messages }}
+{{- $out = append $out (printf (ternary "%s.%s" "%s: %s" (regexMatch $c.fieldFirst .)) $at .) }}
+{{- end }}
+{{- end }}
+{{- if not $out }}
+{{- $twice := dict }}
+{{- range $i, $name := $names }}
+{{- if has $name (slice $names 0 $i) }}{{ $_ := set $twice $name true }}{{ end }}
+{{- end }}
+{{- range keys $twice | sortAlpha }}
+{{- $out = append $out (printf "spec.dra.%s" (printf $c.classTwice .)) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- toJson $out }}
 {{- end }}
+
+{{/*
+webhook/core/quantities.py `parse` of a quantity given as text: "" when it takes it, else
+its reason (not a quantity, out of range, negative), with the grammar, the bounds and the
+suffixes of files/policy-schema.yaml (`checks.quantity`). Exact: the bounds are compared as
+digit strings, not as numbers a template could round. (dict "value" V "q" Q)
+*/}}
+{{- define "gpu-share-webhook.policyQuantity" -}}
+{{- $q := .q }}
+{{- $v := .value }}
+{{- $grammar := printf "^(?:%s)$" $q.pattern }}
+{{- if or (not (kindIs "string" $v)) (eq $v "") (not (regexMatch $grammar $v)) }}
+{{- $q.notAQuantity }}
+{{- else }}
+{{- $sign := regexReplaceAll $grammar $v "${1}" }}
+{{- $whole := regexReplaceAll $grammar $v "${2}" }}
+{{- $fraction := regexReplaceAll $grammar $v "${3}" }}
+{{- $exponent := regexReplaceAll $grammar $v "${4}" }}
+{{- $suffix := regexReplaceAll $grammar $v "${5}" }}
+{{- $power10 := 0 }}
+{{- $power2 := 0 }}
+{{- $fault := "" }}
+{{- if ne $exponent "" }}
+{{- /* Compared as digits first: int64 of a longer string would overflow. */}}
+{{- $magnitude := regexReplaceAll "^[+-]?0*" $exponent "" }}
+{{- if or (gt (len $magnitude) (len $q.maxExponent)) (and (eq (len $magnitude) (len $q.maxExponent)) (gt $magnitude $q.maxExponent)) }}
+{{- $fault = $q.exponentOutOfRange }}
+{{- else }}
+{{- $power10 = int64 (printf "%s%s" (ternary "-" "" (hasPrefix "-" $exponent)) ($magnitude | default "0")) }}
+{{- end }}
+{{- else if ne $suffix "" }}
+{{- $power10 = int64 (get (get $q.suffixes $suffix) "power10") }}
+{{- $power2 = int64 (get (get $q.suffixes $suffix) "power2") }}
+{{- end }}
+{{- $digits := regexReplaceAll "^0*" (printf "%s%s" $whole $fraction) "" }}
+{{- if and (not $fault) (ne $digits "") }}
+{{- $power10 = sub $power10 (len $fraction) }}
+{{- $n := len $digits }}
+{{- $maxDigits := len $q.max }}
+{{- if ge (add $n -1 $power10) $maxDigits }}
+{{- $fault = $q.outOfRange }}
+{{- else if gt (add $n $power10 $maxDigits) -9 }}
+{{- /* Not so small that it rounds up to 10^-9: compare with the bound exactly. */}}
+{{- if eq $power2 0 }}
+{{- /* digits * 10^power10 > max, as digits beside max * 10^-power10 or digits * 10^power10
+beside max: both of the same length here or the first shorter. */}}
+{{- $a := $digits }}
+{{- $b := $q.max }}
+{{- if ge $power10 0 }}
+{{- $a = printf "%s%s" $digits (repeat (int $power10) "0") }}
+{{- else }}
+{{- $b = printf "%s%s" $q.max (repeat (int (sub 0 $power10)) "0") }}
+{{- end }}
+{{- if or (gt (len $a) (len $b)) (and (eq (len $a) (len $b)) (gt $a $b)) }}
+{{- $fault = $q.outOfRange }}
+{{- end }}
+{{- else }}
+{{- /* A binary suffix (no exponent): whole + fraction, against the largest of each. */}}
+{{- $bound := get $q.binary $suffix }}
+{{- $w := regexReplaceAll "^0*" $whole "" }}
+{{- $above := or (gt (len $w) (len $bound.whole)) (and (eq (len $w) (len $bound.whole)) (gt $w $bound.whole)) }}
+{{- if and (not $above) (eq $w $bound.whole) }}
+{{- $width := max (len $fraction) (len $bound.fraction) }}
+{{- $above = gt (printf "%s%s" $fraction (repeat (int (sub $width (len $fraction))) "0")) (printf "%s%s" $bound.fraction (repeat (int (sub $width (len $bound.fraction))) "0")) }}
+{{- end }}
+{{- if $above }}
+{{- $fault = $q.outOfRange }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- if and (not $fault) (eq $sign "-") }}
+{{- $fault = $q.negative }}
+{{- end }}
+{{- end }}
+{{- $fault }}
+{{- end }}
+{{- end }}
+
+{{/* Python's repr of a string, as `policy check` quotes a value: in single quotes, or double
+ones when it holds a single quote and no double one; backslashes, the quote and the usual
+control characters escaped. */}}
+{{- define "gpu-share-webhook.pythonRepr" -}}
+{{- $s := toString . }}
+{{- $quote := ternary "\"" "'" (and (contains "'" $s) (not (contains "\"" $s))) }}
+{{- $s = $s | replace "\\" "\\\\" | replace "\n" "\\n" | replace "\r" "\\r" | replace "\t" "\\t" | replace $quote (printf "\\%s" $quote) }}
+{{- printf "%s%s%s" $quote $s $quote }}
 {{- end }}
 
 {{/* webhook/policies.py _host_path: "" when `path` is absolute and clean (or not a string,
@@ -421,8 +564,16 @@ another apiVersion or kind gets that one line: its other fields are not a policy
 {{- $out = without $out "?" }}
 {{- end }}
 {{- if and (not $out) (not (kindIs "string" $doc.metadata.name)) }}
-{{- /* The one field the chart needs to read itself: it names the policy's webhook entries. */}}
+{{- /* A field the chart needs to read itself: it names the policy's webhook entries. */}}
 {{- $out = append $out (printf "metadata.name: Helm reads this name as %s, not as text: put it in quotes" (toJson $doc.metadata.name)) }}
+{{- end }}
+{{- if and (not $out) (kindIs "map" $doc.spec.dra) }}
+{{- /* And the names of the dra section's classes, which its entries' conditions list. */}}
+{{- range $i, $class := $doc.spec.dra.deviceClasses | default list }}
+{{- if and (kindIs "map" $class) (not (kindIs "string" $class.name)) }}
+{{- $out = append $out (printf "spec.dra.deviceClasses[%d].name: Helm reads this name as %s, not as text: put it in quotes" $i (toJson $class.name)) }}
+{{- end }}
+{{- end }}
 {{- end }}
 {{- if and (not $out) (not $unsure) }}
 {{- $out = include "gpu-share-webhook.policySemantics" (dict "doc" $doc "checks" $check.checks) | fromJsonArray }}
