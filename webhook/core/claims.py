@@ -555,36 +555,37 @@ def _judge_request(r: _Review, t: Target) -> bool:
                 f" at most {cls.max_devices} per request. Set count to {cls.max_devices} or"
                 " less",
             )
-    admin = spec.get("adminAccess")
-    if admin is not None and not isinstance(admin, bool):
-        r.wrong(f"{t.field}.adminAccess", "a boolean", admin)
-    elif admin:
-        r.deny(
-            "dra-admin-access",
-            ErrorType.FORBIDDEN,
-            f"{t.field}.adminAccess",
-            what,
-            FIELD,
-            f': admin access reaches devices of class "{cls.name}" that are in use by'
-            " others, outside any allocation. Remove it (monitoring tools belong in a"
-            " namespace that has not opted in)",
-        )
-    tolerations = spec.get("tolerations")
-    if tolerations is not None and not isinstance(tolerations, list):
-        r.wrong(f"{t.field}.tolerations", "a list", tolerations)
-    elif tolerations:
-        r.deny(
-            "dra-device-tolerations",
-            ErrorType.FORBIDDEN,
-            f"{t.field}.tolerations",
-            what,
-            FIELD,
-            f': tolerating device taints reaches GPUs of class "{cls.name}" that an admin'
-            " took out of use (maintenance, reserved, unhealthy). Remove them",
-        )
+    _forbidden(
+        r,
+        t,
+        "adminAccess",
+        bool,
+        rule="dra-admin-access",
+        words=f': admin access reaches devices of class "{cls.name}" that are in use by others,'
+        " outside any allocation. Remove it (monitoring tools belong in a namespace that has"
+        " not opted in)",
+    )
+    _forbidden(
+        r,
+        t,
+        "tolerations",
+        list,
+        rule="dra-device-tolerations",
+        words=f': tolerating device taints reaches GPUs of class "{cls.name}" that an admin took'
+        " out of use (maintenance, reserved, unhealthy). Remove them",
+    )
     if cls.capacity:
         _judge_capacity(r, t)
     return True
+
+
+def _forbidden(r: _Review, t: Target, key: str, kind: type, *, rule: str, words: str) -> None:
+    """A field of the request that a GPU request may not set (true, or not empty)."""
+    value = t.spec.get(key)
+    if value is not None and not isinstance(value, kind):
+        r.wrong(f"{t.field}.{key}", "a boolean" if kind is bool else "a list", value)
+    elif value:
+        r.deny(rule, ErrorType.FORBIDDEN, f"{t.field}.{key}", _what(r, t), FIELD, words)
 
 
 def _judge_capacity(r: _Review, t: Target) -> None:
