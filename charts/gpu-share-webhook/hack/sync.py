@@ -522,31 +522,9 @@ def monitoring_rule() -> dict[str, Any]:
     return dict(rule)
 
 
-class _HelmDumper(yaml.SafeDumper):
-    """YAML that Helm reads as PyYAML does: multi-line strings in block style (the CEL
-    expressions read as written), and in quotes the strings PyYAML writes plain but Helm's
-    reader (YAML 1.1, as go-yaml v2 resolves it) takes for something else: y and n are
-    booleans to it, 0o17 and 1e3 numbers (the quantity suffix n is a key of
-    files/policy-schema.yaml)."""
-
-
-# go-yaml v2's resolve.go: its booleans beyond PyYAML's, and its numbers (strconv.ParseInt
-# with base 0, underscores dropped; `yamlStyleFloat`).
-_HELM_NOT_STRINGS = re.compile(
-    r"[yYnN]|[-+]?(0[bB][01_]+|0[oO][0-7_]+|0[xX][0-9a-fA-F_]+|[0-9][0-9_]*)"
-    r"|[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?"
-)
-
-
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    if "\n" in value:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
-    if _HELM_NOT_STRINGS.fullmatch(value):
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="'")
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
-
-
-_HelmDumper.add_representer(str, _represent_str)
+# Strings Helm's reader (go-yaml v2) would take for booleans or numbers are quoted: the
+# quantity suffix `n` is a key of files/policy-schema.yaml.
+_HelmDumper = render_command.KubeDumper
 
 
 def _dump_for_helm(data: dict[str, Any]) -> str:
