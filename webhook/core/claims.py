@@ -195,6 +195,9 @@ def review(
     if policy.unavailable is not None:
         return _ungoverned(obj, policy, policy.unavailable)
     dra = policy.dra
+    if dra is None and not policy.rules.deny_resource_claims:
+        # The policy's own choice (`denyResourceClaims: false`): claims pass, ungoverned.
+        return Decision()
     if dra is None:
         return _ungoverned(
             obj,
