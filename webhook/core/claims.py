@@ -425,7 +425,7 @@ def _target(
         if class_name is not None:
             r.wrong(f"{field}.deviceClassName", "a string", class_name)
         return None
-    cls = r.dra.governed(class_name)
+    cls = r.policy.dra_class(class_name)
     if cls is None:
         return None
     pointer = "/" + field.replace(".", "/").replace("[", "/").replace("]", "")

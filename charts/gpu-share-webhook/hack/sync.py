@@ -181,7 +181,7 @@ def _claims() -> dict[str, str]:
     shipped = policies.load_directory(POLICIES)
     # The template gives every entry that sends claims the set's classes: so does render.
     for p in shipped.policies.values():
-        if p.dra is not None and p.dra.gpu_classes != shipped.gpu_classes:
+        if p.dra is not None and p.gpu_classes != shipped.gpu_classes:
             raise SystemExit(
                 f"sync.py: policy {p.name!r} governs other classes than the set's; the chart"
                 " gives every policy with a dra section the set's"
