@@ -213,7 +213,7 @@ def _page(api_client: Any, resource: Resource, limit: int, token: str | None) ->
         options["_continue"] = token
     try:
         if resource.group == "":
-            core = client.CoreV1Api(api_client)
+            core: Any = client.CoreV1Api(api_client)
             call: Callable[..., Any] = {
                 "namespaces": core.list_namespace,
                 "pods": core.list_pod_for_all_namespaces,
@@ -300,7 +300,8 @@ def _reports_page(
     if token:
         options["_continue"] = token
     try:
-        response = client.CustomObjectsApi(api_client).list_cluster_custom_object(
+        custom: Any = client.CustomObjectsApi(api_client)
+        response = custom.list_cluster_custom_object(
             resource.group, resource.version, resource.plural, **options
         )
         page = orjson.loads(response.data)

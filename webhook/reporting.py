@@ -397,7 +397,7 @@ def _reports(
             continue
         for r in results:
             r["timestamp"] = kept.get(_identity(r)) or {"seconds": now, "nanos": 0}
-        grow = sum(len(orjson.dumps(r)) for r in results)
+        grow = sum(len(orjson.dumps(r)) + 1 for r in results)  # and a comma
         if size + grow > REPORT_BYTES and (not chunks or chunks[-1]):
             chunks.append([])
             size = 0
