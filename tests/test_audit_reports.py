@@ -13,6 +13,7 @@ import orjson
 import pytest
 import yaml
 
+from tests import report_schemas
 from tests.audit_dump import (
     BATCH,
     INFERENCE,
@@ -104,6 +105,27 @@ def test_one_report_per_opted_in_namespace_and_one_for_the_cluster(
         if r["kind"] == "PolicyReport":
             ns = r["metadata"]["namespace"]
             assert r["scope"] == {"apiVersion": "v1", "kind": "Namespace", "name": ns}
+
+
+@pytest.mark.parametrize("output", list(reporting.APIS))
+def test_every_report_is_valid_against_every_copy_of_its_crd(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path], output: str
+) -> None:
+    """Kyverno's and wg-policy-prototypes' wgpolicyk8s.io CRDs, openreports' install.yaml:
+    what the API server would refuse or prune, nothing."""
+    _, items = run(capsys, dump, output)
+    assert items
+    for r in items:
+        assert report_schemas.validate(r) == [], r["metadata"]
+
+
+def test_the_large_and_the_claims_reports_are_valid_too(tmp_path: Path) -> None:
+    c = Cluster()
+    c.namespace("big", OPTED_IN)
+    for i in range(1500):
+        c.pod(f"job-{i:05d}-{'x' * 200}", "big", BATCH)
+    for r in build(c, tmp_path, None):
+        assert report_schemas.validate(r) == []
 
 
 def test_every_result_names_one_object_and_the_summary_counts_them(
