@@ -1,0 +1,474 @@
+"""`audit --cluster` and `--write-reports`: the audit read from the Kubernetes API and its
+reports written back, against a stand-in of the API over real HTTP (`tests/kube_api.py`:
+paged lists over a snapshot, continue tokens that expire, server-side apply with field
+ownership, RBAC with the real 403 messages, namespace admission) and the official client,
+run by the command in a worker thread as in a CronJob. No part of the client is replaced."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests import kube_api, report_schemas
+from tests.audit_dump import JOBSET_ONLY, OPTED_IN, REPO, ROLLOUT_POLICY, cluster, container, spec
+from webhook import cli, cluster as cluster_module, names, reporting
+
+JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+
+# The least rights the command needs, as the brief (and the chart's ClusterRole) grant them.
+READ_RULES = [
+    {"apiGroups": [""], "resources": ["namespaces", "pods", "replicationcontrollers"],
+     "verbs": ["list"]},
+    {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "daemonsets",
+                                          "replicasets"], "verbs": ["list"]},
+    {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": ["list"]},
+    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"],
+     "verbs": ["list"]},
+    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["list"]},
+]
+
+
+def write_rules(api: reporting.ReportApi) -> list[dict[str, Any]]:
+    return [{"apiGroups": [api.group], "resources": [api.plural, api.cluster_plural],
+             "verbs": ["list", "create", "patch", "delete"]}]
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> dict[str, Path]:
+    policy_dir = tmp_path / "policies"
+    policy_dir.mkdir()
+    for name in ("default.yaml", "not-renamed.yaml", "dra.yaml"):
+        (policy_dir / name).write_text((REPO / "policies" / name).read_text())
+    (policy_dir / "rollout.yaml").write_text(ROLLOUT_POLICY)
+    (tmp_path / "jobset.yaml").write_text(JOBSET_ONLY)
+    c = cluster()
+    (tmp_path / "namespaces.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": c.namespaces}))
+    (tmp_path / "cluster.json").write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": c.objects}))
+    return {"root": tmp_path, "policies": policy_dir, "jobset": tmp_path / "jobset.yaml",
+            "namespaces": tmp_path / "namespaces.yaml", "cluster": tmp_path / "cluster.json"}
+
+
+def seeded(rules: list[dict[str, Any]] | None = None) -> kube_api.KubeAPI:
+    """The stand-in holding the audit's dump (kinds the dump has that the audit never reads,
+    a Service, are not served and left out), the JobSet CRD and both report APIs served."""
+    kube = kube_api.KubeAPI(rules=rules, validate=report_schemas.validate)
+    kube.serve_crd(*JOBSETS)
+    for resource in (kube_api.POLICY_REPORTS, kube_api.CLUSTER_POLICY_REPORTS,
+                     kube_api.REPORTS, kube_api.CLUSTER_REPORTS):
+        kube.serve(resource)
+    c = cluster()
+    kube.add(*c.namespaces)
+    # A namespace's objects exist only in a namespace that exists: the dump's "ghost" pod
+    # (whose Namespace is left out of the files) is not in the cluster.
+    exist = {ns["metadata"]["name"] for ns in c.namespaces}
+    kube.add(*(o for o in c.objects
+               if o["kind"] != "Service" and o["metadata"]["namespace"] in exist))
+    return kube
+
+
+@pytest.fixture
+async def kube(aiohttp_server: Any) -> kube_api.KubeAPI:
+    return await kube_api.serve(aiohttp_server, seeded())
+
+
+class Run:
+    """One run of the command: exit code, standard output and error."""
+
+    def __init__(self, code: int, out: str, err: str) -> None:
+        self.code, self.out, self.err = code, out, err
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+async def audit(capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI,
+                files: dict[str, Path], *extra: str, token: str | None = None) -> Run:
+    kubeconfig = kube_api.write_kubeconfig(files["root"] / "kubeconfig", kube, token=token)
+    argv = ["audit", "--cluster", "--kubeconfig", str(kubeconfig),
+            "--policies", str(files["policies"]), "--workload-kinds", str(files["jobset"]),
+            *extra]
+    code = await asyncio.to_thread(cli.main, argv)
+    out, err = capsys.readouterr()
+    return Run(code, out, err)
+
+
+def file_audit(capsys: pytest.CaptureFixture[str], files: dict[str, Path], *extra: str) -> Run:
+    code = cli.main(["audit", "-f", str(files["namespaces"]), "-f", str(files["cluster"]),
+                     "--policies", str(files["policies"]),
+                     "--workload-kinds", str(files["jobset"]), *extra])
+    out, err = capsys.readouterr()
+    return Run(code, out, err)
+
+
+def lists(kube: kube_api.KubeAPI, path: str) -> list[kube_api.Request]:
+    return [r for r in kube.requests(method="GET", path=path)]
+
+
+# --------------------------------------------------------------------------- reading
+
+
+async def test_the_cluster_reads_as_its_dump_does(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    """Built-in list items come without kind and apiVersion; the audit of the API is the
+    audit of `kubectl get -o json` all the same, entry for entry."""
+    from_files = file_audit(capsys, files, "-o", "json", "--show", "all")
+    from_api = await audit(capsys, kube, files, "-o", "json", "--show", "all")
+    assert from_api.code == from_files.code == 1
+    a, b = from_files.json(), from_api.json()
+    assert b["files"] == ["the cluster"]
+    # The dump's Service and the Pods of namespace "ghost" (no Namespace object) are not in
+    # the cluster (a namespace of pods always exists there).
+    b_namespaces = {ns["name"]: ns for ns in b["namespaces"]}
+    for ns in a["namespaces"]:
+        if ns["status"] == "not-in-files":
+            assert ns["name"] not in b_namespaces
+            continue
+        assert b_namespaces[ns["name"]] == ns
+    # Every list was cluster-wide.
+    for r in kube.requests(method="GET"):
+        assert "/namespaces/" not in r.path, r.path
+
+
+async def test_lists_are_paged_and_every_page_is_read(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    run = await audit(capsys, kube, files, "-o", "json", "--show", "all", "--page-size", "3")
+    assert run.code == 1
+    pods = kube.objects("v1", "Pod")
+    pod_lists = lists(kube, "/api/v1/pods")
+    assert len(pod_lists) == math.ceil(len(pods) / 3)
+    assert all(r.query["limit"] == "3" for r in pod_lists)
+    assert "continue" not in pod_lists[0].query
+    assert all("continue" in r.query for r in pod_lists[1:])
+    judged = sum(ns["counts"]["objects"] for ns in run.json()["namespaces"])
+    whole = await audit(capsys, kube, files, "-o", "json", "--show", "all")
+    assert judged == sum(ns["counts"]["objects"] for ns in whole.json()["namespaces"])
+
+
+async def test_an_expired_continue_token_restarts_the_list_from_the_start(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    whole = await audit(capsys, kube, files, "-o", "json", "--show", "all")
+    kube.log.clear()
+    kube.expire_next_continue(1)
+    run = await audit(capsys, kube, files, "-o", "json", "--show", "all", "--page-size", "4")
+    assert run.code == 1
+    # The same audit: nothing read twice or left out.
+    assert run.json()["namespaces"] == whole.json()["namespaces"]
+    expired = [r for r in kube.log if r.status == 410]
+    assert len(expired) == 1
+    # The kind whose token expired was listed again from its first page.
+    path = expired[0].path
+    firsts = [r for r in lists(kube, path) if "continue" not in r.query]
+    assert len(firsts) == 2
+
+
+async def test_tokens_that_keep_expiring_are_one_clear_line_and_exit_3(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    kube.expire_next_continue(1000)
+    run = await audit(capsys, kube, files, "--page-size", "2")
+    assert run.code == 3
+    assert run.out == ""
+    line = run.err.strip()
+    assert "\n" not in line
+    assert line.startswith("error: listing namespaces: the list's continue token expired 4 times")
+    assert "raise --page-size" in line
+
+
+async def test_kinds_not_served_are_a_note_and_the_rest_is_audited(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    kube.unserve("resource.k8s.io", "v1")
+    kube.unserve("jobset.x-k8s.io", "v1alpha2", "jobsets")
+    run = await audit(capsys, kube, files, "-o", "json", "--show", "all")
+    assert run.code == 1
+    assert ("note: resourceclaims.resource.k8s.io (resource.k8s.io/v1) is not served by this"
+            " cluster: no ResourceClaim to audit") in run.err
+    assert "note: jobsets.jobset.x-k8s.io (jobset.x-k8s.io/v1alpha2) is not served" in run.err
+    kinds_seen = {o["kind"] for ns in run.json()["namespaces"] for o in ns["objects"]}
+    assert "JobSet" not in kinds_seen
+    assert "Deployment" in kinds_seen
+
+
+async def test_a_built_in_kind_not_served_is_an_error(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    kube.unserve("batch", "v1", "cronjobs")
+    run = await audit(capsys, kube, files)
+    assert run.code == 3
+    assert run.err.startswith("error: list cronjobs.batch at the cluster scope: 404 the server"
+                              " could not find the requested resource")
+
+
+async def test_a_wrong_token_and_an_unreachable_server_are_one_line(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    run = await audit(capsys, kube, files, token="not-the-token")
+    assert run.code == 3
+    assert run.err.strip() == (
+        "error: list namespaces at the cluster scope: not authenticated (401): check the"
+        " kubeconfig or the service account token"
+    )
+    dead = kube_api.KubeAPI()
+    dead.url = "http://127.0.0.1:9"  # discard: nothing listens
+    run = await audit(capsys, dead, files)
+    assert run.code == 3
+    assert run.err.startswith("error: list namespaces at the cluster scope: the API server did"
+                              " not answer: ")
+    assert run.err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("argv", "problem"), [
+    (["--cluster", "-f", "x.json"], "--cluster reads the cluster: leave out -f"),
+    (["--write-reports", "-f", "x.json", "-o", "policyreport"], "--write-reports needs --cluster"),
+    (["--cluster", "--write-reports"], "--write-reports needs -o policyreport or -o openreports"),
+    (["--cluster", "--page-size", "0"], "--page-size: invalid"),
+])
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
+                             problem: str) -> None:
+    code = cli.main(["audit", *argv])
+    _, err = capsys.readouterr()
+    assert code == 2
+    assert problem in err
+
+
+async def test_a_kubeconfig_that_is_not_there_is_one_line(
+    capsys: pytest.CaptureFixture[str], files: dict[str, Path]
+) -> None:
+    code = cli.main(["audit", "--cluster", "--kubeconfig", str(files["root"] / "nope"),
+                     "--policies", str(files["policies"])])
+    _, err = capsys.readouterr()
+    assert code == 3
+    assert err == f"error: {files['root'] / 'nope'}: no such kubeconfig file\n"
+
+
+# --------------------------------------------------------------------------- RBAC
+
+
+async def test_the_least_rights_are_enough_to_read_and_write(
+    capsys: pytest.CaptureFixture[str], aiohttp_server: Any, files: dict[str, Path]
+) -> None:
+    kube = await kube_api.serve(
+        aiohttp_server, seeded(READ_RULES + write_rules(reporting.POLICY_REPORT)))
+    run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+    assert run.code == 0, run.err
+    assert not [r for r in kube.log if r.status == 403]
+    # Nothing but list, and apply and delete on the reports.
+    assert {r.method for r in kube.log} <= {"GET", "PATCH", "DELETE"}
+    assert all("/policyreports/" in r.path or "/clusterpolicyreports/" in r.path
+               for r in kube.log if r.method != "GET")
+
+
+def _without(rules: list[dict[str, Any]], group: str, resource: str,
+             verb: str) -> list[dict[str, Any]]:
+    out = []
+    for rule in copy.deepcopy(rules):
+        if group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]:
+            others = [r for r in rule["resources"] if r != resource]
+            if others:
+                out.append({**rule, "resources": others})
+            if len(rule["verbs"]) > 1:
+                out.append({**rule, "resources": [resource],
+                            "verbs": [v for v in rule["verbs"] if v != verb]})
+            continue
+        out.append(rule)
+    return out
+
+
+_EVERY_RIGHT = [
+    (group, resource, verb)
+    for rule in READ_RULES + write_rules(reporting.POLICY_REPORT)
+    for group in rule["apiGroups"]
+    for resource in rule["resources"]
+    for verb in rule["verbs"]
+]
+
+
+@pytest.mark.parametrize(("group", "resource", "verb"), _EVERY_RIGHT)
+async def test_every_right_granted_is_needed_and_its_absence_says_which(
+    capsys: pytest.CaptureFixture[str], aiohttp_server: Any, files: dict[str, Path],
+    group: str, resource: str, verb: str,
+) -> None:
+    """Least: without any one right, a run that needs it (a first run creates reports; a
+    second run after a namespace opted out patches one and deletes another) fails with
+    exit 3 and one line naming the verb and the resource."""
+    full = READ_RULES + write_rules(reporting.POLICY_REPORT)
+    kube = await kube_api.serve(aiohttp_server, seeded(full))
+    first = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+    assert first.code == 0, first.err
+    # Something for patch and delete to do: a namespace opts out, a pod goes.
+    ns = kube.object("v1", "Namespace", "legacy")
+    assert ns is not None
+    ns["metadata"]["labels"].pop(names.ENABLED_LABEL)
+    kube.add(ns)
+    kube.remove("v1", "Pod", "notebook", "team-a")
+    kube.rules = _without(full, group, resource, verb)
+    second = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+    assert second.code == 3, (second.out, second.err)
+    assert second.err.count("\n") == 1
+    assert f'needs {verb} on "{resource}" in API group "{group}"' in second.err
+
+
+# --------------------------------------------------------------------------- writing
+
+
+@pytest.mark.parametrize("api", list(reporting.APIS.values()), ids=list(reporting.APIS))
+async def test_reports_are_applied_then_left_alone_then_updated_and_pruned(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path],
+    api: reporting.ReportApi,
+) -> None:
+    first = await audit(capsys, kube, files, "-o", api.output, "--write-reports")
+    assert first.code == 0, first.err
+    assert first.out.startswith(f"{api.kind} and {api.cluster_kind} ({api.api_version}):"
+                                " 5 created, 0 updated, 0 unchanged, 0 deleted")
+    stored = {(r["metadata"].get("namespace"), r["metadata"]["name"])
+              for r in kube.objects(api.api_version, api.kind)}
+    assert stored == {(ns, "gpu-share-webhook") for ns in ("legacy", "rollout", "team-a",
+                                                            "typo")}
+    assert len(kube.objects(api.api_version, api.cluster_kind)) == 1
+    applies = [r for r in kube.writes()]
+    assert all(r.method == "PATCH" and r.content_type == kube_api.APPLY_PATCH
+               and r.query["fieldManager"] == "gpu-share-webhook" and r.query["force"] == "true"
+               for r in applies)
+    # What was stored is what -o prints (the stand-in validated it against the CRD schemas).
+    printed = await audit(capsys, kube, files, "-o", api.output)
+    for item in printed.json()["items"]:
+        meta = item["metadata"]
+        live = kube.object(api.api_version, item["kind"], meta["name"], meta.get("namespace"))
+        assert live is not None
+        assert live["results"] == item["results"] or _same_but_time(live, item)
+
+    # Nothing changed: nothing written.
+    kube.log.clear()
+    again = await audit(capsys, kube, files, "-o", api.output, "--write-reports")
+    assert again.code == 0
+    assert "0 created, 0 updated, 5 unchanged, 0 deleted" in again.out
+    assert kube.writes() == []
+
+    # A pod goes, a namespace opts out: one report updated, one deleted, the others left.
+    before = {r["metadata"]["namespace"]: r for r in kube.objects(api.api_version, api.kind)}
+    kube.remove("v1", "Pod", "notebook", "team-a")
+    ns = kube.object("v1", "Namespace", "legacy")
+    assert ns is not None
+    ns["metadata"]["labels"].pop(names.ENABLED_LABEL)
+    kube.add(ns)
+    kube.log.clear()
+    third = await audit(capsys, kube, files, "-o", api.output, "--write-reports")
+    assert third.code == 0
+    assert "0 created, 2 updated, 2 unchanged, 1 deleted" in third.out  # team-a, cluster
+    assert "deleted: legacy/gpu-share-webhook" in third.out
+    after = {r["metadata"]["namespace"]: r for r in kube.objects(api.api_version, api.kind)}
+    assert set(after) == {"rollout", "team-a", "typo"}
+    assert after["rollout"] == before["rollout"]
+    names_left = {x["resources"][0]["name"] for x in after["team-a"]["results"]}
+    assert "notebook" not in names_left
+    # Results that did not change kept their timestamps.
+    old = {(x["resources"][0]["uid"], x.get("rule")): x["timestamp"]
+           for x in before["team-a"]["results"]}
+    for x in after["team-a"]["results"]:
+        assert x["timestamp"] == old[(x["resources"][0]["uid"], x.get("rule"))]
+
+
+def _same_but_time(live: dict[str, Any], item: dict[str, Any]) -> bool:
+    def strip(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in x.items() if k != "timestamp"} for x in results]
+
+    return strip(live["results"]) == strip(item["results"])
+
+
+async def test_reports_of_others_and_foreign_fields_are_left_alone(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    """Kyverno's reports (another manager, another label) stay; a label another manager set
+    on our report stays; a report carrying our label that this run does not make (a
+    leftover, or one a tenant labelled to look like ours) is deleted."""
+    kyverno = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+               "metadata": {"name": "kyverno-abc", "namespace": "team-a",
+                            "labels": {"app.kubernetes.io/managed-by": "kyverno"}},
+               "results": [{"policy": "disallow-latest-tag", "result": "pass"}]}
+    stray = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+             "metadata": {"name": "gpu-share-webhook-7", "namespace": "team-a",
+                          "labels": {"app.kubernetes.io/managed-by": "gpu-share-webhook"}},
+             "results": []}
+    kube.add(kyverno, manager="kyverno")
+    kube.add(stray, manager="someone")
+    run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+    assert run.code == 0, run.err
+    assert "deleted: team-a/gpu-share-webhook-7" in run.out
+    assert kube.object("wgpolicyk8s.io/v1alpha2", "PolicyReport", "kyverno-abc", "team-a")
+    ours = kube.object("wgpolicyk8s.io/v1alpha2", "PolicyReport", "gpu-share-webhook", "team-a")
+    assert ours is not None
+    ours["metadata"]["labels"]["team"] = "ml"
+    kube.add(ours)
+    again = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+    assert "5 unchanged" in again.out
+    label = kube.object("wgpolicyk8s.io/v1alpha2", "PolicyReport", "gpu-share-webhook",
+                        "team-a")
+    assert label is not None
+    assert label["metadata"]["labels"]["team"] == "ml"
+
+
+async def test_a_report_crd_not_installed_is_one_line(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    kube.unserve("openreports.io", "v1alpha1")
+    run = await audit(capsys, kube, files, "-o", "openreports", "--write-reports")
+    assert run.code == 3
+    assert run.err == (
+        "error: list reports.openreports.io at the cluster scope: the reports.openreports.io"
+        " CRD is not installed; install it (see docs/audit.md), or pick the other report API"
+        " with -o\n"
+    )
+    assert kube.writes() == []
+
+
+async def test_a_namespace_too_large_for_one_report_is_written_in_parts_and_shrinks_back(
+    capsys: pytest.CaptureFixture[str], aiohttp_server: Any, files: dict[str, Path]
+) -> None:
+    kube = kube_api.KubeAPI(validate=report_schemas.validate)
+    kube.serve(kube_api.POLICY_REPORTS)
+    kube.serve(kube_api.CLUSTER_POLICY_REPORTS)
+    kube.serve_crd(*JOBSETS)
+    kube.add({"apiVersion": "v1", "kind": "Namespace",
+              "metadata": {"name": "big", "labels": dict(OPTED_IN)}})
+    pod_spec = spec(container("batch", 1), restartPolicy="Never")
+    for i in range(3000):
+        kube.add({"apiVersion": "v1", "kind": "Pod",
+                  "metadata": {"name": f"job-{i:05d}-{'x' * 60}", "namespace": "big"},
+                  "spec": pod_spec})
+    await kube_api.serve(aiohttp_server, kube)
+    run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+    assert run.code == 0, run.err
+    parts = sorted(r["metadata"]["name"] for r in kube.objects("wgpolicyk8s.io/v1alpha2",
+                                                               "PolicyReport", "big"))
+    assert len(parts) >= 3
+    assert sum(len(r["results"]) for r in kube.objects("wgpolicyk8s.io/v1alpha2",
+                                                       "PolicyReport", "big")) == 3000 * 4
+    for i in range(2990):
+        kube.remove("v1", "Pod", f"job-{i:05d}-{'x' * 60}", "big")
+    run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+    assert run.code == 0
+    left = kube.objects("wgpolicyk8s.io/v1alpha2", "PolicyReport", "big")
+    assert [r["metadata"]["name"] for r in left] == ["gpu-share-webhook"]
+    assert len(left[0]["results"]) == 10 * 4
+
+
+def test_what_is_listed_is_every_kind_the_audit_judges() -> None:
+    from webhook import kinds
+
+    listed = {(r.group, r.plural) for r in cluster_module.resources(kinds.all_kinds())}
+    extra = {(k.group, k.resource) for k in kinds.load()}
+    assert extra <= listed
+    assert {("", "pods"), ("apps", "deployments"), ("resource.k8s.io", "resourceclaims")} <= listed
+
