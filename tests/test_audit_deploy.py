@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -612,8 +613,6 @@ def _kustomized(overlay: str, *, openreports: bool = False) -> list[dict[str, An
     """The install `overlay` with the audit component (and openreports/), built once."""
     key = (overlay, openreports)
     if key not in _BUILDS:
-        import tempfile  # noqa: PLC0415
-
         with tempfile.TemporaryDirectory() as tmp:
             components = (AUDIT, OPENREPORTS) if openreports else (AUDIT,)
             _BUILDS[key] = dh.kustomize(_site(Path(tmp), overlay, *components))
@@ -717,6 +716,13 @@ def test_the_component_mounts_the_policies_of_the_sites_install(tmp_path: Path) 
     audit = {v["name"]: v for v in _pod(objects)["volumes"]}
     assert audit["policies"] == server["policies"]
     assert dh.find(objects, "ConfigMap", audit["policies"]["configMap"]["name"])
+
+
+def test_the_component_built_alone_stops_rather_than_mount_a_configmap_of_no_install() -> None:
+    done = dh.run([dh.tool("kubectl"), *dh.KUSTOMIZE, str(AUDIT)])
+    assert done.returncode != 0
+    assert "nothing selected by ConfigMap" in done.stderr
+    assert "gpu-share-webhook-policies" in done.stderr
 
 
 def test_the_openreports_component_refuses_to_patch_a_changed_rule(tmp_path: Path) -> None:
