@@ -10,7 +10,8 @@ The chart cannot run Python, so what it needs from this repository is copied int
                           goes, and that condition's pieces (`_claims`), the label and
                           entry names, the rule switches' defaults; all taken from
                           webhook/rendering.py, webhook/names.py and webhook/policies.py,
-                          with the workload kinds the package ships
+                          with the workload kinds the package ships; and what the
+                          background audit's ClusterRole lets it list and write (`audit`)
     files/policy-schema.yaml
                           what templates/_policy-check.tpl checks the policy files of
                           .Values.policies.files against: the JSON schema of the policy
@@ -55,7 +56,7 @@ if str(REPO) not in sys.path:
 
 from webhook import kinds, names, policies, rendering  # noqa: E402
 from webhook.commands import render as render_command  # noqa: E402
-from webhook.core import quantities  # noqa: E402
+from webhook.core import pods, quantities  # noqa: E402
 
 POLICIES = REPO / "policies"
 GENERATED = Path("files/generated.yaml")
@@ -266,6 +267,42 @@ def generated() -> dict[str, Any]:
         # with one of names.GPU_RESOURCE_PREFIXES, which the conditions match anyway.
         "mutate": {"shared": _shared_fields(mutating), "conditions": _conditions(())},
         "validate": {"shared": _shared_fields(validating), "conditions": _conditions(every)},
+        # What the background audit (templates/audit-cronjob.yaml) lists and writes: its
+        # ClusterRole's rules are built from this (see `audit_access`).
+        "audit": audit_access(),
+    }
+
+
+# The two report APIs `audit -o` writes (the value that picks one: its group, version and the
+# plurals of its namespaced and cluster kinds). Facts of the CRDs (notes/reports-research.md,
+# 1.2 and 2.2): wgpolicyk8s.io/v1alpha2 PolicyReport, ClusterPolicyReport;
+# openreports.io/v1alpha1 Report, ClusterReport.
+REPORT_APIS = {
+    "policyreport": ("wgpolicyk8s.io", "v1alpha2", ("policyreports", "clusterpolicyreports")),
+    "openreports": ("openreports.io", "v1alpha1", ("reports", "clusterreports")),
+}
+
+
+def audit_access() -> dict[str, Any]:
+    """What `audit --cluster --write-reports` needs of the API: `list` on each resource of
+    `reads` (one entry per API group, the resources in the order the audit reads them:
+    Namespaces and Pods, the built-in workload kinds, the DRA claims, then each kind of the
+    shipped WorkloadKinds file, which the image reads by default), and on the report API the
+    chart's value picks, its group and two plurals (`reports`)."""
+    read = [("", "namespaces"), ("", "pods")]
+    read += [(k.group, k.resource) for k in pods.BUILTIN_KINDS]
+    read += [(names.DRA_GROUP, r) for r in names.CLAIM_RESOURCES]
+    read += [(k.group, k.resource) for k in kinds.load(kinds.DEFAULT_FILE)]
+    groups: dict[str, list[str]] = {}
+    for group, resource in read:
+        if resource not in groups.setdefault(group, []):
+            groups[group].append(resource)
+    return {
+        "reads": [{"apiGroup": g, "resources": r} for g, r in groups.items()],
+        "reports": {
+            output: {"apiGroup": group, "version": version, "resources": list(plurals)}
+            for output, (group, version, plurals) in REPORT_APIS.items()
+        },
     }
 
 
