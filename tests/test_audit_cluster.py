@@ -16,28 +16,17 @@ from typing import Any
 import pytest
 import yaml
 
-from tests import kube_api, report_schemas
+from tests import audit_deploy, kube_api, report_schemas
 from tests.audit_dump import JOBSET_ONLY, OPTED_IN, REPO, ROLLOUT_POLICY, cluster, container, spec
-from webhook import cli, cluster as cluster_module, names, reporting
+from webhook import cli, kinds, names, reporting
+from webhook import cluster as cluster_module
 
 JOBSETS = ("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
 
-# The least rights the command needs, as the brief (and the chart's ClusterRole) grant them.
-READ_RULES = [
-    {"apiGroups": [""], "resources": ["namespaces", "pods", "replicationcontrollers"],
-     "verbs": ["list"]},
-    {"apiGroups": ["apps"], "resources": ["deployments", "statefulsets", "daemonsets",
-                                          "replicasets"], "verbs": ["list"]},
-    {"apiGroups": ["batch"], "resources": ["jobs", "cronjobs"], "verbs": ["list"]},
-    {"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"],
-     "verbs": ["list"]},
-    {"apiGroups": ["jobset.x-k8s.io"], "resources": ["jobsets"], "verbs": ["list"]},
-]
-
-
-def write_rules(api: reporting.ReportApi) -> list[dict[str, Any]]:
-    return [{"apiGroups": [api.group], "resources": [api.plural, api.cluster_plural],
-             "verbs": ["list", "create", "patch", "delete"]}]
+def chart_rules(api: reporting.ReportApi) -> list[dict[str, Any]]:
+    """The rules of the ClusterRole the chart gives the audit's CronJob for `api`: the runs
+    below have exactly those rights."""
+    return audit_deploy.audit_cluster_role_rules(api.output)
 
 
 @pytest.fixture
@@ -61,7 +50,9 @@ def seeded(rules: list[dict[str, Any]] | None = None) -> kube_api.KubeAPI:
     """The stand-in holding the audit's dump (kinds the dump has that the audit never reads,
     a Service, are not served and left out), the JobSet CRD and both report APIs served."""
     kube = kube_api.KubeAPI(rules=rules, validate=report_schemas.validate)
-    kube.serve_crd(*JOBSETS)
+    # Every kind of the shipped WorkloadKinds file is installed.
+    for kind in kinds.load():
+        kube.serve_crd(kind.group, kind.versions[0], kind.resource, kind.kind)
     for resource in (kube_api.POLICY_REPORTS, kube_api.CLUSTER_POLICY_REPORTS,
                      kube_api.REPORTS, kube_api.CLUSTER_REPORTS):
         kube.serve(resource)
@@ -91,11 +82,16 @@ class Run:
 
 
 async def audit(capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI,
-                files: dict[str, Path], *extra: str, token: str | None = None) -> Run:
+                files: dict[str, Path], *extra: str, token: str | None = None,
+                shipped_kinds: bool = False) -> Run:
+    """Run the command on the stand-in; with the JobSet-only kinds file (as the dump's
+    audit), or with the shipped one (`shipped_kinds`, as the chart's CronJob runs it)."""
     kubeconfig = kube_api.write_kubeconfig(files["root"] / "kubeconfig", kube, token=token)
     argv = ["audit", "--cluster", "--kubeconfig", str(kubeconfig),
-            "--policies", str(files["policies"]), "--workload-kinds", str(files["jobset"]),
-            *extra]
+            "--policies", str(files["policies"])]
+    if not shipped_kinds:
+        argv += ["--workload-kinds", str(files["jobset"])]
+    argv += extra
     code = await asyncio.to_thread(cli.main, argv)
     out, err = capsys.readouterr()
     return Run(code, out, err)
@@ -110,7 +106,7 @@ def file_audit(capsys: pytest.CaptureFixture[str], files: dict[str, Path], *extr
 
 
 def lists(kube: kube_api.KubeAPI, path: str) -> list[kube_api.Request]:
-    return [r for r in kube.requests(method="GET", path=path)]
+    return list(kube.requests(method="GET", path=path))
 
 
 # --------------------------------------------------------------------------- reading
@@ -237,7 +233,10 @@ async def test_a_wrong_token_and_an_unreachable_server_are_one_line(
 ])
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], argv: list[str],
                              problem: str) -> None:
-    code = cli.main(["audit", *argv])
+    try:
+        code = cli.main(["audit", *argv])
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
     _, err = capsys.readouterr()
     assert code == 2
     assert problem in err
@@ -256,18 +255,40 @@ async def test_a_kubeconfig_that_is_not_there_is_one_line(
 # --------------------------------------------------------------------------- RBAC
 
 
-async def test_the_least_rights_are_enough_to_read_and_write(
+async def test_the_chart_s_rights_are_enough_to_read_and_write(
     capsys: pytest.CaptureFixture[str], aiohttp_server: Any, files: dict[str, Path]
 ) -> None:
-    kube = await kube_api.serve(
-        aiohttp_server, seeded(READ_RULES + write_rules(reporting.POLICY_REPORT)))
-    run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
-    assert run.code == 0, run.err
-    assert not [r for r in kube.log if r.status == 403]
-    # Nothing but list, and apply and delete on the reports.
-    assert {r.method for r in kube.log} <= {"GET", "PATCH", "DELETE"}
-    assert all("/policyreports/" in r.path or "/clusterpolicyreports/" in r.path
-               for r in kube.log if r.method != "GET")
+    for api in reporting.APIS.values():
+        kube = await kube_api.serve(aiohttp_server, seeded(chart_rules(api)))
+        for stage in _Stages(kube, _opt_out_of(kube)):
+            run = await audit(capsys, kube, files, "-o", api.output, "--write-reports",
+                              shipped_kinds=True)
+            assert run.code == 0, (stage, run.err)
+        assert not [r for r in kube.log if r.status == 403]
+        # Nothing but list, and apply and delete on the reports.
+        assert {r.method for r in kube.log} <= {"GET", "PATCH", "DELETE"}
+        assert all(f"/{api.plural}/" in r.path or f"/{api.cluster_plural}/" in r.path
+                   for r in kube.log if r.method != "GET")
+        # Every verb on the reports was used: create and patch (apply), list, delete.
+        done = {(r.method, "create" if r.status == 201 else "") for r in kube.writes()}
+        assert done == {("PATCH", "create"), ("PATCH", ""), ("DELETE", "")}
+
+
+class _Stages:
+    """Runs that between them need every right: the first creates the reports; before the
+    second a pod goes (a report is patched) and a namespace opts out (one is deleted);
+    before the third every namespace opts out (the cluster report goes too)."""
+
+    def __init__(self, kube: kube_api.KubeAPI, opt_out: Any) -> None:
+        self.kube, self.opt_out = kube, opt_out
+
+    def __iter__(self) -> Any:
+        yield "first run: creates"
+        self.kube.remove("v1", "Pod", "notebook", "team-a")
+        self.opt_out("legacy")
+        yield "second run: patches and deletes a namespace's report"
+        self.opt_out(*(ns["metadata"]["name"] for ns in self.kube.objects("v1", "Namespace")))
+        yield "third run: deletes the cluster report"
 
 
 def _without(rules: list[dict[str, Any]], group: str, resource: str,
@@ -287,37 +308,45 @@ def _without(rules: list[dict[str, Any]], group: str, resource: str,
 
 
 _EVERY_RIGHT = [
-    (group, resource, verb)
-    for rule in READ_RULES + write_rules(reporting.POLICY_REPORT)
+    pytest.param(api, group, resource, verb, id=f"{api.output}-{group or 'core'}-{resource}-{verb}")
+    for api in reporting.APIS.values()
+    for rule in chart_rules(api)
     for group in rule["apiGroups"]
     for resource in rule["resources"]
     for verb in rule["verbs"]
 ]
 
 
-@pytest.mark.parametrize(("group", "resource", "verb"), _EVERY_RIGHT)
-async def test_every_right_granted_is_needed_and_its_absence_says_which(
+@pytest.mark.parametrize(("api", "group", "resource", "verb"), _EVERY_RIGHT)
+async def test_every_right_the_chart_grants_is_needed_and_its_absence_says_which(  # noqa: PLR0917
     capsys: pytest.CaptureFixture[str], aiohttp_server: Any, files: dict[str, Path],
-    group: str, resource: str, verb: str,
+    api: reporting.ReportApi, group: str, resource: str, verb: str,
 ) -> None:
-    """Least: without any one right, a run that needs it (a first run creates reports; a
-    second run after a namespace opted out patches one and deletes another) fails with
-    exit 3 and one line naming the verb and the resource."""
-    full = READ_RULES + write_rules(reporting.POLICY_REPORT)
-    kube = await kube_api.serve(aiohttp_server, seeded(full))
-    first = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
-    assert first.code == 0, first.err
-    # Something for patch and delete to do: a namespace opts out, a pod goes.
-    ns = kube.object("v1", "Namespace", "legacy")
-    assert ns is not None
-    ns["metadata"]["labels"].pop(names.ENABLED_LABEL)
-    kube.add(ns)
-    kube.remove("v1", "Pod", "notebook", "team-a")
-    kube.rules = _without(full, group, resource, verb)
-    second = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
-    assert second.code == 3, (second.out, second.err)
-    assert second.err.count("\n") == 1
-    assert f'needs {verb} on "{resource}" in API group "{group}"' in second.err
+    """Least: without any one right of the chart's ClusterRole, one of the stages fails with
+    exit 3 and one line naming the verb and the resource (the stages before it pass)."""
+    kube = await kube_api.serve(aiohttp_server, seeded(_without(chart_rules(api), group,
+                                                                 resource, verb)))
+    for stage in _Stages(kube, _opt_out_of(kube)):
+        run = await audit(capsys, kube, files, "-o", api.output, "--write-reports",
+                          shipped_kinds=True)
+        if run.code == 0:
+            continue
+        assert run.code == 3, (stage, run.out, run.err)
+        assert run.err.count("\n") == 1
+        assert f'needs {verb} on "{resource}" in API group "{group}"' in run.err, run.err
+        return
+    pytest.fail(f"every stage ran without {verb} on {resource}.{group}")
+
+
+def _opt_out_of(kube: kube_api.KubeAPI) -> Any:
+    def opt_out(*names_: str) -> None:
+        for name in names_:
+            ns = kube.object("v1", "Namespace", name)
+            assert ns is not None
+            ns["metadata"]["labels"].pop(names.ENABLED_LABEL, None)
+            kube.add(ns)
+
+    return opt_out
 
 
 # --------------------------------------------------------------------------- writing
@@ -337,7 +366,7 @@ async def test_reports_are_applied_then_left_alone_then_updated_and_pruned(
     assert stored == {(ns, "gpu-share-webhook") for ns in ("legacy", "rollout", "team-a",
                                                             "typo")}
     assert len(kube.objects(api.api_version, api.cluster_kind)) == 1
-    applies = [r for r in kube.writes()]
+    applies = list(kube.writes())
     assert all(r.method == "PATCH" and r.content_type == kube_api.APPLY_PATCH
                and r.query["fieldManager"] == "gpu-share-webhook" and r.query["force"] == "true"
                for r in applies)
@@ -465,8 +494,6 @@ async def test_a_namespace_too_large_for_one_report_is_written_in_parts_and_shri
 
 
 def test_what_is_listed_is_every_kind_the_audit_judges() -> None:
-    from webhook import kinds
-
     listed = {(r.group, r.plural) for r in cluster_module.resources(kinds.all_kinds())}
     extra = {(k.group, k.resource) for k in kinds.load()}
     assert extra <= listed

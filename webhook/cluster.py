@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -459,6 +460,11 @@ def _explain(exc: ApiException, what: str, group: str, plural: str, *, verb: str
     message = _status_message(exc.body) or exc.reason or ""
     if status == 403:
         where = f'"{plural}" in API group "{group}"'
+        # RBAC's message names the verb it checked ("cannot patch resource ..."), but not
+        # for the create check of an apply that would create the object, which says only
+        # "is forbidden: ".
+        named = re.search(r"cannot ([a-z]+) resource", message)
+        verb = named.group(1) if named else verb
         return (
             f"{what}: forbidden ({_line(message)}); the audit's ServiceAccount needs {verb} on"
             f" {where} (the chart's audit ClusterRole grants it)"
