@@ -1035,7 +1035,8 @@ def _monitoring_and_base() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 def test_the_monitoring_overlay_scrapes_the_metrics_port_of_the_service() -> None:
     monitoring, base = _monitoring_and_base()
-    assert sorted(dh.kinds(monitoring)) == ["PrometheusRule", "ServiceMonitor"]
+    # And the Grafana dashboard's ConfigMap (tests/test_dashboard.py).
+    assert sorted(dh.kinds(monitoring)) == ["ConfigMap", "PrometheusRule", "ServiceMonitor"]
     monitor = dh.find(monitoring, "ServiceMonitor")
     service = dh.find(base, "Service")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
@@ -1084,8 +1085,11 @@ def test_the_monitoring_objects_have_the_operators_shape() -> None:
                 assert all(isinstance(v, str) for v in entry[key].values()), entry
     for obj in monitoring:
         assert obj["metadata"]["namespace"] == NAMESPACE
-        assert obj["metadata"]["labels"] == dh.find(_monitoring_and_base()[1], "Service")[
-            "metadata"]["labels"]
+        # The dashboard's ConfigMap has the Grafana sidecar's label besides.
+        labels = dict(obj["metadata"]["labels"])
+        if obj["kind"] == "ConfigMap":
+            assert labels.pop("grafana_dashboard") == "1"
+        assert labels == dh.find(_monitoring_and_base()[1], "Service")["metadata"]["labels"]
 
 
 def test_the_network_policy_admits_the_prometheus_the_monitoring_docs_name() -> None:
