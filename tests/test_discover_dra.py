@@ -108,7 +108,7 @@ def test_each_nvidia_device_type_found_is_a_closed_class(
     assert problems == []
     assert policy.dra is not None
     assert policy.dra.allowed == ()
-    assert policy.dra.gpu_classes == tuple(sorted(names.DRA_NVIDIA_CLASSES))
+    assert policy.gpu_classes == tuple(sorted(names.DRA_NVIDIA_CLASSES))
     # The comments aside, the text is the policy as data.
     found = discovering.survey_slices(discovering.read_slices(CLUSTER)[0])
     read, _ = discovering.read_nodes(NODES)

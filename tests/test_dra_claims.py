@@ -1640,3 +1640,17 @@ def test_a_request_name_that_is_no_dns_label_is_malformed(
     assert decision.rules == [names.MALFORMED_RULE]
     assert decision.code == 400
     assert "is not a DNS label" in decision.message
+
+
+def test_a_policy_that_switches_resource_claims_off_lets_gpu_claims_pass(tmp_path: Path) -> None:
+    """`denyResourceClaims: false` without a dra section: the admin's choice to leave claims
+    ungoverned (pods with claims pass too); the switch turns the rule off for claims as well."""
+    text = (SHIPPED / "default.yaml").read_text().replace(
+        "denyResourceClaims: true", "denyResourceClaims: false"
+    )
+    assert "denyResourceClaims: false" in text
+    (tmp_path / "default.yaml").write_text(text)
+    loaded = policies.load_directory(tmp_path)
+    claim = dra.obj("single-gpu-claim")
+    decision = _admit(kube.as_served(claim), loaded.governing("default"), "mutate")
+    assert (decision.allowed, decision.patch) == (True, [])

@@ -1202,6 +1202,21 @@ def test_render_prints_yaml_that_parses_back_to_the_rendered_objects(
     assert [d for d in yaml.safe_load_all(out) if d] == render(shipped_policies)
 
 
+@pytest.mark.parametrize("name", ["n", "y", "0", "1e3", "0x1f"])
+def test_a_policy_name_yaml_1_1_reads_as_no_string_is_quoted(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kubectl reads YAML with go-yaml v2 (YAML 1.1: `n` is false, `1e3` a number), where
+    PyYAML writes these DNS labels plain: the namespace selector's value would reach the API
+    server as no string."""
+    text = (dh.POLICIES / "default.yaml").read_text()
+    (tmp_path / "p.yaml").write_text(text.replace("name: default", f"name: '{name}'"))
+    assert cli.main(["render", "--policies", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"      - '{name}'\n" in out
+    assert f"      - {name}\n" not in out
+
+
 def test_render_json_is_a_list(
     capsys: pytest.CaptureFixture[str], shipped_policies: policies.PolicySet
 ) -> None:

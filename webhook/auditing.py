@@ -905,7 +905,7 @@ def claim_unchanged(obj: Mapping[str, Any], policy: Policy) -> str:
         )
     devices = _devices(obj)
     requests = _requests(devices)
-    targets = [(name, c, cls) for name, c in requests if (cls := dra.governed(c)) is not None]
+    targets = [(name, c, cls) for name, c in requests if (cls := policy.dra_class(c)) is not None]
     if not targets:
         other = sorted({class_name for _, class_name in requests})
         if not other:

@@ -769,32 +769,15 @@ class DraClass:
 
 @dataclass(frozen=True, slots=True)
 class DraPolicy:
-    """A policy's `dra` section, compiled: the classes it governs by name. NVIDIA's own
-    classes (`names.DRA_NVIDIA_CLASSES`) are governed even where not listed, closed."""
+    """A policy's `dra` section, compiled: the classes it lists, by name (the others it
+    governs, closed, are the set's: `Policy.dra_class`)."""
 
     classes: Mapping[str, DraClass]
-    # The classes other policies of the set list: GPU classes by the admin's word, closed
-    # here unless this policy lists them too (`build_set`).
-    elsewhere: frozenset[str] = frozenset()
-
-    def governed(self, class_name: str) -> DraClass | None:
-        """How the policy governs requests of `class_name`; None: not a GPU class of it."""
-        found = self.classes.get(class_name)
-        if found is None and (
-            class_name in names.DRA_NVIDIA_CLASSES or class_name in self.elsewhere
-        ):
-            return closed_dra_class(class_name)
-        return found
 
     @property
     def allowed(self) -> tuple[str, ...]:
         """The classes a namespace may ask for, sorted."""
         return tuple(sorted(n for n, c in self.classes.items() if c.allowed))
-
-    @property
-    def gpu_classes(self) -> tuple[str, ...]:
-        """Every class it governs, sorted (listed here or elsewhere, and NVIDIA's)."""
-        return tuple(sorted({*self.classes, *self.elsewhere, *names.DRA_NVIDIA_CLASSES}))
 
 
 def closed_dra_class(name: str) -> DraClass:
@@ -870,6 +853,23 @@ class Policy:
     # a policy lists): claims of them are sent to every entry, and refused where the policy
     # does not govern DRA (`claims.review`).
     gpu_claim_classes: frozenset[str] = frozenset(names.DRA_NVIDIA_CLASSES)
+
+    def dra_class(self, class_name: str) -> DraClass | None:
+        """How the policy's `dra` section governs requests of `class_name`: as it lists it,
+        else closed where it is a GPU class of the set (`gpu_claim_classes`); None for
+        another class, or where the policy has no `dra` section."""
+        if self.dra is None:
+            return None
+        found = self.dra.classes.get(class_name)
+        if found is None and class_name in self.gpu_claim_classes:
+            return closed_dra_class(class_name)
+        return found
+
+    @property
+    def gpu_classes(self) -> tuple[str, ...]:
+        """Every DRA class the policy governs, sorted: its own and the set's."""
+        own = self.dra.classes if self.dra is not None else ()
+        return tuple(sorted({*own, *self.gpu_claim_classes}))
 
     @property
     def preferred_resource(self) -> str:
@@ -1359,11 +1359,6 @@ def build_set(policies: Iterable[Policy], problems: list[str] | None = None) -> 
                     p,
                     foreign_profiles=frozenset(all_profiles - set(p.profiles)),
                     gpu_claim_classes=frozenset(gpu_classes | set(names.DRA_NVIDIA_CLASSES)),
-                    dra=None
-                    if p.dra is None
-                    else dataclasses.replace(
-                        p.dra, elsewhere=frozenset(gpu_classes - set(p.dra.classes))
-                    ),
                 )
                 for name, p in by_name.items()
             }

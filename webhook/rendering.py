@@ -589,11 +589,9 @@ _IS_CLAIM = f"request.kind.group == '{names.DRA_GROUP}'"
 
 def claim_condition(classes: Sequence[str]) -> str:
     """CEL: a ResourceClaim or ResourceClaimTemplate with a request (or a `firstAvailable`
-    subrequest) of one of `classes`, the GPU classes its policy governs: what rules dra-*
-    judge. Requests of other classes never wait on the webhook; none at all without
-    classes (a policy with no `dra` section)."""
-    if not classes:
-        return "  false"
+    subrequest) of one of `classes`, the GPU classes of the policy set (never none: NVIDIA's
+    are among them): what rules dra-* judge, and entries whose policy has no `dra` section
+    refuse. Requests of other classes never wait on the webhook."""
     listed = ", ".join(cel_string(c) for c in classes)
     template = cel_string(names.CLAIM_TEMPLATE_KIND)
     return (

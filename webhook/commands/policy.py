@@ -252,7 +252,7 @@ def _dra_summary(policy: policies.Policy) -> str:
     if policy.dra is None:
         return ""
     allowed = policy.dra.allowed
-    closed = [c for c in policy.dra.gpu_classes if c not in allowed]
+    closed = [c for c in policy.gpu_classes if c not in allowed]
     return (
         f"; DRA classes allowed: {', '.join(allowed) or 'none'};"
         f" closed: {', '.join(closed) or 'none'}"

@@ -195,6 +195,9 @@ def review(
     if policy.unavailable is not None:
         return _ungoverned(obj, policy, policy.unavailable)
     dra = policy.dra
+    if dra is None and not policy.rules.deny_resource_claims:
+        # The policy's own choice (`denyResourceClaims: false`): claims pass, ungoverned.
+        return Decision()
     if dra is None:
         return _ungoverned(
             obj,
@@ -422,7 +425,7 @@ def _target(
         if class_name is not None:
             r.wrong(f"{field}.deviceClassName", "a string", class_name)
         return None
-    cls = r.dra.governed(class_name)
+    cls = r.policy.dra_class(class_name)
     if cls is None:
         return None
     pointer = "/" + field.replace(".", "/").replace("[", "/").replace("]", "")

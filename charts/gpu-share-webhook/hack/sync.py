@@ -159,10 +159,9 @@ def _conditions(kinds_reviewed: Any) -> dict[str, Any]:
 
 
 def _claims() -> dict[str, str]:
-    """What the template puts in place of `marker` (CLAIM_MARKER) in a condition: `none` for
-    an entry whose policy is in force and has no `dra` section, else `some` with
-    `classesMarker` replaced by the GPU classes (NVIDIA's and every class any policy lists:
-    `PolicySet.gpu_classes`, which is each policy's `DraPolicy.gpu_classes`), each
+    """What the template puts in place of `marker` (CLAIM_MARKER) in every entry's condition:
+    `some` with `classesMarker` replaced by the GPU classes (NVIDIA's and every class any
+    policy lists: `PolicySet.gpu_classes`, which is each policy's `Policy.gpu_classes`), each
     `printf item name`, joined by `separator`. Checked here against
     `rendering.claim_condition`, for the shipped policies' classes among others."""
     first, second, _ = _SENTINELS
@@ -179,7 +178,6 @@ def _claims() -> dict[str, str]:
         raise SystemExit("sync.py: the claim condition no longer lists its classes in order")
     claims = {
         "marker": CLAIM_MARKER,
-        "none": rendering.claim_condition(()),
         "some": some,
         "classesMarker": CLASSES_MARKER,
         "item": item,
@@ -188,7 +186,7 @@ def _claims() -> dict[str, str]:
     shipped = policies.load_directory(POLICIES)
     # The template gives every entry that sends claims the set's classes: so does render.
     for p in shipped.policies.values():
-        if p.dra is not None and p.dra.gpu_classes != shipped.gpu_classes:
+        if p.gpu_classes != shipped.gpu_classes:
             raise SystemExit(
                 f"sync.py: policy {p.name!r} governs other classes than the set's; the chart"
                 " gives every policy with a dra section the set's"
@@ -202,24 +200,19 @@ def _claims() -> dict[str, str]:
 
 def _claim_condition(claims: dict[str, str], classes: Sequence[str]) -> str:
     """The claim condition for `classes`, as templates/webhook-configurations.yaml builds it."""
-    if not classes:
-        return claims["none"]
     listed = claims["separator"].join(claims["item"] % c for c in classes)
     return claims["some"].replace(CLASSES_MARKER, listed)
 
 
 def _switches(policy: policies.Policy) -> dict[str, bool | list[str]]:
-    """What the conditions of a policy's entries follow, as the chart reads them: whether
-    it judges GPU claims (`claims`: a dra section; every entry is sent them, and those of
-    a policy without one refuse them) and the classes its dra section lists (`draClasses`;
-    the template sends claims of those of every policy and NVIDIA's:
-    `PolicySet.gpu_classes`)."""
+    """What the conditions of a policy's entries follow, as the chart reads them, and the
+    classes its dra section lists (`draClasses`; every entry is sent the claims of those of
+    every policy and NVIDIA's: `PolicySet.gpu_classes`)."""
     return {
         "everyPod": policy.unavailable is not None or policy.rules.void_visible_devices_without_gpu,
         "hostAccess": policy.rules.deny_host_access,
         "trustPodSecurity": policy.trust_pod_security,
         "cdiUpdates": policy.rules.deny_cdi_annotations,
-        "claims": policy.dra is not None,
         "draClasses": [] if policy.dra is None else sorted(policy.dra.classes),
     }
 
@@ -529,31 +522,9 @@ def monitoring_rule() -> dict[str, Any]:
     return dict(rule)
 
 
-class _HelmDumper(yaml.SafeDumper):
-    """YAML that Helm reads as PyYAML does: multi-line strings in block style (the CEL
-    expressions read as written), and in quotes the strings PyYAML writes plain but Helm's
-    reader (YAML 1.1, as go-yaml v2 resolves it) takes for something else: y and n are
-    booleans to it, 0o17 and 1e3 numbers (the quantity suffix n is a key of
-    files/policy-schema.yaml)."""
-
-
-# go-yaml v2's resolve.go: its booleans beyond PyYAML's, and its numbers (strconv.ParseInt
-# with base 0, underscores dropped; `yamlStyleFloat`).
-_HELM_NOT_STRINGS = re.compile(
-    r"[yYnN]|[-+]?(0[bB][01_]+|0[oO][0-7_]+|0[xX][0-9a-fA-F_]+|[0-9][0-9_]*)"
-    r"|[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?"
-)
-
-
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    if "\n" in value:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
-    if _HELM_NOT_STRINGS.fullmatch(value):
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="'")
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
-
-
-_HelmDumper.add_representer(str, _represent_str)
+# Strings Helm's reader (go-yaml v2) would take for booleans or numbers are quoted: the
+# quantity suffix `n` is a key of files/policy-schema.yaml.
+_HelmDumper = render_command.KubeDumper
 
 
 def _dump_for_helm(data: dict[str, Any]) -> str:

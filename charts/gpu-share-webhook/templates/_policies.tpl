@@ -3,12 +3,12 @@ The policies: the files the ConfigMap holds, and for each policy they define the
 its webhook entries' conditions follow (spec.rules.voidVisibleDevicesWithoutGpu: every pod,
 escape route 2; spec.rules.denyHostAccess and spec.hostAccess.trustPodSecurity: what Pod
 Security baseline refuses, route 9; spec.rules.denyCdiAnnotations: Pod updates, route 8;
-spec.dra: whether GPU claims are sent (`claims`: it has a dra section), and the classes the
-section lists (`draClasses`), which every policy with one governs), as JSON:
+spec.dra: the classes the section lists (`draClasses`), which every entry is sent the
+claims of), as JSON:
 
   {"files": {"default.yaml": "<text>", ...},
    "switches": {"default": {"everyPod": true, "hostAccess": true, "trustPodSecurity": true,
-                            "cdiUpdates": true, "claims": false, "draClasses": []}, ...}}
+                            "cdiUpdates": true, "draClasses": []}, ...}}
 
 The shipped files (the chart's policies/, a copy of the repository's) get the switches of
 .Values.policies.rules: a file whose switches already are those is kept as written, one that
@@ -48,7 +48,7 @@ of .Values.policies.files are kept as given; only their names and switches are r
 {{- $_ := set $files $file $text }}
 {{- $name := dig "metadata" "name" "" $doc }}
 {{- $_ := set $where $name $file }}
-{{- $_ := set $switches $name (dict "everyPod" (get $want "voidVisibleDevicesWithoutGpu") "hostAccess" (get $want "denyHostAccess") "trustPodSecurity" (dig "spec" "hostAccess" "trustPodSecurity" $gen.trustPodSecurityDefault $doc) "cdiUpdates" (get $want "denyCdiAnnotations") "claims" (kindIs "map" (dig "spec" "dra" "" $doc)) "draClasses" (include "gpu-share-webhook.draClasses" $doc | fromJsonArray)) }}
+{{- $_ := set $switches $name (dict "everyPod" (get $want "voidVisibleDevicesWithoutGpu") "hostAccess" (get $want "denyHostAccess") "trustPodSecurity" (dig "spec" "hostAccess" "trustPodSecurity" $gen.trustPodSecurityDefault $doc) "cdiUpdates" (get $want "denyCdiAnnotations") "draClasses" (include "gpu-share-webhook.draClasses" $doc | fromJsonArray)) }}
 {{- end }}
 {{- end }}
 {{- end }}
@@ -113,7 +113,7 @@ more than comments; every separator starts one, empty or not. */}}
 {{- range $k, $v := $gen.ruleDefaults }}{{ $_ := set $rules $k $v }}{{ end }}
 {{- range $k, $v := (dig "spec" "rules" (dict) $doc) }}{{ $_ := set $rules $k (include "gpu-share-webhook.policyBool" $v | eq "true") }}{{ end }}
 {{- $trust := dig "spec" "hostAccess" "trustPodSecurity" $gen.trustPodSecurityDefault $doc }}
-{{- $_ := set $switches $name (dict "everyPod" (get $rules "voidVisibleDevicesWithoutGpu") "hostAccess" (get $rules "denyHostAccess") "trustPodSecurity" (include "gpu-share-webhook.policyBool" $trust | eq "true") "cdiUpdates" (get $rules "denyCdiAnnotations") "claims" (kindIs "map" (dig "spec" "dra" "" $doc)) "draClasses" (include "gpu-share-webhook.draClasses" $doc | fromJsonArray)) }}
+{{- $_ := set $switches $name (dict "everyPod" (get $rules "voidVisibleDevicesWithoutGpu") "hostAccess" (get $rules "denyHostAccess") "trustPodSecurity" (include "gpu-share-webhook.policyBool" $trust | eq "true") "cdiUpdates" (get $rules "denyCdiAnnotations") "draClasses" (include "gpu-share-webhook.draClasses" $doc | fromJsonArray)) }}
 {{- end }}
 {{- end }}
 {{- end }}
