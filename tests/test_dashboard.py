@@ -1,19 +1,26 @@
-"""The Grafana dashboard (charts/gpu-share-webhook/files/dashboard.json): every series and
-label it queries is one a real `serve` exports, and the chart and deploy/optional/monitoring
-ship it as the Grafana sidecars collect dashboards.
+"""The Grafana dashboard (charts/gpu-share-webhook/files/dashboard.json) and the alerts
+(the chart's PrometheusRule and deploy/optional/monitoring's): every series and label they
+query is one a real `serve` exports, or one Prometheus adds; the ServiceMonitor brings the
+server's labels into Prometheus as the server exported them; the chart and
+deploy/optional/monitoring ship the dashboard as the Grafana sidecars collect dashboards.
 
 The queries are read by a small PromQL reader (`read_promql`): metric names apart from
 functions, label matchers, grouping labels and range selectors. A scrape of a real `serve`
 process, after reviews that fill every labelled series the dashboard uses, says which series
-and labels exist; Prometheus adds the target labels (`job`, `namespace`, ...) itself.
+and labels exist; Prometheus adds the target labels (`job`, `namespace`, ...) itself, and
+`stored_labels` works out what it keeps of each sample's labels when one of them has a
+target label's name (`endpoint`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import re
+import shlex
+import shutil
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,9 +42,35 @@ KEY = "gpu-share-webhook.json"
 RELEASE = "gpu-share-webhook"
 NAMESPACE = "gpu-share-system"
 
-# The labels Prometheus gives every series of a target (the Prometheus Operator's
-# ServiceMonitor: job is the Service's name, namespace, pod, instance...).
-TARGET_LABELS = frozenset({"job", "namespace", "pod", "instance", "service", "container"})
+
+def operator_target(port: str) -> dict[str, str]:
+    """The labels Prometheus gives every series it scrapes from one pod through a
+    ServiceMonitor endpoint (values made up, names as the Prometheus Operator sets them).
+
+    prometheus-operator, pkg/prometheus/promcfg.go (generateServiceMonitorConfig): its
+    relabelling sets `namespace`, `service`, `pod` and `container` from the Kubernetes
+    service discovery, `job` to the Service's name (or the value of its `jobLabel` label),
+    `endpoint` to the endpoint's `port` (its name; "A single service may potentially have
+    multiple metrics endpoints, therefore the endpoints labels is filled with the ports
+    name"), and `node` only for an address that is a Node's. Prometheus sets `instance` to
+    the address when no relabelling did (docs/configuration/configuration.md,
+    <relabel_config>).
+    """
+    return {
+        "namespace": NAMESPACE,
+        "service": RELEASE,
+        "pod": f"{RELEASE}-6f7d9c5b8-x2x4q",
+        "container": "webhook",
+        "job": RELEASE,
+        "endpoint": port,
+        "instance": "10.244.1.17:8080",
+    }
+
+
+TARGET_LABELS = frozenset(operator_target("metrics"))
+# Series Prometheus makes for each target itself, with the target's labels alone (`up`: 1
+# when the scrape worked).
+SYNTHETIC = ("up",)
 # The dashboard's variables: every query is narrowed to one namespace and job.
 SCOPE = {"namespace": '="$namespace"', "job": '="$job"'}
 
@@ -242,9 +275,11 @@ def _target_id(target: tuple[str, dict[str, Any]]) -> str:
 
 @dataclasses.dataclass
 class Exported:
-    """What the server's /metrics shows: each series name and the labels of its samples."""
+    """What the server's /metrics shows: each series name and the labels of its samples
+    (with the series Prometheus makes itself, of no labels of their own), and the samples."""
 
     labels: dict[str, set[str]]
+    samples: list[tuple[str, dict[str, str]]] = dataclasses.field(default_factory=list)
 
     def problems(self, query: Query) -> list[str]:
         found = []
@@ -308,11 +343,13 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Exported:
             return await _fill_every_series(serve, directory / "certs" / certificates.CA_FILE)
 
         text = asyncio.run(run())
-    labels: dict[str, set[str]] = {}
+    labels: dict[str, set[str]] = {name: set() for name in SYNTHETIC}
+    samples = []
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             labels.setdefault(sample.name, set()).update(sample.labels)
-    return Exported(labels=labels)
+            samples.append((sample.name, dict(sample.labels)))
+    return Exported(labels=labels, samples=samples)
 
 
 @pytest.mark.slow  # starts `serve`
@@ -434,15 +471,19 @@ def chart() -> Iterator[helm_python.Chart]:
         yield loaded
 
 
-def _dashboards(chart: helm_python.Chart, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+def _rendered(chart: helm_python.Chart, values: Mapping[str, Any]) -> list[dict[str, Any]]:
     manifests = chart.render(dict(values), name=RELEASE, namespace=NAMESPACE)
-    objects = [
+    return [
         doc
         for path in sorted(manifests)
         if path.endswith((".yaml", ".yml"))
         for doc in yaml.safe_load_all(manifests[path])
         if doc
     ]
+
+
+def _dashboards(chart: helm_python.Chart, values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    objects = _rendered(chart, values)
     return [o for o in objects if o["kind"] == "ConfigMap" and KEY in o.get("data", {})]
 
 
@@ -504,3 +545,284 @@ def test_the_kustomize_install_ships_the_same_dashboard(chart: helm_python.Chart
     assert ours["metadata"]["namespace"] == NAMESPACE
     assert ours["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(ours["data"][KEY]) == dashboard()
+
+
+# --------------------------------------------------------------------------- what Prometheus stores
+
+# Prometheus's relabelling defaults (prometheus model/relabel/relabel.go,
+# DefaultRelabelConfig), and the fields of the Operator's RelabelConfig (monitoring.coreos.com/v1:
+# the same, in camelCase).
+RELABEL_DEFAULTS = {"separator": ";", "regex": "(.*)", "replacement": "$1", "action": "replace"}
+RELABEL_FIELDS = frozenset(
+    {"sourceLabels", "separator", "targetLabel", "regex", "modulus", "replacement", "action"}
+)
+EXPORTED_PREFIX = "exported_"
+
+
+def _expand(match: re.Match[str], template: str) -> str:
+    """Go's Regexp.Expand, as relabelling uses it: $1, ${1} and $name become that group."""
+    return re.sub(
+        r"\$(?:\{(\w+)\}|(\w+))",
+        lambda m: match.group(int(g) if (g := m[1] or m[2]).isdigit() else g) or "",
+        template,
+    )
+
+
+def relabel(labels: Mapping[str, str], configs: list[Mapping[str, Any]]) -> dict[str, str]:
+    """A sample's labels after metric_relabel_configs (prometheus model/relabel/relabel.go,
+    relabel), for the two actions the ServiceMonitors use. `replace` joins the source labels'
+    values with the separator; when the regex matches all of it (relabel regexes are
+    anchored) it sets the target label to the replacement, or removes the target label when
+    that comes out empty; no match changes nothing. `labeldrop` removes every label whose
+    name the regex matches. The Operator accepts `replace` only with a target label, and
+    `labeldrop` with a regex and no other field (pkg/prometheus/validation: "requires only
+    'regex', and no other fields")."""
+    out = dict(labels)
+    for config in configs:
+        assert set(config) <= RELABEL_FIELDS, config
+        merged = {**RELABEL_DEFAULTS, **config}
+        action = str(merged["action"]).lower()
+        if action == "replace":
+            assert merged.get("targetLabel"), config
+            value = merged["separator"].join(out.get(n, "") for n in merged.get("sourceLabels", []))
+            match = re.fullmatch(merged["regex"], value)
+            if match is None:
+                continue
+            target = _expand(match, merged["targetLabel"])
+            result = _expand(match, merged["replacement"])
+            if result:
+                out[target] = result
+            else:
+                out.pop(target, None)
+        elif action == "labeldrop":
+            assert set(config) <= {"regex", "action"}, config
+            out = {k: v for k, v in out.items() if not re.fullmatch(merged["regex"], k)}
+        else:
+            raise AssertionError(f"relabel action {merged['action']!r} is not modelled here")
+    return out
+
+
+def stored_labels(
+    sample: Mapping[str, str],
+    target: Mapping[str, str],
+    *,
+    honor: bool,
+    relabelings: list[Mapping[str, Any]],
+) -> dict[str, str]:
+    """The labels Prometheus stores for one scraped sample of a target (prometheus
+    scrape/scrape.go, mutateSampleLabels).
+
+    honor_labels true: the sample's labels stay and the target's fill in only the names the
+    sample lacks. honor_labels false (the default): every target label is set, and a sample
+    label it displaces is kept as exported_<name> (exported_exported_<name> if that is taken
+    too: resolveConflictingExposedLabels). docs/configuration/configuration.md
+    (<scrape_config>, honor_labels) says the same. metric_relabel_configs run after that.
+    """
+    if honor:
+        merged = {**target, **sample}
+    else:
+        merged = {**sample, **target}
+        for name in sorted((n for n in sample if n in target), key=len):
+            renamed = EXPORTED_PREFIX + name
+            while merged.get(renamed):
+                renamed = EXPORTED_PREFIX + renamed
+            merged[renamed] = sample[name]
+    return relabel(merged, relabelings)
+
+
+def label_problems(
+    samples: list[tuple[str, dict[str, str]]],
+    endpoint: Mapping[str, Any],
+    *,
+    override_honor_labels: bool,
+) -> list[str]:
+    """What Prometheus would store differently from what the server exported, scraping it
+    through this ServiceMonitor endpoint: a label of the server's with another value (or
+    none), a target label that is missing, an exported_ label left over. A Prometheus with
+    overrideHonorLabels scrapes every ServiceMonitor with honor_labels false
+    (prometheus-operator pkg/prometheus/promcfg.go, AddHonorLabels; OpenShift's user
+    workload monitoring sets it)."""
+    target = operator_target(endpoint["port"])
+    honor = bool(endpoint.get("honorLabels", False)) and not override_honor_labels
+    found = set()
+    for name, exposed in samples:
+        # A label with an empty value is no label to Prometheus.
+        labels = {k: v for k, v in exposed.items() if v}
+        stored = stored_labels(
+            labels, target, honor=honor, relabelings=endpoint.get("metricRelabelings", [])
+        )
+        wanted = [("server", labels), ("target", {k: target[k] for k in target.keys() - labels})]
+        for whose, expected in wanted:
+            found.update(
+                f"{name}: the {whose}'s {label}={value!r} is stored as {stored.get(label)!r}"
+                for label, value in expected.items()
+                if stored.get(label) != value
+            )
+        found.update(
+            f"{name}: {label} is left" for label in stored if label.startswith("exported_")
+        )
+    return sorted(found)
+
+
+MONITORING_VALUES = {"monitoring": {"serviceMonitor": {"enabled": True},
+                                    "prometheusRule": {"enabled": True}}}  # fmt: skip
+
+
+def _installs(chart: helm_python.Chart) -> dict[str, list[dict[str, Any]]]:
+    """The Prometheus Operator objects of each install: the chart's, with both switched on,
+    and deploy/optional/monitoring's."""
+    return {"chart": _rendered(chart, MONITORING_VALUES), "kustomize": dh.kustomize(MONITORING)}
+
+
+@pytest.mark.slow  # starts `serve`
+@pytest.mark.parametrize("install", ["chart", "kustomize"])
+@pytest.mark.parametrize("override", [False, True], ids=["honorLabels", "overrideHonorLabels"])
+def test_prometheus_stores_every_label_of_the_server_as_the_server_exported_it(
+    exported: Exported, chart: helm_python.Chart, install: str, override: bool
+) -> None:
+    """The review series' `endpoint` (mutate or validate) has the name of the label the
+    Operator gives every target (the port's name): the ServiceMonitor must bring ours
+    through, whether or not the Prometheus lets it honour labels."""
+    (endpoint,) = dh.find(_installs(chart)[install], "ServiceMonitor")["spec"]["endpoints"]
+    assert any("endpoint" in labels for _, labels in exported.samples)
+    assert label_problems(exported.samples, endpoint, override_honor_labels=override) == []
+
+
+REVIEW = ("gpu_share_webhook_reviews_total",
+          {"endpoint": "mutate", "policy": "default", "decision": "allowed"})  # fmt: skip
+UNLABELLED = ("gpu_share_webhook_reviews_in_flight", {})
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "override", "wrong"),
+    [
+        # Neither honorLabels nor the relabelling: ours is renamed, the port's name stays.
+        ({"port": "metrics"}, False, ["the server's endpoint='mutate' is stored as 'metrics'",
+                                      "exported_endpoint is left"]),
+        # honorLabels alone is enough, but not where the Prometheus overrides it.
+        ({"port": "metrics", "honorLabels": True}, False, []),
+        ({"port": "metrics", "honorLabels": True}, True,
+         ["the server's endpoint='mutate' is stored as 'metrics'", "exported_endpoint is left"]),
+        # The relabelling's regex must not match an empty value: with the default (.*) the
+        # series without an endpoint of their own lose the target's.
+        ({"port": "metrics", "metricRelabelings": [
+            {"sourceLabels": ["exported_endpoint"], "targetLabel": "endpoint"},
+            {"regex": "exported_endpoint", "action": "labeldrop"}]}, False,
+         ["the target's endpoint='metrics' is stored as None"]),
+    ],
+    ids=["neither", "honorLabels", "honorLabels-overridden", "relabelled-with-(.*)"],
+)  # fmt: skip
+def test_the_label_check_fails_where_prometheus_would_store_other_labels(
+    endpoint: dict[str, Any], override: bool, wrong: list[str]
+) -> None:
+    problems = label_problems([REVIEW, UNLABELLED], endpoint, override_honor_labels=override)
+    assert [p.split(": ", 1)[1] for p in problems] == sorted(wrong)
+
+
+def test_the_service_monitors_relabel_alike(chart: helm_python.Chart) -> None:
+    """The chart's ServiceMonitor endpoint, with the default values, is the kustomize
+    install's: honorLabels off (the default, said outright) and the same relabelling."""
+    installs = _installs(chart)
+    ((chart_endpoint,), (kustomize_endpoint,)) = (
+        dh.find(installs[name], "ServiceMonitor")["spec"]["endpoints"]
+        for name in ("chart", "kustomize")
+    )
+    assert chart_endpoint == kustomize_endpoint
+    assert chart_endpoint["honorLabels"] is False
+
+
+def _alerts(chart: helm_python.Chart) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{install}/{rule['alert']}", rule)
+        for install, objects in _installs(chart).items()
+        for group in dh.find(objects, "PrometheusRule")["spec"]["groups"]
+        for rule in group["rules"]
+    ]
+
+
+@pytest.mark.slow  # starts `serve`
+def test_every_alert_asks_for_series_and_labels_the_server_exports(
+    exported: Exported, chart: helm_python.Chart
+) -> None:
+    """What test_every_query_asks_for_series_and_labels_the_server_exports checks of the
+    dashboard, for the alerts of both installs; and an alert's text names only labels its
+    expression keeps."""
+    alerts = _alerts(chart)
+    assert {name.split("/")[0] for name, _ in alerts} == {"chart", "kustomize"}
+    for name, rule in alerts:
+        query = read_promql(rule["expr"])
+        assert query.selectors, name
+        assert exported.problems(query) == [], name
+        kept = {label for g in query.groupings for label in g.labels}
+        named = set(re.findall(r"\$labels\.(\w+)", json.dumps(rule["annotations"])))
+        assert named <= kept, name
+
+
+@pytest.mark.slow  # starts `serve`
+def test_the_queries_take_namespace_job_and_pod_from_the_target(exported: Exported) -> None:
+    """The dashboard narrows every query by namespace and job, and shows some by pod: the
+    server must not export labels of those names, or they would mean something else (with
+    honorLabels) or become exported_ (without)."""
+    from_target = set(SCOPE) | {
+        label
+        for _, target in targets()
+        for grouping in read_promql(target["expr"]).groupings
+        for label in grouping.labels
+        if label in TARGET_LABELS - {"endpoint"}
+    }
+    assert from_target == {"namespace", "job", "pod"}
+    exported_labels = {label for labels in exported.labels.values() for label in labels}
+    assert exported_labels & from_target == set()
+
+
+# --------------------------------------------------------------------------- the docs
+
+OPERATIONS = dh.REPO / "docs" / "operations.md"
+
+
+def _dashboard_section() -> str:
+    text = OPERATIONS.read_text(encoding="utf-8")
+    return text.split("### The dashboard\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_docs_helm_command_installs_the_dashboard_and_what_it_reads(
+    chart: helm_python.Chart,
+) -> None:
+    """docs/operations.md, "The dashboard": its `helm upgrade` makes the dashboard's
+    ConfigMap, the ServiceMonitor it reads through and the alerts."""
+    (command,) = re.findall(r"^helm upgrade .*?(?<!\\)$", _dashboard_section(), re.M | re.S)
+    words = shlex.split(command.replace("\\\n", " "))
+    values: dict[str, Any] = {}
+    for word, following in itertools.pairwise(words):
+        if word == "--set":
+            key, _, value = following.partition("=")
+            *parents, last = key.split(".")
+            node = values
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = yaml.safe_load(value)
+    objects = _rendered(chart, values)
+    assert len(_dashboards(chart, values)) == 1
+    assert {"ServiceMonitor", "PrometheusRule"} <= set(dh.kinds(objects))
+
+
+def test_the_docs_kustomization_moves_the_dashboard_into_a_folder_of_grafanas_namespace(
+    tmp_path: Path,
+) -> None:
+    """docs/operations.md, "The dashboard": the kustomization it shows builds next to a
+    clone, and puts the same dashboard in `monitoring` with the sidecar's folder annotation."""
+    (block,) = re.findall(r"```yaml\n(.*?)```", _dashboard_section(), flags=re.DOTALL)
+    shutil.copytree(dh.DEPLOY, tmp_path / "gpu-share-webhook" / "deploy")
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "kustomization.yaml").write_text(block, encoding="utf-8")
+    objects = dh.kustomize(site)
+    (configmap,) = [o for o in objects if o["kind"] == "ConfigMap"]
+    assert configmap["metadata"]["namespace"] == "monitoring"
+    assert configmap["metadata"]["annotations"] == {"k8s-sidecar-target-directory": "GPU sharing"}
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(configmap["data"][KEY]) == dashboard()
+    # The rest stays where the webhook runs.
+    others = [o for o in objects if o["kind"] != "ConfigMap"]
+    assert sorted(dh.kinds(others)) == ["PrometheusRule", "ServiceMonitor"]
+    assert {o["metadata"]["namespace"] for o in others} == {NAMESPACE}
