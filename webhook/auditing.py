@@ -116,6 +116,9 @@ class Ref:
     kind: str
     name: str
     api_version: str
+    # metadata.uid when the object has one (the API's objects do); not compared: two refs
+    # are the same object by kind and name, as a report names them.
+    uid: str = field(default="", compare=False)
 
     @property
     def text(self) -> str:
@@ -166,6 +169,8 @@ class Verdict:
     key: tuple[Any, ...] = field(default=(), compare=False, repr=False)
     # Why an untouched object is left as it is (`nearmisses.unchanged`), in a few words.
     unchanged: str = ""
+    # What each rule of `mutations` adds, by rule: (rule, its lines of `adds`).
+    rule_adds: tuple[tuple[str, tuple[str, ...]], ...] = field(default=(), compare=False)
 
 
 @dataclass(slots=True)
@@ -211,6 +216,10 @@ class NamespaceReport:
     # HOST_ACCESS_STATES; None for the others), and why, in words.
     host_access: str | None = None
     host_access_reason: str = ""
+    # Whether its labels opt it in (an excluded namespace may carry them too), and the
+    # Namespace object's metadata.uid when it has one.
+    opted_in: bool = False
+    uid: str = ""
 
     @property
     def pod_security_label(self) -> str:
@@ -339,6 +348,7 @@ def audit(
         where = rendering.routes(policies, kinds, webhook_namespace=webhook_namespace)
     report = Report(namespaces=[])
     labels_of: dict[str, dict[str, str]] = {}
+    uids: dict[str, str] = {}
     found: dict[tuple[str, str, str, str], _Object] = {}
     for obj in objects:
         kind = obj.get("kind")
@@ -351,6 +361,8 @@ def audit(
                 if name in labels_of:
                     report.duplicates += 1
                 labels_of[name] = _labels(meta.get("labels"))
+                uid = meta.get("uid")
+                uids[name] = uid if isinstance(uid, str) else ""
                 report.namespaces_found = True
             continue
         if isinstance(kind, str) and claims.is_claim(group, kind):
@@ -382,6 +394,8 @@ def audit(
         path = policy_path(where, name, labels) if labels is not None else None
         ns = _meet(name, labels, path, where, policies)
         ns.objects = len(items)
+        ns.opted_in = labels is not None and namespaces.opted_in(labels)
+        ns.uid = uids.get(name, "")
         report.namespaces.append(ns)
         if ns.status != JUDGED or labels is None:
             if ns.status != NOT_IN_FILES:
@@ -425,7 +439,12 @@ def _read(obj: Mapping[str, Any], kind: str, meta: Mapping[str, Any]) -> _Object
             break
     return _Object(
         obj=obj,
-        ref=Ref(kind, str(name), str(obj.get("apiVersion") or "")),
+        ref=Ref(
+            kind,
+            str(name),
+            str(obj.get("apiVersion") or ""),
+            uid if isinstance(uid, str) else "",
+        ),
         namespace=namespace if isinstance(namespace, str) else "",
         uid=uid if isinstance(uid, str) and uid else None,
         owner=owner,
@@ -552,7 +571,21 @@ def _judge(
     why = ""
     if status == UNTOUCHED and found:
         why = "; ".join(dict.fromkeys(nearmisses.unchanged(pods.read(t), enforcing) for t in found))
-    item.verdict = Verdict(status, refusals, mutations, adds, warnings, (*key, why), why)
+    rule_adds = tuple(
+        (
+            rule,
+            describe_patch(
+                [
+                    op
+                    for op, by in zip(decision.patch, decision.patch_rules, strict=True)
+                    if by == rule
+                ],
+                found,
+            ),
+        )
+        for rule, _ in mutations
+    )
+    item.verdict = Verdict(status, refusals, mutations, adds, warnings, (*key, why), why, rule_adds)
     return None
 
 
@@ -579,7 +612,8 @@ def _claim_verdict(
         # Never one entry with a pod, nor a claim with a template.
         str(obj.get("kind")),
     )
-    return Verdict(status, refusals, mutations, adds, warnings, key, why)
+    rule_adds = tuple((rule, adds) for rule, _ in mutations)
+    return Verdict(status, refusals, mutations, adds, warnings, key, why, rule_adds)
 
 
 def _claim_refusal_key(f: Refusal, label: str) -> tuple[Any, ...]:

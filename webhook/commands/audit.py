@@ -1,5 +1,7 @@
-"""`gpu-share-webhook audit -f FILE...`: what the webhook would refuse or change in a cluster
-as it stands, per namespace, from files alone (no cluster access).
+"""`gpu-share-webhook audit`: what the webhook would refuse or change in a cluster as it
+stands, per namespace: from files (`-f`, no cluster access) or from the cluster itself
+(`--cluster`), printed for people, as JSON, or as policy reports, which `--write-reports`
+writes into the cluster.
 
 Make the files with
 
@@ -10,7 +12,9 @@ Make the files with
 (JSON or YAML, `kind: List`, the API's own lists such as PodList, or single objects, JSON
 ones also one after another; several files, `-` for standard input; add the kinds of the
 WorkloadKinds file, e.g. jobsets, to the second command; on a cluster before
-Kubernetes 1.34, which serves no resource.k8s.io/v1, leave out the claims). Each namespace's
+Kubernetes 1.34, which serves no resource.k8s.io/v1, leave out the claims). `--cluster`
+lists the same kinds through the API instead (paged; the kubeconfig, or the pod's service
+account in a CronJob), with list rights only. Each namespace's
 labels pick its policy exactly as the rendered webhook configurations do: kube-system, the
 webhook's own namespace and namespaces that have not opted in are never reviewed. Every Pod
 is judged as the webhook would judge it if it were created now, every workload as the pods
@@ -19,8 +23,15 @@ objects of one controller with the same verdict are one entry. A refusal is what
 the policy refuses in enforce mode, with the mode its rule is in today (warn or dry-run
 admit it today).
 
-Exit 0: nothing would be refused; 1: something would be refused, whatever mode its rule is
-in today; 2: bad input or usage (one line on standard error).
+`-o policyreport` prints wgpolicyk8s.io/v1alpha2 PolicyReports (one per opted-in namespace)
+and a ClusterPolicyReport (one result per opted-in Namespace), `-o openreports` the same as
+openreports.io/v1alpha1 Reports and a ClusterReport, as one v1 List; with `--cluster
+--write-reports` they are written instead (server-side apply; unchanged ones are left
+alone, those of earlier runs that this one does not make are deleted).
+
+Exit 0: nothing would be refused (or, with --write-reports, the reports were written);
+1: something would be refused, whatever mode its rule is in today; 2: bad input or usage;
+3: the Kubernetes API could not be read or written (one line on standard error each).
 """
 
 from __future__ import annotations
@@ -35,11 +46,13 @@ from typing import Any
 
 import orjson
 
-from webhook import auditing, documents, kinds, names, policies, rendering
+from webhook import auditing, cluster, documents, kinds, names, policies, rendering, reporting
 from webhook.commands import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
+    FLAG,
+    OPTIONAL_TEXT,
     TEXT,
     Append,
     add_policies_argument,
@@ -50,6 +63,7 @@ from webhook.commands import (
     help_text,
     policies_directory,
     separated,
+    whole_number,
 )
 from webhook.core.decisions import printable
 from webhook.errors import InputError, PolicyError
@@ -58,7 +72,14 @@ from webhook.errors import InputError, PolicyError
 FILES_OPTION = "audit-files"
 OUTPUT_OPTION = "audit-output"
 SHOW_OPTION = "audit-show"
-OUTPUTS = ("text", "json")
+OUTPUTS = ("text", "json", *reporting.APIS)
+CLUSTER_OPTION = "audit-cluster"
+WRITE_OPTION = "audit-write-reports"
+PAGE_SIZE_OPTION = "audit-page-size"
+CONTEXT_OPTION = "audit-context"
+KUBECONFIG_OPTION = "kubeconfig"
+# The Kubernetes API could not be read or written (`--cluster`).
+EXIT_CLUSTER = 3
 # What the report lists (counts always cover every object).
 SHOWS = ("refused", "changed", "all")
 REPORT_KIND = "AuditReport"
@@ -101,7 +122,11 @@ def register(subparsers: Any) -> None:
         "--output",
         choices=OUTPUTS,
         default=from_env(OUTPUT_OPTION, "text"),
-        help=help_text("text (a report per namespace and a summary table) or json", OUTPUT_OPTION),
+        help=help_text(
+            "text (a report per namespace and a summary table), json, policyreport"
+            " (wgpolicyk8s.io/v1alpha2 reports) or openreports (openreports.io/v1alpha1)",
+            OUTPUT_OPTION,
+        ),
     )
     parser.add_argument(
         "--show",
@@ -114,19 +139,69 @@ def register(subparsers: Any) -> None:
             SHOW_OPTION,
         ),
     )
+    parser.add_argument(
+        "--cluster",
+        action=argparse.BooleanOptionalAction,
+        default=from_env(CLUSTER_OPTION, False, FLAG),
+        help=help_text(
+            "read the objects from the Kubernetes API (list rights on the audited kinds)"
+            " instead of -f files",
+            CLUSTER_OPTION,
+        ),
+    )
+    parser.add_argument(
+        "--kubeconfig",
+        metavar="PATH",
+        type=OPTIONAL_TEXT,
+        default=from_env(KUBECONFIG_OPTION, None),
+        help=help_text(
+            "kubeconfig for --cluster",
+            KUBECONFIG_OPTION,
+            "the pod's service account, else $KUBECONFIG or ~/.kube/config",
+        ),
+    )
+    parser.add_argument(
+        "--context",
+        metavar="NAME",
+        type=OPTIONAL_TEXT,
+        default=from_env(CONTEXT_OPTION, None),
+        help=help_text("the kubeconfig's context for --cluster", CONTEXT_OPTION, "its current one"),
+    )
+    parser.add_argument(
+        "--page-size",
+        metavar="N",
+        type=whole_number(1, 10_000),
+        default=from_env(PAGE_SIZE_OPTION, cluster.DEFAULT_PAGE_SIZE),
+        help=help_text("objects per list request with --cluster", PAGE_SIZE_OPTION),
+    )
+    parser.add_argument(
+        "--write-reports",
+        action=argparse.BooleanOptionalAction,
+        default=from_env(WRITE_OPTION, False, FLAG),
+        help=help_text(
+            "with --cluster and -o policyreport or openreports: write the reports into the"
+            " cluster (server-side apply) and delete those of earlier runs it no longer"
+            " makes, instead of printing them",
+            WRITE_OPTION,
+        ),
+    )
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     files: list[str] = args.filename
-    problem = _usage_problem(files)
+    problem = _usage_problem(
+        files, cluster=args.cluster, write=args.write_reports, output=args.output
+    )
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return EXIT_USAGE
+    sources = files if not args.cluster else ["the cluster"]
     try:
-        objects = read_objects(*files)
         loaded = policies.load_directory(policies_directory(args.policies)[0])
         workload_kinds = kinds.all_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
+        if not args.cluster:
+            objects = read_objects(*files)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -143,7 +218,31 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: --webhook-namespace: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    api_client = None
+    previous: list[dict[str, Any]] = []
+    if args.cluster:
+        try:
+            api_client = cluster.connect(args.kubeconfig, args.context)
+            found = cluster.read(
+                api_client, cluster.resources(workload_kinds), page_size=args.page_size
+            )
+            if args.write_reports:
+                previous = cluster.existing_reports(
+                    api_client, reporting.APIS[args.output], page_size=args.page_size
+                )
+        except cluster.ClusterError as exc:
+            _close(api_client)
+            print(f"error: {exc}", file=sys.stderr)
+            return EXIT_CLUSTER
+        objects = found.objects
+        for note in found.notes:
+            print(f"note: {note}", file=sys.stderr)
     report = auditing.audit(objects, policies=loaded, kinds=workload_kinds, where=where)
+    if args.cluster:
+        try:
+            return _cluster_output(args, report, api_client, previous)
+        finally:
+            _close(api_client)
     if not report.namespaces_found:
         print(
             f"error: no Namespace object in {', '.join(files)}: the audit reads each"
@@ -172,20 +271,92 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     _warn(report)
+    return _print(args, report, sources)
+
+
+def _print(args: argparse.Namespace, report: auditing.Report, sources: Sequence[str]) -> int:
     listed = _LISTED[args.show]
-    if args.output == "json":
-        doc = as_json(report, files=files, listed=listed, webhook_namespace=args.webhook_namespace)
+    if args.output in reporting.APIS:
+        items = reporting.build(report, reporting.APIS[args.output], now=cluster.now())
+        doc = reporting.as_list(items)
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif args.output == "json":
+        doc = as_json(
+            report, files=sources, listed=listed, webhook_namespace=args.webhook_namespace
+        )
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         sys.stdout.write(as_text(report, listed=listed))
     return EXIT_FAILED if report.refused else EXIT_OK
 
 
-def _usage_problem(files: Sequence[str]) -> str:
+def _cluster_output(
+    args: argparse.Namespace,
+    report: auditing.Report,
+    api_client: Any,
+    previous: list[dict[str, Any]],
+) -> int:
+    """What `--cluster` prints or writes: a cluster has Namespaces, and may have nothing to
+    audit (not an error there, unlike an empty dump: the reports say so)."""
+    if report.malformed:
+        # The API server would not hold such an object; tell, and judge the others.
+        for ns, ref, violation in report.malformed[:10]:
+            print(f"warning: {ns}/{ref.text} not judged: {violation.message}", file=sys.stderr)
+    _warn(report)
+    if not args.write_reports:
+        return _print(args, report, ["the cluster"])
+    api = reporting.APIS[args.output]
+    items = reporting.build(report, api, now=cluster.now(), previous=previous)
+    try:
+        done = cluster.write_reports(api_client, api, items, previous)
+    except cluster.ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_CLUSTER
+    sys.stdout.write(_written_text(api, done, report))
+    return EXIT_OK
+
+
+def _written_text(api: reporting.ReportApi, done: cluster.Written, report: auditing.Report) -> str:
+    kinds_written = f"{api.kind} and {api.cluster_kind} ({api.api_version})"
+    lines = [
+        f"{kinds_written}: {len(done.created)} created, {len(done.updated)} updated,"
+        f" {len(done.unchanged)} unchanged, {len(done.deleted)} deleted",
+    ]
+    for title, listed in (
+        ("created", done.created),
+        ("updated", done.updated),
+        ("deleted", done.deleted),
+    ):
+        if listed:
+            more = f" and {len(listed) - 20} more" if len(listed) > 20 else ""
+            lines.append(f"  {title}: {', '.join(listed[:20])}{more}")
+    refused = report.refused
+    lines.append(
+        f"Audited {_objects(report.total('objects'))}: {refused:,} would be refused"
+        f", {report.total(auditing.CHANGED):,} changed."
+    )
+    return "\n".join(printable(line) for line in lines) + "\n"
+
+
+def _close(api_client: Any) -> None:
+    if api_client is not None:
+        api_client.close()
+
+
+def _usage_problem(files: Sequence[str], *, cluster: bool, write: bool, output: str) -> str:
+    if cluster and files:
+        return "--cluster reads the cluster: leave out -f"
+    if write and not cluster:
+        return "--write-reports needs --cluster (it writes the reports into that cluster)"
+    if write and output not in reporting.APIS:
+        return "--write-reports needs -o policyreport or -o openreports (the reports' API)"
+    if cluster:
+        return ""
     if not files:
         return (
             f"audit needs -f FILE (or {env_name(FILES_OPTION)}): the output of `kubectl get"
-            " namespaces -o json` and of `kubectl get pods,deployments,... -A -o json`"
+            " namespaces -o json` and of `kubectl get pods,deployments,... -A -o json`;"
+            " or --cluster"
         )
     if list(files).count("-") > 1:
         return "-f -: standard input can be read only once"

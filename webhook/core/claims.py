@@ -1077,4 +1077,6 @@ def _decision(r: _Review) -> Decision:
     if r.patch and policy.mode_of("dra-mps-limits") != names.DRY_RUN:
         decision.patch = r.patch
         decision.mutations = r.added
+        # Every operation of a claim's patch is the one rule's (its MPS configuration).
+        decision.patch_rules = ["dra-mps-limits"] * len(r.patch)
     return decision

@@ -152,6 +152,9 @@ class Decision:
     dropped: int = 0
     # The rules that contributed operations to `patch`, in the order they ran.
     mutations: list[str] = field(default_factory=list)
+    # The rule of each operation of `patch`, index by index (the record of what was added,
+    # `gpu-share.io/mutations`, is rules.ANNOTATIONS): what `audit` says each rule adds.
+    patch_rules: list[str] = field(default_factory=list)
     # Violations the policy does not enforce (its mode, or the rule's, is warn or dry-run):
     # (mode, violation). Warn ones are also among `warnings` and `audit`.
     would_refuse: list[tuple[str, Violation]] = field(default_factory=list)

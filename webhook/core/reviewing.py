@@ -176,6 +176,7 @@ def review(
         decision.would_refuse += r.would_refuse
         for rule, op in ops:
             decision.patch.append(op)
+            decision.patch_rules.append(rule)
             if rule not in decision.mutations and rule != rules.ANNOTATIONS:
                 decision.mutations.append(rule)
         for key, value in r.audit.items():
@@ -200,6 +201,7 @@ def review(
         decision.warn(w)
     if decision.violations:
         decision.patch = []
+        decision.patch_rules = []
         decision.mutations = []
     _tell(decision)
     return decision

@@ -1,0 +1,458 @@
+"""The audit as policy reports: what Policy Reporter, Kyverno's and Kubewarden's admins, and
+`kubectl get polr` read.
+
+`build(report, api, now=...)` turns an `auditing.Report` into report objects of one of two
+APIs (`APIS`): `wgpolicyk8s.io/v1alpha2` PolicyReport and ClusterPolicyReport, or their
+successor `openreports.io/v1alpha1` Report and ClusterReport. Both CRDs hold the same result
+shape at the top of the object (no spec, no status); openreports adds a report-level
+`source`.
+
+- One namespaced report per namespace the webhook reviews, named `gpu-share-webhook`, its
+  `scope` the Namespace. A namespace whose results exceed `REPORT_BYTES` (serialized) gets
+  more reports, `gpu-share-webhook-2`, `-3`, ..., split between objects: etcd refuses
+  requests over 1.5 MiB by default, and one report per namespace is what made Kyverno's and
+  Kubewarden's reports too large before they moved to one report per resource.
+- One cluster report, `gpu-share-webhook`, with one result per Namespace object whose labels
+  opt it in: pass (its policy is in force), fail (rule `unknown-policy`: its label names no
+  policy, so GPU pods there are refused), warn (rule `host-access`: nothing judges host
+  access there), skip (the webhook never reviews it: kube-system, its own namespace).
+- One result per object and rule: fail, a rule in enforce mode refuses it; warn, a rule in
+  warn or dry-run mode today refuses it, or a Pod or ResourceClaim was created without what
+  the webhook adds now, or a warning (a near miss); pass, the object is admitted as it is, or
+  the pods a workload makes get what the webhook adds. Each result names exactly one object
+  in `resources` (Policy Reporter reads `resources[0]`), and carries `source` (it reads
+  `results[0].source` as the report's source).
+- Severities are high, medium and low only: the enum of the first wgpolicyk8s.io CRD
+  (wg-policy-prototypes) has no critical or info; Kyverno's and openreports' have all five.
+- A result's `timestamp` is kept from `previous` (the reports in the cluster) when the same
+  result was there, so an unchanged cluster gives byte-identical reports and a second run
+  writes nothing (server-side apply of an unchanged object is a no-op).
+
+Pure: no I/O (`cluster.py` reads and writes, `commands/audit.py` prints).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from webhook import auditing, names
+from webhook.core import rules
+from webhook.core.decisions import Violation, shown
+
+SOURCE = "gpu-share-webhook"
+# The field manager of server-side apply, and the value of MANAGED_BY_LABEL on every report:
+# what finds the reports this tool wrote (and only those) to update or delete them.
+FIELD_MANAGER = SOURCE
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+REPORT_NAME = "gpu-share-webhook"
+# The results of one report, serialized, stay under this; more go to the next report.
+REPORT_BYTES = 1_000_000
+# A message longer than this is cut (the rules' messages are bounded already; this bounds
+# the sum of several).
+MESSAGE_CHARS = 1024
+
+PASS, FAIL, WARN, ERROR, SKIP = "pass", "fail", "warn", "error", "skip"
+RESULTS = (PASS, FAIL, WARN, ERROR, SKIP)
+HIGH, MEDIUM, LOW = "high", "medium", "low"
+
+# The rules that keep a container from more GPU than its policy grants, or from the node's
+# GPUs and their sharing machinery: what they refuse is high.
+ISOLATION = frozenset(
+    {
+        names.UNKNOWN_POLICY_RULE,
+        names.POLICY_NOT_LOADED_RULE,
+        "resource-not-allowed",
+        "profile",
+        "device-variables",
+        "env-from",
+        "mps-directories",
+        "privileged",
+        "capabilities",
+        "host-namespaces",
+        "host-path",
+        "device-list-mount",
+        "host-access",
+        "cdi-annotations",
+        "resource-claims",
+        "dra-class-not-allowed",
+        "dra-all-devices",
+        "dra-admin-access",
+        "dra-device-tolerations",
+        "dra-too-many-devices",
+        "dra-capacity",
+        "dra-sharing",
+        "dra-mps-limits",
+        "mps-limits",
+        "visible-devices",
+    }
+)
+# The rules whose refusals and additions decide whether a pod runs where and as it should
+# (a pod that would fail on its node, or land on the wrong one): medium.
+SCHEDULING = frozenset(
+    {
+        "malformed-object",
+        "invalid-quantity",
+        "requests-limits-mismatch",
+        "exclusive-with-shared",
+        "several-shared-resources",
+        "runtime-class",
+        "tolerations",
+        "dra-config",
+        "node-selection",
+        "multi-replica",
+    }
+)
+CATEGORIES = {HIGH: "GPU isolation", MEDIUM: "GPU scheduling"}
+# The rule name of results that hold an object's warnings (near misses such as a misspelt
+# profile annotation); not a rule of the webhook.
+WARNINGS_RULE = "warnings"
+WARNINGS_CATEGORY = "Warnings"
+ADMITTED_CATEGORY = "GPU sharing"
+OPT_IN_CATEGORY = "Opt-in"
+
+_RULES = {r.name: r for r in rules.RULES}
+# Objects that exist as admitted: what the webhook would add now, they lack.
+_LIVE_KINDS = (auditing.POD_KIND, names.CLAIM_KIND)
+
+
+def severity(rule: str) -> str:
+    """How much a refusal (or a missing addition) of `rule` matters."""
+    return HIGH if rule in ISOLATION else MEDIUM
+
+
+@dataclass(frozen=True, slots=True)
+class ReportApi:
+    """One of the two report APIs: the kinds and plurals of its CRDs."""
+
+    output: str  # the `audit -o` value that picks it
+    group: str
+    version: str
+    kind: str
+    cluster_kind: str
+    plural: str
+    cluster_plural: str
+    # openreports has a report-level `source`; wgpolicyk8s.io v1alpha2 has none.
+    report_source: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}"
+
+    def crd(self, cluster: bool) -> str:
+        return f"{self.cluster_plural if cluster else self.plural}.{self.group}"
+
+
+POLICY_REPORT = ReportApi(
+    "policyreport",
+    "wgpolicyk8s.io",
+    "v1alpha2",
+    "PolicyReport",
+    "ClusterPolicyReport",
+    "policyreports",
+    "clusterpolicyreports",
+    report_source=False,
+)
+OPEN_REPORTS = ReportApi(
+    "openreports",
+    "openreports.io",
+    "v1alpha1",
+    "Report",
+    "ClusterReport",
+    "reports",
+    "clusterreports",
+    report_source=True,
+)
+APIS = {api.output: api for api in (POLICY_REPORT, OPEN_REPORTS)}
+
+
+def build(
+    report: auditing.Report,
+    api: ReportApi,
+    *,
+    now: int,
+    previous: Iterable[Mapping[str, Any]] = (),
+) -> list[dict[str, Any]]:
+    """The reports of `report`: the namespaced ones by namespace, then the cluster ones.
+    `now`: the timestamp (seconds since the epoch) of results that are new; `previous`: the
+    reports this tool wrote before, whose results' timestamps are kept where unchanged."""
+    kept = _timestamps(previous)
+    out: list[dict[str, Any]] = []
+    for ns in report.namespaces:
+        if ns.status != auditing.JUDGED or not ns.in_files:
+            continue
+        policy = ns.policy or names.DEFAULT_POLICY
+        per_object = list(_namespace_results(ns, policy))
+        per_object += [
+            [_malformed_result(ref, violation, ns.name, policy)]
+            for where, ref, violation in report.malformed
+            if where == ns.name
+        ]
+        scope = _reference("v1", auditing.NAMESPACE_KIND, ns.name, None, ns.uid)
+        out += _reports(api, per_object, namespace=ns.name, scope=scope, now=now, kept=kept)
+    cluster = [r for ns in report.namespaces if (r := _namespace_result(ns))]
+    out += _reports(api, [[r] for r in cluster], namespace=None, scope=None, now=now, kept=kept)
+    return out
+
+
+def as_list(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Reports as a `v1 List` (what `kubectl apply --server-side -f -` takes)."""
+    return {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": list(items)}
+
+
+# --------------------------------------------------------------------------- results
+
+
+def _namespace_results(ns: auditing.NamespaceReport, policy: str) -> Iterator[list[dict[str, Any]]]:
+    """For each object of the namespace, its results."""
+    for entry in ns.entries:
+        head = entry.subject
+        for ref in (head, *entry.members):
+            yield _object_results(ref, head, entry, ns.name, policy)
+
+
+def _object_results(
+    ref: auditing.Ref, head: auditing.Ref, entry: auditing.Entry, namespace: str, policy: str
+) -> list[dict[str, Any]]:
+    v = entry.verdict
+    resource = _reference(ref.api_version, ref.kind, ref.name, namespace, ref.uid)
+    owner = entry.owner.text if entry.owner else (head.text if ref != head else "")
+    base = {"verdict": v.status, **({"owner": owner} if owner else {})}
+
+    def result(outcome: str, message: str, rule: str = "", **props: str) -> dict[str, Any]:
+        return _result(
+            policy, rule, outcome, _relabel(message, head, ref), resource, {**base, **props}
+        )
+
+    out: list[dict[str, Any]] = []
+    by_rule: dict[str, list[auditing.Refusal]] = {}
+    for f in v.refusals:
+        by_rule.setdefault(f.rule, []).append(f)
+    for rule, found in by_rule.items():
+        modes = list(dict.fromkeys(f.mode for f in found))
+        enforced = names.ENFORCE in modes
+        message = "; ".join(dict.fromkeys(f.message for f in found))
+        if not enforced:
+            message += (
+                f" (rule {rule} is in {modes[0]} mode today: admitted now, refused once enforced)"
+            )
+        containers = ",".join(dict.fromkeys(f.container for f in found if f.container))
+        props = {"mode": ",".join(modes), **({"containers": containers} if containers else {})}
+        out.append(result(FAIL if enforced else WARN, message, rule, **props))
+    if v.status == auditing.CHANGED:
+        rule_adds = dict(v.rule_adds)
+        for rule, mode in v.mutations:
+            adds = "; ".join(rule_adds.get(rule, ())) or (
+                _RULES[rule].summary if rule in _RULES else rule
+            )
+            if ref.kind in _LIVE_KINDS:
+                if ref.kind != auditing.POD_KIND:
+                    again = "a claim cannot change: make it again to get it"
+                elif owner:
+                    again = f"delete it, and {owner} makes it again with it"
+                else:
+                    again = "make it again to get it"
+                message = f"created without what rule {rule} adds now ({adds}); {again}"
+                out.append(result(WARN, message, rule, mode=mode))
+            elif mode == names.DRY_RUN:
+                message = (
+                    f"rule {rule} is in dry-run mode today: what this makes is created"
+                    f" without {adds}"
+                )
+                out.append(result(WARN, message, rule, mode=mode))
+            else:
+                out.append(
+                    result(PASS, f"the webhook adds to what this makes: {adds}", rule, mode=mode)
+                )
+    elif v.status == auditing.UNTOUCHED:
+        why = f": {v.unchanged}" if v.unchanged else ""
+        out.append(result(PASS, f"admitted as it is{why}"))
+    if v.warnings:
+        out.append(result(WARN, "; ".join(v.warnings), WARNINGS_RULE))
+    return out
+
+
+def _malformed_result(
+    ref: auditing.Ref, violation: Violation, namespace: str, policy: str
+) -> dict[str, Any]:
+    """An object with a shape no Kubernetes object has (the API server would not have stored
+    it; an object of a CRD's older version might): not judged, and said so."""
+    resource = _reference(ref.api_version, ref.kind, ref.name, namespace, ref.uid)
+    message = f"not judged: {violation.message}"
+    return _result(policy, violation.rule, ERROR, message, resource, {"verdict": "not-judged"})
+
+
+def _namespace_result(ns: auditing.NamespaceReport) -> dict[str, Any] | None:
+    """The cluster report's result on one Namespace: only those whose labels opt them in."""
+    if not ns.opted_in or not ns.in_files:
+        return None
+    resource = _reference("v1", auditing.NAMESPACE_KIND, ns.name, None, ns.uid)
+    policy = ns.policy or names.DEFAULT_POLICY
+    if ns.status != auditing.JUDGED:
+        return _result(
+            policy,
+            "",
+            SKIP,
+            f"opted in, but never reviewed: {ns.reason}",
+            resource,
+            {"status": ns.status},
+        )
+    props = {
+        "mode": str(ns.mode),
+        "podSecurity": ns.pod_security or "",
+        "hostAccess": ns.host_access or "",
+    }
+    if not ns.in_force:
+        return _result(policy, names.UNKNOWN_POLICY_RULE, FAIL, ns.reason, resource, props)
+    if ns.host_access == auditing.OFF and not ns.pod_security_enforced:
+        message = (
+            f"{ns.host_access_reason}: nothing judges host access (privileged, host"
+            " namespaces, hostPath, capabilities) there beyond the GPU rules; enforce Pod"
+            " Security baseline or switch host-access on"
+        )
+        return _result(policy, auditing.HOST_ACCESS, WARN, message, resource, props)
+    message = f"reviewed by policy {shown(policy)} in mode {ns.mode} ({ns.reason});"
+    message += f" {ns.host_access_reason}"
+    return _result(policy, "", PASS, message, resource, props)
+
+
+def _result(  # noqa: PLR0917 (one call shape, six facts of one result)
+    policy: str,
+    rule: str,
+    outcome: str,
+    message: str,
+    resource: dict[str, str],
+    properties: Mapping[str, str],
+) -> dict[str, Any]:
+    out: dict[str, Any] = {"source": SOURCE, "policy": policy}
+    if rule:
+        out["rule"] = rule
+    if rule == WARNINGS_RULE:
+        out["category"], out["severity"] = WARNINGS_CATEGORY, LOW
+    elif outcome in (FAIL, WARN, ERROR):
+        level = severity(rule)
+        out["category"], out["severity"] = CATEGORIES[level], level
+    elif outcome == PASS and rule:
+        out["category"] = CATEGORIES[severity(rule)]
+    else:
+        out["category"] = OPT_IN_CATEGORY if resource["kind"] == "Namespace" else ADMITTED_CATEGORY
+    out["result"] = outcome
+    out["scored"] = True
+    out["message"] = _cut(message)
+    out["resources"] = [resource]
+    out["properties"] = {k: _cut(v) for k, v in properties.items() if v}
+    return out
+
+
+def _reference(
+    api_version: str, kind: str, name: str, namespace: str | None, uid: str
+) -> dict[str, str]:
+    out = {"apiVersion": api_version, "kind": kind, "name": name}
+    if namespace:
+        out["namespace"] = namespace
+    if uid:
+        out["uid"] = uid
+    return out
+
+
+def _relabel(message: str, head: auditing.Ref, ref: auditing.Ref) -> str:
+    """A claim's messages start with its own name (`claim "x-gpu-1" request ...`); the
+    claims of one entry share the head's messages."""
+    if ref is head or ref.kind not in auditing.CLAIM_KINDS:
+        return message
+    label, own = _claim_label(head), _claim_label(ref)
+    return own + message[len(label) :] if message.startswith(label) else message
+
+
+def _claim_label(ref: auditing.Ref) -> str:
+    what = "claim template" if ref.kind == names.CLAIM_TEMPLATE_KIND else "claim"
+    return f"{what} {shown(ref.name)}"
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
+
+
+# --------------------------------------------------------------------------- reports
+
+
+def _reports(
+    api: ReportApi,
+    per_object: list[list[dict[str, Any]]],
+    *,
+    namespace: str | None,
+    scope: dict[str, str] | None,
+    now: int,
+    kept: Mapping[tuple[Any, ...], Any],
+) -> list[dict[str, Any]]:
+    """The reports of one namespace (or of the cluster: `namespace` None), the results of one
+    object never split between two."""
+    chunks: list[list[dict[str, Any]]] = []
+    size = REPORT_BYTES
+    for results in per_object:
+        if not results:
+            continue
+        for r in results:
+            r["timestamp"] = kept.get(_identity(r)) or {"seconds": now, "nanos": 0}
+        grow = sum(len(orjson.dumps(r)) + 1 for r in results)  # and a comma
+        if size + grow > REPORT_BYTES and (not chunks or chunks[-1]):
+            chunks.append([])
+            size = 0
+        chunks[-1].extend(results)
+        size += grow
+    out = []
+    for i, results in enumerate(chunks):
+        name = REPORT_NAME if i == 0 else f"{REPORT_NAME}-{i + 1}"
+        meta: dict[str, Any] = {"name": name}
+        if namespace is not None:
+            meta["namespace"] = namespace
+        meta["labels"] = {MANAGED_BY_LABEL: FIELD_MANAGER}
+        obj: dict[str, Any] = {
+            "apiVersion": api.api_version,
+            "kind": api.kind if namespace is not None else api.cluster_kind,
+            "metadata": meta,
+        }
+        if api.report_source:
+            obj["source"] = SOURCE
+        if scope is not None:
+            obj["scope"] = scope
+        obj["summary"] = {k: sum(r["result"] == k for r in results) for k in RESULTS}
+        obj["results"] = results
+        out.append(obj)
+    return out
+
+
+def _identity(result: Mapping[str, Any]) -> tuple[Any, ...]:
+    """What makes two results the same finding: the object (its uid when it has one: a
+    Pod made again under the same name is another object), the rule, the outcome and the
+    message."""
+    resources = result.get("resources")
+    first = resources[0] if isinstance(resources, list) and resources else {}
+    first = first if isinstance(first, dict) else {}
+    return (
+        first.get("uid") or (first.get("kind"), first.get("namespace"), first.get("name")),
+        result.get("policy"),
+        result.get("rule"),
+        result.get("result"),
+        result.get("message"),
+    )
+
+
+def _timestamps(previous: Iterable[Mapping[str, Any]]) -> dict[tuple[Any, ...], Any]:
+    kept: dict[tuple[Any, ...], Any] = {}
+    for obj in previous:
+        results = obj.get("results")
+        for r in results if isinstance(results, list) else ():
+            if not isinstance(r, dict):
+                continue
+            stamp = r.get("timestamp")
+            if (
+                isinstance(stamp, dict)
+                and isinstance(stamp.get("seconds"), int)
+                and isinstance(stamp.get("nanos"), int)
+            ):
+                kept[_identity(r)] = {"seconds": stamp["seconds"], "nanos": stamp["nanos"]}
+    return kept
