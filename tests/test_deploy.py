@@ -1021,9 +1021,22 @@ MONITORING = dh.DEPLOY / "optional" / "monitoring"
 # with `path`, `scheme` (http or https), `interval` and `scrapeTimeout` (Prometheus
 # durations). PrometheusRule.spec.groups[] requires `name` and holds `rules`; a rule has
 # `expr` and either `alert` or `record`, with `for`, `labels` and `annotations` (strings)
-# for an alert.
+# for an alert. An endpoint's `honorLabels` is a boolean and its `metricRelabelings` a list
+# of RelabelConfig: `sourceLabels` (label names), `separator`, `targetLabel`, `regex`,
+# `modulus`, `replacement`, and `action` from an enum that has each action in lowercase and
+# in CamelCase (pkg/apis/monitoring/v1/types.go, RelabelConfig).
 SERVICE_MONITOR_SPEC = {"selector", "namespaceSelector", "endpoints", "jobLabel"}
-ENDPOINT_FIELDS = {"port", "path", "scheme", "interval", "scrapeTimeout"}
+ENDPOINT_FIELDS = {
+    "port", "path", "scheme", "interval", "scrapeTimeout", "honorLabels", "metricRelabelings"
+}  # fmt: skip
+RELABEL_FIELDS = {
+    "sourceLabels", "separator", "targetLabel", "regex", "modulus", "replacement", "action"
+}  # fmt: skip
+RELABEL_ACTIONS = {
+    "replace", "keep", "drop", "hashmod", "labelmap", "labeldrop", "labelkeep", "lowercase",
+    "uppercase", "keepequal", "dropequal",
+}  # fmt: skip
+LABEL_NAME = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 GROUP_FIELDS = {"name", "rules", "interval"}
 ALERT_FIELDS = {"alert", "expr", "for", "labels", "annotations"}
 PROMETHEUS_DURATION = re.compile(r"^(\d+(ms|s|m|h|d|w|y))+$")
@@ -1035,7 +1048,8 @@ def _monitoring_and_base() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 def test_the_monitoring_overlay_scrapes_the_metrics_port_of_the_service() -> None:
     monitoring, base = _monitoring_and_base()
-    assert sorted(dh.kinds(monitoring)) == ["PrometheusRule", "ServiceMonitor"]
+    # And the Grafana dashboard's ConfigMap (tests/test_dashboard.py).
+    assert sorted(dh.kinds(monitoring)) == ["ConfigMap", "PrometheusRule", "ServiceMonitor"]
     monitor = dh.find(monitoring, "ServiceMonitor")
     service = dh.find(base, "Service")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
@@ -1068,6 +1082,14 @@ def test_the_monitoring_objects_have_the_operators_shape() -> None:
         assert endpoint["scheme"] in ("http", "https")
         for key in ("interval", "scrapeTimeout"):
             assert PROMETHEUS_DURATION.match(endpoint[key]), endpoint[key]
+        assert isinstance(endpoint.get("honorLabels", False), bool)
+        # What each does to the labels: tests/test_dashboard.py.
+        for relabeling in endpoint.get("metricRelabelings", []):
+            assert set(relabeling) <= RELABEL_FIELDS, relabeling
+            assert relabeling.get("action", "replace").lower() in RELABEL_ACTIONS
+            assert all(LABEL_NAME.match(n) for n in relabeling.get("sourceLabels", []))
+            assert all(isinstance(relabeling.get(k, ""), str) for k in RELABEL_FIELDS - {
+                "sourceLabels", "modulus"})  # fmt: skip
     rule = dh.find(monitoring, "PrometheusRule")
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert set(rule["spec"]) == {"groups"}
@@ -1084,8 +1106,11 @@ def test_the_monitoring_objects_have_the_operators_shape() -> None:
                 assert all(isinstance(v, str) for v in entry[key].values()), entry
     for obj in monitoring:
         assert obj["metadata"]["namespace"] == NAMESPACE
-        assert obj["metadata"]["labels"] == dh.find(_monitoring_and_base()[1], "Service")[
-            "metadata"]["labels"]
+        # The dashboard's ConfigMap has the Grafana sidecar's label besides.
+        labels = dict(obj["metadata"]["labels"])
+        if obj["kind"] == "ConfigMap":
+            assert labels.pop("grafana_dashboard") == "1"
+        assert labels == dh.find(_monitoring_and_base()[1], "Service")["metadata"]["labels"]
 
 
 def test_the_network_policy_admits_the_prometheus_the_monitoring_docs_name() -> None:
