@@ -165,16 +165,6 @@ def test_the_webhook_namespace_is_the_releases() -> None:
     assert f"--webhook-namespace={ad.NAMESPACE}" not in args
 
 
-def _audit_options() -> set[str]:
-    parser = cli.build_parser()
-    (subparsers,) = [a for a in parser._actions if a.dest == "command"]
-    return set(subparsers.choices["audit"]._option_string_actions)
-
-
-@pytest.mark.skipif(
-    "--cluster" not in _audit_options(),
-    reason="`audit --cluster` is not in this tree yet: this runs once it is",
-)
 @pytest.mark.parametrize("reports", ad.REPORTS)
 def test_the_cli_reads_the_command_as_meant(reports: str) -> None:
     args = cli.build_parser().parse_args(_container(_audit(ad.audit_values(reports)))["args"])
@@ -187,6 +177,13 @@ def test_the_cli_reads_the_command_as_meant(reports: str) -> None:
     assert args.page_size == 500
     # No kinds file of its own: the one shipped in the image, as the server reads it.
     assert args.workload_kinds is None
+    assert args.exclude_namespaces == []
+
+
+def test_the_namespaces_the_webhook_leaves_out_are_left_out_of_the_audit() -> None:
+    values = {**ad.audit_values(), "webhook": {"excludedNamespaces": ["ci", "sandbox"]}}
+    args = cli.build_parser().parse_args(_container(_audit(values))["args"])
+    assert args.exclude_namespaces == ["ci", "sandbox"]
 
 
 def test_the_audit_reads_the_policies_the_server_reads() -> None:

@@ -284,6 +284,24 @@ def test_host_access_left_to_nothing_is_a_warn_on_the_namespace(tmp_path: Path) 
     assert "enforce Pod Security baseline or switch host-access on" in found["message"]
 
 
+def test_a_namespace_the_install_leaves_out_gets_no_report_and_is_a_skip(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
+) -> None:
+    code = cli.main([
+        "audit", "-f", str(dump["namespaces"]), "-f", str(dump["cluster"]),
+        "--policies", str(dump["policies"]), "--workload-kinds", str(dump["jobset"]),
+        "-o", "policyreport", "--exclude-namespace", "team-a",
+        "--exclude-namespace", "legacy",
+    ])
+    items = json.loads(capsys.readouterr().out)["items"]
+    assert code == 1
+    namespaced = sorted(r["metadata"]["namespace"] for r in items if r["kind"] == "PolicyReport")
+    assert namespaced == ["rollout", "typo"]
+    top = {x["resources"][0]["name"]: x for x in report_of(items, None)["results"]}
+    assert top["team-a"]["result"] == "skip"
+    assert "left out by the install: --exclude-namespace" in top["team-a"]["message"]
+
+
 def test_openreports_are_the_same_results_under_another_api(
     capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
 ) -> None:

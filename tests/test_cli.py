@@ -52,6 +52,9 @@ BAD = {
     "EXTRA_SAN": "hook.example.com,not a name",
     "AUDIT_OUTPUT": "xml",
     "AUDIT_SHOW": "some",
+    "AUDIT_CLUSTER": "sometimes",
+    "AUDIT_WRITE_REPORTS": "later",
+    "AUDIT_PAGE_SIZE": "lots",
 }
 
 # The variables each command reads (its --help lists them; a test checks). serve reads
@@ -65,6 +68,8 @@ READS = {
     "mutate": {"OBJECT_NAMESPACE", "NAMESPACE", "POLICIES", "WORKLOAD_KINDS", "MUTATE_OUTPUT"},
     "audit": {
         "AUDIT_FILES", "POLICIES", "WORKLOAD_KINDS", "NAMESPACE", "AUDIT_OUTPUT", "AUDIT_SHOW",
+        "AUDIT_EXCLUDE_NAMESPACES", "AUDIT_CLUSTER", "KUBECONFIG", "AUDIT_CONTEXT",
+        "AUDIT_PAGE_SIZE", "AUDIT_WRITE_REPORTS",
     },
     "policy check": {"POLICIES", "NODES"},
     "discover": {"NODES", "SLICES", "POLICY_NAME"},
@@ -86,6 +91,7 @@ SHARED_ON_PURPOSE = {
     "CERT_DIR",  # the serving certificate's directory
     "EXTRA_SAN",  # more names for the serving certificate
     "NODES",  # a `kubectl get nodes -o json` dump
+    "KUBECONFIG",  # the kubeconfig of the cluster to read or write
 }
 # The variable `mutate` and `render` both read before each had its own.
 RETIRED = "GPU_SHARE_WEBHOOK_OUTPUT"

@@ -47,7 +47,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -335,13 +335,15 @@ def audit(
     kinds: Sequence[pods.Kind] = pods.BUILTIN_KINDS,
     webhook_namespace: str = names.DEFAULT_NAMESPACE,
     where: rendering.Routes | None = None,
+    excluded: Collection[str] = (),
 ) -> Report:
     """Judge every Pod and workload of `objects` per namespace (see the module docstring).
 
     `kinds` are the workload kinds the webhook reviews (the built-in ones and those of the
     WorkloadKinds file). `where`: the routes of `rendering.routes(policies, kinds, ...)` when the
-    caller has them already. ValueError for a `webhook_namespace` that is not a namespace
-    name.
+    caller has them already. `excluded`: namespaces the install's configurations leave out
+    besides kube-system and the webhook's own (the chart's webhook.excludedNamespaces).
+    ValueError for a `webhook_namespace` that is not a namespace name.
     """
     by_kind = pods.kinds_by_name(kinds)
     if where is None:
@@ -392,7 +394,16 @@ def audit(
         items = in_namespace.get(name, [])
         labels = labels_of.get(name)
         path = policy_path(where, name, labels) if labels is not None else None
-        ns = _meet(name, labels, path, where, policies)
+        if labels is not None and name in excluded:
+            path = None
+            ns = NamespaceReport(
+                name,
+                EXCLUDED,
+                f"never reviewed ({name} is left out by the install: --exclude-namespace)",
+                pod_security=labels.get(names.POD_SECURITY_ENFORCE_LABEL),
+            )
+        else:
+            ns = _meet(name, labels, path, where, policies)
         ns.objects = len(items)
         ns.opted_in = labels is not None and namespaces.opted_in(labels)
         ns.uid = uids.get(name, "")

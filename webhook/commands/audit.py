@@ -78,6 +78,7 @@ WRITE_OPTION = "audit-write-reports"
 PAGE_SIZE_OPTION = "audit-page-size"
 CONTEXT_OPTION = "audit-context"
 KUBECONFIG_OPTION = "kubeconfig"
+EXCLUDE_OPTION = "audit-exclude-namespaces"
 # The Kubernetes API could not be read or written (`--cluster`).
 EXIT_CLUSTER = 3
 # What the report lists (counts always cover every object).
@@ -137,6 +138,20 @@ def register(subparsers: Any) -> None:
             " Objects with warnings (near misses) are listed whatever it says."
             " Counts always cover every object",
             SHOW_OPTION,
+        ),
+    )
+    parser.add_argument(
+        "--exclude-namespace",
+        action=Append,
+        metavar="NAME",
+        dest="exclude_namespaces",
+        default=from_env(EXCLUDE_OPTION, [], separated(",", TEXT)),
+        help=help_text(
+            "a namespace the webhook configurations leave out besides kube-system and the"
+            " webhook's own (the chart's webhook.excludedNamespaces); repeatable",
+            EXCLUDE_OPTION,
+            "none",
+            separator=",",
         ),
     )
     parser.add_argument(
@@ -237,7 +252,13 @@ def run(args: argparse.Namespace) -> int:
         objects = found.objects
         for note in found.notes:
             print(f"note: {note}", file=sys.stderr)
-    report = auditing.audit(objects, policies=loaded, kinds=workload_kinds, where=where)
+    report = auditing.audit(
+        objects,
+        policies=loaded,
+        kinds=workload_kinds,
+        where=where,
+        excluded=frozenset(args.exclude_namespaces),
+    )
     if args.cluster:
         try:
             return _cluster_output(args, report, api_client, previous)

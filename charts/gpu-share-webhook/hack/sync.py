@@ -59,9 +59,9 @@ REPO = CHART.parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from webhook import kinds, names, policies, rendering  # noqa: E402
+from webhook import cluster, kinds, names, policies, rendering, reporting  # noqa: E402
 from webhook.commands import render as render_command  # noqa: E402
-from webhook.core import pods, quantities  # noqa: E402
+from webhook.core import quantities  # noqa: E402
 
 POLICIES = REPO / "policies"
 GENERATED = Path("files/generated.yaml")
@@ -284,31 +284,26 @@ def generated() -> dict[str, Any]:
 # plurals of its namespaced and cluster kinds). Facts of the CRDs (notes/reports-research.md,
 # 1.2 and 2.2): wgpolicyk8s.io/v1alpha2 PolicyReport, ClusterPolicyReport;
 # openreports.io/v1alpha1 Report, ClusterReport.
-REPORT_APIS = {
-    "policyreport": ("wgpolicyk8s.io", "v1alpha2", ("policyreports", "clusterpolicyreports")),
-    "openreports": ("openreports.io", "v1alpha1", ("reports", "clusterreports")),
-}
-
-
 def audit_access() -> dict[str, Any]:
     """What `audit --cluster --write-reports` needs of the API: `list` on each resource of
-    `reads` (one entry per API group, the resources in the order the audit reads them:
-    Namespaces and Pods, the built-in workload kinds, the DRA claims, then each kind of the
-    shipped WorkloadKinds file, which the image reads by default), and on the report API the
-    chart's value picks, its group and two plurals (`reports`)."""
-    read = [("", "namespaces"), ("", "pods")]
-    read += [(k.group, k.resource) for k in pods.BUILTIN_KINDS]
-    read += [(names.DRA_GROUP, r) for r in names.CLAIM_RESOURCES]
-    read += [(k.group, k.resource) for k in kinds.load(kinds.DEFAULT_FILE)]
+    `reads` (one entry per API group, the resources in the order the audit lists them,
+    `cluster.resources`: Namespaces and Pods, the built-in workload kinds, the DRA claims,
+    then each kind of the shipped WorkloadKinds file, which the image reads by default), and
+    on the report API the chart's value picks, its group and two plurals (`reports`, from
+    `reporting.APIS`)."""
     groups: dict[str, list[str]] = {}
-    for group, resource in read:
-        if resource not in groups.setdefault(group, []):
-            groups[group].append(resource)
+    for resource in cluster.resources(kinds.all_kinds(kinds.DEFAULT_FILE)):
+        if resource.plural not in groups.setdefault(resource.group, []):
+            groups[resource.group].append(resource.plural)
     return {
         "reads": [{"apiGroup": g, "resources": r} for g, r in groups.items()],
         "reports": {
-            output: {"apiGroup": group, "version": version, "resources": list(plurals)}
-            for output, (group, version, plurals) in REPORT_APIS.items()
+            output: {
+                "apiGroup": api.group,
+                "version": api.version,
+                "resources": [api.plural, api.cluster_plural],
+            }
+            for output, api in reporting.APIS.items()
         },
     }
 

@@ -20,7 +20,8 @@ app.kubernetes.io/component: audit
 {{/*
 The command: `audit --cluster -o <api> --write-reports`, with the server's policies (the
 same ConfigMap, mounted at the same path), the release's namespace (never reviewed, as the
-rendered configurations say) and the page size. No --workload-kinds: the chart has no such
+rendered configurations say), the namespaces webhook.excludedNamespaces leaves out (never
+reviewed either) and the page size. No --workload-kinds: the chart has no such
 setting, so the audit reads the file shipped in the image, as the server does. The
 credentials are the pod's own service account token (the command's default in a pod).
 */}}
@@ -32,6 +33,9 @@ credentials are the pod's own service account token (the command's default in a 
 - --policies=/etc/gpu-share-webhook/policies
 - --webhook-namespace={{ .Release.Namespace }}
 - --page-size={{ .Values.audit.pageSize }}
+{{- range .Values.webhook.excludedNamespaces }}
+- --exclude-namespace={{ . }}
+{{- end }}
 {{- range .Values.audit.extraArgs }}
 - {{ . | quote }}
 {{- end }}
@@ -63,7 +67,7 @@ reports of a large namespace are numbered (gpu-share-webhook-2, ...).
 
 {{/* What values.schema.json cannot say of the audit's values. */}}
 {{- define "gpu-share-webhook.auditChecks" -}}
-{{- $own := list "--cluster" "--output" "--write-reports" "--policies" "--webhook-namespace" "--page-size" "--filename" "-f" }}
+{{- $own := list "--cluster" "--output" "--write-reports" "--policies" "--webhook-namespace" "--page-size" "--exclude-namespace" "--filename" "-f" }}
 {{- range .Values.audit.extraArgs }}
 {{- $option := first (splitList "=" .) }}
 {{- if or (has $option $own) (and (not (hasPrefix "--" .)) (or (hasPrefix "-o" .) (hasPrefix "-f" .))) }}
