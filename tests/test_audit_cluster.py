@@ -499,3 +499,21 @@ def test_what_is_listed_is_every_kind_the_audit_judges() -> None:
     assert extra <= listed
     assert {("", "pods"), ("apps", "deployments"), ("resource.k8s.io", "resourceclaims")} <= listed
 
+
+
+async def test_finished_pods_are_left_out_and_counted(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    """A Job's completed pods run nothing and hold no GPU: no advice to delete them."""
+    for name, phase in (("done", "Succeeded"), ("crashed", "Failed"), ("waiting", "Pending")):
+        kube.add({"apiVersion": "v1", "kind": "Pod",
+                  "metadata": {"name": name, "namespace": "team-a"},
+                  "spec": spec(container("c", 1, securityContext={"privileged": True})),
+                  "status": {"phase": phase}})
+    run = await audit(capsys, kube, files, "-o", "json", "--show", "all")
+    assert "note: 2 finished pods (phase Succeeded or Failed) not audited: they run nothing and" \
+           " hold no GPU" in run.err
+    team_a = next(ns for ns in run.json()["namespaces"] if ns["name"] == "team-a")
+    named = {m["name"] for o in team_a["objects"] for m in [o, *o["members"]]}
+    assert "waiting" in named
+    assert not {"done", "crashed"} & named

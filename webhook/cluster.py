@@ -9,6 +9,9 @@ minutes) restarts that kind's list, at most `RESTARTS` times: a list from the fr
 would be judged apart. Items of built-in lists come without `kind` and `apiVersion` (the API
 server leaves them out); they are set from the list's. `metadata.managedFields` and `status`
 are dropped as each page is read: the audit reads neither, and they are most of a Pod.
+Pods that have finished (phase Succeeded or Failed: a Job's completed pods) are left out:
+they run nothing and hold no device, and "delete it to get what the webhook adds" would be
+advice about nothing (`audit -f` judges them, as a dump holds them).
 
 Kinds that may not be served: resource.k8s.io/v1 (Kubernetes 1.34+) and the kinds of the
 WorkloadKinds file (their CRDs may not be installed). A 404 on those is a note, not an error:
@@ -142,6 +145,8 @@ class Read:
     notes: list[str] = field(default_factory=list)
     # Per kind listed: how many objects, in how many requests.
     counts: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Pods left out because they have finished (FINISHED_PHASES).
+    finished: int = 0
 
 
 def read(
@@ -155,7 +160,7 @@ def read(
     for resource in listed:
         for attempt in range(RESTARTS + 1):
             try:
-                items, calls = _list_all(api_client, resource, page_size)
+                items, calls, finished = _list_all(api_client, resource, page_size)
             except _Expired:
                 if attempt == RESTARTS:
                     raise ClusterError(
@@ -172,6 +177,7 @@ def read(
                 break
             out.objects += items
             out.counts[resource.text] = (len(items), calls)
+            out.finished += finished
             break
     return out
 
@@ -186,21 +192,36 @@ class _NotServed(Exception):
 
 def _list_all(
     api_client: Any, resource: Resource, page_size: int
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[dict[str, Any]], int, int]:
+    """The kind's objects, the requests it took, and the finished Pods left out."""
     items: list[dict[str, Any]] = []
     token: str | None = None
-    calls = 0
+    calls = finished = 0
     while True:
         calls += 1
         page = _page(api_client, resource, page_size, token)
         raw = page.get("items")
         for item in raw if isinstance(raw, list) else ():
-            if isinstance(item, dict):
-                items.append(_trimmed(item, resource))
+            if not isinstance(item, dict):
+                continue
+            if resource.kind == "Pod" and _finished(item):
+                finished += 1
+                continue
+            items.append(_trimmed(item, resource))
         meta = page.get("metadata")
         token = meta.get("continue") if isinstance(meta, dict) else None
         if not token:
-            return items, calls
+            return items, calls, finished
+
+
+# A Pod in these phases has stopped for good (its containers will not run again) and holds
+# no device: the kubelet gave them back. What the webhook would do to it says nothing.
+FINISHED_PHASES = ("Succeeded", "Failed")
+
+
+def _finished(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status")
+    return isinstance(status, dict) and status.get("phase") in FINISHED_PHASES
 
 
 def _page(api_client: Any, resource: Resource, limit: int, token: str | None) -> dict[str, Any]:

@@ -252,6 +252,12 @@ def run(args: argparse.Namespace) -> int:
         objects = found.objects
         for note in found.notes:
             print(f"note: {note}", file=sys.stderr)
+        if found.finished:
+            print(
+                f"note: {found.finished:,} finished pod{'s' if found.finished != 1 else ''}"
+                " (phase Succeeded or Failed) not audited: they run nothing and hold no GPU",
+                file=sys.stderr,
+            )
     report = auditing.audit(
         objects,
         policies=loaded,
