@@ -517,3 +517,19 @@ async def test_finished_pods_are_left_out_and_counted(
     named = {m["name"] for o in team_a["objects"] for m in [o, *o["members"]]}
     assert "waiting" in named
     assert not {"done", "crashed"} & named
+
+
+async def test_a_namespace_being_deleted_is_skipped_and_the_others_are_written(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    ns = kube.object("v1", "Namespace", "rollout")
+    assert ns is not None
+    ns["status"] = {"phase": "Terminating"}
+    kube.add(ns)
+    run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+    assert run.code == 0, run.err
+    assert "4 created, 0 updated, 0 unchanged, 0 deleted, 1 skipped" in run.out
+    assert "skipped: rollout/gpu-share-webhook (the namespace is being deleted)" in run.out
+    written = {r["metadata"]["namespace"]
+               for r in kube.objects("wgpolicyk8s.io/v1alpha2", "PolicyReport")}
+    assert written == {"legacy", "team-a", "typo"}

@@ -287,6 +287,9 @@ class Written:
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    # Reports not written because their namespace went away or is being deleted since it
+    # was listed, each with why.
+    skipped: list[str] = field(default_factory=list)
 
 
 def existing_reports(
@@ -360,7 +363,11 @@ def write_reports(
         if old is not None and _same(obj, old):
             done.unchanged.append(_shown(key))
             continue
-        _apply(custom, api, key, obj, new=old is None)
+        try:
+            _apply(custom, api, key, obj, new=old is None)
+        except _NamespaceGone as gone:
+            done.skipped.append(f"{_shown(key)} ({gone})")
+            continue
         (done.created if old is None else done.updated).append(_shown(key))
     for key in before:
         _delete(custom, api, key)
@@ -396,7 +403,37 @@ def _apply(
     # An apply that creates the object needs `create`, one that changes it `patch`.
     verb = "create" if new else "patch"
     what = f"apply {plural}.{api.group} {_shown(key)}"
-    _call(what, api.group, plural, lambda: call(*where, name, dict(obj), **options), verb=verb)
+    try:
+        call(*where, name, dict(obj), **options)
+    except ApiException as exc:
+        # The namespace was deleted since it was listed (the NamespaceLifecycle admission
+        # plugin: NotFound of the Namespace itself), or is being deleted (no new objects in
+        # it): nothing to report there; the other reports are still written.
+        if namespace and exc.status == 404 and _status_kind(exc.body) == "namespaces":
+            raise _NamespaceGone("the namespace is gone") from None
+        message = _status_message(exc.body)
+        if namespace and exc.status == 403 and "because it is being terminated" in message:
+            raise _NamespaceGone("the namespace is being deleted") from None
+        raise ClusterError(_explain(exc, what, api.group, plural, verb=verb)) from None
+    except (HTTPError, OSError) as exc:
+        raise ClusterError(f"{what}: the API server did not answer: {_line(exc)}") from None
+
+
+class _NamespaceGone(Exception):
+    pass
+
+
+def _status_kind(body: object) -> str:
+    """The `details.kind` of a Status body (the resource a NotFound is about)."""
+    if not isinstance(body, (str, bytes)) or not body:
+        return ""
+    try:
+        status = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    details = status.get("details") if isinstance(status, dict) else None
+    kind = details.get("kind") if isinstance(details, dict) else None
+    return kind if isinstance(kind, str) else ""
 
 
 def _delete(custom: Any, api: reporting.ReportApi, key: tuple[str, str, str]) -> None:

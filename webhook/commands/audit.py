@@ -349,10 +349,13 @@ def _written_text(api: reporting.ReportApi, done: cluster.Written, report: audit
         f"{kinds_written}: {len(done.created)} created, {len(done.updated)} updated,"
         f" {len(done.unchanged)} unchanged, {len(done.deleted)} deleted",
     ]
+    if done.skipped:
+        lines[0] += f", {len(done.skipped)} skipped"
     for title, listed in (
         ("created", done.created),
         ("updated", done.updated),
         ("deleted", done.deleted),
+        ("skipped", done.skipped),
     ):
         if listed:
             more = f" and {len(listed) - 20} more" if len(listed) > 20 else ""
