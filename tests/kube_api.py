@@ -50,6 +50,8 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 # (apiextensions-apiserver pkg/apiserver/customresource_handler.go, `supportedTypes`):
 # strategic merge patch is not among them.
 CUSTOM_RESOURCE_PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, APPLY_PATCH)
+# A \u escape of a UTF-16 surrogate (what go-yaml refuses in an apply body).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}")
 
 Obj = dict[str, Any]
 Validate = Callable[[Obj], list[str]]
@@ -1080,6 +1082,14 @@ class KubeAPI:
         stored = self._stored(resource, info)
         now = self._timestamp()
         if apply:
+            # The API server reads an apply body with a YAML reader (sigs.k8s.io/yaml over
+            # go-yaml), whose scanner refuses a \u escape of a UTF-16 surrogate, the way
+            # Python's json.dumps writes a character beyond the BMP (an emoji): go-yaml
+            # scannerc.go, "found invalid Unicode character escape code".
+            if _SURROGATE_ESCAPE.search(raw):
+                raise bad_request(
+                    "error decoding YAML: yaml: found invalid Unicode character escape code"
+                )
             try:
                 patch = yaml.safe_load(raw)
             except yaml.YAMLError as exc:

@@ -10,11 +10,13 @@ import asyncio
 import copy
 import json
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from aiohttp import web
 
 from tests import audit_deploy, kube_api, report_schemas
 from tests.audit_dump import JOBSET_ONLY, OPTED_IN, REPO, ROLLOUT_POLICY, cluster, container, spec
@@ -421,9 +423,9 @@ def _same_but_time(live: dict[str, Any], item: dict[str, Any]) -> bool:
 async def test_reports_of_others_and_foreign_fields_are_left_alone(
     capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
 ) -> None:
-    """Kyverno's reports (another manager, another label) stay; a label another manager set
-    on our report stays; a report carrying our label that this run does not make (a
-    leftover, or one a tenant labelled to look like ours) is deleted."""
+    """Kyverno's reports (another manager, another label) stay, even one labelled as ours; a
+    label another manager set on our report stays; a report of our name and label that this
+    run does not make (a leftover part) is deleted."""
     kyverno = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
                "metadata": {"name": "kyverno-abc", "namespace": "team-a",
                             "labels": {"app.kubernetes.io/managed-by": "kyverno"}},
@@ -432,12 +434,20 @@ async def test_reports_of_others_and_foreign_fields_are_left_alone(
              "metadata": {"name": "gpu-share-webhook-7", "namespace": "team-a",
                           "labels": {"app.kubernetes.io/managed-by": "gpu-share-webhook"}},
              "results": []}
+    # Another tool's report that a tenant labelled as ours: not a name this tool gives, so
+    # not this tool's to delete (the label alone would make it delete what the tenant may
+    # only patch).
+    disguised = copy.deepcopy(kyverno)
+    disguised["metadata"]["name"] = "kyverno-def"
+    disguised["metadata"]["labels"] = {"app.kubernetes.io/managed-by": "gpu-share-webhook"}
     kube.add(kyverno, manager="kyverno")
+    kube.add(disguised, manager="kyverno")
     kube.add(stray, manager="someone")
     run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
     assert run.code == 0, run.err
     assert "deleted: team-a/gpu-share-webhook-7" in run.out
     assert kube.object("wgpolicyk8s.io/v1alpha2", "PolicyReport", "kyverno-abc", "team-a")
+    assert kube.object("wgpolicyk8s.io/v1alpha2", "PolicyReport", "kyverno-def", "team-a")
     ours = kube.object("wgpolicyk8s.io/v1alpha2", "PolicyReport", "gpu-share-webhook", "team-a")
     assert ours is not None
     ours["metadata"]["labels"]["team"] = "ml"
@@ -542,3 +552,97 @@ async def test_a_namespace_being_deleted_is_skipped_and_the_others_are_written(
     written = {r["metadata"]["namespace"]
                for r in kube.objects("wgpolicyk8s.io/v1alpha2", "PolicyReport")}
     assert written == {"legacy", "team-a", "typo"}
+
+
+async def test_a_tenant_s_emoji_and_escapes_reach_the_report_the_api_server_reads(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    """The client sends an apply body through json.dumps, which writes a character beyond
+    the BMP as surrogate escapes (\\ud83d\\ude80) that the API server's YAML reader refuses
+    (and the stand-in with it): a report holds none."""
+    kube.add({"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": "rocket", "namespace": "team-a",
+                           "annotations": {names.ANNOTATION_PROFILE: "l\U0001f680rge\x1b[2J"}},
+              "spec": spec(container("c", 1))})
+    run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+    assert run.code == 0, run.err
+    report = kube.object("wgpolicyk8s.io/v1alpha2", "PolicyReport", "gpu-share-webhook",
+                         "team-a")
+    assert report is not None
+    (found,) = [r for r in report["results"]
+                if r["resources"][0]["name"] == "rocket" and r.get("rule") == "profile"]
+    assert "l\\U0001f680rge\\u001b[2J" in found["message"]
+
+
+# --------------------------------------------------------------------------- odd answers
+
+
+def odd_api(pages: Callable[[int], bytes]) -> Any:
+    """An API server that answers every list with `pages(n)` (n: the request's number)."""
+    count = {"n": 0}
+
+    async def answer(request: web.Request) -> web.Response:
+        count["n"] += 1
+        return web.Response(body=pages(count["n"]), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", answer)
+    return app
+
+
+@pytest.mark.parametrize(("pages", "problem"), [
+    (lambda n: b'{"metadata": {"continue": "again"}, "items": []}',
+     "list namespaces at the cluster scope: the API server sent a continue token twice"),
+    (lambda n: b'{"metadata": {"continue": 7}, "items": []}',
+     "list namespaces at the cluster scope: the answer's continue token is not a string"),
+    (lambda n: b'{"metadata": {}}',
+     "list namespaces at the cluster scope: the answer is not a list (no items)"),
+    (lambda n: b'{"metadata": {}, "items": {"a": 1}}',
+     "list namespaces at the cluster scope: the answer is not a list (no items)"),
+    (lambda n: b"<html>busy</html>",
+     "list namespaces at the cluster scope: the answer is not JSON"),
+    (lambda n: b"[1, 2]", "list namespaces at the cluster scope: the answer is not a list"),
+], ids=["token-again", "token-not-string", "no-items", "items-not-list", "not-json", "array"])
+async def test_an_answer_that_is_no_list_is_one_line_and_exit_3(
+    capsys: pytest.CaptureFixture[str], aiohttp_server: Any, files: dict[str, Path],
+    pages: Callable[[int], bytes], problem: str,
+) -> None:
+    server = await aiohttp_server(odd_api(pages))
+    kube = kube_api.KubeAPI()
+    kube.url = f"http://{server.host}:{server.port}"
+    run = await asyncio.wait_for(audit(capsys, kube, files), timeout=60)
+    assert run.code == 3
+    assert run.err == f"error: {problem}\n"
+
+
+async def test_an_object_nested_deeper_than_orjson_reads_is_audited(
+    capsys: pytest.CaptureFixture[str], aiohttp_server: Any, files: dict[str, Path]
+) -> None:
+    """A JobSet with a field nested 5,000 deep (the API server stores what its decoder
+    takes) in a namespace that has not opted in: the audit reads it rather than failing."""
+    deep = b'{"x":' * 5000 + b"1" + b"}" * 5000
+    jobset = (b'{"apiVersion":"jobset.x-k8s.io/v1alpha2","kind":"JobSet","metadata":'
+              b'{"name":"deep","namespace":"batch","uid":"u-deep"},"spec":{"extra":' + deep
+              + b',"replicatedJobs":[]}}')
+    namespaces = json.dumps({"kind": "NamespaceList", "apiVersion": "v1", "metadata": {},
+                             "items": [{"metadata": {"name": "batch"}}]}).encode()
+
+    async def answer(request: web.Request) -> web.Response:
+        if request.path == "/api/v1/namespaces":
+            body = namespaces
+        elif request.path.endswith("/jobsets"):
+            body = b'{"kind":"JobSetList","apiVersion":"jobset.x-k8s.io/v1alpha2",' \
+                   b'"metadata":{},"items":[' + jobset + b"]}"
+        else:
+            body = b'{"metadata":{},"items":[]}'
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", answer)
+    server = await aiohttp_server(app)
+    kube = kube_api.KubeAPI()
+    kube.url = f"http://{server.host}:{server.port}"
+    run = await audit(capsys, kube, files, "-o", "json", "--show", "all")
+    assert run.code == 0, run.err
+    (batch,) = run.json()["namespaces"]
+    assert batch["counts"]["objects"] == 1

@@ -22,6 +22,7 @@ from tests.audit_dump import (
     REPO,
     ROLLOUT_POLICY,
     Cluster,
+    admitted,
     cluster,
     container,
     spec,
@@ -317,6 +318,16 @@ def test_openreports_are_the_same_results_under_another_api(
         assert strip == [{k: v for k, v in x.items() if k != "timestamp"} for x in b["results"]]
 
 
+@pytest.mark.parametrize(("name", "ours"), [
+    ("gpu-share-webhook", True), ("gpu-share-webhook-2", True), ("gpu-share-webhook-17", True),
+    ("gpu-share-webhook-1", False), ("gpu-share-webhook-0", False),
+    ("gpu-share-webhook-02", False), ("gpu-share-webhook-x", False), ("kyverno-abc", False),
+    ("gpu-share-webhook2", False),
+])
+def test_the_names_this_tool_gives_its_reports(name: str, ours: bool) -> None:
+    assert reporting.is_report_name(name) is ours
+
+
 def test_the_severity_of_every_rule_is_decided() -> None:
     """A new rule must be put in one class: the union is every rule, the two are apart."""
     all_rules = {r.name for r in rules.RULES}
@@ -412,3 +423,61 @@ def build(c: Cluster, tmp_path: Path, policy: str | None, *,
                             kinds=pods.BUILTIN_KINDS)
     assert not report.malformed
     return reporting.build(report, reporting.POLICY_REPORT, now=NOW)
+
+
+# --------------------------------------------------------------------------- what each says
+
+
+def test_bare_pods_of_one_verdict_share_no_owner(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
+) -> None:
+    """render and render-2 in legacy are one entry; neither made the other."""
+    _, items = run(capsys, dump)
+    legacy = report_of(items, "legacy")
+    for name in ("render", "render-2"):
+        for r in results_for(legacy, "Pod", name):
+            assert "owner" not in r["properties"]
+            if r["result"] == "warn":
+                assert r["message"].endswith("; make it again to get it"), r["message"]
+
+
+def test_a_live_pod_whose_rule_is_in_dry_run_is_not_told_to_make_it_again(
+    capsys: pytest.CaptureFixture[str], dump: dict[str, Path]
+) -> None:
+    _, items = run(capsys, dump)
+    batch = by_rule(results_for(report_of(items, "rollout"), "Pod", "batch"))
+    found = batch["runtime-class"]
+    assert found["result"] == "warn"
+    assert found["message"] == (
+        "rule runtime-class is in dry-run mode today: it was created without runtimeClassName:"
+        " nvidia"
+    )
+
+
+def test_a_change_of_the_record_annotations_alone_is_rule_annotations(tmp_path: Path) -> None:
+    shipped = policies.load_directory(REPO / "policies")
+    default = shipped.get("default")
+    assert default is not None
+    c = Cluster()
+    c.namespace("team-a", OPTED_IN)
+    kept = admitted(INFERENCE, default)
+    del kept["annotations"][names.ANNOTATION_POLICY]
+    c.pod("served", "team-a", **kept)
+    (found,) = results_for(report_of(build(c, tmp_path, None), "team-a"), "Pod", "served")
+    assert (found["result"], found["rule"], found["severity"]) == ("warn", "annotations", "low")
+    assert "gpu-share.io/policy=default" in found["message"]
+
+
+def test_text_from_a_tenant_is_printable_and_within_the_bmp(tmp_path: Path) -> None:
+    c = Cluster()
+    c.namespace("team-a", OPTED_IN)
+    c.pod("p", "team-a", spec(container("c", 1)),
+          annotations={names.ANNOTATION_PROFILE: "l\U0001f680rge\x1b[31m\u202e"})
+    (found,) = [r for r in results_for(report_of(build(c, tmp_path, None), "team-a"), "Pod", "p")
+                if r.get("rule") == "profile"]
+    message = found["message"]
+    assert "\\U0001f680" in message
+    assert "\\u001b" in message
+    assert "\\u202e" in message
+    assert message.isprintable()
+    assert all(ord(ch) <= 0xFFFF for ch in message)

@@ -216,9 +216,11 @@ class NamespaceReport:
     # HOST_ACCESS_STATES; None for the others), and why, in words.
     host_access: str | None = None
     host_access_reason: str = ""
-    # Whether its labels opt it in (an excluded namespace may carry them too), and the
-    # Namespace object's metadata.uid when it has one.
+    # Whether its labels opt it in (an excluded namespace may carry them too), the policy
+    # they name then (`policy` is only set where the webhook reviews it), and the Namespace
+    # object's metadata.uid when it has one.
     opted_in: bool = False
+    labelled_policy: str | None = None
     uid: str = ""
 
     @property
@@ -406,6 +408,7 @@ def audit(
             ns = _meet(name, labels, path, where, policies)
         ns.objects = len(items)
         ns.opted_in = labels is not None and namespaces.opted_in(labels)
+        ns.labelled_policy = namespaces.policy_name(labels) if labels is not None else None
         ns.uid = uids.get(name, "")
         report.namespaces.append(ns)
         if ns.status != JUDGED or labels is None:

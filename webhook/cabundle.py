@@ -1,7 +1,8 @@
 """The cluster side of certificates: the webhook configurations' caBundle, and the TLS Secret.
 
-The only module of the project that talks to the Kubernetes API; the server itself makes no
-API call. Everything here is synchronous (the official client is) and meant for the `certs`
+One of the two modules that talk to the Kubernetes API (`cluster`, the audit's, is the
+other; `kubeclient` holds what they share); the server itself makes no API call. Everything
+here is synchronous (the official client is) and meant for the `certs`
 command, which a bootstrap Job runs once per install or upgrade.
 
 Objects are read as raw JSON rather than through the client's models: a JSON Patch names
@@ -16,18 +17,16 @@ import binascii
 import functools
 import json
 import logging
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import urllib3
 from cryptography import x509
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 
-from webhook import certificates
+from webhook import certificates, kubeclient
 from webhook.errors import CertificateError
 
 logger = logging.getLogger(__name__)
@@ -90,34 +89,16 @@ class Installed:
 
 
 def connect(kubeconfig: str | None = None) -> Any:
-    """A `kubernetes.client.ApiClient`: from `kubeconfig` if given, else the pod's service
-    account, else the default kubeconfig (`$KUBECONFIG` or `~/.kube/config`).
+    """A `kubernetes.client.ApiClient` (`kubeclient.connect`): from `kubeconfig` if given,
+    else the pod's service account, else the default kubeconfig (`$KUBECONFIG` or
+    `~/.kube/config`).
 
     Use it in a `with` block: closing it closes its connections.
     """
-    if kubeconfig and not os.path.exists(kubeconfig):
-        raise CertificateError(f"{kubeconfig}: no such kubeconfig file")
     try:
-        if kubeconfig:
-            return config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, persist_config=False
-            )
-        configuration = client.Configuration()
-        try:
-            config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
-        except ConfigException:
-            return config.new_client_from_config(  # type: ignore[no-untyped-call]
-                persist_config=False
-            )
-        return client.ApiClient(configuration)
-    # The loader raises whatever a malformed file provokes (YAML errors, KeyError, TypeError).
-    except Exception as exc:
-        where = kubeconfig or "the service account or the default kubeconfig"
-        raise CertificateError(
-            f"no usable Kubernetes configuration in {where}: {_line(exc)}"
-        ) from exc
+        return kubeclient.connect(kubeconfig)
+    except kubeclient.ConfigurationError as exc:
+        raise CertificateError(str(exc)) from exc
 
 
 # --- the CA bundle of the webhook configurations ---------------------------------------
@@ -331,7 +312,7 @@ def _request(verb: str, what: str, call: Callable[[], Any]) -> dict[str, Any]:
         raise _ApiRefused(f"cannot {verb} {what}: {_explain(exc, status)}", status) from None
     except urllib3.exceptions.HTTPError as exc:
         raise CertificateError(
-            f"cannot {verb} {what}: the Kubernetes API did not answer ({_line(exc)})"
+            f"cannot {verb} {what}: the Kubernetes API did not answer ({kubeclient.line(exc)})"
         ) from None
     try:
         body = response.data
@@ -348,25 +329,7 @@ def _request(verb: str, what: str, call: Callable[[], Any]) -> dict[str, Any]:
 
 def _explain(exc: ApiException, status: int) -> str:
     if status == 0:  # the client's way of saying the connection (TLS) failed
-        return _line(exc.reason or "connection failed")
-    message = _status_message(exc.body) or str(exc.reason or "")
+        return kubeclient.line(exc.reason or "connection failed")
+    message = kubeclient.status_message(exc.body) or str(exc.reason or "")
     word = _STATUS_WORDS.get(status, f"HTTP {status}")
     return f"{word}: {message}" if message else word
-
-
-def _status_message(body: object) -> str:
-    """The `message` of a `Status` the API server sent with an error, else the body's start."""
-    if not body:
-        return ""
-    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else str(body)
-    try:
-        document = json.loads(text)
-    except ValueError:
-        return _line(text)[:200]
-    if isinstance(document, dict) and isinstance(document.get("message"), str):
-        return _line(document["message"])
-    return _line(text)[:200]
-
-
-def _line(value: object) -> str:
-    return " ".join(str(value).split())

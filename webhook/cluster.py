@@ -15,42 +15,57 @@ advice about nothing (`audit -f` judges them, as a dump holds them).
 
 Kinds that may not be served: resource.k8s.io/v1 (Kubernetes 1.34+) and the kinds of the
 WorkloadKinds file (their CRDs may not be installed). A 404 on those is a note, not an error:
-nothing of that kind exists to judge. A 404 on the built-in kinds, a 403 anywhere, or an API
-server that does not answer is a `ClusterError` with one line that says what to grant or fix.
+nothing of that kind exists to judge. A 404 on the built-in kinds, a 403 anywhere, an answer
+that is not a list (or a list that never ends), or an API server that does not answer is a
+`ClusterError` with one line that says what to grant or fix.
 
 Writing (`write_reports`): server-side apply of each report (Content-Type
 `application/apply-patch+yaml`, `fieldManager=gpu-share-webhook`, `force=true`: this tool
-owns these objects), skipping those whose content is already in the cluster, then deleting
-the reports this tool wrote before (label `app.kubernetes.io/managed-by=gpu-share-webhook`)
-that this run does not make: a namespace that opted out, a report split no longer needed.
-The verbs: list, create, patch, delete on the report kinds; list on the audited kinds.
+owns these objects; the client writes the body with json.dumps, whose escapes the API
+server's YAML reader takes because a report holds no character beyond the BMP, see
+`reporting`), skipping those whose content is already in the
+cluster, then deleting the reports this tool wrote before (label
+`app.kubernetes.io/managed-by=gpu-share-webhook`) that this run does not make: a namespace
+that opted out or has nothing left to judge, a part no longer needed. A namespace deleted, or
+being deleted, since it was listed is skipped. The verbs: list, create, patch, delete on the
+report kinds; list on the audited kinds.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
+import json
 import re
-import time
+import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from kubernetes import client, config
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from kubernetes.config.config_exception import ConfigException
 from urllib3.exceptions import HTTPError
 
-from webhook import names, reporting
+from webhook import kubeclient, names, reporting
 from webhook.core import pods
 
 DEFAULT_PAGE_SIZE = 500
 # How many times an expired continue token restarts one kind's list.
 RESTARTS = 3
+# Pages of one list past which the API server is taken to loop (a continue token that never
+# ends): at the largest --page-size, 10,000 objects a page, a billion objects.
+MAX_PAGES = 100_000
 # Connect and read timeouts of each request, in seconds.
 TIMEOUT = (10.0, 120.0)
 APPLY_PATCH = "application/apply-patch+yaml"
+# A Pod in these phases has stopped for good (its containers will not run again) and holds
+# no device: the kubelet gave them back. What the webhook would do to it says nothing.
+FINISHED_PHASES = ("Succeeded", "Failed")
+# orjson reads JSON nested up to 1,024 levels; the API server stores objects nested deeper
+# (a custom resource's preserved fields). Such a page is read again by the json module, on a
+# thread with a stack of this size and this recursion limit, rather than failing the audit.
+_DEEP_STACK = 512 * 1024 * 1024
+_DEEP_RECURSION = 100_000
 
 
 class ClusterError(Exception):
@@ -58,30 +73,11 @@ class ClusterError(Exception):
 
 
 def connect(kubeconfig: str | None = None, context: str | None = None) -> Any:
-    """A `kubernetes.client.ApiClient`: from `kubeconfig` (its `context`) if given, else the
-    pod's service account, else the default kubeconfig (`$KUBECONFIG`, `~/.kube/config`).
-    Close it when done."""
-    if kubeconfig and not os.path.exists(kubeconfig):
-        raise ClusterError(f"{kubeconfig}: no such kubeconfig file")
+    """`kubeclient.connect`, its errors a ClusterError. Close the client when done."""
     try:
-        if kubeconfig or context:
-            return config.new_client_from_config(  # type: ignore[no-untyped-call]
-                config_file=kubeconfig, context=context, persist_config=False
-            )
-        configuration = client.Configuration()
-        try:
-            config.load_incluster_config(  # type: ignore[no-untyped-call]
-                client_configuration=configuration
-            )
-        except ConfigException:
-            return config.new_client_from_config(  # type: ignore[no-untyped-call]
-                persist_config=False
-            )
-        return client.ApiClient(configuration)
-    # The loader raises whatever a malformed file provokes (YAML errors, KeyError, TypeError).
-    except Exception as exc:
-        where = kubeconfig or "the service account or the default kubeconfig"
-        raise ClusterError(f"no usable Kubernetes configuration in {where}: {_line(exc)}") from exc
+        return kubeclient.connect(kubeconfig, context)
+    except kubeclient.ConfigurationError as exc:
+        raise ClusterError(str(exc)) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,6 +132,17 @@ def resources(kinds: Sequence[pods.Kind]) -> list[Resource]:
     return out
 
 
+def report_resources(api: reporting.ReportApi) -> tuple[Resource, Resource]:
+    """The namespaced and the cluster kind of a report API."""
+    return (
+        Resource(api.group, api.version, api.plural, api.kind),
+        Resource(api.group, api.version, api.cluster_plural, api.cluster_kind),
+    )
+
+
+# --------------------------------------------------------------------------- reading
+
+
 @dataclass(slots=True)
 class Read:
     """What `read` found."""
@@ -158,28 +165,52 @@ def read(
     """Every object of `listed` in the cluster (see the module docstring)."""
     out = Read()
     for resource in listed:
-        for attempt in range(RESTARTS + 1):
-            try:
-                items, calls, finished = _list_all(api_client, resource, page_size)
-            except _Expired:
-                if attempt == RESTARTS:
-                    raise ClusterError(
-                        f"listing {resource.text}: the list's continue token expired"
-                        f" {RESTARTS + 1} times (each page must come within the API server's"
-                        " token lifetime, about five minutes): retry, or raise --page-size"
-                    ) from None
+        try:
+            found = _list(api_client, resource, page_size=page_size)
+        except _NotServed:
+            out.notes.append(
+                f"{resource.text} ({resource.api_version}) is not served by this cluster:"
+                f" no {resource.kind} to audit"
+            )
+            continue
+        for item in found.items:
+            if resource.kind == "Pod" and _finished(item):
+                out.finished += 1
                 continue
-            except _NotServed:
-                out.notes.append(
-                    f"{resource.text} ({resource.api_version}) is not served by this cluster:"
-                    f" no {resource.kind} to audit"
-                )
-                break
-            out.objects += items
-            out.counts[resource.text] = (len(items), calls)
-            out.finished += finished
-            break
+            out.objects.append(_trimmed(item, resource))
+        out.counts[resource.text] = (len(found.items), found.calls)
     return out
+
+
+def existing_reports(
+    api_client: Any, api: reporting.ReportApi, *, page_size: int = DEFAULT_PAGE_SIZE
+) -> list[dict[str, Any]]:
+    """The reports of `api` this tool wrote before, both kinds: those with its label and a
+    name it gives (`reporting.is_report_name`). The label alone is not enough: whoever may
+    patch another tool's report could label it so, and have this tool delete it."""
+    selector = f"{reporting.MANAGED_BY_LABEL}={reporting.FIELD_MANAGER}"
+    out: list[dict[str, Any]] = []
+    for resource in report_resources(api):
+        try:
+            found = _list(api_client, resource, page_size=page_size, selector=selector)
+        except _NotServed:
+            raise ClusterError(
+                f"list {resource.text} at the cluster scope: the {resource.text} CRD is not"
+                " installed; install it (see docs/audit.md), or pick the other report API"
+                " with -o"
+            ) from None
+        out += (
+            item
+            for item in found.items
+            if reporting.is_report_name(str((item.get("metadata") or {}).get("name", "")))
+        )
+    return out
+
+
+@dataclass(slots=True)
+class _Listed:
+    items: list[dict[str, Any]]
+    calls: int
 
 
 class _Expired(Exception):
@@ -190,41 +221,53 @@ class _NotServed(Exception):
     pass
 
 
-def _list_all(
-    api_client: Any, resource: Resource, page_size: int
-) -> tuple[list[dict[str, Any]], int, int]:
-    """The kind's objects, the requests it took, and the finished Pods left out."""
+def _list(
+    api_client: Any, resource: Resource, *, page_size: int, selector: str | None = None
+) -> _Listed:
+    """Every item of one kind, page by page; the whole list again when a continue token
+    expires (at most RESTARTS times)."""
+    for attempt in range(RESTARTS + 1):
+        try:
+            return _pages(api_client, resource, page_size, selector)
+        except _Expired:
+            if attempt == RESTARTS:
+                raise ClusterError(
+                    f"listing {resource.text}: the list's continue token expired"
+                    f" {RESTARTS + 1} times (each page must come within the API server's"
+                    " token lifetime, about five minutes): retry, or raise --page-size"
+                ) from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _pages(api_client: Any, resource: Resource, page_size: int, selector: str | None) -> _Listed:
+    what = f"list {resource.text} at the cluster scope"
     items: list[dict[str, Any]] = []
     token: str | None = None
-    calls = finished = 0
+    seen: set[str] = set()
+    calls = 0
     while True:
         calls += 1
-        page = _page(api_client, resource, page_size, token)
+        if calls > MAX_PAGES:
+            raise ClusterError(f"{what}: more than {MAX_PAGES:,} pages; the list does not end")
+        page = _page(api_client, resource, page_size, token, selector)
         raw = page.get("items")
-        for item in raw if isinstance(raw, list) else ():
-            if not isinstance(item, dict):
-                continue
-            if resource.kind == "Pod" and _finished(item):
-                finished += 1
-                continue
-            items.append(_trimmed(item, resource))
+        if not isinstance(raw, list):
+            raise ClusterError(f"{what}: the answer is not a list (no items)")
+        items += (item for item in raw if isinstance(item, dict))
         meta = page.get("metadata")
         token = meta.get("continue") if isinstance(meta, dict) else None
         if not token:
-            return items, calls, finished
+            return _Listed(items, calls)
+        if not isinstance(token, str):
+            raise ClusterError(f"{what}: the answer's continue token is not a string")
+        if token in seen:
+            raise ClusterError(f"{what}: the API server sent a continue token twice")
+        seen.add(token)
 
 
-# A Pod in these phases has stopped for good (its containers will not run again) and holds
-# no device: the kubelet gave them back. What the webhook would do to it says nothing.
-FINISHED_PHASES = ("Succeeded", "Failed")
-
-
-def _finished(pod: Mapping[str, Any]) -> bool:
-    status = pod.get("status")
-    return isinstance(status, dict) and status.get("phase") in FINISHED_PHASES
-
-
-def _page(api_client: Any, resource: Resource, limit: int, token: str | None) -> dict[str, Any]:
+def _page(
+    api_client: Any, resource: Resource, limit: int, token: str | None, selector: str | None
+) -> dict[str, Any]:
     what = f"list {resource.text} at the cluster scope"
     options: dict[str, Any] = {
         "limit": limit,
@@ -233,6 +276,8 @@ def _page(api_client: Any, resource: Resource, limit: int, token: str | None) ->
     }
     if token:
         options["_continue"] = token
+    if selector:
+        options["label_selector"] = selector
     try:
         if resource.group == "":
             core: Any = client.CoreV1Api(api_client)
@@ -243,25 +288,75 @@ def _page(api_client: Any, resource: Resource, limit: int, token: str | None) ->
             }[resource.plural]
             response = call(**options)
         else:
-            response = client.CustomObjectsApi(api_client).list_cluster_custom_object(
+            custom: Any = client.CustomObjectsApi(api_client)
+            response = custom.list_cluster_custom_object(
                 resource.group, resource.version, resource.plural, **options
             )
-        body = response.data
+        body = _body(response)
     except ApiException as exc:
         if exc.status == 410:
             raise _Expired from None
-        if exc.status == 404 and resource.optional:
+        if exc.status == 404 and (resource.optional or selector):
             raise _NotServed from None
         raise ClusterError(_explain(exc, what, resource.group, resource.plural)) from None
     except (HTTPError, OSError) as exc:
         raise ClusterError(f"{what}: the API server did not answer: {_line(exc)}") from None
-    try:
-        page = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise ClusterError(f"{what}: the answer is not JSON") from None
+    page = _loads(body, what)
     if not isinstance(page, dict):
         raise ClusterError(f"{what}: the answer is not a list")
     return page
+
+
+def _body(response: Any) -> bytes:
+    """A raw response's body, its connection given back to the pool for the next request."""
+    try:
+        data = response.data
+    finally:
+        response.release_conn()
+    return data if isinstance(data, bytes) else b""
+
+
+def _loads(body: bytes, what: str) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        if "depth limit" not in str(exc):
+            raise ClusterError(f"{what}: the answer is not JSON") from None
+    return _deep_loads(body, what)
+
+
+def _deep_loads(body: bytes, what: str) -> Any:
+    """JSON nested deeper than orjson reads, by the json module on a thread with room for it
+    (the API server stores what its own decoder took: about 10,000 levels)."""
+    result: list[Any] = []
+    problem: list[str] = []
+
+    def parse() -> None:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(max(limit, _DEEP_RECURSION))
+        try:
+            result.append(json.loads(body))
+        except (ValueError, RecursionError) as exc:
+            problem.append(_line(exc))
+        finally:
+            sys.setrecursionlimit(limit)
+
+    size = threading.stack_size(_DEEP_STACK)
+    try:
+        worker = threading.Thread(target=parse, name="deep-json")
+        worker.start()
+    finally:
+        threading.stack_size(size)
+    worker.join()
+    if not result:
+        reason = problem[0] if problem else "it could not be read"
+        raise ClusterError(f"{what}: the answer is not JSON the audit can read ({reason})")
+    return result[0]
+
+
+def _finished(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status")
+    return isinstance(status, dict) and status.get("phase") in FINISHED_PHASES
 
 
 def _trimmed(item: dict[str, Any], resource: Resource) -> dict[str, Any]:
@@ -292,60 +387,6 @@ class Written:
     skipped: list[str] = field(default_factory=list)
 
 
-def existing_reports(
-    api_client: Any, api: reporting.ReportApi, *, page_size: int = DEFAULT_PAGE_SIZE
-) -> list[dict[str, Any]]:
-    """The reports of `api` this tool wrote before (label managed-by), both kinds."""
-    out: list[dict[str, Any]] = []
-    selector = f"{reporting.MANAGED_BY_LABEL}={reporting.FIELD_MANAGER}"
-    for plural, kind in ((api.plural, api.kind), (api.cluster_plural, api.cluster_kind)):
-        resource = Resource(api.group, api.version, plural, kind)
-        token: str | None = None
-        while True:
-            page = _reports_page(api_client, resource, selector, page_size, token)
-            raw = page.get("items")
-            out += [i for i in (raw if isinstance(raw, list) else ()) if isinstance(i, dict)]
-            meta = page.get("metadata")
-            token = meta.get("continue") if isinstance(meta, dict) else None
-            if not token:
-                break
-    return out
-
-
-def _reports_page(
-    api_client: Any, resource: Resource, selector: str, limit: int, token: str | None
-) -> dict[str, Any]:
-    what = f"list {resource.text} at the cluster scope"
-    options: dict[str, Any] = {
-        "label_selector": selector,
-        "limit": limit,
-        "_preload_content": False,
-        "_request_timeout": TIMEOUT,
-    }
-    if token:
-        options["_continue"] = token
-    try:
-        custom: Any = client.CustomObjectsApi(api_client)
-        response = custom.list_cluster_custom_object(
-            resource.group, resource.version, resource.plural, **options
-        )
-        page = orjson.loads(response.data)
-    except ApiException as exc:
-        if exc.status == 404:
-            raise ClusterError(
-                f"{what}: the {resource.text} CRD is not installed; install it (see"
-                " docs/audit.md), or pick the other report API with -o"
-            ) from None
-        raise ClusterError(_explain(exc, what, resource.group, resource.plural)) from None
-    except (HTTPError, OSError) as exc:
-        raise ClusterError(f"{what}: the API server did not answer: {_line(exc)}") from None
-    except orjson.JSONDecodeError:
-        raise ClusterError(f"{what}: the answer is not JSON") from None
-    if not isinstance(page, dict):
-        raise ClusterError(f"{what}: the answer is not a list")
-    return page
-
-
 def write_reports(
     api_client: Any,
     api: reporting.ReportApi,
@@ -356,7 +397,7 @@ def write_reports(
     `existing` (from `existing_reports`) that `reports` does not hold."""
     done = Written()
     before = {_key(obj): obj for obj in existing}
-    custom = client.CustomObjectsApi(api_client)
+    custom: Any = client.CustomObjectsApi(api_client)
     for obj in reports:
         key = _key(obj)
         old = before.pop(key, None)
@@ -375,6 +416,10 @@ def write_reports(
     return done
 
 
+class _NamespaceGone(Exception):
+    pass
+
+
 def _apply(
     custom: Any,
     api: reporting.ReportApi,
@@ -385,33 +430,35 @@ def _apply(
 ) -> None:
     _, namespace, name = key
     plural = api.plural if namespace else api.cluster_plural
-    options = {
-        "field_manager": reporting.FIELD_MANAGER,
-        "force": True,
-        "_content_type": APPLY_PATCH,
-        "_request_timeout": TIMEOUT,
-        "_preload_content": False,
-    }
-    where = (
-        (api.group, api.version, namespace, plural)
-        if namespace
-        else (api.group, api.version, plural)
-    )
+    where = _where(api, plural, namespace)
     call = (
         custom.patch_namespaced_custom_object if namespace else custom.patch_cluster_custom_object
     )
-    # An apply that creates the object needs `create`, one that changes it `patch`.
-    verb = "create" if new else "patch"
     what = f"apply {plural}.{api.group} {_shown(key)}"
+    # An apply that creates the object needs `create` besides `patch`.
+    verb = "create" if new else "patch"
     try:
-        call(*where, name, dict(obj), **options)
+        _body(
+            call(
+                *where,
+                name,
+                dict(obj),
+                field_manager=reporting.FIELD_MANAGER,
+                force=True,
+                _content_type=APPLY_PATCH,
+                _request_timeout=TIMEOUT,
+                _preload_content=False,
+            )
+        )
     except ApiException as exc:
         # The namespace was deleted since it was listed (the NamespaceLifecycle admission
         # plugin: NotFound of the Namespace itself), or is being deleted (no new objects in
         # it): nothing to report there; the other reports are still written.
-        if namespace and exc.status == 404 and _status_kind(exc.body) == "namespaces":
+        details = kubeclient.status(exc.body).get("details")
+        gone_kind = details.get("kind") if isinstance(details, dict) else None
+        if namespace and exc.status == 404 and gone_kind == "namespaces":
             raise _NamespaceGone("the namespace is gone") from None
-        message = _status_message(exc.body)
+        message = kubeclient.status_message(exc.body)
         if namespace and exc.status == 403 and "because it is being terminated" in message:
             raise _NamespaceGone("the namespace is being deleted") from None
         raise ClusterError(_explain(exc, what, api.group, plural, verb=verb)) from None
@@ -419,68 +466,34 @@ def _apply(
         raise ClusterError(f"{what}: the API server did not answer: {_line(exc)}") from None
 
 
-class _NamespaceGone(Exception):
-    pass
-
-
-def _status_kind(body: object) -> str:
-    """The `details.kind` of a Status body (the resource a NotFound is about)."""
-    if not isinstance(body, (str, bytes)) or not body:
-        return ""
-    try:
-        status = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return ""
-    details = status.get("details") if isinstance(status, dict) else None
-    kind = details.get("kind") if isinstance(details, dict) else None
-    return kind if isinstance(kind, str) else ""
-
-
 def _delete(custom: Any, api: reporting.ReportApi, key: tuple[str, str, str]) -> None:
     """Delete a report; one that is gone already is fine."""
     _, namespace, name = key
     plural = api.plural if namespace else api.cluster_plural
-    where = (
-        (api.group, api.version, namespace, plural)
-        if namespace
-        else (api.group, api.version, plural)
-    )
     call = (
         custom.delete_namespaced_custom_object if namespace else custom.delete_cluster_custom_object
     )
     what = f"delete {plural}.{api.group} {_shown(key)}"
-    with contextlib.suppress(_Gone):
-        _call(
-            what,
-            api.group,
-            plural,
-            lambda: call(*where, name, _request_timeout=TIMEOUT, _preload_content=False),
-            verb="delete",
-            gone_is_fine=True,
-        )
-
-
-class _Gone(Exception):
-    pass
-
-
-def _call(
-    what: str,
-    group: str,
-    plural: str,
-    call: Callable[[], Any],
-    *,
-    verb: str,
-    gone_is_fine: bool = False,
-) -> None:
     try:
-        call()
+        _body(
+            call(
+                *_where(api, plural, namespace),
+                name,
+                _request_timeout=TIMEOUT,
+                _preload_content=False,
+            )
+        )
     except ApiException as exc:
-        if exc.status == 404 and gone_is_fine:
-            raise _Gone from None
-        raise ClusterError(_explain(exc, what, group, plural, verb=verb)) from None
+        if exc.status != 404:
+            raise ClusterError(_explain(exc, what, api.group, plural, verb="delete")) from None
     except (HTTPError, OSError) as exc:
         raise ClusterError(f"{what}: the API server did not answer: {_line(exc)}") from None
+
+
+def _where(api: reporting.ReportApi, plural: str, namespace: str) -> tuple[str, ...]:
+    if namespace:
+        return (api.group, api.version, namespace, plural)
+    return (api.group, api.version, plural)
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
@@ -512,16 +525,19 @@ def _same(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
 
 # --------------------------------------------------------------------------- errors
 
+# How RBAC's 403 names the verb it checked: `... cannot patch resource "policyreports" ...`.
+_VERB = re.compile(r"cannot ([a-z]+) resource")
+
 
 def _explain(exc: ApiException, what: str, group: str, plural: str, *, verb: str = "list") -> str:
     status = exc.status
-    message = _status_message(exc.body) or exc.reason or ""
+    message = kubeclient.status_message(exc.body) or str(exc.reason or "")
     if status == 403:
         where = f'"{plural}" in API group "{group}"'
         # RBAC's message names the verb it checked ("cannot patch resource ..."), but not
         # for the create check of an apply that would create the object, which says only
         # "is forbidden: ".
-        named = re.search(r"cannot ([a-z]+) resource", message)
+        named = _VERB.search(message)
         verb = named.group(1) if named else verb
         return (
             f"{what}: forbidden ({_line(message)}); the audit's ServiceAccount needs {verb} on"
@@ -532,22 +548,7 @@ def _explain(exc: ApiException, what: str, group: str, plural: str, *, verb: str
     return f"{what}: {status} {_line(message)}"
 
 
-def _status_message(body: object) -> str:
-    if not isinstance(body, (str, bytes)) or not body:
-        return ""
-    try:
-        status = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return ""
-    message = status.get("message") if isinstance(status, dict) else None
-    return message if isinstance(message, str) else ""
-
-
 def _line(value: object, limit: int = 300) -> str:
-    text = " ".join(str(value).split())
+    """One line, cut at `limit` characters: a message of the API server, or an error."""
+    text = kubeclient.line(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def now() -> int:
-    """Seconds since the epoch: the timestamp of new results."""
-    return int(time.time())

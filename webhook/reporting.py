@@ -7,8 +7,9 @@ successor `openreports.io/v1alpha1` Report and ClusterReport. Both CRDs hold the
 shape at the top of the object (no spec, no status); openreports adds a report-level
 `source`.
 
-- One namespaced report per namespace the webhook reviews, named `gpu-share-webhook`, its
-  `scope` the Namespace. A namespace whose results exceed `REPORT_BYTES` (serialized) gets
+- One namespaced report per namespace the webhook reviews that holds something to judge (a
+  namespace with nothing gets none, and loses an earlier one), named `gpu-share-webhook`,
+  its `scope` the Namespace. A namespace whose results exceed `REPORT_BYTES` (serialized) gets
   more reports, `gpu-share-webhook-2`, `-3`, ..., split between objects: etcd refuses
   requests over 1.5 MiB by default, and one report per namespace is what made Kyverno's and
   Kubewarden's reports too large before they moved to one report per resource.
@@ -18,10 +19,13 @@ shape at the top of the object (no spec, no status); openreports adds a report-l
   access there), skip (the webhook never reviews it: kube-system, its own namespace).
 - One result per object and rule: fail, a rule in enforce mode refuses it; warn, a rule in
   warn or dry-run mode today refuses it, or a Pod or ResourceClaim was created without what
-  the webhook adds now, or a warning (a near miss); pass, the object is admitted as it is, or
-  the pods a workload makes get what the webhook adds. Each result names exactly one object
-  in `resources` (Policy Reporter reads `resources[0]`), and carries `source` (it reads
-  `results[0].source` as the report's source).
+  the webhook adds now, or a rule that adds it is in dry-run, or a warning (a near miss);
+  pass, the object is admitted as it is, or the pods a workload makes get what the webhook
+  adds. A change that is only the webhook's record annotations is rule `annotations`.
+  Each result names exactly one object in `resources` (Policy Reporter reads
+  `resources[0]`), and carries `source` (it reads `results[0].source` as the report's
+  source). Text from the objects is made printable (`decisions.printable`), written without
+  characters beyond the BMP, and cut at MESSAGE_CHARS (`_text`).
 - Severities are high, medium and low only: the enum of the first wgpolicyk8s.io CRD
   (wg-policy-prototypes) has no critical or info; Kyverno's and openreports' have all five.
 - A result's `timestamp` is kept from `previous` (the reports in the cluster) when the same
@@ -33,6 +37,7 @@ Pure: no I/O (`cluster.py` reads and writes, `commands/audit.py` prints).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,7 +46,7 @@ import orjson
 
 from webhook import auditing, names
 from webhook.core import rules
-from webhook.core.decisions import Violation, shown
+from webhook.core.decisions import Violation, printable, shown
 
 SOURCE = "gpu-share-webhook"
 # The field manager of server-side apply, and the value of MANAGED_BY_LABEL on every report:
@@ -117,6 +122,8 @@ OPT_IN_CATEGORY = "Opt-in"
 _RULES = {r.name: r for r in rules.RULES}
 # Objects that exist as admitted: what the webhook would add now, they lack.
 _LIVE_KINDS = (auditing.POD_KIND, names.CLAIM_KIND)
+# Objects nothing else is made from: bare ones of one verdict share an entry, not an owner.
+_LEAF_KINDS = (auditing.POD_KIND, *auditing.CLAIM_KINDS)
 
 
 def severity(rule: str) -> str:
@@ -141,9 +148,6 @@ class ReportApi:
     @property
     def api_version(self) -> str:
         return f"{self.group}/{self.version}"
-
-    def crd(self, cluster: bool) -> str:
-        return f"{self.cluster_plural if cluster else self.plural}.{self.group}"
 
 
 POLICY_REPORT = ReportApi(
@@ -198,6 +202,14 @@ def build(
     return out
 
 
+def is_report_name(name: str) -> bool:
+    """Whether `name` is one `build` gives a report: REPORT_NAME, or a later part of it."""
+    return _REPORT_NAME.fullmatch(name) is not None
+
+
+_REPORT_NAME = re.compile(rf"{re.escape(REPORT_NAME)}(-[2-9]|-[1-9][0-9]+)?")
+
+
 def as_list(items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Reports as a `v1 List` (what `kubectl apply --server-side -f -` takes)."""
     return {"apiVersion": "v1", "kind": "List", "metadata": {}, "items": list(items)}
@@ -219,12 +231,21 @@ def _object_results(
 ) -> list[dict[str, Any]]:
     v = entry.verdict
     resource = _reference(ref.api_version, ref.kind, ref.name, namespace, ref.uid)
-    owner = entry.owner.text if entry.owner else (head.text if ref != head else "")
+    # What made the object (and makes it again): the entry's controller; bare pods of one
+    # verdict share an entry, but not an owner.
+    owner = entry.owner.text if entry.owner else ""
+    if not owner and ref != head and head.kind not in _LEAF_KINDS:
+        owner = head.text
     base = {"verdict": v.status, **({"owner": owner} if owner else {})}
 
     def result(outcome: str, message: str, rule: str = "", **props: str) -> dict[str, Any]:
         return _result(
-            policy, rule, outcome, _relabel(message, head, ref), resource, {**base, **props}
+            policy,
+            rule=rule,
+            outcome=outcome,
+            message=_relabel(message, head, ref),
+            resource=resource,
+            properties={**base, **props},
         )
 
     out: list[dict[str, Any]] = []
@@ -244,11 +265,18 @@ def _object_results(
         out.append(result(FAIL if enforced else WARN, message, rule, **props))
     if v.status == auditing.CHANGED:
         rule_adds = dict(v.rule_adds)
-        for rule, mode in v.mutations:
-            adds = "; ".join(rule_adds.get(rule, ())) or (
-                _RULES[rule].summary if rule in _RULES else rule
-            )
-            if ref.kind in _LIVE_KINDS:
+        # Only the webhook's record of what it did (the namespace's policy changed, say):
+        # the change of rule `annotations`.
+        changes = v.mutations or ((rules.ANNOTATIONS, names.ENFORCE),)
+        for rule, mode in changes:
+            adds = "; ".join(rule_adds.get(rule, ()) or (v.adds if not v.mutations else ()))
+            adds = adds or (_RULES[rule].summary if rule in _RULES else rule)
+            live = ref.kind in _LIVE_KINDS
+            if mode == names.DRY_RUN:
+                made = "it was" if live else "what this makes is"
+                message = f"rule {rule} is in dry-run mode today: {made} created without {adds}"
+                out.append(result(WARN, message, rule, mode=mode))
+            elif live:
                 if ref.kind != auditing.POD_KIND:
                     again = "a claim cannot change: make it again to get it"
                 elif owner:
@@ -257,16 +285,9 @@ def _object_results(
                     again = "make it again to get it"
                 message = f"created without what rule {rule} adds now ({adds}); {again}"
                 out.append(result(WARN, message, rule, mode=mode))
-            elif mode == names.DRY_RUN:
-                message = (
-                    f"rule {rule} is in dry-run mode today: what this makes is created"
-                    f" without {adds}"
-                )
-                out.append(result(WARN, message, rule, mode=mode))
             else:
-                out.append(
-                    result(PASS, f"the webhook adds to what this makes: {adds}", rule, mode=mode)
-                )
+                message = f"the webhook adds to what this makes: {adds}"
+                out.append(result(PASS, message, rule, mode=mode))
     elif v.status == auditing.UNTOUCHED:
         why = f": {v.unchanged}" if v.unchanged else ""
         out.append(result(PASS, f"admitted as it is{why}"))
@@ -280,9 +301,14 @@ def _malformed_result(
 ) -> dict[str, Any]:
     """An object with a shape no Kubernetes object has (the API server would not have stored
     it; an object of a CRD's older version might): not judged, and said so."""
-    resource = _reference(ref.api_version, ref.kind, ref.name, namespace, ref.uid)
-    message = f"not judged: {violation.message}"
-    return _result(policy, violation.rule, ERROR, message, resource, {"verdict": "not-judged"})
+    return _result(
+        policy,
+        rule=violation.rule,
+        outcome=ERROR,
+        message=f"not judged: {violation.message}",
+        resource=_reference(ref.api_version, ref.kind, ref.name, namespace, ref.uid),
+        properties={"verdict": "not-judged"},
+    )
 
 
 def _namespace_result(ns: auditing.NamespaceReport) -> dict[str, Any] | None:
@@ -290,15 +316,14 @@ def _namespace_result(ns: auditing.NamespaceReport) -> dict[str, Any] | None:
     if not ns.opted_in or not ns.in_files:
         return None
     resource = _reference("v1", auditing.NAMESPACE_KIND, ns.name, None, ns.uid)
-    policy = ns.policy or names.DEFAULT_POLICY
+    policy = ns.policy or ns.labelled_policy or names.DEFAULT_POLICY
     if ns.status != auditing.JUDGED:
         return _result(
             policy,
-            "",
-            SKIP,
-            f"opted in, but never reviewed: {ns.reason}",
-            resource,
-            {"status": ns.status},
+            outcome=SKIP,
+            message=f"opted in, but {ns.reason}",
+            resource=resource,
+            properties={"status": ns.status},
         )
     props = {
         "mode": str(ns.mode),
@@ -306,22 +331,37 @@ def _namespace_result(ns: auditing.NamespaceReport) -> dict[str, Any] | None:
         "hostAccess": ns.host_access or "",
     }
     if not ns.in_force:
-        return _result(policy, names.UNKNOWN_POLICY_RULE, FAIL, ns.reason, resource, props)
+        return _result(
+            policy,
+            rule=names.UNKNOWN_POLICY_RULE,
+            outcome=FAIL,
+            message=ns.reason,
+            resource=resource,
+            properties=props,
+        )
     if ns.host_access == auditing.OFF and not ns.pod_security_enforced:
         message = (
             f"{ns.host_access_reason}: nothing judges host access (privileged, host"
             " namespaces, hostPath, capabilities) there beyond the GPU rules; enforce Pod"
             " Security baseline or switch host-access on"
         )
-        return _result(policy, auditing.HOST_ACCESS, WARN, message, resource, props)
+        return _result(
+            policy,
+            rule=auditing.HOST_ACCESS,
+            outcome=WARN,
+            message=message,
+            resource=resource,
+            properties=props,
+        )
     message = f"reviewed by policy {shown(policy)} in mode {ns.mode} ({ns.reason});"
     message += f" {ns.host_access_reason}"
-    return _result(policy, "", PASS, message, resource, props)
+    return _result(policy, outcome=PASS, message=message, resource=resource, properties=props)
 
 
-def _result(  # noqa: PLR0917 (one call shape, six facts of one result)
+def _result(
     policy: str,
-    rule: str,
+    *,
+    rule: str = "",
     outcome: str,
     message: str,
     resource: dict[str, str],
@@ -330,8 +370,10 @@ def _result(  # noqa: PLR0917 (one call shape, six facts of one result)
     out: dict[str, Any] = {"source": SOURCE, "policy": policy}
     if rule:
         out["rule"] = rule
-    if rule == WARNINGS_RULE:
-        out["category"], out["severity"] = WARNINGS_CATEGORY, LOW
+    if rule in (WARNINGS_RULE, rules.ANNOTATIONS):
+        out["category"] = WARNINGS_CATEGORY if rule == WARNINGS_RULE else ADMITTED_CATEGORY
+        if outcome != PASS:
+            out["severity"] = LOW
     elif outcome in (FAIL, WARN, ERROR):
         level = severity(rule)
         out["category"], out["severity"] = CATEGORIES[level], level
@@ -341,9 +383,9 @@ def _result(  # noqa: PLR0917 (one call shape, six facts of one result)
         out["category"] = OPT_IN_CATEGORY if resource["kind"] == "Namespace" else ADMITTED_CATEGORY
     out["result"] = outcome
     out["scored"] = True
-    out["message"] = _cut(message)
+    out["message"] = _text(message)
     out["resources"] = [resource]
-    out["properties"] = {k: _cut(v) for k, v in properties.items() if v}
+    out["properties"] = {k: _text(v) for k, v in properties.items() if v}
     return out
 
 
@@ -372,7 +414,15 @@ def _claim_label(ref: auditing.Ref) -> str:
     return f"{what} {shown(ref.name)}"
 
 
-def _cut(text: str) -> str:
+def _text(text: str) -> str:
+    """Text of an object in a result: printable (`decisions.printable`: no terminal escapes,
+    bidi overrides or newlines from a tenant's values), no character beyond the BMP (written
+    `\\U0001f680`: the client sends the report through json.dumps, which writes those as
+    UTF-16 surrogate escapes that the API server's YAML reader refuses), and cut at
+    MESSAGE_CHARS."""
+    text = printable(text)
+    if not text.isascii():
+        text = "".join(c if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}" for c in text)
     return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
 
 

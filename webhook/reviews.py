@@ -390,6 +390,7 @@ class Answer(NamedTuple):
     warnings: tuple[str, ...]
     audit: tuple[tuple[str, str], ...]
     mutations: tuple[str, ...]
+    patch_rules: tuple[str, ...]
 
     def decision(self) -> Decision:
         """A new Decision equal to the kept one."""
@@ -398,6 +399,7 @@ class Answer(NamedTuple):
             warnings=list(self.warnings),
             audit=dict(self.audit),
             mutations=list(self.mutations),
+            patch_rules=list(self.patch_rules),
         )
 
 
@@ -476,6 +478,7 @@ def _entry(outcome: Outcome, found: Shape, patch: bytes) -> Answer | None:
         tuple(decision.warnings),
         tuple(decision.audit.items()),
         tuple(decision.mutations),
+        tuple(decision.patch_rules),
     )
 
 

@@ -23,11 +23,12 @@ objects of one controller with the same verdict are one entry. A refusal is what
 the policy refuses in enforce mode, with the mode its rule is in today (warn or dry-run
 admit it today).
 
-`-o policyreport` prints wgpolicyk8s.io/v1alpha2 PolicyReports (one per opted-in namespace)
-and a ClusterPolicyReport (one result per opted-in Namespace), `-o openreports` the same as
-openreports.io/v1alpha1 Reports and a ClusterReport, as one v1 List; with `--cluster
---write-reports` they are written instead (server-side apply; unchanged ones are left
-alone, those of earlier runs that this one does not make are deleted).
+`-o policyreport` prints wgpolicyk8s.io/v1alpha2 PolicyReports (one per reviewed namespace
+with objects) and a ClusterPolicyReport (one result per opted-in Namespace), `-o
+openreports` the same as openreports.io/v1alpha1 Reports and a ClusterReport, as one v1
+List; with `--cluster --write-reports` they are written instead (server-side apply;
+unchanged ones are left alone, those of earlier runs that this one does not make are
+deleted).
 
 Exit 0: nothing would be refused (or, with --write-reports, the reports were written);
 1: something would be refused, whatever mode its rule is in today; 2: bad input or usage;
@@ -39,6 +40,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -97,7 +99,8 @@ _TODAY = {names.WARN: "warn today", names.DRY_RUN: "dry-run today"}
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "audit",
-        help="what the webhook would refuse or change among the objects of a cluster dump",
+        help="what the webhook would refuse or change among the objects of a cluster (a dump, or"
+        " the cluster itself), as text, JSON or policy reports",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -241,6 +244,7 @@ def run(args: argparse.Namespace) -> int:
             found = cluster.read(
                 api_client, cluster.resources(workload_kinds), page_size=args.page_size
             )
+            _notes(found)
             if args.write_reports:
                 previous = cluster.existing_reports(
                     api_client, reporting.APIS[args.output], page_size=args.page_size
@@ -250,14 +254,6 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return EXIT_CLUSTER
         objects = found.objects
-        for note in found.notes:
-            print(f"note: {note}", file=sys.stderr)
-        if found.finished:
-            print(
-                f"note: {found.finished:,} finished pod{'s' if found.finished != 1 else ''}"
-                " (phase Succeeded or Failed) not audited: they run nothing and hold no GPU",
-                file=sys.stderr,
-            )
     report = auditing.audit(
         objects,
         policies=loaded,
@@ -304,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
 def _print(args: argparse.Namespace, report: auditing.Report, sources: Sequence[str]) -> int:
     listed = _LISTED[args.show]
     if args.output in reporting.APIS:
-        items = reporting.build(report, reporting.APIS[args.output], now=cluster.now())
+        items = reporting.build(report, reporting.APIS[args.output], now=_now())
         doc = reporting.as_list(items)
         sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.output == "json":
@@ -333,7 +329,7 @@ def _cluster_output(
     if not args.write_reports:
         return _print(args, report, ["the cluster"])
     api = reporting.APIS[args.output]
-    items = reporting.build(report, api, now=cluster.now(), previous=previous)
+    items = reporting.build(report, api, now=_now(), previous=previous)
     try:
         done = cluster.write_reports(api_client, api, items, previous)
     except cluster.ClusterError as exc:
@@ -366,6 +362,23 @@ def _written_text(api: reporting.ReportApi, done: cluster.Written, report: audit
         f", {report.total(auditing.CHANGED):,} changed."
     )
     return "\n".join(printable(line) for line in lines) + "\n"
+
+
+def _now() -> int:
+    """Seconds since the epoch: the timestamp of results that are new."""
+    return int(time.time())
+
+
+def _notes(found: cluster.Read) -> None:
+    """What the cluster did not give to judge: kinds it does not serve, finished pods."""
+    for note in found.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if found.finished:
+        print(
+            f"note: {found.finished:,} finished pod{'s' if found.finished != 1 else ''}"
+            " (phase Succeeded or Failed) not audited: they run nothing and hold no GPU",
+            file=sys.stderr,
+        )
 
 
 def _close(api_client: Any) -> None:
