@@ -481,3 +481,19 @@ def test_text_from_a_tenant_is_printable_and_within_the_bmp(tmp_path: Path) -> N
     assert "\\u202e" in message
     assert message.isprintable()
     assert all(ord(ch) <= 0xFFFF for ch in message)
+
+
+def test_previous_reports_of_any_shape_are_read_without_failing() -> None:
+    """The reports in the cluster are whatever whoever may write them wrote."""
+    c = cluster()
+    report = auditing.audit([*c.namespaces, *c.objects], policies=load_policies(None),
+                            kinds=pods.BUILTIN_KINDS)
+    odd = [
+        {"results": "no"},
+        {"results": [1, None, {"timestamp": "x"}, {"timestamp": {"seconds": "1", "nanos": 0}}]},
+        {"results": [{"resources": [{"uid": {"a": 1}}], "message": ["x"], "rule": {},
+                      "timestamp": {"seconds": 5, "nanos": 0}}]},
+        {"results": [{"resources": "x", "policy": 3, "timestamp": {"seconds": 5, "nanos": 0}}]},
+    ]
+    assert reporting.build(report, reporting.POLICY_REPORT, now=NOW, previous=odd) == (
+        reporting.build(report, reporting.POLICY_REPORT, now=NOW))

@@ -482,12 +482,18 @@ def _identity(result: Mapping[str, Any]) -> tuple[Any, ...]:
     resources = result.get("resources")
     first = resources[0] if isinstance(resources, list) and resources else {}
     first = first if isinstance(first, dict) else {}
+
+    def text(value: object) -> str | None:
+        # Strings only: a report in the cluster is whatever whoever may write it wrote.
+        return value if isinstance(value, str) else None
+
     return (
-        first.get("uid") or (first.get("kind"), first.get("namespace"), first.get("name")),
-        result.get("policy"),
-        result.get("rule"),
-        result.get("result"),
-        result.get("message"),
+        text(first.get("uid"))
+        or (text(first.get("kind")), text(first.get("namespace")), text(first.get("name"))),
+        text(result.get("policy")),
+        text(result.get("rule")),
+        text(result.get("result")),
+        text(result.get("message")),
     )
 
 
