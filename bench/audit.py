@@ -87,8 +87,12 @@ def pod_spec(*containers: dict[str, Any], **extra: Any) -> dict[str, Any]:
                 "projected": {
                     "sources": [
                         {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
-                        {"configMap": {"name": "kube-root-ca.crt",
-                                       "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {
+                            "configMap": {
+                                "name": "kube-root-ca.crt",
+                                "items": [{"key": "ca.crt", "path": "ca.crt"}],
+                            }
+                        },
                     ],
                     "defaultMode": 420,
                 },
@@ -104,18 +108,30 @@ def apps(resource_name: str) -> list[tuple[str, str, int, dict[str, Any]]]:
     refused (two replicas of a shared GPU, NVIDIA_VISIBLE_DEVICES=all, privileged)."""
     batch = {"restartPolicy": "Never"}
     return [
-        ("Deployment", "inference", 120,
-         pod_spec(container("server", gpu=resource_name), container("log"))),
+        (
+            "Deployment",
+            "inference",
+            120,
+            pod_spec(container("server", gpu=resource_name), container("log")),
+        ),
         ("Deployment", "web", 150, pod_spec(container("web"))),
         ("Deployment", "trainer", 12, pod_spec(container("train", gpu=resource_name, count=2))),
-        ("Deployment", "leaky", 8, pod_spec(container(
-            "tool", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]))),
+        (
+            "Deployment",
+            "leaky",
+            8,
+            pod_spec(container("tool", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}])),
+        ),
         ("StatefulSet", "db", 3, pod_spec(container("db"))),
         ("DaemonSet", "node-agent", 40, pod_spec(container("agent"))),
         ("CronJob", "nightly", 2, pod_spec(container("batch", gpu=resource_name), **batch)),
         ("JobSet", "sweep", 4, pod_spec(container("worker", gpu=resource_name), **batch)),
-        ("Pod", "debug", 1, pod_spec(container(
-            "shell", gpu=resource_name, securityContext={"privileged": True}))),
+        (
+            "Pod",
+            "debug",
+            1,
+            pod_spec(container("shell", gpu=resource_name, securityContext={"privileged": True})),
+        ),
     ]
 
 
@@ -129,8 +145,11 @@ class Dump:
         self.pods = 0
         self.objects = 0
         self.serial = 0
-        out.write("apiVersion: v1\nkind: List\nitems:\n" if as_yaml else
-                  '{"apiVersion": "v1", "kind": "List", "items": [\n')
+        out.write(
+            "apiVersion: v1\nkind: List\nitems:\n"
+            if as_yaml
+            else '{"apiVersion": "v1", "kind": "List", "items": [\n'
+        )
 
     def add(self, obj: dict[str, Any]) -> None:
         self.objects += 1
@@ -153,38 +172,60 @@ class Dump:
 
 def meta(dump: Dump, name: str, ns: str, owner: dict[str, Any] | None = None) -> dict[str, Any]:
     m: dict[str, Any] = {
-        "name": name, "namespace": ns, "uid": dump.uid(), "resourceVersion": "4711",
+        "name": name,
+        "namespace": ns,
+        "uid": dump.uid(),
+        "resourceVersion": "4711",
         "creationTimestamp": "2026-11-01T10:00:00Z",
         "labels": {"app": name.split("-", maxsplit=1)[0]},
     }
     if owner is not None:
-        m["ownerReferences"] = [{
-            "apiVersion": owner["apiVersion"], "kind": owner["kind"],
-            "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
-            "controller": True, "blockOwnerDeletion": True,
-        }]
+        m["ownerReferences"] = [
+            {
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
     return m
 
 
-def pod(dump: Dump, name: str, ns: str, spec: dict[str, Any],
-        owner: dict[str, Any] | None) -> dict[str, Any]:
+def pod(
+    dump: Dump, name: str, ns: str, spec: dict[str, Any], owner: dict[str, Any] | None
+) -> dict[str, Any]:
     spec = copy.deepcopy(spec)
     spec["nodeName"] = f"gpu-node-{dump.serial % 97:03d}"
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": meta(dump, name, ns, owner),
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta(dump, name, ns, owner),
         "spec": spec,
         "status": {
-            "phase": "Running", "hostIP": "10.0.3.17", "podIP": "10.244.3.41",
-            "qosClass": "Burstable", "startTime": "2026-11-01T10:00:05Z",
-            "conditions": [{"type": t, "status": "True",
-                            "lastTransitionTime": "2026-11-01T10:00:09Z"}
-                           for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")],
-            "containerStatuses": [{
-                "name": c["name"], "ready": True, "restartCount": 0, "started": True,
-                "image": c["image"], "imageID": "nvcr.io/nvidia/tritonserver@sha256:" + "a" * 64,
-                "containerID": "containerd://" + "b" * 64,
-                "state": {"running": {"startedAt": "2026-11-01T10:00:08Z"}},
-            } for c in spec["containers"]],
+            "phase": "Running",
+            "hostIP": "10.0.3.17",
+            "podIP": "10.244.3.41",
+            "qosClass": "Burstable",
+            "startTime": "2026-11-01T10:00:05Z",
+            "conditions": [
+                {"type": t, "status": "True", "lastTransitionTime": "2026-11-01T10:00:09Z"}
+                for t in ("Initialized", "Ready", "ContainersReady", "PodScheduled")
+            ],
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "ready": True,
+                    "restartCount": 0,
+                    "started": True,
+                    "image": c["image"],
+                    "imageID": "nvcr.io/nvidia/tritonserver@sha256:" + "a" * 64,
+                    "containerID": "containerd://" + "b" * 64,
+                    "state": {"running": {"startedAt": "2026-11-01T10:00:08Z"}},
+                }
+                for c in spec["containers"]
+            ],
         },
     }
 
@@ -198,55 +239,91 @@ def generate(pods_wanted: int, out: io.TextIOBase, *, as_yaml: bool) -> tuple[in
     (pods, objects)."""
     dump = Dump(out, as_yaml=as_yaml)
     for ns, labels, _ in NAMESPACES:
-        dump.add({"apiVersion": "v1", "kind": "Namespace", "metadata": {
-            "name": ns, "uid": dump.uid(),
-            "labels": {"kubernetes.io/metadata.name": ns, **labels}}})
+        dump.add(
+            {
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {
+                    "name": ns,
+                    "uid": dump.uid(),
+                    "labels": {"kubernetes.io/metadata.name": ns, **labels},
+                },
+            }
+        )
     at_scale_1 = sum(n for _, _, n, _ in apps("x")) * len(NAMESPACES)
     scale = pods_wanted / at_scale_1
     for ns, _, resource_name in NAMESPACES:
         for kind, name, base, spec in apps(resource_name):
-            for obj in workload(dump, kind, name, ns, replicas=max(1, int(base * scale)),
-                                spec=spec):
+            for obj in workload(
+                dump, kind, name, ns, replicas=max(1, int(base * scale)), spec=spec
+            ):
                 dump.add(obj)
     # Bare pods make up the number asked for.
     i = 0
     while dump.pods < pods_wanted:
         ns, _, resource_name = NAMESPACES[i % len(NAMESPACES)]
-        dump.add(pod(dump, f"notebook-{i}", ns, pod_spec(container("lab", gpu=resource_name)),
-                     None))
+        dump.add(
+            pod(dump, f"notebook-{i}", ns, pod_spec(container("lab", gpu=resource_name)), None)
+        )
         i += 1
     dump.close()
     return dump.pods, dump.objects
 
 
-def workload(dump: Dump, kind: str, name: str, ns: str, *, replicas: int,
-             spec: dict[str, Any]) -> Iterator[dict[str, Any]]:
+def workload(
+    dump: Dump, kind: str, name: str, ns: str, *, replicas: int, spec: dict[str, Any]
+) -> Iterator[dict[str, Any]]:
     """The object of `kind` and what its controllers made of it: `replicas` pods."""
     if kind == "Pod":
         yield pod(dump, name, ns, spec, None)
         return
     if kind in ("CronJob", "JobSet"):
         if kind == "CronJob":
-            top = {"apiVersion": "batch/v1", "kind": kind, "metadata": meta(dump, name, ns),
-                   "spec": {"schedule": "0 3 * * *", "jobTemplate": {
-                       "spec": {"template": template(spec, name)}}}}
+            top = {
+                "apiVersion": "batch/v1",
+                "kind": kind,
+                "metadata": meta(dump, name, ns),
+                "spec": {
+                    "schedule": "0 3 * * *",
+                    "jobTemplate": {"spec": {"template": template(spec, name)}},
+                },
+            }
         else:
-            top = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": kind,
-                   "metadata": meta(dump, name, ns),
-                   "spec": {"replicatedJobs": [{"name": "workers", "replicas": replicas,
-                                                "template": {"spec": {
-                                                    "template": template(spec, name)}}}]}}
+            top = {
+                "apiVersion": "jobset.x-k8s.io/v1alpha2",
+                "kind": kind,
+                "metadata": meta(dump, name, ns),
+                "spec": {
+                    "replicatedJobs": [
+                        {
+                            "name": "workers",
+                            "replicas": replicas,
+                            "template": {"spec": {"template": template(spec, name)}},
+                        }
+                    ]
+                },
+            }
         yield top
         for j in range(replicas):
-            job = {"apiVersion": "batch/v1", "kind": "Job",
-                   "metadata": meta(dump, f"{name}-2911{j}", ns, top),
-                   "spec": {"template": template(spec, name)}}
+            job = {
+                "apiVersion": "batch/v1",
+                "kind": "Job",
+                "metadata": meta(dump, f"{name}-2911{j}", ns, top),
+                "spec": {"template": template(spec, name)},
+            }
             yield job
             yield pod(dump, f"{name}-2911{j}-x7k2p", ns, spec, job)
         return
-    top = {"apiVersion": "apps/v1", "kind": kind, "metadata": meta(dump, name, ns),
-           "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
-                    "template": template(spec, name)}}
+    top = {
+        "apiVersion": "apps/v1",
+        "kind": kind,
+        "metadata": meta(dump, name, ns),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app": name}},
+            "template": template(spec, name),
+        },
+    }
     if kind == "DaemonSet":
         del top["spec"]["replicas"]
     yield top
@@ -256,12 +333,18 @@ def workload(dump: Dump, kind: str, name: str, ns: str, *, replicas: int,
         old_spec = copy.deepcopy(spec)
         for c in old_spec["containers"]:
             c["image"] = c["image"].replace("24.08", "24.05")
-        yield {"apiVersion": "apps/v1", "kind": "ReplicaSet",
-               "metadata": meta(dump, f"{name}-5d4f8b", ns, top),
-               "spec": {"replicas": 0, "template": template(old_spec, name)}}
-        owner = {"apiVersion": "apps/v1", "kind": "ReplicaSet",
-                 "metadata": meta(dump, f"{name}-7c9d6f", ns, top),
-                 "spec": {"replicas": replicas, "template": template(spec, name)}}
+        yield {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": meta(dump, f"{name}-5d4f8b", ns, top),
+            "spec": {"replicas": 0, "template": template(old_spec, name)},
+        }
+        owner = {
+            "apiVersion": "apps/v1",
+            "kind": "ReplicaSet",
+            "metadata": meta(dump, f"{name}-7c9d6f", ns, top),
+            "spec": {"replicas": replicas, "template": template(spec, name)},
+        }
         yield owner
     for p in range(replicas):
         yield pod(dump, f"{name}-7c9d6f-{p:05d}", ns, spec, owner)
@@ -273,8 +356,7 @@ def workload(dump: Dump, kind: str, name: str, ns: str, *, replicas: int,
 def run_command(path: Path) -> tuple[float, float, int]:
     """`python -m webhook audit -f path` in a fresh process: wall seconds, its peak RSS in
     MiB, its exit code."""
-    argv = [sys.executable, "-m", "webhook", "audit", "-f", str(path), "--policies",
-            str(POLICIES)]
+    argv = [sys.executable, "-m", "webhook", "audit", "-f", str(path), "--policies", str(POLICIES)]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
         child = subprocess.Popen(argv, stdout=out, stderr=err, cwd=REPO)
@@ -304,10 +386,16 @@ def measure_parts(path: str) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000],
-                        help="pods in each dump (default 1000 10000)")
-    parser.add_argument("--yaml", action="store_true",
-                        help="also the largest dump as YAML (much slower to read)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=[1000, 10000],
+        help="pods in each dump (default 1000 10000)",
+    )
+    parser.add_argument(
+        "--yaml", action="store_true", help="also the largest dump as YAML (much slower to read)"
+    )
     parser.add_argument("--parts", metavar="FILE", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.parts:
@@ -316,8 +404,10 @@ def main() -> int:
     rows = [(n, False) for n in args.sizes]
     if args.yaml:
         rows.append((max(args.sizes), True))
-    print(f"{'dump':<6}{'pods':>8}{'objects':>9}{'MiB':>7}{'read s':>8}{'judge s':>9}"
-          f"{'command s':>11}{'peak RSS MiB':>14}{'exit':>6}")
+    print(
+        f"{'dump':<6}{'pods':>8}{'objects':>9}{'MiB':>7}{'read s':>8}{'judge s':>9}"
+        f"{'command s':>11}{'peak RSS MiB':>14}{'exit':>6}"
+    )
     with tempfile.TemporaryDirectory() as tmp:
         for n, as_yaml in rows:
             path = Path(tmp) / f"cluster-{n}.{'yaml' if as_yaml else 'json'}"
@@ -325,13 +415,17 @@ def main() -> int:
                 pods, objects = generate(n, out, as_yaml=as_yaml)  # type: ignore[arg-type]
             parts = subprocess.run(
                 [sys.executable, __file__, "--parts", str(path)],
-                capture_output=True, text=True, check=True,
+                capture_output=True,
+                text=True,
+                check=True,
             )
             m = json.loads(parts.stdout)
             seconds, rss, code = run_command(path)
             size = path.stat().st_size / 2**20
-            print(f"{'yaml' if as_yaml else 'json':<6}{pods:>8,}{objects:>9,}{size:>7.1f}"
-                  f"{m['read']:>8.2f}{m['judge']:>9.2f}{seconds:>11.2f}{rss:>14.0f}{code:>6}")
+            print(
+                f"{'yaml' if as_yaml else 'json':<6}{pods:>8,}{objects:>9,}{size:>7.1f}"
+                f"{m['read']:>8.2f}{m['judge']:>9.2f}{seconds:>11.2f}{rss:>14.0f}{code:>6}"
+            )
     return 0
 
 
