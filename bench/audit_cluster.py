@@ -46,7 +46,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import orjson
 import yaml
@@ -152,7 +152,7 @@ async def serve(args: argparse.Namespace) -> None:
     """The stand-in's process: seed, serve on a free port, write the kubeconfig, then answer
     `stats`, `reset` and `quit` lines on standard input with JSON lines."""
     if not args.pure_yaml:
-        kube_api.yaml = JsonFirstYaml  # type: ignore[assignment]
+        kube_api.yaml = JsonFirstYaml  # type: ignore[attr-defined,assignment]
     start = time.perf_counter()
     kube, pods = seeded(
         Path(args.serve),
@@ -210,7 +210,7 @@ class StandIn:
         self.ready = self._read()
 
     def _read(self) -> dict[str, Any]:
-        out: TextIO | None = self.process.stdout
+        out = self.process.stdout
         assert out is not None
         line = out.readline()
         if not line:
@@ -302,7 +302,7 @@ def bench_size(n: int, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Every run of one size; prints its rows as they come."""
     dump = tmp / f"cluster-{n}.json"
     with dump.open("w", encoding="utf-8") as out:
-        pods, objects = audit.generate(n, out, as_yaml=False)  # type: ignore[arg-type]
+        pods, objects = audit.generate(n, out, as_yaml=False)
     result: dict[str, Any] = {"pods": pods, "objects": objects}
     from_file = median_of(
         [
@@ -357,7 +357,7 @@ def baseline(dump: Path, tmp: Path, args: argparse.Namespace) -> dict[str, Any]:
         ]
     namespaces = tmp / "namespaces.json"
     with namespaces.open("w", encoding="utf-8") as out:
-        written = audit.Dump(out, as_yaml=False)  # type: ignore[arg-type]
+        written = audit.Dump(out, as_yaml=False)
         audit.add_namespaces(written)
         written.close()
     files = [vars(audit.run_audit("-f", str(namespaces), codes=(2,))) for _ in range(args.repeat)]
@@ -368,8 +368,11 @@ def print_memory(results: Sequence[dict[str, Any]], base: dict[str, Any], page: 
     """Peak RSS above the program's, per pod: -f, --cluster -o json, and the second
     --write-reports (the CronJob's steady state: it holds the reports it read back too)."""
     cluster_base, file_base = base["cluster"]["rss"], base["file"]["rss"]
-    columns = (("-f", "file", file_base), ("--cluster", f"page {page}", cluster_base))
-    columns += (("write 2nd", "write 2", cluster_base),)
+    columns = [
+        ("-f", "file", file_base),
+        ("--cluster", f"page {page}", cluster_base),
+        ("write 2nd", "write 2", cluster_base),
+    ]
     print()
     print(
         f"memory: peak RSS, and KiB per pod above the program's own (-f: {file_base:.0f} MiB,"
