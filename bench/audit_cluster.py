@@ -2,13 +2,13 @@
 stand-in of the Kubernetes API (tests/kube_api.py) serving the dumps of bench/audit.py.
 
     python bench/audit_cluster.py [--sizes 1000 10000] [--page-sizes 100 500 1000]
-                                  [--managed-fields] [--validate] [--repeat 3]
+                                  [--repeat 1] [--managed-fields] [--validate] [--pure-yaml]
 
 For each size, a dump as bench/audit.py writes it (distinct objects: every pod, workload and
 namespace its own name and uid) is served by the stand-in in another process (a core of its
 own, as far as two cores go: the stand-in parses, pages and encodes in Python, and its CPU
 seconds are shown apart). Then, each a fresh `python -m webhook audit` process (wall and CPU
-seconds, and its peak RSS: getrusage of the child):
+seconds, and its peak RSS: getrusage of the child, through bench/audit.py's launcher):
 
 - `-f DUMP -o json`: the same objects from the file, for comparison;
 - `--cluster -o json` at each page size: the list requests it made (all kinds, and the pods'
@@ -18,15 +18,18 @@ seconds, and its peak RSS: getrusage of the child):
   stand-in's PATCH and DELETE requests are counted, and a second run that writes any stops
   the bench.
 
-And a baseline: `--cluster -o json` against a stand-in holding the Namespaces only (the
-program, its imports and the kubernetes client, no objects), for memory per object: (peak
-RSS - baseline) / pods, and the slope between the two largest sizes.
+And a baseline, the program without objects: `--cluster -o json` against a stand-in holding
+the Namespaces only, and `-f` of the Namespaces alone; for memory per pod: (peak RSS -
+baseline) / pods, and the slope between the two largest sizes.
 
 The stand-in serves each object as it is stored, with its `status`, and without
 `metadata.managedFields` unless `--managed-fields` (the stand-in then owns every field as one
 manager: fewer bytes than a real API server's per-container entries, more than none); the
 audit drops both as each page is read. `--validate` makes the stand-in check every written
 report against the report CRDs' schemas (tests/report_schemas.py; its CPU seconds grow).
+Two things differ from the stand-in as the tests run it: it decodes JSON request bodies with
+`json` (`JsonFirstYaml`; `--pure-yaml` keeps PyYAML), and it takes request bodies up to the
+API server's 3 MiB (aiohttp's default is 1 MiB).
 
 Compare rows of one run: the machines are shared; the first and last lines print the load.
 """
