@@ -404,14 +404,28 @@ def print_memory(results: Sequence[dict[str, Any]], base: dict[str, Any], page: 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000])
-    parser.add_argument("--page-sizes", type=int, nargs="+", default=[100, 500, 1000])
+    parser.add_argument(
+        "--sizes", type=int, nargs="+", default=[1000, 10000], help="pods in each dump"
+    )
+    parser.add_argument(
+        "--page-sizes",
+        type=int,
+        nargs="+",
+        default=[100, 500, 1000],
+        help="--page-size of each run",
+    )
     parser.add_argument(
         "--repeat", type=int, default=1, help="runs of each read, the median kept (default 1)"
     )
-    parser.add_argument("--managed-fields", action="store_true")
-    parser.add_argument("--validate", action="store_true")
-    parser.add_argument("--pure-yaml", action="store_true")
+    parser.add_argument(
+        "--managed-fields", action="store_true", help="serve objects with metadata.managedFields"
+    )
+    parser.add_argument(
+        "--validate", action="store_true", help="the stand-in checks reports against the CRDs"
+    )
+    parser.add_argument(
+        "--pure-yaml", action="store_true", help="the stand-in decodes bodies with PyYAML only"
+    )
     parser.add_argument("--serve", metavar="DUMP", help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
     parser.add_argument("--namespaces-only", action="store_true", help=argparse.SUPPRESS)
