@@ -776,7 +776,9 @@ class KubeAPI:
     # --- HTTP ---------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._record])
+        # The API server takes request bodies of up to 3 MiB (apiserver's
+        # MaxRequestBodyBytes); aiohttp's default is 1 MiB.
+        app = web.Application(middlewares=[self._record], client_max_size=3 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         return app
 
@@ -789,9 +791,12 @@ class KubeAPI:
         if raw:
             text = raw.decode(errors="replace")
             try:
-                body = yaml.safe_load(text)  # JSON is YAML
-            except yaml.YAMLError:
-                body = text
+                body = json.loads(text)
+            except ValueError:
+                try:
+                    body = yaml.safe_load(text)  # an apply body may be YAML
+                except yaml.YAMLError:
+                    body = text
         try:
             response = await handler(request)
         except StatusError as error:
@@ -1091,7 +1096,11 @@ class KubeAPI:
                     "error decoding YAML: yaml: found invalid Unicode character escape code"
                 )
             try:
-                patch = yaml.safe_load(raw)
+                # JSON is YAML, read far faster by the json module (what the client sends).
+                try:
+                    patch = json.loads(raw)
+                except ValueError:
+                    patch = yaml.safe_load(raw)
             except yaml.YAMLError as exc:
                 raise bad_request(f"error decoding YAML: {exc}") from None
             if not isinstance(patch, dict):

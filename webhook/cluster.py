@@ -182,34 +182,62 @@ def read(
     return out
 
 
+@dataclass(frozen=True, slots=True)
+class Existing:
+    """A report this tool wrote before, as much of it as a run needs: which it is, its
+    labels, what it holds (`reporting.digest`), and its results' timestamps
+    (`reporting.timestamps`). Not the report itself: at 50,000 pods they hold some 65 MB of
+    JSON, kept for the length of a run."""
+
+    key: tuple[str, str, str]  # kind, namespace ("" for a cluster report), name
+    labels: Mapping[str, str]
+    digest: bytes
+    stamps: Mapping[reporting.Identity, reporting.Stamp]
+
+
 def existing_reports(
     api_client: Any, api: reporting.ReportApi, *, page_size: int = DEFAULT_PAGE_SIZE
-) -> list[dict[str, Any]]:
+) -> list[Existing]:
     """The reports of `api` this tool wrote before, both kinds: those with its label and a
     name it gives (`reporting.is_report_name`). The label alone is not enough: whoever may
     patch another tool's report could label it so, and have this tool delete it."""
     selector = f"{reporting.MANAGED_BY_LABEL}={reporting.FIELD_MANAGER}"
-    out: list[dict[str, Any]] = []
+    out: list[Existing] = []
     for resource in report_resources(api):
         try:
-            found = _list(api_client, resource, page_size=page_size, selector=selector)
+            found = _list(
+                api_client, resource, page_size=page_size, selector=selector, keep=_existing
+            )
         except _NotServed:
             raise ClusterError(
                 f"list {resource.text} at the cluster scope: the {resource.text} CRD is not"
                 " installed; install it (see docs/audit.md), or pick the other report API"
                 " with -o"
             ) from None
-        out += (
-            item
-            for item in found.items
-            if reporting.is_report_name(str((item.get("metadata") or {}).get("name", "")))
-        )
+        out += (item for item in found.items if isinstance(item, Existing))
     return out
+
+
+def _existing(item: dict[str, Any]) -> Existing | None:
+    """A listed report as `Existing`, as its page is read (None: not one of ours)."""
+    meta = item.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    name = meta.get("name")
+    if not isinstance(name, str) or not reporting.is_report_name(name):
+        return None
+    labels = meta.get("labels")
+    labels = labels if isinstance(labels, dict) else {}
+    return Existing(
+        key=_key(item),
+        labels={str(k): str(v) for k, v in labels.items()},
+        digest=reporting.digest(item),
+        stamps=reporting.timestamps([item]),
+    )
 
 
 @dataclass(slots=True)
 class _Listed:
-    items: list[dict[str, Any]]
+    items: list[Any]
     calls: int
 
 
@@ -222,13 +250,18 @@ class _NotServed(Exception):
 
 
 def _list(
-    api_client: Any, resource: Resource, *, page_size: int, selector: str | None = None
+    api_client: Any,
+    resource: Resource,
+    *,
+    page_size: int,
+    selector: str | None = None,
+    keep: Callable[[dict[str, Any]], Any] | None = None,
 ) -> _Listed:
-    """Every item of one kind, page by page; the whole list again when a continue token
-    expires (at most RESTARTS times)."""
+    """Every item of one kind, page by page (each as `keep` makes it, None left out); the
+    whole list again when a continue token expires (at most RESTARTS times)."""
     for attempt in range(RESTARTS + 1):
         try:
-            return _pages(api_client, resource, page_size, selector)
+            return _pages(api_client, resource, page_size, selector, keep)
         except _Expired:
             if attempt == RESTARTS:
                 raise ClusterError(
@@ -239,9 +272,15 @@ def _list(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _pages(api_client: Any, resource: Resource, page_size: int, selector: str | None) -> _Listed:
+def _pages(
+    api_client: Any,
+    resource: Resource,
+    page_size: int,
+    selector: str | None,
+    keep: Callable[[dict[str, Any]], Any] | None,
+) -> _Listed:
     what = f"list {resource.text} at the cluster scope"
-    items: list[dict[str, Any]] = []
+    items: list[Any] = []
     token: str | None = None
     seen: set[str] = set()
     calls = 0
@@ -253,7 +292,9 @@ def _pages(api_client: Any, resource: Resource, page_size: int, selector: str | 
         raw = page.get("items")
         if not isinstance(raw, list):
             raise ClusterError(f"{what}: the answer is not a list (no items)")
-        items += (item for item in raw if isinstance(item, dict))
+        for item in raw:
+            if isinstance(item, dict) and (kept := keep(item) if keep else item) is not None:
+                items.append(kept)
         meta = page.get("metadata")
         token = meta.get("continue") if isinstance(meta, dict) else None
         if not token:
@@ -391,12 +432,12 @@ def write_reports(
     api_client: Any,
     api: reporting.ReportApi,
     reports: Sequence[Mapping[str, Any]],
-    existing: Sequence[Mapping[str, Any]],
+    existing: Sequence[Existing],
 ) -> Written:
     """Apply `reports`, leaving alone those already as they are, and delete the ones of
     `existing` (from `existing_reports`) that `reports` does not hold."""
     done = Written()
-    before = {_key(obj): obj for obj in existing}
+    before = {old.key: old for old in existing}
     custom: Any = client.CustomObjectsApi(api_client)
     for obj in reports:
         key = _key(obj)
@@ -507,20 +548,14 @@ def _shown(key: tuple[str, str, str]) -> str:
     return f"{namespace}/{name}" if namespace else name
 
 
-# The fields this tool sets at the top of a report; the others (metadata the API server
-# keeps) do not make a report differ.
-_OWN = ("source", "scope", "summary", "results")
-
-
-def _same(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
-    """Whether applying `new` would change nothing of `old`."""
-    if any(new.get(k) != old.get(k) for k in _OWN):
+def _same(new: Mapping[str, Any], old: Existing) -> bool:
+    """Whether applying `new` would change nothing of `old`: the same fields of its own, and
+    its labels there (others may have added more)."""
+    if reporting.digest(new) != old.digest:
         return False
-    meta, old_meta = new.get("metadata"), old.get("metadata")
+    meta = new.get("metadata")
     labels = meta.get("labels") if isinstance(meta, Mapping) else None
-    old_labels = old_meta.get("labels") if isinstance(old_meta, Mapping) else None
-    old_labels = old_labels if isinstance(old_labels, Mapping) else {}
-    return all(old_labels.get(k) == v for k, v in (labels or {}).items())
+    return all(old.labels.get(k) == v for k, v in (labels or {}).items())
 
 
 # --------------------------------------------------------------------------- errors

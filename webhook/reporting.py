@@ -37,6 +37,7 @@ Pure: no I/O (`cluster.py` reads and writes, `commands/audit.py` prints).
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -47,6 +48,10 @@ import orjson
 from webhook import auditing, names
 from webhook.core import rules
 from webhook.core.decisions import Violation, printable, shown
+
+# What makes two results the same finding (`_identity`), and a result's timestamp.
+Identity = tuple[Any, ...]
+Stamp = dict[str, int]
 
 SOURCE = "gpu-share-webhook"
 # The field manager of server-side apply, and the value of MANAGED_BY_LABEL on every report:
@@ -179,11 +184,14 @@ def build(
     *,
     now: int,
     previous: Iterable[Mapping[str, Any]] = (),
+    kept: Mapping[Identity, Stamp] | None = None,
 ) -> list[dict[str, Any]]:
     """The reports of `report`: the namespaced ones by namespace, then the cluster ones.
     `now`: the timestamp (seconds since the epoch) of results that are new; `previous`: the
-    reports this tool wrote before, whose results' timestamps are kept where unchanged."""
-    kept = _timestamps(previous)
+    reports this tool wrote before, whose results' timestamps are kept where unchanged (or
+    `kept`: those timestamps, `timestamps(previous)`)."""
+    if kept is None:
+        kept = timestamps(previous)
     out: list[dict[str, Any]] = []
     for ns in report.namespaces:
         if ns.status != auditing.JUDGED or not ns.in_files:
@@ -200,6 +208,22 @@ def build(
     cluster = [r for ns in report.namespaces if (r := _namespace_result(ns))]
     out += _reports(api, [[r] for r in cluster], namespace=None, scope=None, now=now, kept=kept)
     return out
+
+
+# The fields this tool sets at the top of a report besides its metadata: what `digest`
+# compares.
+OWN_FIELDS = ("source", "scope", "summary", "results")
+
+
+def digest(obj: Mapping[str, Any]) -> bytes:
+    """What a report holds of OWN_FIELDS, in 32 bytes: two reports with the same digest
+    apply alike (a report in the cluster is kept as its digest, not whole)."""
+    own = {k: obj.get(k) for k in OWN_FIELDS}
+    try:
+        text = orjson.dumps(own, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # what whoever may write reports wrote: never ours
+        return b""
+    return hashlib.sha256(text).digest()
 
 
 def is_report_name(name: str) -> bool:
@@ -436,7 +460,7 @@ def _reports(
     namespace: str | None,
     scope: dict[str, str] | None,
     now: int,
-    kept: Mapping[tuple[Any, ...], Any],
+    kept: Mapping[Identity, Stamp],
 ) -> list[dict[str, Any]]:
     """The reports of one namespace (or of the cluster: `namespace` None), the results of one
     object never split between two."""
@@ -475,7 +499,7 @@ def _reports(
     return out
 
 
-def _identity(result: Mapping[str, Any]) -> tuple[Any, ...]:
+def _identity(result: Mapping[str, Any]) -> Identity:
     """What makes two results the same finding: the object (its uid when it has one: a
     Pod made again under the same name is another object), the rule, the outcome and the
     message."""
@@ -497,8 +521,10 @@ def _identity(result: Mapping[str, Any]) -> tuple[Any, ...]:
     )
 
 
-def _timestamps(previous: Iterable[Mapping[str, Any]]) -> dict[tuple[Any, ...], Any]:
-    kept: dict[tuple[Any, ...], Any] = {}
+def timestamps(previous: Iterable[Mapping[str, Any]]) -> dict[Identity, Stamp]:
+    """The timestamp of each result of `previous` (reports), by what makes it the same
+    finding (`_identity`)."""
+    kept: dict[Identity, Stamp] = {}
     for obj in previous:
         results = obj.get("results")
         for r in results if isinstance(results, list) else ():

@@ -38,6 +38,7 @@ Exit 0: nothing would be refused (or, with --write-reports, the reports were wri
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -207,6 +208,20 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # A run reads a cluster's worth of small objects and keeps them to its end, making few
+    # cycles: the cyclic collector's passes over them cost some 45% of a large run's CPU
+    # (bench/audit_cluster.py: 10.5 s against 5.8 s at 50,000 pods, the same peak memory)
+    # and free nothing. Reference counting still frees everything else.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _run(args)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _run(args: argparse.Namespace) -> int:
     files: list[str] = args.filename
     problem = _usage_problem(
         files, cluster=args.cluster, write=args.write_reports, output=args.output
@@ -237,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --webhook-namespace: {exc}", file=sys.stderr)
         return EXIT_USAGE
     api_client = None
-    previous: list[dict[str, Any]] = []
+    previous: list[cluster.Existing] = []
     if args.cluster:
         try:
             api_client = cluster.connect(args.kubeconfig, args.context)
@@ -317,7 +332,7 @@ def _cluster_output(
     args: argparse.Namespace,
     report: auditing.Report,
     api_client: Any,
-    previous: list[dict[str, Any]],
+    previous: list[cluster.Existing],
 ) -> int:
     """What `--cluster` prints or writes: a cluster has Namespaces, and may have nothing to
     audit (not an error there, unlike an empty dump: the reports say so)."""
@@ -329,7 +344,8 @@ def _cluster_output(
     if not args.write_reports:
         return _print(args, report, ["the cluster"])
     api = reporting.APIS[args.output]
-    items = reporting.build(report, api, now=_now(), previous=previous)
+    kept = {k: v for old in previous for k, v in old.stamps.items()}
+    items = reporting.build(report, api, now=_now(), kept=kept)
     try:
         done = cluster.write_reports(api_client, api, items, previous)
     except cluster.ClusterError as exc:
