@@ -50,6 +50,9 @@ from webhook import kubeclient, names, reporting
 from webhook.core import pods
 
 DEFAULT_PAGE_SIZE = 500
+# Reports per list request: a report holds up to about 1 MB (reporting.REPORT_BYTES), and a
+# page is held twice while it is read (its JSON, and the objects made of it).
+REPORT_PAGE_SIZE = 5
 # How many times an expired continue token restarts one kind's list.
 RESTARTS = 3
 # Pages of one list past which the API server is taken to loop (a continue token that never
@@ -206,7 +209,11 @@ def existing_reports(
     for resource in report_resources(api):
         try:
             found = _list(
-                api_client, resource, page_size=page_size, selector=selector, keep=_existing
+                api_client,
+                resource,
+                page_size=min(page_size, REPORT_PAGE_SIZE),
+                selector=selector,
+                keep=_existing,
             )
         except _NotServed:
             raise ClusterError(
