@@ -388,6 +388,7 @@ def audit(
             report.duplicates += 1  # the last one counts
         found[identity] = item
 
+    same: dict[Any, Any] = {}
     in_namespace: dict[str, list[_Object]] = {}
     for item in found.values():
         in_namespace.setdefault(item.namespace, []).append(item)
@@ -423,7 +424,7 @@ def audit(
         real, enforcing = governing[path]
         _host_access(ns, real)
         for item in items:
-            problem = _judge(item, real=real, enforcing=enforcing, kinds=by_kind)
+            problem = _judge(item, real=real, enforcing=enforcing, kinds=by_kind, same=same)
             if problem is not None:
                 report.malformed.append((name, item.ref, problem))
                 continue
@@ -555,9 +556,16 @@ def _enforcing(policy: Policy) -> Policy:
 
 
 def _judge(
-    item: _Object, *, real: Policy, enforcing: Policy, kinds: pods.Kinds
+    item: _Object,
+    *,
+    real: Policy,
+    enforcing: Policy,
+    kinds: pods.Kinds,
+    same: dict[Any, Any],
 ) -> Violation | None:
-    """Set `item.verdict`; or return the shape problem that keeps the object from a review."""
+    """Set `item.verdict`; or return the shape problem that keeps the object from a review.
+    `same`: the audit's store of equal parts of verdicts, kept once (the pods of one
+    controller are judged alike: their verdicts' descriptions need not be held per pod)."""
     obj = item.obj
     decision = reviewing.review(obj, policy=enforcing, mutate=True, kinds=kinds)
     if decision.malformed:
@@ -599,7 +607,16 @@ def _judge(
         )
         for rule, _ in mutations
     )
-    item.verdict = Verdict(status, refusals, mutations, adds, warnings, (*key, why), why, rule_adds)
+    item.verdict = Verdict(
+        status,
+        refusals,
+        mutations,
+        same.setdefault(adds, adds),
+        warnings,
+        same.setdefault((*key, why), (*key, why)),
+        why,
+        same.setdefault(rule_adds, rule_adds),
+    )
     return None
 
 
