@@ -600,7 +600,8 @@ def odd_api(pages: Callable[[int], bytes]) -> Any:
     (lambda n: b'{"metadata": {}, "items": {"a": 1}}',
      "list namespaces at the cluster scope: the answer is not a list (no items)"),
     (lambda n: b"<html>busy</html>",
-     "list namespaces at the cluster scope: the answer is not JSON"),
+     "list namespaces at the cluster scope: the answer is not JSON (Expecting value: line 1"
+     " column 1 (char 0))"),
     (lambda n: b"[1, 2]", "list namespaces at the cluster scope: the answer is not a list"),
 ], ids=["token-again", "token-not-string", "no-items", "items-not-list", "not-json", "array"])
 async def test_an_answer_that_is_no_list_is_one_line_and_exit_3(
@@ -646,3 +647,49 @@ async def test_an_object_nested_deeper_than_orjson_reads_is_audited(
     assert run.code == 0, run.err
     (batch,) = run.json()["namespaces"]
     assert batch["counts"]["objects"] == 1
+
+
+async def test_claim_parameters_orjson_refuses_do_not_stop_the_audit(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    """A claim's opaque parameters are kept as the tenant sent them (a RawExtension): a lone
+    surrogate escape, which orjson refuses, in a namespace that never opted in and in one
+    that did. The page is read the lenient way and the reports are written."""
+    ns = {"apiVersion": "v1", "kind": "Namespace",
+          "metadata": {"name": "dra-team", "labels": {**OPTED_IN, names.POLICY_LABEL: "dra"}}}
+    kube.add(ns)
+    for namespace in ("batch", "dra-team"):
+        kube.add({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                  "metadata": {"name": "nic", "namespace": namespace},
+                  "spec": {"devices": {
+                      "requests": [{"name": "nic", "exactly": {
+                          "deviceClassName": "nic.example.com"}}],
+                      "config": [{"opaque": {"driver": "nic.example.com",
+                                             "parameters": {"iface": "eth\ud800"}}}]}}})
+    run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+    assert run.code == 0, run.err
+    report = kube.object("wgpolicyk8s.io/v1alpha2", "PolicyReport", "gpu-share-webhook",
+                         "dra-team")
+    assert report is not None
+    assert [x["resources"][0]["name"] for x in report["results"]] == ["nic"]
+
+
+async def test_objects_of_namespaces_never_reviewed_are_only_counted(
+    kube: kube_api.KubeAPI,
+) -> None:
+    """What the webhook never sees is not held: its kind, name and uid only."""
+    api_client = kube_api_client(kube)
+    with api_client:
+        found = await asyncio.to_thread(
+            cluster_module.read, api_client, cluster_module.BUILTIN, page_size=3,
+            reviewed=lambda namespaces: {"team-a"})
+    pods_ = {o["metadata"]["name"]: o for o in found.objects if o["kind"] == "Pod"}
+    assert set(pods_["privileged"]) == {"apiVersion", "kind", "metadata"}  # in batch
+    assert set(pods_["privileged"]["metadata"]) == {"name", "namespace", "uid"}
+    assert "spec" in pods_["notebook"]  # in team-a
+
+
+def kube_api_client(kube: kube_api.KubeAPI) -> Any:
+    import kubernetes
+
+    return kubernetes.client.ApiClient(kube_api.client_configuration(kube))

@@ -37,7 +37,7 @@ import json
 import re
 import sys
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,9 +64,8 @@ APPLY_PATCH = "application/apply-patch+yaml"
 # A Pod in these phases has stopped for good (its containers will not run again) and holds
 # no device: the kubelet gave them back. What the webhook would do to it says nothing.
 FINISHED_PHASES = ("Succeeded", "Failed")
-# orjson reads JSON nested up to 1,024 levels; the API server stores objects nested deeper
-# (a custom resource's preserved fields). Such a page is read again by the json module, on a
-# thread with a stack of this size and this recursion limit, rather than failing the audit.
+# A page orjson does not read (`_loads`) is read again by the json module on a thread with a
+# stack of this size and this recursion limit.
 _DEEP_STACK = 512 * 1024 * 1024
 _DEEP_RECURSION = 100_000
 
@@ -164,25 +163,68 @@ def read(
     listed: Sequence[Resource],
     *,
     page_size: int = DEFAULT_PAGE_SIZE,
+    reviewed: Callable[[Sequence[Mapping[str, Any]]], Collection[str]] | None = None,
 ) -> Read:
-    """Every object of `listed` in the cluster (see the module docstring)."""
+    """Every object of `listed` in the cluster (see the module docstring).
+
+    `reviewed`: given the Namespaces (listed first), the names of those the webhook reviews.
+    An object in any other namespace is kept as its kind, name and uid only: the audit
+    counts it and judges nothing of it, and a tenant of a namespace that never opted in
+    cannot fill the audit's memory with what the webhook never sees (an object of 1 MB of
+    small env entries is some 20 MB read).
+    """
     out = Read()
+    judged: Collection[str] | None = None
     for resource in listed:
+
+        def keep(
+            item: dict[str, Any],
+            resource: Resource = resource,
+            judged: Collection[str] | None = judged,
+        ) -> Any:
+            # As each page is read: what is not judged is not held.
+            if resource.kind == "Pod" and _finished(item):
+                return _FINISHED
+            trimmed = _trimmed(item, resource)
+            if judged is not None and _namespace_of(trimmed) not in judged:
+                return _stub(trimmed)
+            return trimmed
+
         try:
-            found = _list(api_client, resource, page_size=page_size)
+            found = _list(api_client, resource, page_size=page_size, keep=keep)
         except _NotServed:
             out.notes.append(
                 f"{resource.text} ({resource.api_version}) is not served by this cluster:"
                 f" no {resource.kind} to audit"
             )
             continue
-        for item in found.items:
-            if resource.kind == "Pod" and _finished(item):
-                out.finished += 1
-                continue
-            out.objects.append(_trimmed(item, resource))
-        out.counts[resource.text] = (len(found.items), found.calls)
+        items = [item for item in found.items if item is not _FINISHED]
+        out.finished += len(found.items) - len(items)
+        out.objects += items
+        out.counts[resource.text] = (len(items), found.calls)
+        if resource.kind == "Namespace" and reviewed is not None:
+            judged = frozenset(reviewed(items))
     return out
+
+
+# What `read` keeps of a Pod that has finished, until it counts them.
+_FINISHED = object()
+
+
+def _namespace_of(item: Mapping[str, Any]) -> object:
+    meta = item.get("metadata")
+    return meta.get("namespace") if isinstance(meta, dict) else None
+
+
+def _stub(item: Mapping[str, Any]) -> dict[str, Any]:
+    """An object the audit only counts: its kind, name and uid."""
+    meta = item.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    return {
+        "apiVersion": item.get("apiVersion"),
+        "kind": item.get("kind"),
+        "metadata": {k: meta[k] for k in ("name", "namespace", "uid") if k in meta},
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,23 +409,29 @@ def _body(response: Any) -> bytes:
 def _loads(body: bytes, what: str) -> Any:
     try:
         return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        if "depth limit" not in str(exc):
-            raise ClusterError(f"{what}: the answer is not JSON") from None
-    return _deep_loads(body, what)
+    except orjson.JSONDecodeError:
+        pass
+    # What orjson does not read, the API server may still serve: JSON nested deeper than
+    # orjson's 1,024 levels (a custom resource's preserved fields), and the bytes of a
+    # RawExtension as a tenant sent them (a claim's opaque parameters: "\ud800", a lone
+    # surrogate, or bytes that are not UTF-8), which it keeps as they came. One such object
+    # must not stop the audit of every other: read again as Go reads it (bad bytes become
+    # U+FFFD) by the json module, on a thread with room for deep nesting.
+    return _lenient_loads(body, what)
 
 
-def _deep_loads(body: bytes, what: str) -> Any:
-    """JSON nested deeper than orjson reads, by the json module on a thread with room for it
-    (the API server stores what its own decoder took: about 10,000 levels)."""
+def _lenient_loads(body: bytes, what: str) -> Any:
+    """`body` read by the json module: invalid UTF-8 replaced, nesting as deep as the API
+    server keeps (about 10,000 levels), lone surrogates kept (`reporting` escapes them)."""
     result: list[Any] = []
     problem: list[str] = []
+    text = body.decode("utf-8", "replace")
 
     def parse() -> None:
         limit = sys.getrecursionlimit()
         sys.setrecursionlimit(max(limit, _DEEP_RECURSION))
         try:
-            result.append(json.loads(body))
+            result.append(json.loads(text))
         except (ValueError, RecursionError) as exc:
             problem.append(_line(exc))
         finally:
@@ -391,14 +439,14 @@ def _deep_loads(body: bytes, what: str) -> Any:
 
     size = threading.stack_size(_DEEP_STACK)
     try:
-        worker = threading.Thread(target=parse, name="deep-json")
+        worker = threading.Thread(target=parse, name="lenient-json")
         worker.start()
     finally:
         threading.stack_size(size)
     worker.join()
     if not result:
         reason = problem[0] if problem else "it could not be read"
-        raise ClusterError(f"{what}: the answer is not JSON the audit can read ({reason})")
+        raise ClusterError(f"{what}: the answer is not JSON ({reason})")
     return result[0]
 
 

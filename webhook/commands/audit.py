@@ -43,7 +43,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -256,8 +256,12 @@ def _run(args: argparse.Namespace) -> int:
     if args.cluster:
         try:
             api_client = cluster.connect(args.kubeconfig, args.context)
+            excluded = frozenset(args.exclude_namespaces)
             found = cluster.read(
-                api_client, cluster.resources(workload_kinds), page_size=args.page_size
+                api_client,
+                cluster.resources(workload_kinds),
+                page_size=args.page_size,
+                reviewed=lambda found: _reviewed(found, where, excluded),
             )
             _notes(found)
             if args.write_reports:
@@ -383,6 +387,23 @@ def _written_text(api: reporting.ReportApi, done: cluster.Written, report: audit
 def _now() -> int:
     """Seconds since the epoch: the timestamp of results that are new."""
     return int(time.time())
+
+
+def _reviewed(
+    namespaces: Sequence[Mapping[str, Any]], where: rendering.Routes, excluded: frozenset[str]
+) -> set[str]:
+    """The names of the namespaces the webhook reviews, among these Namespace objects."""
+    out = set()
+    for ns in namespaces:
+        meta = ns.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        name, labels = meta.get("name"), meta.get("labels")
+        if not isinstance(name, str) or name in excluded:
+            continue
+        labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
+        if auditing.policy_path(where, name, labels) is not None:
+            out.add(name)
+    return out
 
 
 def _notes(found: cluster.Read) -> None:
