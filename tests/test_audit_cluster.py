@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import kubernetes
 import pytest
 import yaml
 from aiohttp import web
@@ -371,8 +372,10 @@ async def test_reports_are_applied_then_left_alone_then_updated_and_pruned(
                                                             "typo")}
     assert len(kube.objects(api.api_version, api.cluster_kind)) == 1
     applies = list(kube.writes())
+    # A report it does not know yet is applied without force: were it another manager's of
+    # that name, the API server would say so (409) instead of handing it over.
     assert all(r.method == "PATCH" and r.content_type == kube_api.APPLY_PATCH
-               and r.query["fieldManager"] == "gpu-share-webhook" and r.query["force"] == "true"
+               and r.query["fieldManager"] == "gpu-share-webhook" and r.query["force"] == "false"
                for r in applies)
     # What was stored is what -o prints (the stand-in validated it against the CRD schemas).
     printed = await audit(capsys, kube, files, "-o", api.output)
@@ -400,6 +403,7 @@ async def test_reports_are_applied_then_left_alone_then_updated_and_pruned(
     third = await audit(capsys, kube, files, "-o", api.output, "--write-reports")
     assert third.code == 0
     assert "0 created, 2 updated, 2 unchanged, 1 deleted" in third.out  # team-a, cluster
+    assert {r.query["force"] for r in kube.writes() if r.method == "PATCH"} == {"true"}
     assert "deleted: legacy/gpu-share-webhook" in third.out
     after = {r["metadata"]["namespace"]: r for r in kube.objects(api.api_version, api.kind)}
     assert set(after) == {"rollout", "team-a", "typo"}
@@ -690,6 +694,49 @@ async def test_objects_of_namespaces_never_reviewed_are_only_counted(
 
 
 def kube_api_client(kube: kube_api.KubeAPI) -> Any:
-    import kubernetes
-
     return kubernetes.client.ApiClient(kube_api.client_configuration(kube))
+
+
+async def test_another_tool_s_report_of_our_name_is_left_alone(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    theirs = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
+              "metadata": {"name": "gpu-share-webhook", "namespace": "team-a",
+                           "labels": {"app.kubernetes.io/managed-by": "kyverno"}},
+              "results": [{"policy": "disallow-latest-tag", "result": "pass"}]}
+    kube.add(theirs, manager="kyverno")
+    run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+    assert run.code == 0, run.err
+    assert "4 created, 0 updated, 0 unchanged, 0 deleted, 1 skipped" in run.out
+    assert "skipped: team-a/gpu-share-webhook (another manager's report of that name: left" \
+           " alone" in run.out
+    kept = kube.object("wgpolicyk8s.io/v1alpha2", "PolicyReport", "gpu-share-webhook", "team-a")
+    assert kept is not None
+    assert kept["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kyverno"}
+    assert kept["results"] == theirs["results"]
+
+
+async def test_an_apply_answered_too_many_requests_is_tried_again(
+    capsys: pytest.CaptureFixture[str], aiohttp_server: Any, files: dict[str, Path]
+) -> None:
+    kube = seeded()
+    app = kube.app()
+    refused: list[str] = []
+
+    @web.middleware
+    async def busy(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method == "PATCH" and len(refused) < 2:
+            refused.append(request.path)
+            return web.json_response(
+                {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 429,
+                 "reason": "TooManyRequests", "message": "too many requests"},
+                status=429, headers={"Retry-After": "0"})
+        return await handler(request)
+
+    app.middlewares.append(busy)
+    server = await aiohttp_server(app)
+    kube.url = f"http://{server.host}:{server.port}"
+    run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+    assert run.code == 0, run.err
+    assert len(refused) == 2
+    assert "5 created" in run.out

@@ -224,7 +224,7 @@ def test_a_pod_created_without_what_the_webhook_adds_is_a_warn_per_rule(
     assert "NVIDIA_VISIBLE_DEVICES" not in pod["runtime-class"]["message"]
     assert pod["visible-devices"]["severity"] == "high"
     assert pod["tolerations"]["severity"] == "medium"
-    assert "delete it, and Deployment/inference makes it again" in pod["tolerations"]["message"]
+    assert 'delete it, and Deployment "inference" makes it again' in pod["tolerations"]["message"]
     # The Deployment's new pods get it: a pass with what is added.
     deployment = by_rule(results_for(team_a, "Deployment", "inference"))
     assert deployment["runtime-class"]["result"] == "pass"
@@ -497,3 +497,17 @@ def test_previous_reports_of_any_shape_are_read_without_failing() -> None:
     ]
     assert reporting.build(report, reporting.POLICY_REPORT, now=NOW, previous=odd) == (
         reporting.build(report, reporting.POLICY_REPORT, now=NOW))
+
+
+def test_a_timestamp_no_run_could_have_written_is_not_kept() -> None:
+    """Whoever may write reports could date a finding in 2100, or before 1970."""
+    c = cluster()
+    report = auditing.audit([*c.namespaces, *c.objects], policies=load_policies(None),
+                            kinds=pods.BUILTIN_KINDS)
+    first = reporting.build(report, reporting.POLICY_REPORT, now=NOW)
+    forged = json.loads(json.dumps(first))
+    for r in forged:
+        for i, x in enumerate(r["results"]):
+            x["timestamp"]["seconds"] = (4_102_444_800, -62_135_596_800, 0)[i % 3]
+    again = reporting.build(report, reporting.POLICY_REPORT, now=NOW + 60, previous=forged)
+    assert {x["timestamp"]["seconds"] for r in again for x in r["results"]} == {NOW + 60}

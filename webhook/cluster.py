@@ -37,6 +37,7 @@ import json
 import re
 import sys
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -478,8 +479,8 @@ class Written:
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
-    # Reports not written because their namespace went away or is being deleted since it
-    # was listed, each with why.
+    # Reports not written, each with why: their namespace went away or is being deleted
+    # since it was listed, or another manager's report has the name.
     skipped: list[str] = field(default_factory=list)
 
 
@@ -501,11 +502,11 @@ def write_reports(
             done.unchanged.append(_shown(key))
             continue
         try:
-            _apply(custom, api, key, obj, new=old is None)
-        except _NamespaceGone as gone:
-            done.skipped.append(f"{_shown(key)} ({gone})")
+            created = _apply(custom, api, key, obj, new=old is None)
+        except (_NamespaceGone, _NotOurs) as why:
+            done.skipped.append(f"{_shown(key)} ({why})")
             continue
-        (done.created if old is None else done.updated).append(_shown(key))
+        (done.created if created else done.updated).append(_shown(key))
     for key in before:
         _delete(custom, api, key)
         done.deleted.append(_shown(key))
@@ -523,7 +524,14 @@ def _apply(
     obj: Mapping[str, Any],
     *,
     new: bool,
-) -> None:
+) -> bool:
+    """Apply one report; whether the API server made it (201) rather than changed it.
+
+    A report this tool knows as its own (`new` False) is applied with force: it owns these
+    fields. One it does not know is applied without: if another tool's report has that name,
+    the API server answers with a conflict, and it is left alone (`_NotOurs`). An answer of
+    "too many requests" or "unavailable" is tried again (RETRIES times, after the wait it
+    asks for, at most RETRY_WAIT seconds)."""
     _, namespace, name = key
     plural = api.plural if namespace else api.cluster_plural
     where = _where(api, plural, namespace)
@@ -533,33 +541,64 @@ def _apply(
     what = f"apply {plural}.{api.group} {_shown(key)}"
     # An apply that creates the object needs `create` besides `patch`.
     verb = "create" if new else "patch"
-    try:
-        _body(
-            call(
+    for attempt in range(RETRIES + 1):
+        try:
+            response = call(
                 *where,
                 name,
                 dict(obj),
                 field_manager=reporting.FIELD_MANAGER,
-                force=True,
+                force=not new,
                 _content_type=APPLY_PATCH,
                 _request_timeout=TIMEOUT,
                 _preload_content=False,
             )
-        )
-    except ApiException as exc:
-        # The namespace was deleted since it was listed (the NamespaceLifecycle admission
-        # plugin: NotFound of the Namespace itself), or is being deleted (no new objects in
-        # it): nothing to report there; the other reports are still written.
-        details = kubeclient.status(exc.body).get("details")
-        gone_kind = details.get("kind") if isinstance(details, dict) else None
-        if namespace and exc.status == 404 and gone_kind == "namespaces":
-            raise _NamespaceGone("the namespace is gone") from None
-        message = kubeclient.status_message(exc.body)
-        if namespace and exc.status == 403 and "because it is being terminated" in message:
-            raise _NamespaceGone("the namespace is being deleted") from None
-        raise ClusterError(_explain(exc, what, api.group, plural, verb=verb)) from None
-    except (HTTPError, OSError) as exc:
-        raise ClusterError(f"{what}: the API server did not answer: {_line(exc)}") from None
+            created = getattr(response, "status", 200) == 201
+            _body(response)
+            return created
+        except ApiException as exc:
+            if exc.status in _BUSY and attempt < RETRIES:
+                time.sleep(_wait(exc, attempt))
+                continue
+            # The namespace was deleted since it was listed (the NamespaceLifecycle
+            # admission plugin: NotFound of the Namespace itself), or is being deleted (no
+            # new objects in it): nothing to report there; the other reports are written.
+            details = kubeclient.status(exc.body).get("details")
+            gone_kind = details.get("kind") if isinstance(details, dict) else None
+            if namespace and exc.status == 404 and gone_kind == "namespaces":
+                raise _NamespaceGone("the namespace is gone") from None
+            message = kubeclient.status_message(exc.body)
+            if namespace and exc.status == 403 and "because it is being terminated" in message:
+                raise _NamespaceGone("the namespace is being deleted") from None
+            if new and exc.status == 409:
+                raise _NotOurs(
+                    f"another manager's report of that name: left alone ({_line(message, 120)})"
+                ) from None
+            raise ClusterError(_explain(exc, what, api.group, plural, verb=verb)) from None
+        except (HTTPError, OSError) as exc:
+            raise ClusterError(f"{what}: the API server did not answer: {_line(exc)}") from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+# Answers that say "later": too many requests, unavailable, gateway timeout.
+_BUSY = (429, 503, 504)
+RETRIES = 3
+RETRY_WAIT = 10.0
+
+
+def _wait(exc: ApiException, attempt: int) -> float:
+    """Seconds to wait before trying again: the answer's Retry-After, else 1, 2, 4."""
+    headers = exc.headers or {}
+    raw = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        wanted = float(raw) if raw is not None else float(2**attempt)
+    except ValueError:
+        wanted = float(2**attempt)
+    return min(max(wanted, 0.0), RETRY_WAIT)
+
+
+class _NotOurs(Exception):
+    pass
 
 
 def _delete(custom: Any, api: reporting.ReportApi, key: tuple[str, str, str]) -> None:

@@ -257,9 +257,13 @@ def _object_results(
     resource = _reference(ref.api_version, ref.kind, ref.name, namespace, ref.uid)
     # What made the object (and makes it again): the entry's controller; bare pods of one
     # verdict share an entry, but not an owner.
-    owner = entry.owner.text if entry.owner else ""
-    if not owner and ref != head and head.kind not in _LEAF_KINDS:
-        owner = head.text
+    maker = entry.owner
+    if maker is None and ref != head and head.kind not in _LEAF_KINDS:
+        maker = head
+    owner = maker.text if maker else ""
+    # In a sentence, the name quoted (it is the tenant's: an owner reference may name
+    # anything).
+    owner_words = f"{maker.kind} {shown(maker.name)}" if maker else ""
     base = {"verdict": v.status, **({"owner": owner} if owner else {})}
 
     def result(outcome: str, message: str, rule: str = "", **props: str) -> dict[str, Any]:
@@ -303,8 +307,8 @@ def _object_results(
             elif live:
                 if ref.kind != auditing.POD_KIND:
                     again = "a claim cannot change: make it again to get it"
-                elif owner:
-                    again = f"delete it, and {owner} makes it again with it"
+                elif owner_words:
+                    again = f"delete it, and {owner_words} makes it again with it"
                 else:
                     again = "make it again to get it"
                 message = f"created without what rule {rule} adds now ({adds}); {again}"
@@ -470,7 +474,12 @@ def _reports(
         if not results:
             continue
         for r in results:
-            r["timestamp"] = kept.get(_identity(r)) or {"seconds": now, "nanos": 0}
+            stamp = kept.get(_identity(r))
+            # Kept only if it could be a run's: after the epoch, not after now (whoever may
+            # write reports could have dated a finding in the year 2100).
+            if stamp is None or not 0 < stamp["seconds"] <= now:
+                stamp = {"seconds": now, "nanos": 0}
+            r["timestamp"] = stamp
         grow = sum(len(orjson.dumps(r)) + 1 for r in results)  # and a comma
         if size + grow > REPORT_BYTES and (not chunks or chunks[-1]):
             chunks.append([])
