@@ -38,7 +38,7 @@ import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -487,7 +487,7 @@ class Written:
 def write_reports(
     api_client: Any,
     api: reporting.ReportApi,
-    reports: Sequence[Mapping[str, Any]],
+    reports: Iterable[Mapping[str, Any]],
     existing: Sequence[Existing],
 ) -> Written:
     """Apply `reports`, leaving alone those already as they are, and delete the ones of

@@ -38,6 +38,7 @@ Pure: no I/O (`cluster.py` reads and writes, `commands/audit.py` prints).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -49,9 +50,10 @@ from webhook import auditing, names
 from webhook.core import rules
 from webhook.core.decisions import Violation, printable, shown
 
-# What makes two results the same finding (`_identity`), and a result's timestamp.
-Identity = tuple[Any, ...]
-Stamp = dict[str, int]
+# What makes two results the same finding (`_identity`: 16 bytes), and a result's timestamp
+# (seconds, nanos): a run after the first holds one of each per result of its reports.
+Identity = bytes
+Stamp = tuple[int, int]
 
 SOURCE = "gpu-share-webhook"
 # The field manager of server-side apply, and the value of MANAGED_BY_LABEL on every report:
@@ -186,28 +188,39 @@ def build(
     previous: Iterable[Mapping[str, Any]] = (),
     kept: Mapping[Identity, Stamp] | None = None,
 ) -> list[dict[str, Any]]:
-    """The reports of `report`: the namespaced ones by namespace, then the cluster ones.
-    `now`: the timestamp (seconds since the epoch) of results that are new; `previous`: the
-    reports this tool wrote before, whose results' timestamps are kept where unchanged (or
-    `kept`: those timestamps, `timestamps(previous)`)."""
+    """The reports of `report` (`iter_reports`), in a list."""
+    return list(iter_reports(report, api, now=now, previous=previous, kept=kept))
+
+
+def iter_reports(
+    report: auditing.Report,
+    api: ReportApi,
+    *,
+    now: int,
+    previous: Iterable[Mapping[str, Any]] = (),
+    kept: Mapping[Identity, Stamp] | None = None,
+) -> Iterator[dict[str, Any]]:
+    """The reports of `report`, one at a time (a writer need not hold them all: at 50,000
+    pods with four results each they are some 200 MB of objects): the namespaced ones by
+    namespace, then the cluster ones. `now`: the timestamp (seconds since the epoch) of
+    results that are new; `previous`: the reports this tool wrote before, whose results'
+    timestamps are kept where unchanged (or `kept`: those timestamps, `timestamps(previous)`)."""
     if kept is None:
         kept = timestamps(previous)
-    out: list[dict[str, Any]] = []
     for ns in report.namespaces:
         if ns.status != auditing.JUDGED or not ns.in_files:
             continue
         policy = ns.policy or names.DEFAULT_POLICY
-        per_object = list(_namespace_results(ns, policy))
-        per_object += [
+        malformed = (
             [_malformed_result(ref, violation, ns.name, policy)]
             for where, ref, violation in report.malformed
             if where == ns.name
-        ]
+        )
+        per_object = itertools.chain(_namespace_results(ns, policy), malformed)
         scope = _reference("v1", auditing.NAMESPACE_KIND, ns.name, None, ns.uid)
-        out += _reports(api, per_object, namespace=ns.name, scope=scope, now=now, kept=kept)
-    cluster = [r for ns in report.namespaces if (r := _namespace_result(ns))]
-    out += _reports(api, [[r] for r in cluster], namespace=None, scope=None, now=now, kept=kept)
-    return out
+        yield from _reports(api, per_object, namespace=ns.name, scope=scope, now=now, kept=kept)
+    cluster = ([r] for ns in report.namespaces if (r := _namespace_result(ns)))
+    yield from _reports(api, cluster, namespace=None, scope=None, now=now, kept=kept)
 
 
 # The fields this tool sets at the top of a report besides its metadata: what `digest`
@@ -459,53 +472,63 @@ def _text(text: str) -> str:
 
 def _reports(
     api: ReportApi,
-    per_object: list[list[dict[str, Any]]],
+    per_object: Iterable[list[dict[str, Any]]],
     *,
     namespace: str | None,
     scope: dict[str, str] | None,
     now: int,
     kept: Mapping[Identity, Stamp],
-) -> list[dict[str, Any]]:
-    """The reports of one namespace (or of the cluster: `namespace` None), the results of one
-    object never split between two."""
-    chunks: list[list[dict[str, Any]]] = []
-    size = REPORT_BYTES
+) -> Iterator[dict[str, Any]]:
+    """The reports of one namespace (or of the cluster: `namespace` None), each as soon as
+    it is full, the results of one object never split between two."""
+    part: list[dict[str, Any]] = []
+    parts = size = 0
     for results in per_object:
         if not results:
             continue
         for r in results:
-            stamp = kept.get(_identity(r))
+            seconds, nanos = kept.get(_identity(r)) or (now, 0)
             # Kept only if it could be a run's: after the epoch, not after now (whoever may
             # write reports could have dated a finding in the year 2100).
-            if stamp is None or not 0 < stamp["seconds"] <= now:
-                stamp = {"seconds": now, "nanos": 0}
-            r["timestamp"] = stamp
+            if not 0 < seconds <= now:
+                seconds, nanos = now, 0
+            r["timestamp"] = {"seconds": seconds, "nanos": nanos}
         grow = sum(len(orjson.dumps(r)) + 1 for r in results)  # and a comma
-        if size + grow > REPORT_BYTES and (not chunks or chunks[-1]):
-            chunks.append([])
-            size = 0
-        chunks[-1].extend(results)
+        if part and size + grow > REPORT_BYTES:
+            parts += 1
+            yield _report(api, part, parts, namespace=namespace, scope=scope)
+            part, size = [], 0
+        part.extend(results)
         size += grow
-    out = []
-    for i, results in enumerate(chunks):
-        name = REPORT_NAME if i == 0 else f"{REPORT_NAME}-{i + 1}"
-        meta: dict[str, Any] = {"name": name}
-        if namespace is not None:
-            meta["namespace"] = namespace
-        meta["labels"] = {MANAGED_BY_LABEL: FIELD_MANAGER}
-        obj: dict[str, Any] = {
-            "apiVersion": api.api_version,
-            "kind": api.kind if namespace is not None else api.cluster_kind,
-            "metadata": meta,
-        }
-        if api.report_source:
-            obj["source"] = SOURCE
-        if scope is not None:
-            obj["scope"] = scope
-        obj["summary"] = {k: sum(r["result"] == k for r in results) for k in RESULTS}
-        obj["results"] = results
-        out.append(obj)
-    return out
+    if part:
+        yield _report(api, part, parts + 1, namespace=namespace, scope=scope)
+
+
+def _report(
+    api: ReportApi,
+    results: list[dict[str, Any]],
+    number: int,
+    *,
+    namespace: str | None,
+    scope: dict[str, str] | None,
+) -> dict[str, Any]:
+    """Part `number` (1, 2, ...) of the reports of a namespace, or of the cluster."""
+    meta: dict[str, Any] = {"name": REPORT_NAME if number == 1 else f"{REPORT_NAME}-{number}"}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = {MANAGED_BY_LABEL: FIELD_MANAGER}
+    obj: dict[str, Any] = {
+        "apiVersion": api.api_version,
+        "kind": api.kind if namespace is not None else api.cluster_kind,
+        "metadata": meta,
+    }
+    if api.report_source:
+        obj["source"] = SOURCE
+    if scope is not None:
+        obj["scope"] = scope
+    obj["summary"] = {k: sum(r["result"] == k for r in results) for k in RESULTS}
+    obj["results"] = results
+    return obj
 
 
 def _identity(result: Mapping[str, Any]) -> Identity:
@@ -520,7 +543,7 @@ def _identity(result: Mapping[str, Any]) -> Identity:
         # Strings only: a report in the cluster is whatever whoever may write it wrote.
         return value if isinstance(value, str) else None
 
-    return (
+    found = (
         text(first.get("uid"))
         or (text(first.get("kind")), text(first.get("namespace")), text(first.get("name"))),
         text(result.get("policy")),
@@ -528,6 +551,7 @@ def _identity(result: Mapping[str, Any]) -> Identity:
         text(result.get("result")),
         text(result.get("message")),
     )
+    return hashlib.blake2b(orjson.dumps(found), digest_size=16).digest()
 
 
 def timestamps(previous: Iterable[Mapping[str, Any]]) -> dict[Identity, Stamp]:
@@ -542,8 +566,9 @@ def timestamps(previous: Iterable[Mapping[str, Any]]) -> dict[Identity, Stamp]:
             stamp = r.get("timestamp")
             if (
                 isinstance(stamp, dict)
-                and isinstance(stamp.get("seconds"), int)
-                and isinstance(stamp.get("nanos"), int)
+                and type(stamp.get("seconds")) is int  # not a bool
+                and type(stamp.get("nanos")) is int
+                and 0 <= stamp["nanos"] < 1_000_000_000
             ):
-                kept[_identity(r)] = {"seconds": stamp["seconds"], "nanos": stamp["nanos"]}
+                kept[_identity(r)] = (stamp["seconds"], stamp["nanos"])
     return kept

@@ -349,7 +349,7 @@ def _cluster_output(
         return _print(args, report, ["the cluster"])
     api = reporting.APIS[args.output]
     kept = {k: v for old in previous for k, v in old.stamps.items()}
-    items = reporting.build(report, api, now=_now(), kept=kept)
+    items = reporting.iter_reports(report, api, now=_now(), kept=kept)
     try:
         done = cluster.write_reports(api_client, api, items, previous)
     except cluster.ClusterError as exc:
