@@ -50,8 +50,10 @@ STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 # (apiextensions-apiserver pkg/apiserver/customresource_handler.go, `supportedTypes`):
 # strategic merge patch is not among them.
 CUSTOM_RESOURCE_PATCH_TYPES = (JSON_PATCH, MERGE_PATCH, APPLY_PATCH)
-# A \u escape of a UTF-16 surrogate (what go-yaml refuses in an apply body).
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89abAB][0-9a-fA-F]{2}")
+# A \u escape of a UTF-16 surrogate (what go-yaml refuses in an apply body): a backslash
+# that is not itself escaped (an odd run of them), then u and D800-DFFF. `\\ud800` is an
+# escaped backslash and the text "ud800", which go-yaml reads as such.
+_SURROGATE_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u[dD][89abAB][0-9a-fA-F]{2}")
 
 Obj = dict[str, Any]
 Validate = Callable[[Obj], list[str]]

@@ -372,10 +372,8 @@ async def test_reports_are_applied_then_left_alone_then_updated_and_pruned(
                                                             "typo")}
     assert len(kube.objects(api.api_version, api.cluster_kind)) == 1
     applies = list(kube.writes())
-    # A report it does not know yet is applied without force: were it another manager's of
-    # that name, the API server would say so (409) instead of handing it over.
     assert all(r.method == "PATCH" and r.content_type == kube_api.APPLY_PATCH
-               and r.query["fieldManager"] == "gpu-share-webhook" and r.query["force"] == "false"
+               and r.query["fieldManager"] == "gpu-share-webhook" and r.query["force"] == "true"
                for r in applies)
     # What was stored is what -o prints (the stand-in validated it against the CRD schemas).
     printed = await audit(capsys, kube, files, "-o", api.output)
@@ -403,7 +401,6 @@ async def test_reports_are_applied_then_left_alone_then_updated_and_pruned(
     third = await audit(capsys, kube, files, "-o", api.output, "--write-reports")
     assert third.code == 0
     assert "0 created, 2 updated, 2 unchanged, 1 deleted" in third.out  # team-a, cluster
-    assert {r.query["force"] for r in kube.writes() if r.method == "PATCH"} == {"true"}
     assert "deleted: legacy/gpu-share-webhook" in third.out
     after = {r["metadata"]["namespace"]: r for r in kube.objects(api.api_version, api.kind)}
     assert set(after) == {"rollout", "team-a", "typo"}
@@ -697,23 +694,65 @@ def kube_api_client(kube: kube_api.KubeAPI) -> Any:
     return kubernetes.client.ApiClient(kube_api.client_configuration(kube))
 
 
-async def test_another_tool_s_report_of_our_name_is_left_alone(
+async def test_a_report_of_our_name_is_ours_whoever_wrote_it(
     capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
 ) -> None:
+    """A tenant allowed to write reports who made (or took over, unlabelled) the report
+    `gpu-share-webhook` of their namespace, or the cluster's, before the audit: with a field
+    of theirs, an apply without force would conflict every run and leave their `pass`
+    standing. The name is the audit's: it applies with force and the findings are back."""
+    forged = {"policy": "default", "result": "pass", "source": "gpu-share-webhook",
+              "resources": [{"kind": "Pod", "name": "notebook", "namespace": "team-a"}]}
     theirs = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "PolicyReport",
-              "metadata": {"name": "gpu-share-webhook", "namespace": "team-a",
-                           "labels": {"app.kubernetes.io/managed-by": "kyverno"}},
-              "results": [{"policy": "disallow-latest-tag", "result": "pass"}]}
-    kube.add(theirs, manager="kyverno")
+              "metadata": {"name": "gpu-share-webhook", "namespace": "team-a"},
+              "summary": {"pass": 1}, "results": [forged]}
+    cluster_theirs = {"apiVersion": "wgpolicyk8s.io/v1alpha2", "kind": "ClusterPolicyReport",
+                      "metadata": {"name": "gpu-share-webhook"}, "results": []}
+    kube.add(theirs, manager="tenant")
+    kube.add(cluster_theirs, manager="tenant")
+    for _ in range(2):
+        run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+        assert run.code == 0, run.err
+    report = kube.object("wgpolicyk8s.io/v1alpha2", "PolicyReport", "gpu-share-webhook",
+                         "team-a")
+    assert report is not None
+    assert forged not in report["results"]
+    notebook = [x for x in report["results"] if x["resources"][0]["name"] == "notebook"]
+    assert [x["result"] for x in notebook] == ["fail"]
+    top = kube.object("wgpolicyk8s.io/v1alpha2", "ClusterPolicyReport", "gpu-share-webhook")
+    assert top is not None
+    assert top["results"]
+    assert "0 created, 0 updated, 5 unchanged" in run.out
+
+
+async def test_a_report_the_api_server_refuses_does_not_keep_the_others_unwritten(
+    capsys: pytest.CaptureFixture[str], aiohttp_server: Any, files: dict[str, Path]
+) -> None:
+    kube = seeded()
+    app = kube.app()
+
+    @web.middleware
+    async def refuse(request: web.Request, handler: Any) -> web.StreamResponse:
+        if request.method == "PATCH" and "/namespaces/legacy/" in request.path:
+            return web.json_response(
+                {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 422,
+                 "reason": "Invalid", "message": "invalid for a reason of its own"},
+                status=422)
+        return await handler(request)
+
+    app.middlewares.append(refuse)
+    server = await aiohttp_server(app)
+    kube.url = f"http://{server.host}:{server.port}"
     run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
-    assert run.code == 0, run.err
-    assert "4 created, 0 updated, 0 unchanged, 0 deleted, 1 skipped" in run.out
-    assert "skipped: team-a/gpu-share-webhook (another manager's report of that name: left" \
-           " alone" in run.out
-    kept = kube.object("wgpolicyk8s.io/v1alpha2", "PolicyReport", "gpu-share-webhook", "team-a")
-    assert kept is not None
-    assert kept["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "kyverno"}
-    assert kept["results"] == theirs["results"]
+    assert run.code == 3
+    assert "4 created, 0 updated, 0 unchanged, 0 deleted, 1 failed" in run.out
+    assert run.err == (
+        "error: apply policyreports.wgpolicyk8s.io legacy/gpu-share-webhook: 422 invalid for a"
+        " reason of its own\n"
+    )
+    written = {r["metadata"].get("namespace")
+               for r in kube.objects("wgpolicyk8s.io/v1alpha2", "PolicyReport")}
+    assert written == {"rollout", "team-a", "typo"}
 
 
 async def test_an_apply_answered_too_many_requests_is_tried_again(
@@ -740,3 +779,29 @@ async def test_an_apply_answered_too_many_requests_is_tried_again(
     assert run.code == 0, run.err
     assert len(refused) == 2
     assert "5 created" in run.out
+
+
+@pytest.mark.parametrize(("depth", "kept"), [
+    (5, True), (cluster_module.MAX_DEPTH - 3, True), (cluster_module.MAX_DEPTH - 2, False),
+    (cluster_module.MAX_DEPTH + 300, False)])
+def test_a_lenient_read_leaves_out_what_lies_deeper_than_max_depth(depth: int,
+                                                                     kept: bool) -> None:
+    """Strings with brackets, quotes and backslashes are not structure; what lies deeper
+    than MAX_DEPTH becomes null (a tenant's 5,000-deep parameters are not a million lists)."""
+    tricky = 'a"[{\\\\"]}'
+    deep: Any = "bottom"
+    for _ in range(depth):
+        deep = [deep]
+    page = {"items": [{"s": tricky, "deep": deep, "after": {"x": "]"}}]}
+    text = json.dumps(page)
+    read = json.loads(cluster_module._shallow(text))
+    assert read["items"][0]["s"] == tricky
+    assert read["items"][0]["after"] == {"x": "]"}
+    inner = read["items"][0]["deep"]
+    levels = 0
+    while isinstance(inner, list):
+        inner, levels = inner[0], levels + 1
+    assert (inner == "bottom") is kept
+    if not kept:
+        assert inner is None
+        assert levels == cluster_module.MAX_DEPTH - 3  # the page, the items, the item

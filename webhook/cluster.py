@@ -21,22 +21,21 @@ that is not a list (or a list that never ends), or an API server that does not a
 
 Writing (`write_reports`): server-side apply of each report (Content-Type
 `application/apply-patch+yaml`, `fieldManager=gpu-share-webhook`, `force=true`: this tool
-owns these objects; the client writes the body with json.dumps, whose escapes the API
-server's YAML reader takes because a report holds no character beyond the BMP, see
-`reporting`), skipping those whose content is already in the
+owns these objects, and a report of its name is its; the client writes the body with
+json.dumps, whose escapes the API server's YAML reader takes because a report holds no
+character beyond the BMP, see `reporting`), skipping those whose content is already in the
 cluster, then deleting the reports this tool wrote before (label
 `app.kubernetes.io/managed-by=gpu-share-webhook`) that this run does not make: a namespace
 that opted out or has nothing left to judge, a part no longer needed. A namespace deleted, or
-being deleted, since it was listed is skipped. The verbs: list, create, patch, delete on the
-report kinds; list on the audited kinds.
+being deleted, since it was listed is skipped; a report the API server refuses does not keep
+the others from being written (the run exits 3 after). The verbs: list, create, patch,
+delete on the report kinds; list on the audited kinds.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sys
-import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,10 +64,6 @@ APPLY_PATCH = "application/apply-patch+yaml"
 # A Pod in these phases has stopped for good (its containers will not run again) and holds
 # no device: the kubelet gave them back. What the webhook would do to it says nothing.
 FINISHED_PHASES = ("Succeeded", "Failed")
-# A page orjson does not read (`_loads`) is read again by the json module on a thread with a
-# stack of this size and this recursion limit.
-_DEEP_STACK = 512 * 1024 * 1024
-_DEEP_RECURSION = 100_000
 
 
 class ClusterError(Exception):
@@ -417,38 +412,51 @@ def _loads(body: bytes, what: str) -> Any:
     # RawExtension as a tenant sent them (a claim's opaque parameters: "\ud800", a lone
     # surrogate, or bytes that are not UTF-8), which it keeps as they came. One such object
     # must not stop the audit of every other: read again as Go reads it (bad bytes become
-    # U+FFFD) by the json module, on a thread with room for deep nesting.
+    # U+FFFD) by the json module, what lies deeper than MAX_DEPTH left out.
     return _lenient_loads(body, what)
 
 
 def _lenient_loads(body: bytes, what: str) -> Any:
-    """`body` read by the json module: invalid UTF-8 replaced, nesting as deep as the API
-    server keeps (about 10,000 levels), lone surrogates kept (`reporting` escapes them)."""
-    result: list[Any] = []
-    problem: list[str] = []
-    text = body.decode("utf-8", "replace")
-
-    def parse() -> None:
-        limit = sys.getrecursionlimit()
-        sys.setrecursionlimit(max(limit, _DEEP_RECURSION))
-        try:
-            result.append(json.loads(text))
-        except (ValueError, RecursionError) as exc:
-            problem.append(_line(exc))
-        finally:
-            sys.setrecursionlimit(limit)
-
-    size = threading.stack_size(_DEEP_STACK)
+    """`body` read by the json module: invalid UTF-8 replaced, what lies deeper than
+    MAX_DEPTH left out (`_shallow`), lone surrogates kept (`reporting` escapes them)."""
     try:
-        worker = threading.Thread(target=parse, name="lenient-json")
-        worker.start()
-    finally:
-        threading.stack_size(size)
-    worker.join()
-    if not result:
-        reason = problem[0] if problem else "it could not be read"
-        raise ClusterError(f"{what}: the answer is not JSON ({reason})")
-    return result[0]
+        return json.loads(_shallow(body.decode("utf-8", "replace")))
+    except (ValueError, RecursionError) as exc:
+        raise ClusterError(f"{what}: the answer is not JSON ({_line(exc)})") from None
+
+
+# How deep a lenient read keeps a page: what lies deeper (a tenant's claim parameters nested
+# 5,000 lists deep, 32 times over, are a million lists read) becomes null. No object the
+# audit judges reads anything near this deep; a page is an object, its items one level more.
+MAX_DEPTH = 128
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')
+
+
+def _shallow(text: str) -> str:
+    """`text` (JSON) with every value nested deeper than MAX_DEPTH replaced by null."""
+    out: list[str] = []
+    depth = 0
+    cut_from = -1  # where the value being left out starts
+    kept_to = 0
+    for token in _TOKEN.finditer(text):
+        mark = token.group()
+        if mark[0] == '"':
+            continue
+        if mark in "[{":
+            depth += 1
+            if depth == MAX_DEPTH + 1 and cut_from < 0:
+                cut_from = token.start()
+        else:
+            if depth == MAX_DEPTH + 1 and cut_from >= 0:
+                out.append(text[kept_to:cut_from])
+                out.append("null")
+                kept_to = token.end()
+                cut_from = -1
+            depth -= 1
+    if not out:
+        return text
+    out.append(text[kept_to:])
+    return "".join(out)
 
 
 def _finished(pod: Mapping[str, Any]) -> bool:
@@ -479,9 +487,11 @@ class Written:
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
-    # Reports not written, each with why: their namespace went away or is being deleted
-    # since it was listed, or another manager's report has the name.
+    # Reports not written because their namespace went away or is being deleted since it
+    # was listed, each with why.
     skipped: list[str] = field(default_factory=list)
+    # What the API server refused to write or delete, one line each (the run exits 3).
+    failed: list[str] = field(default_factory=list)
 
 
 def write_reports(
@@ -495,6 +505,7 @@ def write_reports(
     done = Written()
     before = {old.key: old for old in existing}
     custom: Any = client.CustomObjectsApi(api_client)
+    budget = [RUN_RETRIES]
     for obj in reports:
         key = _key(obj)
         old = before.pop(key, None)
@@ -502,13 +513,21 @@ def write_reports(
             done.unchanged.append(_shown(key))
             continue
         try:
-            created = _apply(custom, api, key, obj, new=old is None)
-        except (_NamespaceGone, _NotOurs) as why:
+            created = _apply(custom, api, key, obj, new=old is None, budget=budget)
+        except _NamespaceGone as why:
             done.skipped.append(f"{_shown(key)} ({why})")
+            continue
+        except ClusterError as problem:
+            # One report the API server refuses does not keep the others from being written.
+            done.failed.append(str(problem))
             continue
         (done.created if created else done.updated).append(_shown(key))
     for key in before:
-        _delete(custom, api, key)
+        try:
+            _delete(custom, api, key)
+        except ClusterError as problem:
+            done.failed.append(str(problem))
+            continue
         done.deleted.append(_shown(key))
     return done
 
@@ -524,14 +543,15 @@ def _apply(
     obj: Mapping[str, Any],
     *,
     new: bool,
+    budget: list[int],
 ) -> bool:
     """Apply one report; whether the API server made it (201) rather than changed it.
 
-    A report this tool knows as its own (`new` False) is applied with force: it owns these
-    fields. One it does not know is applied without: if another tool's report has that name,
-    the API server answers with a conflict, and it is left alone (`_NotOurs`). An answer of
-    "too many requests" or "unavailable" is tried again (RETRIES times, after the wait it
-    asks for, at most RETRY_WAIT seconds)."""
+    Applied with force: a report of this name is this tool's (`reporting.REPORT_NAME`), and
+    whoever else wrote to it (a tenant allowed to write reports, who could otherwise keep
+    the findings about their pods frozen by owning a field) is overruled. An answer of "too
+    many requests" or "unavailable" is tried again, after the wait it asks for (at most
+    RETRY_WAIT seconds), while `budget` (the run's) lasts."""
     _, namespace, name = key
     plural = api.plural if namespace else api.cluster_plural
     where = _where(api, plural, namespace)
@@ -541,14 +561,15 @@ def _apply(
     what = f"apply {plural}.{api.group} {_shown(key)}"
     # An apply that creates the object needs `create` besides `patch`.
     verb = "create" if new else "patch"
-    for attempt in range(RETRIES + 1):
+    attempt = 0
+    while True:
         try:
             response = call(
                 *where,
                 name,
                 dict(obj),
                 field_manager=reporting.FIELD_MANAGER,
-                force=not new,
+                force=True,
                 _content_type=APPLY_PATCH,
                 _request_timeout=TIMEOUT,
                 _preload_content=False,
@@ -557,8 +578,10 @@ def _apply(
             _body(response)
             return created
         except ApiException as exc:
-            if exc.status in _BUSY and attempt < RETRIES:
+            if exc.status in _BUSY and attempt < RETRIES and budget[0] > 0:
+                budget[0] -= 1
                 time.sleep(_wait(exc, attempt))
+                attempt += 1
                 continue
             # The namespace was deleted since it was listed (the NamespaceLifecycle
             # admission plugin: NotFound of the Namespace itself), or is being deleted (no
@@ -570,19 +593,17 @@ def _apply(
             message = kubeclient.status_message(exc.body)
             if namespace and exc.status == 403 and "because it is being terminated" in message:
                 raise _NamespaceGone("the namespace is being deleted") from None
-            if new and exc.status == 409:
-                raise _NotOurs(
-                    f"another manager's report of that name: left alone ({_line(message, 120)})"
-                ) from None
             raise ClusterError(_explain(exc, what, api.group, plural, verb=verb)) from None
         except (HTTPError, OSError) as exc:
             raise ClusterError(f"{what}: the API server did not answer: {_line(exc)}") from None
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 # Answers that say "later": too many requests, unavailable, gateway timeout.
 _BUSY = (429, 503, 504)
+# Tries again of one report, of a whole run (an API server that answers every report
+# "later" must not keep a run past its deadline), and the longest wait.
 RETRIES = 3
+RUN_RETRIES = 10
 RETRY_WAIT = 10.0
 
 
@@ -595,10 +616,6 @@ def _wait(exc: ApiException, attempt: int) -> float:
     except ValueError:
         wanted = float(2**attempt)
     return min(max(wanted, 0.0), RETRY_WAIT)
-
-
-class _NotOurs(Exception):
-    pass
 
 
 def _delete(custom: Any, api: reporting.ReportApi, key: tuple[str, str, str]) -> None:

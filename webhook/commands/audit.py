@@ -356,6 +356,14 @@ def _cluster_output(
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_CLUSTER
     sys.stdout.write(_written_text(api, done, report))
+    if done.failed:
+        more = len(done.failed) - 1
+        print(
+            f"error: {done.failed[0]}"
+            + (f" (and {more} more reports not written or deleted)" if more else ""),
+            file=sys.stderr,
+        )
+        return EXIT_CLUSTER
     return EXIT_OK
 
 
@@ -367,6 +375,8 @@ def _written_text(api: reporting.ReportApi, done: cluster.Written, report: audit
     ]
     if done.skipped:
         lines[0] += f", {len(done.skipped)} skipped"
+    if done.failed:
+        lines[0] += f", {len(done.failed)} failed"
     for title, listed in (
         ("created", done.created),
         ("updated", done.updated),
