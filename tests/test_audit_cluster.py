@@ -805,3 +805,15 @@ def test_a_lenient_read_leaves_out_what_lies_deeper_than_max_depth(depth: int,
     if not kept:
         assert inner is None
         assert levels == cluster_module.MAX_DEPTH - 3  # the page, the items, the item
+
+
+def test_excluded_namespaces_are_names_and_their_list_is_trimmed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GPU_SHARE_WEBHOOK_AUDIT_EXCLUDE_NAMESPACES", "ci, sandbox ,")
+    args = cli.build_parser().parse_args(["audit", "--cluster"])
+    assert args.exclude_namespaces == ["ci", "sandbox"]
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["audit", "--cluster", "--exclude-namespace", "Not_A_Name"])
+    assert exit_.value.code == 2
+    assert "--exclude-namespace: invalid value 'Not_A_Name'" in capsys.readouterr().err

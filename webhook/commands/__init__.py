@@ -228,10 +228,10 @@ SAN_NAME = ValueType("a DNS name (a *. wildcard allowed) or an IP address", _san
 
 def separated(separator: str, item: ValueType) -> ValueType:
     """A list in one value (a repeatable option's variable): the parts between `separator`,
-    blank ones left out, each checked by `item`."""
+    without the blanks around them, blank ones left out, each checked by `item`."""
 
     def parse(raw: str) -> list[Any]:
-        return [item.parse(part) for part in raw.split(separator) if part.strip()]
+        return [item.parse(part.strip()) for part in raw.split(separator) if part.strip()]
 
     return ValueType(f"{item.expected}, several separated by {separator!r}", parse)
 

@@ -64,6 +64,7 @@ from webhook.commands import (
     env_name,
     from_env,
     help_text,
+    namespace_name,
     policies_directory,
     separated,
     whole_number,
@@ -149,7 +150,8 @@ def register(subparsers: Any) -> None:
         action=Append,
         metavar="NAME",
         dest="exclude_namespaces",
-        default=from_env(EXCLUDE_OPTION, [], separated(",", TEXT)),
+        type=namespace_name(),
+        default=from_env(EXCLUDE_OPTION, [], separated(",", namespace_name())),
         help=help_text(
             "a namespace the webhook configurations leave out besides kube-system and the"
             " webhook's own (the chart's webhook.excludedNamespaces); repeatable",
@@ -344,7 +346,7 @@ def _cluster_output(
         # The API server would not hold such an object; tell, and judge the others.
         for ns, ref, violation in report.malformed[:10]:
             print(f"warning: {ns}/{ref.text} not judged: {violation.message}", file=sys.stderr)
-    _warn(report)
+    _warn(report, cluster_read=True)
     if not args.write_reports:
         return _print(args, report, ["the cluster"])
     api = reporting.APIS[args.output]
@@ -461,15 +463,20 @@ def read_objects(*paths: str) -> list[dict[str, Any]]:
     return documents.read(paths)
 
 
-def _warn(report: auditing.Report) -> None:
+def _warn(report: auditing.Report, *, cluster_read: bool = False) -> None:
     unknown = [ns for ns in report.namespaces if ns.status == auditing.NOT_IN_FILES]
     if unknown:
         count = sum(ns.objects for ns in unknown)
         shown = ", ".join(ns.name or "(no namespace)" for ns in unknown[:10])
         more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+        fix = (
+            "their namespace was made after the Namespaces were listed; the next run judges them"
+            if cluster_read
+            else "add them to the files"
+        )
         print(
             f"warning: {_objects(count)} not judged: no Namespace object for {shown}{more}"
-            " (their labels pick the policy); add them to the files",
+            f" (their labels pick the policy); {fix}",
             file=sys.stderr,
         )
     if report.other_claim_versions:
