@@ -817,3 +817,28 @@ def test_excluded_namespaces_are_names_and_their_list_is_trimmed(
         cli.main(["audit", "--cluster", "--exclude-namespace", "Not_A_Name"])
     assert exit_.value.code == 2
     assert "--exclude-namespace: invalid value 'Not_A_Name'" in capsys.readouterr().err
+
+
+async def test_a_page_of_large_objects_is_asked_for_again_with_fewer(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Deployments of many small env entries in a namespace never reviewed (each some
+    20 times its JSON once read): the page is asked for again with fewer objects before it
+    is read, so what is held at once stays near PAGE_BYTES of JSON (lowered here: 20 KB,
+    objects of 9 KB)."""
+    monkeypatch.setattr(cluster_module, "PAGE_BYTES", 20_000)
+    env = [{"name": f"E{i}"} for i in range(900)]
+    for i in range(6):
+        kube.add({"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": f"big-{i}", "namespace": "batch"},
+                  "spec": {"replicas": 0, "selector": {"matchLabels": {"a": "b"}},
+                           "template": {"metadata": {"labels": {"a": "b"}},
+                                        "spec": spec(container("c", env=env))}}})
+    run = await audit(capsys, kube, files, "-o", "json", "--show", "all")
+    assert run.code == 1
+    limits = [int(r.query["limit"]) for r in lists(kube, "/apis/apps/v1/deployments")]
+    assert limits[0] == 500
+    assert min(limits) <= 2
+    batch = next(ns for ns in run.json()["namespaces"] if ns["name"] == "batch")
+    assert batch["counts"]["objects"] == 6 + 1  # and the dump's privileged pod

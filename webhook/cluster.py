@@ -50,6 +50,8 @@ from webhook import kubeclient, names, reporting
 from webhook.core import pods
 
 DEFAULT_PAGE_SIZE = 500
+# A page of more bytes than this is asked for again with fewer objects (`_pages`).
+PAGE_BYTES = 4 * 1024 * 1024
 # Reports per list request: a report holds up to about 1 MB (reporting.REPORT_BYTES), and a
 # page is held twice while it is read (its JSON, and the objects made of it).
 REPORT_PAGE_SIZE = 5
@@ -333,7 +335,17 @@ def _pages(
         calls += 1
         if calls > MAX_PAGES:
             raise ClusterError(f"{what}: more than {MAX_PAGES:,} pages; the list does not end")
-        page = _page(api_client, resource, page_size, token, selector)
+        body = _page(api_client, resource, page_size, token, selector)
+        if len(body) > PAGE_BYTES and page_size > 1:
+            # Large objects (a tenant's, of 1 MB of small env entries each, some 20 MB read):
+            # ask for the same page again (the continue token names the same snapshot), with
+            # fewer of them, before reading it. What is not judged is dropped as each page is
+            # read; a page is what is held at once.
+            page_size = max(1, min(page_size // 2, page_size * PAGE_BYTES // len(body)))
+            continue
+        page = _loads(body, what)
+        if not isinstance(page, dict):
+            raise ClusterError(f"{what}: the answer is not a list")
         raw = page.get("items")
         if not isinstance(raw, list):
             raise ClusterError(f"{what}: the answer is not a list (no items)")
@@ -353,7 +365,8 @@ def _pages(
 
 def _page(
     api_client: Any, resource: Resource, limit: int, token: str | None, selector: str | None
-) -> dict[str, Any]:
+) -> bytes:
+    """One page of a list, as the API server sent it."""
     what = f"list {resource.text} at the cluster scope"
     options: dict[str, Any] = {
         "limit": limit,
@@ -387,10 +400,7 @@ def _page(
         raise ClusterError(_explain(exc, what, resource.group, resource.plural)) from None
     except (HTTPError, OSError) as exc:
         raise ClusterError(f"{what}: the API server did not answer: {_line(exc)}") from None
-    page = _loads(body, what)
-    if not isinstance(page, dict):
-        raise ClusterError(f"{what}: the answer is not a list")
-    return page
+    return body
 
 
 def _body(response: Any) -> bytes:
