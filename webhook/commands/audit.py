@@ -419,7 +419,15 @@ def _reviewed(
 
 
 def _notes(found: cluster.Read) -> None:
-    """What the cluster did not give to judge: kinds it does not serve, finished pods."""
+    """What was read, and what the cluster did not give to judge: kinds it does not serve,
+    finished pods."""
+    objects = sum(n for n, _ in found.counts.values())
+    requests = sum(calls for _, calls in found.counts.values())
+    print(
+        f"note: read {_objects(objects)} of {len(found.counts)} kinds in {requests:,}"
+        f" list request{'s' if requests != 1 else ''}",
+        file=sys.stderr,
+    )
     for note in found.notes:
         print(f"note: {note}", file=sys.stderr)
     if found.finished:
