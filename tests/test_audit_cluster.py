@@ -849,3 +849,33 @@ async def test_a_page_of_large_objects_is_asked_for_again_with_fewer(
     assert min(limits) <= 2
     batch = next(ns for ns in run.json()["namespaces"] if ns["name"] == "batch")
     assert batch["counts"]["objects"] == 6 + 1  # and the dump's privileged pod
+
+
+async def test_a_lone_surrogate_a_refusal_quotes_reaches_the_report_escaped(
+    capsys: pytest.CaptureFixture[str], kube: kube_api.KubeAPI, files: dict[str, Path]
+) -> None:
+    """A GPU claim whose GpuConfig strategy holds a lone surrogate (parameters are kept as
+    sent): rule dra-config quotes it; the report says `\\ud800` as text, which the API
+    server's YAML reader takes (an escaped backslash, then "ud800"), and the next run writes
+    nothing."""
+    kube.add({"apiVersion": "v1", "kind": "Namespace",
+              "metadata": {"name": "dra-team",
+                           "labels": {**OPTED_IN, names.POLICY_LABEL: "dra"}}})
+    kube.add({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+              "metadata": {"name": "gpu", "namespace": "dra-team"},
+              "spec": {"devices": {
+                  "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
+                  "config": [{"requests": ["gpu"], "opaque": {
+                      "driver": "gpu.nvidia.com",
+                      "parameters": {"apiVersion": "resource.nvidia.com/v1beta1",
+                                     "kind": "GpuConfig",
+                                     "sharing": {"strategy": "MPS\ud800"}}}}]}}})
+    for _ in range(2):
+        run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
+        assert run.code == 0, run.err
+    assert "0 created, 0 updated, 6 unchanged" in run.out
+    report = kube.object("wgpolicyk8s.io/v1alpha2", "PolicyReport", "gpu-share-webhook",
+                         "dra-team")
+    assert report is not None
+    (found,) = [x for x in report["results"] if x.get("rule") == "dra-config"]
+    assert '"MPS\\ud800"' in found["message"]
