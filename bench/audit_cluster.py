@@ -2,7 +2,7 @@
 stand-in of the Kubernetes API (tests/kube_api.py) serving the dumps of bench/audit.py.
 
     python bench/audit_cluster.py [--sizes 1000 10000] [--page-sizes 100 500 1000]
-                                  [--repeat 1] [--managed-fields] [--validate] [--pure-yaml]
+                                  [--repeat 1] [--managed-fields] [--validate]
 
 For each size, a dump as bench/audit.py writes it (distinct objects: every pod, workload and
 namespace its own name and uid) is served by the stand-in in another process (a core of its
@@ -27,9 +27,8 @@ The stand-in serves each object as it is stored, with its `status`, and without
 manager: fewer bytes than a real API server's per-container entries, more than none); the
 audit drops both as each page is read. `--validate` makes the stand-in check every written
 report against the report CRDs' schemas (tests/report_schemas.py; its CPU seconds grow).
-Two things differ from the stand-in as the tests run it: it decodes JSON request bodies with
-`json` (`JsonFirstYaml`; `--pure-yaml` keeps PyYAML), and it takes request bodies up to the
-API server's 3 MiB (aiohttp's default is 1 MiB).
+The stand-in is the tests' own (it reads JSON bodies with `json` and takes bodies of up to
+the API server's 3 MiB, as the bench once had to make it).
 
 Compare rows of one run: the machines are shared; the first and last lines print the load.
 """
@@ -52,7 +51,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 from aiohttp import web
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,30 +65,11 @@ from webhook import kinds  # noqa: E402
 
 # The report API the write runs use (the chart's default).
 OUTPUT = "policyreport"
-API_SERVER_BODY_BYTES = 3 * 1024 * 1024
 # A manager that owns every field of the seeded objects (--managed-fields).
 SEEDER = "kube-controller-manager"
 
 
 # --------------------------------------------------------------------------- the stand-in
-
-
-class JsonFirstYaml:
-    """What the stand-in decodes request bodies with, in this bench: JSON (what the client
-    sends: kubernetes' rest.py json.dumps an apply's body) with `json`, anything else with
-    PyYAML as before. The stand-in reads bodies with `yaml.safe_load`, pure Python: about
-    4 CPU seconds per MB, twice per apply (its request log, then the patch), so that the
-    reports of 10,000 pods (13 MB) took it 55 s; the bench measures the command, not that.
-    `--pure-yaml` keeps the stand-in as the tests run it."""
-
-    YAMLError = yaml.YAMLError
-
-    @staticmethod
-    def safe_load(text: str) -> Any:
-        try:
-            return json.loads(text)
-        except ValueError:
-            return yaml.safe_load(text)
 
 
 def seeded(
@@ -154,8 +133,6 @@ def served_bytes(kube: Any, pods: Sequence[tuple[str, str]]) -> dict[str, float]
 async def serve(args: argparse.Namespace) -> None:
     """The stand-in's process: seed, serve on a free port, write the kubeconfig, then answer
     `stats`, `reset` and `quit` lines on standard input with JSON lines."""
-    if not args.pure_yaml:
-        kube_api.yaml = JsonFirstYaml  # type: ignore[attr-defined,assignment]
     start = time.perf_counter()
     kube, pods = seeded(
         Path(args.serve),
@@ -165,13 +142,6 @@ async def serve(args: argparse.Namespace) -> None:
     )
     seeding = time.perf_counter() - start
     app = kube.app()
-    # The request bodies the API server takes: 3 MiB (k8s.io/apiserver pkg/server/config.go,
-    # NewConfig: MaxRequestBodyBytes, twice etcd's 1.5 MiB default request limit). aiohttp's
-    # default, 1 MiB, answers 413 to the apply of a report split at about 1 MB of results
-    # (the client sends json.dumps with spaces: ~1.06 MB).
-    if not hasattr(app, "_client_max_size"):
-        raise SystemExit("aiohttp changed: set the stand-in's request limit another way")
-    app._client_max_size = API_SERVER_BODY_BYTES
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -206,7 +176,6 @@ class StandIn:
         argv += ["--namespaces-only"] if only_ns else []
         argv += ["--managed-fields"] if args.managed_fields else []
         argv += ["--validate"] if args.validate else []
-        argv += ["--pure-yaml"] if args.pure_yaml else []
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO
         )
@@ -422,9 +391,6 @@ def main() -> int:
     )
     parser.add_argument(
         "--validate", action="store_true", help="the stand-in checks reports against the CRDs"
-    )
-    parser.add_argument(
-        "--pure-yaml", action="store_true", help="the stand-in decodes bodies with PyYAML only"
     )
     parser.add_argument("--serve", metavar="DUMP", help=argparse.SUPPRESS)
     parser.add_argument("--kubeconfig", help=argparse.SUPPRESS)
