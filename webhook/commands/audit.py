@@ -241,12 +241,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except PolicyError as exc:
-        more = len(exc.problems) - 1
-        print(
-            f"error: {exc.problems[0]}"
-            + (f" (and {more} more: run `gpu-share-webhook policy check`)" if more else ""),
-            file=sys.stderr,
-        )
+        _error(exc.problems[0], len(exc.problems) - 1, "more: run `gpu-share-webhook policy check`")
         return EXIT_USAGE
     try:
         where = rendering.routes(loaded, workload_kinds, webhook_namespace=args.webhook_namespace)
@@ -307,11 +302,10 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if report.malformed:
         ns, ref, violation = report.malformed[0]
-        more = len(report.malformed) - 1
-        print(
-            f"error: {ns}/{ref.text}: {violation.message}"
-            + (f" (and {more} more malformed objects)" if more else ""),
-            file=sys.stderr,
+        _error(
+            f"{ns}/{ref.text}: {violation.message}",
+            len(report.malformed) - 1,
+            "more malformed objects",
         )
         return EXIT_USAGE
     _warn(report)
@@ -359,12 +353,7 @@ def _cluster_output(
         return EXIT_CLUSTER
     sys.stdout.write(_written_text(api, done, report))
     if done.failed:
-        more = len(done.failed) - 1
-        print(
-            f"error: {done.failed[0]}"
-            + (f" (and {more} more reports not written or deleted)" if more else ""),
-            file=sys.stderr,
-        )
+        _error(done.failed[0], len(done.failed) - 1, "more reports not written or deleted")
         return EXIT_CLUSTER
     return EXIT_OK
 
@@ -394,6 +383,11 @@ def _written_text(api: reporting.ReportApi, done: cluster.Written, report: audit
         f", {report.total(auditing.CHANGED):,} changed."
     )
     return "\n".join(printable(line) for line in lines) + "\n"
+
+
+def _error(first: str, more: int, what_more: str) -> None:
+    """The first of several problems, on one line of standard error, and how many more."""
+    print(f"error: {first}" + (f" (and {more} {what_more})" if more else ""), file=sys.stderr)
 
 
 def _now() -> int:
