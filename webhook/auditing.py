@@ -912,8 +912,13 @@ def claim_label(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     name = meta.get("name") or meta.get("generateName") or ""
-    what = "claim template" if obj.get("kind") == names.CLAIM_TEMPLATE_KIND else "claim"
-    return f"{what} {shown(name if isinstance(name, str) else '')}"
+    return claim_words(str(obj.get("kind")), name if isinstance(name, str) else "")
+
+
+def claim_words(kind: str, name: str) -> str:
+    """`claim "x"` or `claim template "x"`: how messages name a claim of that kind and name."""
+    what = "claim template" if kind == names.CLAIM_TEMPLATE_KIND else "claim"
+    return f"{what} {shown(name)}"
 
 
 def describe_claim_patch(patch: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:

@@ -446,13 +446,9 @@ def _relabel(message: str, head: auditing.Ref, ref: auditing.Ref) -> str:
     claims of one entry share the head's messages."""
     if ref is head or ref.kind not in auditing.CLAIM_KINDS:
         return message
-    label, own = _claim_label(head), _claim_label(ref)
+    label = auditing.claim_words(head.kind, head.name)
+    own = auditing.claim_words(ref.kind, ref.name)
     return own + message[len(label) :] if message.startswith(label) else message
-
-
-def _claim_label(ref: auditing.Ref) -> str:
-    what = "claim template" if ref.kind == names.CLAIM_TEMPLATE_KIND else "claim"
-    return f"{what} {shown(ref.name)}"
 
 
 def _text(text: str) -> str:
