@@ -328,7 +328,7 @@ _EVERY_RIGHT = [
 ]
 
 
-# Slow: 50 rights (both report APIs), each up to three runs of the command (all of them together, ~25 s).
+# Slow: 50 rights (both report APIs), each up to three runs of the command (~25 s in all).
 @pytest.mark.slow
 @pytest.mark.parametrize(("api", "group", "resource", "verb"), _EVERY_RIGHT)
 async def test_every_right_the_chart_grants_is_needed_and_its_absence_says_which(  # noqa: PLR0917
