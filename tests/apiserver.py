@@ -19,6 +19,7 @@ How an entry is called is the test's choice (`Send`): straight into the codec
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -40,6 +41,17 @@ class Call:
     entry: str
     path: str
     response: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """Another project's mutating webhook, called after ours (its configuration's name sorts
+    later): `mutate` returns the object it would store; `reinvoke` is its
+    `reinvocationPolicy: IfNeeded`."""
+
+    name: str
+    mutate: Callable[[dict[str, Any]], dict[str, Any]]
+    reinvoke: bool = True
 
 
 @dataclass
@@ -82,17 +94,32 @@ def _rule_matches(rule: Mapping[str, Any], group: str, resource: str, operation:
     )
 
 
+@dataclass(frozen=True)
+class _Request:
+    labels: Mapping[str, str]
+    operation: str
+    sub_resource: str
+    old: Mapping[str, Any] | None
+
+
 class ApiServer:
     """The admission chain of one cluster, configured with `configurations`."""
 
-    def __init__(self, configurations: Sequence[Mapping[str, Any]], send: Send) -> None:
+    def __init__(
+        self,
+        configurations: Sequence[Mapping[str, Any]],
+        send: Send,
+        *,
+        later: Sequence[Webhook] = (),
+    ) -> None:
         by_kind = {c["kind"]: c for c in configurations}
         self.mutating = by_kind[rendering.MUTATING_KIND]["webhooks"]
         self.validating = by_kind[rendering.VALIDATING_KIND]["webhooks"]
         self.send = send
+        self.later = later
         self._conditions: dict[tuple[str, str], dh.Conditions] = {}
 
-    def _called(
+    def called(
         self,
         kind: str,
         entry: Mapping[str, Any],
@@ -103,6 +130,7 @@ class ApiServer:
         sub_resource: str,
         old: Mapping[str, Any] | None,
     ) -> bool:
+        """Whether the API server calls `entry` for this request."""
         if not dh.selector_matches(entry["namespaceSelector"], labels):
             return False
         group = str(obj["apiVersion"]).rpartition("/")[0]
@@ -125,56 +153,115 @@ class ApiServer:
         old: Mapping[str, Any] | None = None,
         sub_resource: str = "",
     ) -> Outcome:
-        current = kube.as_served(obj)
         outcome = Outcome(allowed=True, stored=None)
-        for kind, entries in (
-            (rendering.MUTATING_KIND, self.mutating),
-            (rendering.VALIDATING_KIND, self.validating),
-        ):
-            if kind == rendering.VALIDATING_KIND:
-                if kube.templates_of(current) or claims.of_object(current):
-                    # Between the two: the object as patched must be valid, or nothing is
-                    # stored (a claim's configuration the mutating webhook added too).
-                    kube.check_valid(current)
-                # The built-in validating plugins run before the validating webhooks.
-                refusal = pod_security_refusal(
-                    current, labels, operation=operation, sub_resource=sub_resource, old=old
-                )
-                if refusal is not None:
-                    outcome.allowed = False
-                    outcome.message = refusal
-                    return outcome
-            for entry in entries:
-                if not self._called(
-                    kind,
-                    entry,
-                    current,
-                    labels,
-                    operation=operation,
-                    sub_resource=sub_resource,
-                    old=old,
-                ):
-                    continue
-                uid = str(uuid.uuid4())
-                body = kube.admission_review(
-                    current, operation=operation, old=old, uid=uid, sub_resource=sub_resource
-                )
-                path = entry["clientConfig"]["service"]["path"]
-                review = await self.send(
-                    f"{path}?timeout={entry['timeoutSeconds']}s", json.dumps(body).encode()
-                )
-                response = answer(review, uid)
-                outcome.calls.append(Call(kind, entry["name"], path, response))
-                outcome.warnings += response.get("warnings") or []
-                if not response["allowed"]:
-                    outcome.allowed = False
-                    outcome.message = response["status"]["message"]
-                    return outcome
-                if "patch" in response:
-                    assert kind == rendering.MUTATING_KIND, "a validating webhook patched"
-                    current = kube.apply(current, json.loads(base64.b64decode(response["patch"])))
+        request = _Request(labels, operation, sub_resource, old)
+        current: dict[str, Any] | None = await self._mutate(
+            kube.as_served(obj), request, outcome
+        )
+        if current is None:
+            return outcome
+        if kube.templates_of(current) or claims.of_object(current):
+            # Between the two: the object as patched must be valid, or nothing is stored (a
+            # claim's configuration the mutating webhook added too).
+            kube.check_valid(current)
+        # The built-in validating plugins run before the validating webhooks.
+        refusal = pod_security_refusal(
+            current, labels, operation=operation, sub_resource=sub_resource, old=old
+        )
+        if refusal is not None:
+            outcome.allowed = False
+            outcome.message = refusal
+            return outcome
+        for entry in self.validating:
+            if not self._called(rendering.VALIDATING_KIND, entry, current, request):
+                continue
+            kind = rendering.VALIDATING_KIND
+            if await self._call(kind, entry, current, request, outcome) is None:
+                return outcome
         outcome.stored = current
         return outcome
+
+    def _called(
+        self, kind: str, entry: Mapping[str, Any], obj: Mapping[str, Any], request: _Request
+    ) -> bool:
+        return self.called(
+            kind,
+            entry,
+            obj,
+            request.labels,
+            operation=request.operation,
+            sub_resource=request.sub_resource,
+            old=request.old,
+        )
+
+    async def _mutate(
+        self, current: dict[str, Any], request: _Request, outcome: Outcome
+    ) -> dict[str, Any] | None:
+        """The mutating webhooks, ours then the `later` ones, with reinvocation as the API
+        server does it: a change marks every `IfNeeded` webhook called before it, and one more
+        pass calls the marked ones, in the same order. None: refused."""
+        order: list[Mapping[str, Any] | Webhook] = [*self.mutating, *self.later]
+        invoked: set[int] = set()
+        marked: set[int] = set()
+        for reinvocation in (False, True):
+            if reinvocation and not marked:
+                break
+            for i, hook in enumerate(order):
+                if reinvocation and i not in marked:
+                    continue
+                marked.discard(i)
+                if isinstance(hook, Webhook):
+                    after = hook.mutate(copy.deepcopy(current))
+                    changed, current = after != current, after
+                    reinvocable = hook.reinvoke
+                else:
+                    if not self._called(rendering.MUTATING_KIND, hook, current, request):
+                        continue
+                    patched = await self._call(
+                        rendering.MUTATING_KIND, hook, current, request, outcome
+                    )
+                    if patched is None:
+                        return None
+                    changed, current = patched != current, patched
+                    reinvocable = hook.get("reinvocationPolicy") == "IfNeeded"
+                if changed:
+                    marked |= invoked - {i}
+                if reinvocable:
+                    invoked.add(i)
+        return current
+
+    async def _call(
+        self,
+        kind: str,
+        entry: Mapping[str, Any],
+        current: dict[str, Any],
+        request: _Request,
+        outcome: Outcome,
+    ) -> dict[str, Any] | None:
+        """Call one of our entries: the object after its patch, or None when it refuses."""
+        uid = str(uuid.uuid4())
+        body = kube.admission_review(
+            current,
+            operation=request.operation,
+            old=request.old,
+            uid=uid,
+            sub_resource=request.sub_resource,
+        )
+        path = entry["clientConfig"]["service"]["path"]
+        review = await self.send(
+            f"{path}?timeout={entry['timeoutSeconds']}s", json.dumps(body).encode()
+        )
+        response = answer(review, uid)
+        outcome.calls.append(Call(kind, entry["name"], path, response))
+        outcome.warnings += response.get("warnings") or []
+        if not response["allowed"]:
+            outcome.allowed = False
+            outcome.message = response["status"]["message"]
+            return None
+        if "patch" in response:
+            assert kind == rendering.MUTATING_KIND, "a validating webhook patched"
+            return kube.apply(current, json.loads(base64.b64decode(response["patch"])))
+        return current
 
 
 # --------------------------------------------------------------------------- PodSecurity

@@ -1192,7 +1192,7 @@ def _sent(
             (rendering.VALIDATING_KIND, cluster.validating),
         )
         for e in entries
-        if cluster._called(
+        if cluster.called(
             kind, e, kube.as_served(obj), labels, operation=operation, sub_resource="", old=old
         )
     ]

@@ -416,6 +416,16 @@ def pin(pod: pods.Pod, placement: Placement) -> list[dict[str, Any]]:
     return selecting.plan(pod, placement.constraints, classes, extra=extra)
 
 
+def pin_words(placement: Placement) -> str:
+    """The classes a pod is pinned to, and for k > 1 replicas the GPUs per node, in words."""
+    classes = placement.classes or ()
+    text = "; ".join(selecting.describe_class(c) for c in classes)
+    largest = max(placement.replicas, default=0)
+    if classes and largest > 1:
+        text += f"; and {classes[0].resource}.count > {largest - 1}"
+    return text
+
+
 def tolerations(pod: pods.Pod, policy: Policy, resource: str) -> list[dict[str, Any]]:
     """The `tolerations` patch's values: the policy's, and the resource's own taint where it
     says so, each only when no toleration of the pod already covers it."""

@@ -880,10 +880,32 @@ def patch_tolerations(r: Pass) -> None:
 
 
 def patch_node_selection(r: Pass) -> None:
+    """Pin the pod to the classes left. Validating a Pod, it must be pinned already: a later
+    mutating webhook may have dropped or widened the pin, and an unpinned pod can land on
+    another policy's class (a larger MPS share) or, where shared GPUs are not renamed, on a
+    node that gives it a whole GPU."""
     known = r.facts
-    if known.placement is None or known.resource is None:
+    placement = known.placement
+    if placement is None or known.resource is None or placement.classes is None:
         return
-    for op in placing.pin(r.pod, known.placement):
+    ops = placing.pin(r.pod, placement)
+    if not ops:
+        return
+    if r.require:
+        r.deny(
+            "node-selection",
+            ErrorType.REQUIRED,
+            "spec.affinity.nodeAffinity" if r.pod.node_terms is not None else "spec.nodeSelector",
+            f"node selection: the pod asks for {known.resource}, and its required node selection"
+            " (",
+            FIELD,
+            f') does not keep it on the node classes of policy "{r.policy.name}"'
+            f" ({placing.pin_words(placement)}), where the mutating webhook pins it: it did not"
+            " run, or a later change removed or widened the pin. Create the pod again, or"
+            " require those labels",
+        )
+        return
+    for op in ops:
         r.add("node-selection", op)
 
 
@@ -987,8 +1009,9 @@ RULES: tuple[Rule, ...] = (
     Rule("dra-sharing", C, "a sharing strategy the class does not allow"),
     Rule("dra-mps-limits", C, "MPS limits that do not parse or exceed the class's ceilings;"
          " adds the profile's to a request with no configuration", required=True),
-    Rule("node-selection", S, "a node selection no allowed class satisfies; pins the pod to"
-         " the allowed classes", patch=patch_node_selection, found=True, pod_level=True),
+    Rule("node-selection", S, "a node selection no allowed class satisfies, or a pod not"
+         " pinned to the allowed classes at validation; pins the pod to them",
+         patch=patch_node_selection, found=True, pod_level=True, required=True),
     Rule("multi-replica", S, "more than one replica where the device plugin would fail it or"
          " repeat a GPU", found=True, pod_level=True),
     Rule("mps-limits", S, "CUDA_MPS_* values that do not parse or exceed the ceiling; adds the"
