@@ -229,6 +229,74 @@ RULE_CASES = [
         id="user-threads-not-a-percentage",
     ),
     pytest.param(
+        pod(shared(env=[env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=8G")])),
+        lab(T4_MPS, profilesAreCeilings=True), [("mps-limits", "main")],
+        'container "main": MPS limit above the profile: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=8G'
+        ' (spec.containers[0].env[0]) is above profile "medium" (3840 MiB), and policy "lab"'
+        " makes profiles ceilings. Remove it (the webhook sets the profile's), set it at most"
+        " to 3840M per device, or ask for a larger profile with the annotation"
+        " gpu-share.io/profile (rule mps-limits)",
+        id="user-memory-above-the-profile-where-profiles-are-ceilings",
+    ),
+    pytest.param(
+        pod(shared(env=[env("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", "20")]),
+            annotations={"gpu-share.io/profile": "small"}),
+        lab(T4_MPS, profilesAreCeilings=True), [("mps-limits", "main")],
+        'container "main": MPS limit above the profile: CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=20'
+        ' (spec.containers[0].env[0]) is above profile "small" (10%), and policy "lab" makes'
+        " profiles ceilings. Remove it (the webhook sets the profile's), set it at most to 10,"
+        " or ask for a larger profile with the annotation gpu-share.io/profile"
+        " (rule mps-limits)",
+        id="user-threads-above-the-profile-where-profiles-are-ceilings",
+    ),
+    pytest.param(
+        pod(container(limits={"nvidia.com/gpu": 8})), lab(exclusiveGpus={"allowed": False}),
+        [("exclusive-gpus", "main")],
+        'container "main": exclusive GPU: it asks for nvidia.com/gpu (whole GPUs), and policy'
+        ' "lab" gives its namespaces no whole GPUs. Ask for nvidia.com/gpu.shared: 1 instead'
+        " (rule exclusive-gpus)",
+        id="exclusive-gpu-where-the-policy-allows-none",
+    ),
+    pytest.param(
+        pod(container(limits={"nvidia.com/GA102GL_A10": 1})),
+        lab(exclusiveGpus={"allowed": False, "passthroughResources": ["nvidia.com/GA102GL_*"]}),
+        [("exclusive-gpus", "main")],
+        'container "main": exclusive GPU: it asks for nvidia.com/GA102GL_A10 (whole GPUs), and'
+        ' policy "lab" gives its namespaces no whole GPUs. Ask for nvidia.com/gpu.shared: 1'
+        " instead (rule exclusive-gpus)",
+        id="passthrough-gpu-where-the-policy-allows-none",
+    ),
+    pytest.param(
+        pod(container("a", limits={"nvidia.com/gpu": 4}),
+            container("b", limits={"nvidia.com/mig-1g.10gb": 1}),
+            init=[container("setup", limits={"nvidia.com/gpu": 2}),
+                  container("proxy", limits={"nvidia.com/gpu": 1}, restartPolicy="Always")]),
+        lab(exclusiveGpus={"maxPerPod": 5}), [("exclusive-gpus", None)],
+        'too many exclusive GPUs: the pod holds 6 whole GPUs at once ("setup" 2, "proxy" 1,'
+        ' "a" 4, "b" 1), and policy "lab" allows at most 5 per pod. Ask for 5 or fewer'
+        " (rule exclusive-gpus)",
+        id="more-exclusive-gpus-than-the-policy-allows-per-pod",
+    ),
+    pytest.param(
+        pod(shared(env=[env("NVIDIA_DRIVER_CAPABILITIES", "all")])),
+        lab(driverCapabilities=["compute", "utility"]), [("driver-capabilities", "main")],
+        'container "main": driver capabilities: NVIDIA_DRIVER_CAPABILITIES'
+        ' (spec.containers[0].env[0]) "all" gives compat32, display, graphics, ngx, video;'
+        ' policy "lab" allows compute,utility. Set it to a part of that list, or remove it'
+        " (the webhook sets the policy's) (rule driver-capabilities)",
+        id="driver-capabilities-beyond-the-policy",
+    ),
+    pytest.param(
+        pod(container(limits={"nvidia.com/gpu": 1},
+                      env=[env("NVIDIA_DRIVER_CAPABILITIES", valueFrom=FROM_CONFIG_MAP)])),
+        lab(driverCapabilities=["compute", "utility"]), [("driver-capabilities", "main")],
+        'container "main": driver capabilities: NVIDIA_DRIVER_CAPABILITIES'
+        " (spec.containers[0].env[0]) comes from valueFrom, which cannot be read at admission;"
+        ' policy "lab" allows compute,utility. Set it to a part of that list, or remove it'
+        " (the webhook sets the policy's) (rule driver-capabilities)",
+        id="driver-capabilities-from-value-from",
+    ),
+    pytest.param(
         pod(shared(env=[env("CUDA_MPS_PIPE_DIRECTORY", "/tmp/mine")])),
         lab(T4_MPS), [("mps-directories", "main")],
         'container "main": CUDA_MPS_PIPE_DIRECTORY (spec.containers[0].env[0]) is set by the'
@@ -412,6 +480,27 @@ spec:
       - {pathPrefix: /srv/models}
       - {pathPrefix: /srv/scratch, readOnly: false}
 """
+
+# The limits an admin can write (their defaults keep them off), with route 2 off: the
+# webhook configurations must send the pods these refuse on their own.
+LIMITS_POLICY = """\
+apiVersion: gpu-share.io/v1alpha1
+kind: SharingPolicy
+metadata: {name: limits}
+spec:
+  nodeClasses:
+    - {name: a100-mps, product: NVIDIA-A100-SXM4-80GB, strategy: mps, replicas: 4,
+       memoryMiB: 81920, gpusPerNode: 8}
+  profiles:
+    small: {activeThreadPercentage: 10, pinnedMemoryMiB: 10240}
+  defaultProfile: small
+  profilesAreCeilings: true
+  exclusiveGpus: {maxPerPod: 2, passthroughResources: [nvidia.com/GA102GL_*]}
+  driverCapabilities: [compute, utility]
+  rules: {voidVisibleDevicesWithoutGpu: false}
+"""
+# The policies the route table's namespaces may name besides the shipped ones.
+SITE_POLICIES = {"lab": LAB_POLICY, "limits": LIMITS_POLICY}
 
 
 def _env(**values: Any) -> list[dict[str, Any]]:
@@ -814,6 +903,24 @@ ROUTE_CASES = {
     "VOID-is-not-void": RouteCase(
         7, pod(container(env=_env(NVIDIA_VISIBLE_DEVICES="VOID"))),
         Refused("device-variables", "main")),
+    # The limits a policy sets.
+    "mps-memory-above-the-profile": RouteCase(
+        0, pod(shared(env=_env(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=20G"))),
+        Refused("mps-limits", "main"), policy="limits"),
+    "more-exclusive-gpus-than-the-policy-allows": RouteCase(
+        0, pod(container(limits={"nvidia.com/gpu": 4})), Refused("exclusive-gpus"),
+        policy="limits"),
+    "passthrough-gpus-beyond-the-policy": RouteCase(
+        0, pod(container(limits={"nvidia.com/GA102GL_A10": 3})), Refused("exclusive-gpus"),
+        policy="limits"),
+    "driver-capabilities-beyond-the-policy": RouteCase(
+        0, pod(shared(env=_env(NVIDIA_DRIVER_CAPABILITIES="compute,utility,graphics"))),
+        Refused("driver-capabilities", "main"), policy="limits"),
+    "driver-capabilities-the-image-would-set": RouteCase(
+        0, pod(container(limits={"nvidia.com/gpu": 1})),
+        Fixed(lambda o: {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}
+              in o["spec"]["containers"][0].get("env", []), "the policy's capabilities"),
+        policy="limits"),
     # Two replicas where a one-GPU class allows it: pinned to nodes with two GPUs or more.
     "two-replicas-pinned-to-two-gpus": RouteCase(
         0, pod(shared(2)), Fixed(_pinned_to_two_gpus, "nodeAffinity count Gt 1"), policy="lab"),

@@ -27,7 +27,7 @@ from aiohttp.test_utils import TestClient
 from tests import apiserver, kube
 from tests import deploy_helpers as dh
 from tests import server_helpers as h
-from tests.corpus import LAB_POLICY, ROUTE_CASES, Fixed, Refused, RouteCase
+from tests.corpus import ROUTE_CASES, SITE_POLICIES, Fixed, Refused, RouteCase
 from webhook import hostpaths, names, policies, rendering
 from webhook.core import reviewing
 from webhook.transport import app as server
@@ -76,8 +76,8 @@ def _judge(case: RouteCase, allowed: bool, message: str, warnings: list[str],
 @pytest.fixture(scope="module")
 def loaded() -> policies.PolicySet:
     shipped = kube.shipped()
-    lab = kube.load_policy_text(LAB_POLICY)
-    return policies.build_set([*shipped.policies.values(), lab])
+    site = [kube.load_policy_text(text) for text in SITE_POLICIES.values()]
+    return policies.build_set([*shipped.policies.values(), *site])
 
 
 IDS = sorted(ROUTE_CASES, key=lambda k: (ROUTE_CASES[k].route, k))
@@ -115,7 +115,8 @@ def test_the_core_closes_the_route(name: str, loaded: policies.PolicySet) -> Non
 @pytest.fixture
 def app(tmp_path: Path) -> web.Application:
     settings = h.settings(tmp_path)
-    (settings.policies_dir / "lab.yaml").write_text(LAB_POLICY)
+    for name, text in SITE_POLICIES.items():
+        (settings.policies_dir / f"{name}.yaml").write_text(text)
     return server.create_app(settings)
 
 

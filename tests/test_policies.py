@@ -107,7 +107,7 @@ def test_the_shipped_policies_say_what_the_spec_asks_for() -> None:
             "spec.colour: unknown field (a typo? unknown fields are refused, not ignored);"
             " the fields known here: mode, ruleModes, sharedResources, runtimeClassName,"
             " tolerations, tolerateResourceTaint, nodeClasses, profiles, hostAccess,"
-            " defaultProfile, rules, dra",
+            " defaultProfile, profilesAreCeilings, exclusiveGpus, driverCapabilities, rules, dra",
             id="unknown-field",
         ),
         pytest.param(

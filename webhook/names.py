@@ -50,6 +50,9 @@ CERT_MANAGER_ANNOTATION = "cert-manager.io/inject-ca-from"
 # Every GPU resource the NVIDIA device plugin advertises starts with one of these
 # (`nvidia.com/gpu`, `nvidia.com/gpu.shared`, `nvidia.com/mig-1g.10gb[.shared]`).
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+# Every NVIDIA resource: passthrough and vGPU device plugins name theirs after the device
+# under it (`nvidia.com/GA102GL_A10`); the webhook configurations send pods that ask for any.
+NVIDIA_RESOURCE_PREFIX = "nvidia.com/"
 SHARED_SUFFIX = ".shared"
 # Extended resources the scheduler satisfies through dynamic resource allocation (KEP-5004,
 # the DRAExtendedResource feature gate): a request of `<prefix><device class>` makes a
@@ -114,6 +117,13 @@ DEVICE_VARIABLES = (
     "NVIDIA_NVSWITCH",
 )
 
+# The driver features the NVIDIA runtime mounts into a GPU container (`compute`, `utility`,
+# `graphics`, ...; `all` is every one); unset or empty means compute and utility. An image's
+# own value holds where the pod sets none.
+DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
+DRIVER_CAPABILITIES_UNSET = ("compute", "utility")
+ALL_CAPABILITIES = "all"
+
 MPS_THREADS = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 MPS_MEMORY = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 # Set by the device plugin for containers that got an MPS replica: where the process finds
@@ -157,6 +167,7 @@ RULES = (
     "requests-limits-mismatch",
     "resource-not-allowed",
     "exclusive-with-shared",
+    "exclusive-gpus",
     "several-shared-resources",
     "runtime-class",
     "tolerations",
@@ -184,6 +195,7 @@ RULES = (
     "node-selection",
     "multi-replica",
     "mps-limits",
+    "driver-capabilities",
     "visible-devices",
 )
 

@@ -239,6 +239,32 @@ class HostAccessSpec(_Model):
         return self
 
 
+# An NVIDIA resource name with `*` for any characters (`nvidia.com/GA102GL_*`).
+_RESOURCE_PATTERN = r"nvidia\.com/[-A-Za-z0-9_.*]{1,63}"
+ResourcePattern = Annotated[str, StringConstraints(pattern=rf"^{_RESOURCE_PATTERN}$")]
+
+
+class ExclusiveGpusSpec(_Model):
+    """GPUs a pod gets whole, not as a shared replica: whether the policy's namespaces may ask
+    for them, how many a pod may hold, and which more resources are such GPUs."""
+
+    allowed: bool = True
+    # Devices of every exclusive GPU resource together, counted per pod as the scheduler
+    # counts them (init containers run before the others and give their GPUs back).
+    max_per_pod: int | None = Field(default=None, alias="maxPerPod", ge=1)
+    # Resources that are GPUs besides the device plugin's `nvidia.com/gpu` and
+    # `nvidia.com/mig-*`: passthrough and vGPU device plugins name theirs after the device
+    # (`nvidia.com/GA102GL_A10`). Patterns; `*` matches any characters.
+    passthrough_resources: list[ResourcePattern] = Field(
+        default_factory=list, alias="passthroughResources"
+    )
+
+
+# The driver capabilities the NVIDIA container toolkit knows (`NVIDIA_DRIVER_CAPABILITIES`);
+# `all` is every one of them.
+DriverCapability = Literal["compute", "compat32", "graphics", "utility", "video", "display", "ngx"]
+
+
 def _default_tolerations() -> list[TolerationSpec]:
     return [TolerationSpec(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")]
 
@@ -343,6 +369,16 @@ class PolicySpecModel(_Model):
     profiles: dict[DnsLabel, ProfileSpec] = Field(default_factory=dict)
     host_access: HostAccessSpec = Field(default_factory=HostAccessSpec, alias="hostAccess")
     default_profile: DnsLabel | None = Field(default=None, alias="defaultProfile")
+    # True: a container's own CUDA_MPS_* above its pod's profile is refused (false: a
+    # warning; the class's ceiling is the limit).
+    profiles_are_ceilings: bool = Field(default=False, alias="profilesAreCeilings")
+    # None: exclusive GPUs are allowed, any number, and only the device plugin's count.
+    exclusive_gpus: ExclusiveGpusSpec | None = Field(default=None, alias="exclusiveGpus")
+    # The driver capabilities a GPU container may have; the webhook sets them where the
+    # container does not (its image may ask for more). None: not judged.
+    driver_capabilities: list[DriverCapability] | None = Field(
+        default=None, alias="driverCapabilities", min_length=1
+    )
     rules: RulesSpec = Field(default_factory=RulesSpec)
     # None: the policy does not govern DRA (rule resource-claims refuses claims in pods).
     dra: DraSpec | None = None
@@ -530,11 +566,20 @@ def _spec_problems(v: View) -> list[_Refusal]:
         for rule in sorted(set(rule_modes) & names.ALWAYS_ENFORCED):
             problems.append(f"ruleModes.{rule}: always enforced (it refuses bad input)")
     classes: list[View] | None = v.get("node_classes")
-    if classes is not None and not classes and "dra" in v and v["dra"] is None:
+    if (
+        classes is not None
+        and not classes
+        and v.get("dra", 0) is None
+        and v.get("exclusive_gpus", 0) is None
+    ):
         problems.append(
             "nodeClasses: at least one class is needed, unless the policy has a dra section"
-            " (its namespaces then get GPUs through dynamic resource allocation alone)"
+            " (its namespaces then get GPUs through dynamic resource allocation) or an"
+            " exclusiveGpus section (they get whole GPUs only)"
         )
+    capabilities: list[str] | None = v.get("driver_capabilities")
+    if capabilities is not None and len(set(capabilities)) != len(capabilities):
+        problems.append("driverCapabilities: a capability is listed twice")
     if classes is not None:
         class_names = [c["name"] for c in classes if "name" in c]
         for dup in sorted({n for n in class_names if class_names.count(n) > 1}):
@@ -780,6 +825,40 @@ class DraPolicy:
         return tuple(sorted(n for n, c in self.classes.items() if c.allowed))
 
 
+@dataclass(frozen=True, slots=True)
+class ExclusiveGpus:
+    """A policy's `exclusiveGpus`, compiled."""
+
+    allowed: bool = True
+    max_per_pod: int | None = None
+    # The passthrough patterns as written, and one expression that matches any of them.
+    passthrough: tuple[str, ...] = ()
+    passthrough_match: re.Pattern[str] | None = None
+
+    def is_passthrough(self, resource: str) -> bool:
+        return self.passthrough_match is not None and bool(
+            self.passthrough_match.fullmatch(resource)
+        )
+
+
+def pattern_regex(patterns: Iterable[str]) -> str:
+    """One regular expression (RE2 and Python alike) that matches a resource name any of
+    `patterns` matches, whole; `*` is any characters."""
+    return "|".join(".*".join(re.escape(part) for part in p.split("*")) for p in patterns)
+
+
+def compile_exclusive(spec: ExclusiveGpusSpec | None) -> ExclusiveGpus:
+    if spec is None:
+        return ExclusiveGpus()
+    patterns = tuple(spec.passthrough_resources)
+    return ExclusiveGpus(
+        spec.allowed,
+        spec.max_per_pod,
+        patterns,
+        re.compile(pattern_regex(patterns)) if patterns else None,
+    )
+
+
 def closed_dra_class(name: str) -> DraClass:
     """A GPU class the policy does not list: no namespace may use it."""
     return DraClass(name, False, names.DRA_DRIVER, default_config_kind(name), 1, (), None, None, ())
@@ -849,6 +928,12 @@ class Policy:
     # `dra`: the GPU device classes of dynamic resource allocation; None: the policy does not
     # govern DRA, and rule resource-claims refuses pods with claims.
     dra: DraPolicy | None = None
+    # A container's CUDA_MPS_* above its pod's profile is refused (rule mps-limits).
+    profiles_are_ceilings: bool = False
+    # `exclusiveGpus` (rule exclusive-gpus), and which resources more are GPUs.
+    exclusive_gpus: ExclusiveGpus = ExclusiveGpus()
+    # The driver capabilities GPU containers may have (rule driver-capabilities); None: any.
+    driver_capabilities: tuple[str, ...] | None = None
     # The DRA device classes of GPUs in the set this policy is in (NVIDIA's, and every class
     # a policy lists): claims of them are sent to every entry, and refused where the policy
     # does not govern DRA (`claims.review`).
@@ -1071,6 +1156,11 @@ def compile_policy(doc: PolicyDocument, source: str) -> Policy:
         denied_host_paths=tuple(d.rstrip("/") or "/" for d in spec.host_access.denied_host_paths),
         trust_pod_security=spec.host_access.trust_pod_security,
         dra=None if spec.dra is None else compile_dra(spec.dra),
+        profiles_are_ceilings=spec.profiles_are_ceilings,
+        exclusive_gpus=compile_exclusive(spec.exclusive_gpus),
+        driver_capabilities=(
+            None if spec.driver_capabilities is None else tuple(spec.driver_capabilities)
+        ),
     )
 
 
@@ -1101,6 +1191,8 @@ _IN_WORDS = {
     " false; a MIG profile's, such as nvidia.com/mig-1g.5gb.shared)",
     rf"^{_BASE_RESOURCE}$": "a device plugin resource before renaming (nvidia.com/gpu, or a MIG"
     " profile's such as nvidia.com/mig-1g.5gb; renamed: true adds .shared itself)",
+    rf"^{_RESOURCE_PATTERN}$": "an NVIDIA resource name, * for any characters, such as"
+    " nvidia.com/GA102GL_*",
 }
 # A MIG profile in a name, however the rest of it is misspelt: 1g.5gb, 3g.40gb, 1g.10gb+me.
 _MIG_PROFILE = re.compile(r"mig-(\d+g\.\d+gb(?:\+me)?)")

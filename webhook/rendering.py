@@ -688,9 +688,11 @@ _ANY_CASE_GPU = (
 def _refusable(resources: Sequence[str], *, host_access: bool) -> str:
     """The CEL test of a pod template `t` that one of the rules could refuse or change
     (`host_access`: rule host-access too)."""
+    # Every NVIDIA resource: the device plugin's GPUs, and those of passthrough and vGPU
+    # device plugins, which a policy may count as GPUs (`exclusiveGpus`).
     tests = [
         f"k.startsWith({cel_string(p)})"
-        for p in (*names.GPU_RESOURCE_PREFIXES, names.DRA_EXTENDED_RESOURCE_PREFIX)
+        for p in (names.NVIDIA_RESOURCE_PREFIX, names.DRA_EXTENDED_RESOURCE_PREFIX)
     ]
     # Any case of them too: `nvidia.com/GPU.shared` is no resource a node offers, but its pod
     # (or template) comes to the webhook, whose warning says what was meant.

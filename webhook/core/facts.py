@@ -46,15 +46,20 @@ __all__ = ["Facts", "Finding", "Usage", "gather"]
 class Usage:
     """What one container asks of GPUs."""
 
-    __slots__ = ("exclusive", "gpu", "shared")
+    __slots__ = ("exclusive", "exclusive_count", "gpu", "shared")
 
     def __init__(
-        self, shared: tuple[tuple[str, int], ...] = (), exclusive: tuple[str, ...] = ()
+        self,
+        shared: tuple[tuple[str, int], ...] = (),
+        exclusive: tuple[str, ...] = (),
+        exclusive_count: int = 0,
     ) -> None:
         # Shared resource -> replicas, in the order the container names them.
         self.shared: Final = shared
-        # Other GPU resources (exclusive GPUs), in the order the container names them.
+        # Other GPU resources (exclusive GPUs), in the order the container names them, and
+        # how many devices of them it asks for in all.
         self.exclusive: Final = exclusive
+        self.exclusive_count: Final = exclusive_count
         self.gpu: Final = bool(shared or exclusive)
 
     def replicas(self, resource: str) -> int:
@@ -158,7 +163,9 @@ _LOOKED_AT = (*names.GPU_RESOURCE_PREFIXES, names.DRA_EXTENDED_RESOURCE_PREFIX)
 
 def _is_gpu_resource(name: object, policy: Policy) -> bool:
     return isinstance(name, str) and (
-        name.startswith(_LOOKED_AT) or name in policy.shared_resources
+        name.startswith(_LOOKED_AT)
+        or name in policy.shared_resources
+        or policy.exclusive_gpus.is_passthrough(name)
     )
 
 
@@ -186,6 +193,7 @@ def _usage(
             continue
         shared: list[tuple[str, int]] = []
         exclusive: list[str] = []
+        exclusive_count = 0
         for name in wanted:
             if name.startswith(names.DRA_EXTENDED_RESOURCE_PREFIX):
                 findings.append(_dra_extended(pod, policy, c, name, in_limits=name in limits))
@@ -242,7 +250,12 @@ def _usage(
                 findings.append(_not_allowed(pod, policy, c, name))
             else:
                 exclusive.append(name)
-        out.append(Usage(tuple(shared), tuple(exclusive)) if shared or exclusive else NO_USAGE)
+                exclusive_count += count
+        out.append(
+            Usage(tuple(shared), tuple(exclusive), exclusive_count)
+            if shared or exclusive
+            else NO_USAGE
+        )
     # A container that uses a resource claim counts as a GPU container for the rules that
     # treat those apart (capabilities, host namespaces, envFrom): its claim may hold GPUs,
     # which the webhook cannot see from the pod (docs/dra.md).

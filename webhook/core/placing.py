@@ -79,7 +79,9 @@ def place(
     constraints = selecting.read(pod)
     classes = _select(pod, policy, resource, constraints, findings)
     classes = _replicas(pod, replicas, resource, classes, findings)
-    classes = _mps_limits(pod, replicas, resource, profile, candidates=classes, findings=findings)
+    classes = _mps_limits(
+        pod, replicas, resource, profile, policy, candidates=classes, findings=findings
+    )
     return Placement(constraints, classes, tuple(findings), replicas)
 
 
@@ -277,12 +279,14 @@ def _mps_limits(
     replicas: Sequence[int],
     resource: str,
     profile: Profile | None,
+    policy: Policy,
     *,
     candidates: tuple[NodeClass, ...] | None,
     findings: list[Finding],
 ) -> tuple[NodeClass, ...] | None:
-    """`mps-limits`: the MPS values a container sets must parse and fit; the classes whose
-    ceiling the pod's limits (its own, else the profile's) exceed are left out."""
+    """`mps-limits`: the MPS values a container sets must parse and fit (under the pod's
+    profile too, where the policy makes profiles ceilings); the classes whose ceiling the
+    pod's limits (its own, else the profile's) exceed are left out."""
     limits: list[Limit] = []
     unreadable = False
     threads = profile.active_thread_percentage if profile else None
@@ -306,8 +310,7 @@ def _mps_limits(
                 elif "$(" in var.value:
                     problem = "refers to another variable, which cannot be read at admission"
                 else:
-                    text = var.value if len(var.value) <= 40 else var.value[:32] + "..."
-                    problem = f'"{text}" is not {_FORMS[variable]}'
+                    problem = f'"{shown_value(var.value)}" is not {_FORMS[variable]}'
                 _deny(
                     findings,
                     pod,
@@ -320,19 +323,48 @@ def _mps_limits(
                     container=c.name,
                 )
                 continue
-            limits.append(
-                Limit(c.name, variable, value, f'"{c.name}" {variable}={var.value}', True)
-            )
-            if from_profile is not None and profile is not None and value > from_profile:
+            over_profile = from_profile is not None and value > from_profile
+            if not (over_profile and policy.profiles_are_ceilings):
+                limits.append(
+                    Limit(c.name, variable, value, f'"{c.name}" {variable}={var.value}', True)
+                )
+            if over_profile and from_profile is not None and profile is not None:
+                figure = f"{from_profile:g}{_UNIT_SUFFIX[variable]}"
+                if policy.profiles_are_ceilings:
+                    most = str(from_profile) if variable == names.MPS_THREADS else (
+                        f"{from_profile}M per device"
+                    )
+                    _deny(
+                        findings,
+                        pod,
+                        "mps-limits",
+                        f"{c.field}.env[{var.position}]",
+                        f'container "{c.name}": MPS limit above the profile: {variable}=',
+                        f"{shown_value(var.value or '')} (",
+                        FIELD,
+                        f') is above profile "{profile.name}" ({figure}), and policy'
+                        f' "{policy.name}" makes profiles ceilings. Remove it (the webhook sets'
+                        f" the profile's), set it at most to {most}, or ask for a larger"
+                        f" profile with the annotation {names.ANNOTATION_PROFILE}",
+                        container=c.name,
+                    )
+                    # Refused once: the placement goes on with the profile's value, so a
+                    # relaxed rule admits the pod pinned where the profile fits.
+                    limits.append(
+                        Limit(c.name, variable, from_profile, f'profile "{profile.name}"', False)
+                    )
+                    continue
                 findings.append(
                     Finding(
                         "mps-limits",
                         warning=f'container "{c.name}": {variable}={var.value} is above profile'
-                        f' "{profile.name}" ({from_profile:g}{_UNIT_SUFFIX[variable]})',
+                        f' "{profile.name}" ({figure})',
                     )
                 )
     if candidates is None or unreadable:
-        return None
+        # A value that cannot be read cannot be held against the ceilings; refused in
+        # enforce mode, a relaxed rule still has the pod pinned to the classes left.
+        return candidates
     fitting, excluded, offenders = _fit(candidates, tuple(limits))
     if fitting:
         if excluded:
@@ -369,6 +401,11 @@ def _mps_limits(
             f" {names.ANNOTATION_PROFILE}",
         )
     return None
+
+
+def shown_value(value: str) -> str:
+    """A variable's value in a message, cut short."""
+    return value if len(value) <= 40 else value[:32] + "..."
 
 
 @functools.lru_cache(maxsize=1024)

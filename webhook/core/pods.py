@@ -278,6 +278,9 @@ class Container(NamedTuple):
     # Whether it uses a resource claim of the pod (`resources.claims`): the devices of
     # dynamic resource allocation, GPUs among them.
     claims: bool = False
+    # An init container that keeps running beside the others (`restartPolicy: Always`): its
+    # devices are held with theirs, not given back before they start.
+    sidecar: bool = False
 
     @property
     def field(self) -> str:
@@ -604,6 +607,9 @@ def _container(r: _Reader, raw: Mapping[str, Any], *, group: str, index: int) ->
             volume, path = r.text(m, "name", at), r.text(m, "mountPath", at)
             read_only = r.flag(m, "readOnly", at)
         mounts.append(Mount(i, volume or "", path or "", bool(read_only)))
+    restart = get("restartPolicy")
+    if restart is not None and not isinstance(restart, str):
+        r.wrong(f"{where}.restartPolicy", "a string", restart)
     # Positional: the fields in their order (a review builds one per container).
     return Container(
         group,
@@ -619,6 +625,7 @@ def _container(r: _Reader, raw: Mapping[str, Any], *, group: str, index: int) ->
         tuple(mounts),
         True,  # judged
         claims,
+        group == "initContainers" and restart == "Always",  # sidecar
     )
 
 

@@ -27,11 +27,12 @@ from __future__ import annotations
 import bisect
 import enum
 import operator
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, TypeVar
 
-from webhook import hostpaths, names
+from webhook import hostpaths, names, policies
 from webhook.core import facts, placing, pods
 from webhook.core.decisions import (
     FIELD,
@@ -321,6 +322,62 @@ def check_exclusive_with_shared(r: Pass) -> None:
     )
 
 
+def held_at_once(pairs: tuple[tuple[pods.Container, facts.Usage], ...]) -> int:
+    """The exclusive GPUs a pod holds at most at one time, as the scheduler counts a pod's
+    requests: init containers run one by one before the others (with the sidecars started
+    before them) and give their devices back; sidecars keep theirs beside the containers."""
+    sidecars = init_peak = regular = 0
+    for c, used in pairs:
+        if c.group == "containers":
+            regular += used.exclusive_count
+        elif c.group == "initContainers":
+            if c.sidecar:
+                sidecars += used.exclusive_count
+                init_peak = max(init_peak, sidecars)
+            else:
+                init_peak = max(init_peak, used.exclusive_count + sidecars)
+    return max(regular + sidecars, init_peak)
+
+
+def check_exclusive_gpus(r: Pass) -> None:
+    """Whole GPUs (not a shared replica): allowed by the policy or not, and how many."""
+    users = [(c, u) for c, u in r.facts.containers if u.exclusive]
+    if not users:
+        return
+    policy = r.policy
+    limits = policy.exclusive_gpus
+    if not limits.allowed:
+        ask = (
+            f"Ask for {policy.preferred_resource}: 1 instead"
+            if policy.shared_resources
+            else "Ask the cluster admin for a policy that gives them"
+        )
+        for c, used in users:
+            r.deny(
+                "exclusive-gpus",
+                ErrorType.FORBIDDEN,
+                f"{c.field}.resources",
+                f'container "{c.name}": exclusive GPU: it asks for {", ".join(used.exclusive)}'
+                f' (whole GPUs), and policy "{policy.name}" gives its namespaces no whole'
+                f" GPUs. {ask}",
+                container=c.name,
+            )
+        return
+    most = limits.max_per_pod
+    if most is None:
+        return
+    held = held_at_once(r.facts.containers)
+    if held > most:
+        each = ", ".join(f'"{c.name}" {u.exclusive_count}' for c, u in users)
+        r.deny(
+            "exclusive-gpus",
+            ErrorType.FORBIDDEN,
+            "spec.containers",
+            f"too many exclusive GPUs: the pod holds {held} whole GPUs at once ({each}), and"
+            f' policy "{policy.name}" allows at most {most} per pod. Ask for {most} or fewer',
+        )
+
+
 def check_several_shared_resources(r: Pass) -> None:
     if len(r.facts.requested) > 1:
         r.deny(
@@ -417,6 +474,72 @@ def check_device_variables(r: Pass) -> None:
                 FIELD,
                 f"{after}; {whose}. {fix}",
                 container=c.name,
+            )
+
+
+def capabilities_of(value: str) -> frozenset[str]:
+    """The driver capabilities a value of NVIDIA_DRIVER_CAPABILITIES gives, as the toolkit
+    reads it: comma-separated, `all` every one, nothing (or only commas) compute and
+    utility. Names the toolkit does not know stay in, to be refused."""
+    found = {part.strip() for part in value.split(",")} - {""}
+    if not found:
+        return frozenset(names.DRIVER_CAPABILITIES_UNSET)
+    if names.ALL_CAPABILITIES in found:
+        found = (found - {names.ALL_CAPABILITIES}) | set(_KNOWN_CAPABILITIES)
+    return frozenset(found)
+
+
+_KNOWN_CAPABILITIES = typing.get_args(policies.DriverCapability)
+
+
+def check_driver_capabilities(r: Pass) -> None:
+    """A GPU container's NVIDIA_DRIVER_CAPABILITIES within the policy's list: `graphics` and
+    `display` mount device nodes of their own, beyond what the device plugin gave."""
+    allowed = r.policy.driver_capabilities
+    if allowed is None:
+        return
+    listed = ",".join(allowed)
+    for c, used in r.facts.judged:
+        if not used.gpu:
+            continue
+        for var in c.env:
+            if var.name != names.DRIVER_CAPABILITIES:
+                continue
+            if var.value is None:
+                problem = "comes from valueFrom, which cannot be read at admission"
+            elif _reference(var.value):
+                problem = "refers to another variable, which cannot be read at admission"
+            else:
+                beyond = sorted(capabilities_of(var.value) - set(allowed))
+                if not beyond:
+                    continue
+                problem = f"{shown(var.value)} gives {', '.join(beyond)}"
+            r.deny(
+                "driver-capabilities",
+                ErrorType.FORBIDDEN,
+                f"{c.field}.env[{var.position}]",
+                f'container "{c.name}": driver capabilities: {var.name} (',
+                FIELD,
+                f') {problem}; policy "{r.policy.name}" allows {listed}. Set it to a part of'
+                " that list, or remove it (the webhook sets the policy's)",
+                container=c.name,
+            )
+
+
+def patch_driver_capabilities(r: Pass) -> None:
+    """The policy's capabilities on every GPU container that sets none: the image's own
+    value would hold there, which admission cannot see."""
+    allowed = r.policy.driver_capabilities
+    if allowed is None:
+        return
+    value = ",".join(allowed)
+    for c, used in r.facts.judged:
+        if used.gpu and pods.variable(c, names.DRIVER_CAPABILITIES) is None:
+            r.add_env(
+                "driver-capabilities",
+                c,
+                [{"name": names.DRIVER_CAPABILITIES, "value": value}],
+                f'the driver capabilities policy "{r.policy.name}" allows',
             )
 
 
@@ -962,6 +1085,8 @@ RULES: tuple[Rule, ...] = (
          found=True),
     Rule("exclusive-with-shared", S, "an exclusive GPU next to a shared one",
          check_exclusive_with_shared, switch="denyExclusiveWithShared", pod_level=True),
+    Rule("exclusive-gpus", G, "whole GPUs where the policy allows none, or more per pod than"
+         " it allows", check_exclusive_gpus, pod_level=True),
     Rule("several-shared-resources", S, "two shared resources in one pod",
          check_several_shared_resources, pod_level=True),
     Rule("runtime-class", S, "another runtime class; adds the policy's when absent",
@@ -1016,6 +1141,9 @@ RULES: tuple[Rule, ...] = (
          " repeat a GPU", found=True, pod_level=True),
     Rule("mps-limits", S, "CUDA_MPS_* values that do not parse or exceed the ceiling; adds the"
          " profile's", patch=patch_mps_limits, found=True, pod_level=True, required=True),
+    Rule("driver-capabilities", G, "NVIDIA_DRIVER_CAPABILITIES beyond the policy's list on a"
+         " GPU container; adds the list where it sets none", check_driver_capabilities,
+         patch_driver_capabilities, required=True),
     Rule("visible-devices", E, "adds NVIDIA_VISIBLE_DEVICES=void to containers that ask for no"
          " GPU", None, patch_visible_devices, always=True, required=True),
 )
