@@ -208,15 +208,17 @@ def test_changed_says_what_would_be_added(
     assert old["owner"] == {"kind": "Deployment", "name": "inference"}
     assert old["note"] == "0 replicas: an old revision, used again only by a rollback"
     assert [m["rule"] for m in old["mutations"]] == [
-        "runtime-class", "tolerations", "node-selection", "mps-limits"]
+        "runtime-class", "tolerations", "node-selection", "mps-limits", "driver-capabilities"]
     assert [m["rule"] for m in inference["mutations"]] == [
-        "runtime-class", "tolerations", "node-selection", "mps-limits", "visible-devices"]
+        "runtime-class", "tolerations", "node-selection", "mps-limits", "driver-capabilities",
+        "visible-devices"]
     assert {m["mode"] for m in inference["mutations"]} == {"enforce"}
     adds = inference["adds"]
     assert "runtimeClassName: nvidia" in adds
     assert f"tolerations: nvidia.com/gpu Exists NoSchedule, {SHARED} Exists NoSchedule" in adds
     assert ('env of container "server": CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25,'
-            " CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3840M") in adds
+            " CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3840M, NVIDIA_DRIVER_CAPABILITIES=compute,utility"
+            ) in adds
     assert 'env of container "log": NVIDIA_VISIBLE_DEVICES=void' in adds
     [affinity] = [a for a in adds if a.startswith("required node affinity: ")]
     assert "nvidia.com/gpu.product In Tesla-T4" in affinity
@@ -326,7 +328,8 @@ def test_the_text_report_per_namespace_and_the_summary(
     assert "    Deployment/trainer with 2 ReplicaSets and 2 pods" in team
     assert '      - multi-replica: container "train": invalid multi-replica request' in team
     assert ("    Deployment/inference with ReplicaSet/inference-5d4f8b and 3 pods: runtime-class,"
-            " tolerations, node-selection, mps-limits, visible-devices") in team
+            " tolerations, node-selection, mps-limits, driver-capabilities, visible-devices"
+            ) in team
     assert ("    ReplicaSet/inference-6b7c8d of Deployment/inference (0 replicas: an old"
             " revision, used again only by a rollback): runtime-class,") in team
     assert '      + env of container "log": NVIDIA_VISIBLE_DEVICES=void' in team

@@ -375,8 +375,8 @@ def test_a_namespace_too_large_for_one_report_gets_more_never_splitting_an_objec
         for x in r["results"]:
             owner = seen.setdefault(x["resources"][0]["uid"], r["metadata"]["name"])
             assert owner == r["metadata"]["name"], "an object's results in two reports"
-    # runtime-class, tolerations, node-selection and mps-limits, each pod.
-    assert sum(len(r["results"]) for r in big) == 4000 * 4
+    # runtime-class, tolerations, node-selection, mps-limits and driver-capabilities, each pod.
+    assert sum(len(r["results"]) for r in big) == 4000 * 5
 
 
 def test_unchanged_results_keep_their_timestamp_and_new_ones_get_now() -> None:
@@ -398,7 +398,7 @@ def test_unchanged_results_keep_their_timestamp_and_new_ones_get_now() -> None:
     }
     assert {k for k, v in stamps.items() if v == NOW + 7200} == {
         ("notebook", r) for r in ("runtime-class", "tolerations", "node-selection",
-                                  "mps-limits")
+                                  "mps-limits", "driver-capabilities")
     }
 
 

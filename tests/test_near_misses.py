@@ -309,6 +309,17 @@ async def test_the_server_sends_each_near_miss_as_a_warning(
 # --------------------------------------------------------------------------- door 3: mutate
 
 
+def _policies(tmp_path: Path) -> Path:
+    """The shipped policies without `driverCapabilities`: what the webhook leaves as it is
+    is the subject here, and with them it sets a GPU container's capabilities."""
+    directory = tmp_path / "policies"
+    directory.mkdir(exist_ok=True)
+    for p in POLICIES.glob("*.yaml"):
+        text = p.read_text()
+        (directory / p.name).write_text(text.replace("driverCapabilities: [compute, utility]", ""))
+    return directory
+
+
 def _mutate(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
@@ -317,7 +328,7 @@ def _mutate(
 ) -> tuple[int, str, str]:
     path = tmp_path / "in.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    code = cli.main(["mutate", "-f", str(path), "--policies", str(POLICIES), *args])
+    code = cli.main(["mutate", "-f", str(path), "--policies", str(_policies(tmp_path)), *args])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -542,7 +553,7 @@ def _audit(
 ) -> tuple[int, str, str]:
     path = tmp_path / "dump.yaml"
     path.write_text(yaml.safe_dump_all(objects))
-    code = cli.main(["audit", "-f", str(path), "--policies", str(POLICIES), *args])
+    code = cli.main(["audit", "-f", str(path), "--policies", str(_policies(tmp_path)), *args])
     out, err = capsys.readouterr()
     return code, out, err
 

@@ -50,7 +50,8 @@ def test_the_patch_is_returned_to_kubernetes_and_applies_to_the_object_as_sent(
     assert result["spec"]["runtimeClassName"] == "nvidia"
     assert response["auditAnnotations"] == {
         "policy": "default", "profile": "medium", "classes": "t4-mps,a10g-time-slicing",
-        "mutations": "runtime-class,tolerations,node-selection,mps-limits,visible-devices",
+        "mutations": "runtime-class,tolerations,node-selection,mps-limits,driver-capabilities,"
+        "visible-devices",
     }
     assert "warnings" not in response
     assert "status" not in response
@@ -100,7 +101,8 @@ def test_an_unknown_policy_is_a_denial_that_says_so(
 def test_the_named_policy_governs(shipped_policies: policies.PolicySet) -> None:
     p = pod(container(limits={"nvidia.com/gpu": 1}))
     default = answer(admission_review(p), shipped_policies)["response"]
-    assert "patch" not in default  # an exclusive GPU under the renamed policy
+    # An exclusive GPU under the renamed policy: only the driver capabilities are added.
+    assert default["auditAnnotations"]["mutations"] == "driver-capabilities"
     plain = answer(admission_review(p), shipped_policies, policy="not-renamed")["response"]
     assert plain["auditAnnotations"]["policy"] == "not-renamed"
 
@@ -146,10 +148,21 @@ def test_the_validating_endpoint_refuses_a_pod_the_mutating_webhook_did_not_guar
                       endpoint="validate")["response"]
     assert response["allowed"] is False
     assert response["status"]["message"] == (
-        '2 problems: (1) container "main": missing CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25,'
-        ' CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3840M (the MPS limits of profile "medium"), which'
-        " the mutating webhook adds: it did not run, or a later change took it away. Create the"
-        " pod again, or set it as shown (rule mps-limits); (2) container \"log\": missing"
+        "4 problems: (1) node selection: the pod asks for nvidia.com/gpu.shared, and its"
+        " required node selection (spec.nodeSelector) does not keep it on the node classes of"
+        ' policy "default" (t4-mps [nvidia.com/gpu.sharing-strategy=mps,'
+        " nvidia.com/gpu.product=Tesla-T4, nvidia.com/gpu.replicas=4]; a10g-time-slicing"
+        " [nvidia.com/gpu.sharing-strategy=time-slicing, nvidia.com/gpu.product=NVIDIA-A10G,"
+        " nvidia.com/gpu.replicas=4]), where the mutating webhook pins it: it did not run, or a"
+        " later change removed or widened the pin. Create the pod again, or require those"
+        ' labels (rule node-selection); (2) container "main": missing'
+        " CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3840M (the"
+        ' MPS limits of profile "medium"), which the mutating webhook adds: it did not run, or'
+        " a later change took it away. Create the pod again, or set it as shown (rule"
+        ' mps-limits); (3) container "main": missing NVIDIA_DRIVER_CAPABILITIES=compute,utility'
+        ' (the driver capabilities policy "default" allows), which the mutating webhook adds:'
+        " it did not run, or a later change took it away. Create the pod again, or set it as"
+        ' shown (rule driver-capabilities); (4) container "log": missing'
         " NVIDIA_VISIBLE_DEVICES=void (it hides the GPUs from a container that asks for none),"
         " which the mutating webhook adds: it did not run, or a later change took it away."
         " Create the pod again, or set it as shown (rule visible-devices)"
