@@ -44,9 +44,9 @@ def _in(directories: tuple[str, ...], entries: tuple[str, ...]) -> tuple[str, ..
     return tuple(f"{d}/{e}" for d in directories for e in entries)
 
 
-# Where the driver's user-space libraries are: Debian and Ubuntu (x86 and Arm, and Debian's
-# `nvidia/current`), RHEL's `/usr/lib64`, `/usr/lib` (Arch; elsewhere the 32-bit ones), and
-# the 32-bit directories, whose libraries the toolkit mounts too.
+# Where the driver's user-space libraries are: Debian's and Ubuntu's (x86 and Arm), RHEL's
+# `/usr/lib64`, `/usr/lib` (Arch's; RHEL's 32-bit ones), and Debian's 32-bit directories:
+# the toolkit mounts the 32-bit libraries too.
 LIBRARY_DIRS = (
     "/usr/lib/x86_64-linux-gnu",
     "/usr/lib/aarch64-linux-gnu",
