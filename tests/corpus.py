@@ -820,6 +820,24 @@ ROUTE_CASES = {
         pod_security="baseline"),
     "dev-fd-link": RouteCase(
         5, _host_path("/dev/fd/3/run/nvidia/mps"), Refused("host-path")),
+    # 5: the driver's files the toolkit mounts into GPU containers, and more runtimes' sockets.
+    "video-decoder-library": RouteCase(
+        5, _host_path("/lib/x86_64-linux-gnu/libnvcuvid.so.1", gpu=True), Refused("host-path"),
+        pod_security="baseline"),
+    "vulkan-icd-file": RouteCase(
+        5, _host_path("/usr/share/vulkan/icd.d/nvidia_icd.json", gpu=True),
+        Refused("host-path")),
+    "cos-driver-directory": RouteCase(
+        5, _host_path("/var/lib/nvidia"), Refused("host-path"), pod_security="baseline"),
+    "podman-socket": RouteCase(
+        5, _host_path("/var/run/podman/podman.sock"), Refused("host-path")),
+    "buildkit-socket": RouteCase(
+        5, _host_path("/run/buildkit/buildkitd.sock"), Refused("host-path"),
+        pod_security="baseline"),
+    "k0s-containerd-socket": RouteCase(
+        5, _host_path("/run/k0s/containerd.sock"), Refused("host-path")),
+    "kata-shim-sockets": RouteCase(
+        5, _host_path("/run/vc/sbs"), Refused("host-path"), pod_security="baseline"),
     "sys-ptrace-in-a-gpu-pod": RouteCase(
         5, pod(shared(securityContext={"capabilities": {"add": ["SYS_PTRACE"]}})),
         Refused("capabilities", "main"), pod_security="baseline"),

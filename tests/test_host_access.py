@@ -135,8 +135,8 @@ def test_a_policy_cannot_allow_what_hands_out_gpus(entry: dict[str, Any], proble
 
 
 def test_a_policy_can_deny_more_host_paths() -> None:
-    p = policy(hostAccess={"deniedHostPaths": ["/var/lib/k0s/kubelet"]})
-    obj = pod(container(), volumes=[{"name": "k", "hostPath": {"path": "/var/lib/k0s"}}])
+    p = policy(hostAccess={"deniedHostPaths": ["/data/kubelet"]})
+    obj = pod(container(), volumes=[{"name": "k", "hostPath": {"path": "/data"}}])
     assert rules_of(obj, enforced(p)) == [("host-path", None)]
     assert rules_of(obj, enforced(policy())) == []
 

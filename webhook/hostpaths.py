@@ -38,11 +38,59 @@ class HostPathClass(NamedTuple):
     paths: tuple[str, ...]
 
 
+def _in(directories: tuple[str, ...], entries: tuple[str, ...]) -> tuple[str, ...]:
+    """Every entry in every directory: files a driver puts in whichever of them the node's
+    distribution uses."""
+    return tuple(f"{d}/{e}" for d in directories for e in entries)
+
+
+# Where the driver's user-space libraries are: Debian's and Ubuntu's (x86 and Arm), RHEL's
+# `/usr/lib64`, `/usr/lib` (Arch's; RHEL's 32-bit ones), and Debian's 32-bit directories:
+# the toolkit mounts the 32-bit libraries too.
+LIBRARY_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/usr/lib/i386-linux-gnu",
+    "/usr/lib32",
+)
+# The driver's libraries by name, as the toolkit finds them there and mounts them into GPU
+# containers: management and CUDA, video (NVCUVID, VDPAU), OptiX, the GLVND vendor
+# libraries of EGL, GLX and GLES, GBM's backend, and Debian's driver directory.
+DRIVER_LIBRARIES = (
+    "libnvidia*",
+    "libcuda*",
+    "libnvcuvid*",
+    "libnvoptix*",
+    "libEGL_nvidia*",
+    "libGLX_nvidia*",
+    "libGLESv2_nvidia*",
+    "libGLESv1_CM_nvidia*",
+    "libvdpau_nvidia*",
+    "vdpau/libvdpau_nvidia*",
+    "gbm/nvidia-drm_gbm*",
+    "nvidia",
+)
+# Where the toolkit looks for the driver's configuration files (the system's settings and
+# the XDG data directories), and those files: the ICD and vendor files by which the Vulkan,
+# EGL and OpenCL loaders of a GPU container find the driver, and its data (`nvoptix.bin`).
+CONFIG_DIRS = ("/etc", "/usr/share", "/usr/local/share")
+DRIVER_CONFIGS = (
+    "vulkan/icd.d/nvidia*",
+    "vulkan/implicit_layer.d/nvidia*",
+    "glvnd/egl_vendor.d/10_nvidia*",
+    "egl/egl_external_platform.d",
+    "OpenCL/vendors/nvidia*",
+    "nvidia",
+)
+
 # The classes, with their paths as `canonical` spells them (`/run`, not `/var/run`). Sources:
 # the NVIDIA container toolkit and device plugin (device nodes, /run/nvidia/driver,
-# /run/nvidia/mps, /usr/local/nvidia/toolkit, /etc/nvidia-container-runtime/config.toml), the
-# kubelet (/var/lib/kubelet/device-plugins, pod-resources, plugins_registry), CDI (/etc/cdi,
-# /var/run/cdi), the container runtimes' defaults, GKE (/home/kubernetes/bin/nvidia).
+# /run/nvidia/mps, /usr/local/nvidia/toolkit, /etc/nvidia-container-runtime/config.toml, the
+# libraries and configuration files it mounts), the kubelet (/var/lib/kubelet/device-plugins,
+# pod-resources, plugins_registry), CDI (/etc/cdi, /var/run/cdi), the container runtimes'
+# defaults, GKE (/home/kubernetes/bin/nvidia) and Container-Optimized OS (/var/lib/nvidia).
 CLASSES: tuple[HostPathClass, ...] = (
     HostPathClass(
         "device nodes",
@@ -68,25 +116,21 @@ CLASSES: tuple[HostPathClass, ...] = (
     ),
     HostPathClass(
         "NVIDIA driver and toolkit",
-        "the driver, its kernel modules and the container toolkit's binaries and settings: a pod"
-        " that changes them decides what every later GPU container gets",
+        "the driver, its libraries, ICD files and kernel modules, and the container toolkit's"
+        " binaries and settings: a pod that changes them decides what every later GPU container"
+        " gets",
         (
             "/run/nvidia*",
             "/usr/local/nvidia",
             "/home/kubernetes/bin/nvidia",
+            "/var/lib/nvidia",
             "/etc/nvidia-container-runtime",
             "/etc/nvidia-container-toolkit",
             "/usr/bin/nvidia*",
             "/usr/lib/modules",
             "/usr/lib/firmware/nvidia",
-            # The driver's user-space libraries, which the toolkit mounts into every GPU
-            # container (Debian/Ubuntu, RHEL, and Arm layouts).
-            "/usr/lib/x86_64-linux-gnu/libnvidia*",
-            "/usr/lib/x86_64-linux-gnu/libcuda*",
-            "/usr/lib/aarch64-linux-gnu/libnvidia*",
-            "/usr/lib/aarch64-linux-gnu/libcuda*",
-            "/usr/lib64/libnvidia*",
-            "/usr/lib64/libcuda*",
+            *_in(LIBRARY_DIRS, DRIVER_LIBRARIES),
+            *_in(CONFIG_DIRS, DRIVER_CONFIGS),
         ),
     ),
     HostPathClass(
@@ -94,7 +138,8 @@ CLASSES: tuple[HostPathClass, ...] = (
         "the device-plugin and pod-resources sockets (a pod can register a plugin for a GPU"
         " resource and answer its allocations), DRA plugin sockets, the allocation checkpoint,"
         " the static pod manifests (the kubelet runs whatever is written there)",
-        ("/var/lib/kubelet", "/etc/kubernetes", "/var/snap/microk8s"),
+        # The kubelet's own, and the data directories of distributions that keep it there.
+        ("/var/lib/kubelet", "/etc/kubernetes", "/var/snap/microk8s", "/var/lib/k0s"),
     ),
     HostPathClass(
         "CDI specs",
@@ -123,6 +168,19 @@ CLASSES: tuple[HostPathClass, ...] = (
             "/run/dockershim.sock",
             "/run/k3s",
             "/var/lib/rancher",
+            "/run/k0s",
+            "/etc/k0s",
+            "/run/podman",
+            "/run/buildkit",
+            "/var/lib/buildkit",
+            "/etc/buildkit",
+            # Kata Containers: the shims' sandbox state and sockets (the Go shim's and the
+            # hypervisor's under /run/vc, the Rust shim's under /run/kata), and its settings.
+            "/run/vc",
+            "/run/kata",
+            "/etc/kata-containers",
+            "/usr/share/defaults/kata-containers",
+            "/opt/kata",
             "/run/runc",
             "/run/crun",
         ),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple
 
 from webhook import names
 
@@ -21,9 +21,10 @@ MAX_WARNINGS = 30
 MALFORMED = names.MALFORMED_RULE
 
 
-def shown(value: object) -> str:
+def shown(value: object, *, keep: Literal["start", "end"] = "start") -> str:
     """A value of the object for a message: quoted, and cut short (messages are bounded,
-    inputs are not)."""
+    inputs are not), keeping its start, or with `keep="end"` its end: a path's last
+    segments say what it reaches (`/srv/<200 characters>/../../dev/nvidia0`)."""
     if isinstance(value, str):
         text = value
     elif isinstance(value, dict):
@@ -35,7 +36,8 @@ def shown(value: object) -> str:
     else:
         text = repr(value)
     if len(text) > 40:
-        text = f"{text[:32]}... ({len(text)} characters)"
+        kept = f"...{text[-32:]}" if keep == "end" else f"{text[:32]}..."
+        text = f"{kept} ({len(text)} characters)"
     return f'"{text}"'
 
 

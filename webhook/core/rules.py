@@ -739,7 +739,7 @@ def check_host_path(r: Pass) -> None:
             f"spec.volumes[{v.position}]",
             f'volume "{v.name}" (',
             FIELD,
-            f"): hostPath {shown(v.host_path)}{_mounted_by(mounters, v.name)} {what}",
+            f'): hostPath {shown(v.host_path, keep="end")}{_mounted_by(mounters, v.name)} {what}',
         )
 
 
@@ -764,7 +764,8 @@ def _check_host_path_mounts(r: Pass) -> None:
                 "host-path",
                 ErrorType.FORBIDDEN,
                 f"{c.field}.volumeMounts[{m.position}]",
-                f'container "{c.name}": volume "{v.name}" (hostPath {shown(v.host_path or "")}'
+                f'container "{c.name}": volume "{v.name}" (hostPath'
+                f' {shown(v.host_path or "", keep="end")}'
                 ") reaches host paths that hand out GPUs, as the node resolves it. Mount"
                 " another volume (",
                 FIELD,
@@ -787,7 +788,8 @@ def check_device_list_mount(r: Pass) -> None:
                     "device-list-mount",
                     ErrorType.FORBIDDEN,
                     f"{c.field}.volumeMounts[{m.position}]",
-                    f'container "{c.name}": volume "{m.volume}" mounted at {shown(m.path)} (',
+                    f'container "{c.name}": volume "{m.volume}" mounted at'
+                    f' {shown(m.path, keep="end")} (',
                     FIELD,
                     f"): the NVIDIA runtime reads mounts under {root} (where the kubelet puts"
                     " a relative path too) as a list of GPUs to give the container. Mount it"
@@ -867,7 +869,8 @@ def check_host_access(r: Pass) -> None:
                     "host-access",
                     ErrorType.FORBIDDEN,
                     f"{c.field}.volumeMounts[{m.position}].readOnly",
-                    f'container "{c.name}": hostPath volume "{v.name}" ({shown(v.host_path or "")})'
+                    f'container "{c.name}": hostPath volume "{v.name}"'
+                    f' ({shown(v.host_path or "", keep="end")})'
                     f' is mounted writable; policy "{policy.name}" allows {entry} read-only'
                     f"{_NOT_ENFORCED}. Set ",
                     FIELD,
@@ -918,8 +921,8 @@ def check_host_access(r: Pass) -> None:
                 f"spec.volumes[{v.position}]",
                 f'volume "{v.name}" (',
                 FIELD,
-                f"): hostPath {shown(v.host_path)}{_mounted_by(mounters, v.name)} is not under a"
-                " path"
+                f'): hostPath {shown(v.host_path, keep="end")}{_mounted_by(mounters, v.name)}'
+                " is not under a path"
                 f' policy "{policy.name}" allows (allowedHostPaths: {listed}){_NOT_ENFORCED}.'
                 " Use a PersistentVolumeClaim, or ask the cluster admin to allow the path",
             )
