@@ -113,11 +113,11 @@ def policy_warnings(policy: policies.Policy) -> list[str]:
     out: list[str] = []
     where = policy.source
     mps = [c for c in policy.classes if c.mps]
-    # Profiles also size the requests of DRA classes that allow MPS (the webhook adds their
-    # MPS configuration).
-    dra_mps = policy.dra is not None and any(MPS in c.sharing for c in policy.dra.classes.values())
+    # Profiles also size the requests of DRA classes the webhook adds an MPS configuration
+    # to.
+    dra_mps = policy.dra is not None and any(c.add_mps for c in policy.dra.classes.values())
     if policy.profiles and not mps and not dra_mps:
-        either = "" if policy.dra is None else " (nor does a DRA class allow MPS)"
+        either = "" if policy.dra is None else " (nor does the webhook size a DRA class with them)"
         out.append(
             f"{where}: spec.profiles: no node class is mps{either}, so no profile limits anything"
             " (time-slicing nodes ignore CUDA_MPS_*); remove them, or add the MPS class they"
@@ -205,7 +205,8 @@ def dra_warnings(policy: policies.Policy) -> list[str]:
                 ' the node ("MPS sharing is not supported when consumable shares is enabled");'
                 " allow one or the other"
             )
-        out.extend(_profiles_above(policy, c, at, default))
+        if c.add_mps:
+            out.extend(_profiles_above(policy, c, at, default))
     return out
 
 

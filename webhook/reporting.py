@@ -98,6 +98,7 @@ ISOLATION = frozenset(
         "dra-capacity",
         "dra-sharing",
         "dra-mps-limits",
+        "dra-whole-device",
         "mps-limits",
         "visible-devices",
     }

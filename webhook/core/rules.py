@@ -980,13 +980,16 @@ RULES: tuple[Rule, ...] = (
     Rule("dra-all-devices", C, "allocationMode All (or an unknown mode) on a GPU class"),
     Rule("dra-admin-access", C, "adminAccess on a GPU class"),
     Rule("dra-device-tolerations", C, "tolerations of device taints on a GPU class"),
-    Rule("dra-too-many-devices", C, "more devices in one request than the class allows"),
+    Rule("dra-too-many-devices", C, "more devices in one request, or in one claim, than the"
+         " class allows"),
     Rule("dra-capacity", C, "consumable capacity left out or above the class's ceiling"),
     Rule("dra-config", C, "device configuration the GPU driver does not read, or of another"
          " kind of device"),
     Rule("dra-sharing", C, "a sharing strategy the class does not allow"),
     Rule("dra-mps-limits", C, "MPS limits that do not parse or exceed the class's ceilings;"
          " adds the profile's to a request with no configuration", required=True),
+    Rule("dra-whole-device", C, "a request that ends without a sharing configuration (the whole"
+         " device) where the class allows no whole device"),
     Rule("node-selection", S, "a node selection no allowed class satisfies; pins the pod to"
          " the allowed classes", patch=patch_node_selection, found=True, pod_level=True),
     Rule("multi-replica", S, "more than one replica where the device plugin would fail it or"
