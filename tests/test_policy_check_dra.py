@@ -104,6 +104,49 @@ ERRORS = [
         id="more-devices-than-a-claim-can-have",
     ),
     pytest.param(
+        ["{name: gpu.nvidia.com, maxDevicesPerClaim: 33}"],
+        "spec.dra.deviceClasses[0].maxDevicesPerClaim: Input should be less than or equal to 32",
+        id="more-devices-per-claim-than-an-allocation-holds",
+    ),
+    # A class open to namespaces, whose every request would be refused: no whole device, and
+    # no way to share one.
+    pytest.param(
+        ["{name: gpu.nvidia.com, allowed: true, allowWholeDevice: false}"],
+        "spec.dra.deviceClasses[0].allowWholeDevice: false, but the class names no sharing"
+        " strategy and no capacity ceiling, so every request of it would be refused: list MPS"
+        " or TimeSlicing in sharing, set capacity, or close the class (allowed: false)",
+        id="no-whole-device-and-no-sharing",
+    ),
+    pytest.param(
+        ["{name: vfio.gpu.nvidia.com, allowed: true, allowWholeDevice: false}"],
+        "spec.dra.deviceClasses[0].allowWholeDevice: false, but the class names no sharing"
+        " strategy and no capacity ceiling, so every request of it would be refused: list MPS"
+        " or TimeSlicing in sharing, set capacity, or close the class (allowed: false)",
+        id="no-whole-passthrough-device",
+    ),
+    pytest.param(
+        ["{name: gpu.nvidia.com, allowed: true, sharing: [TimeSlicing], addMpsConfig: true}"],
+        "spec.dra.deviceClasses[0].addMpsConfig: true needs MPS in sharing: the configuration it"
+        " adds is an MPS one",
+        id="adding-mps-where-the-class-allows-none",
+    ),
+    pytest.param(
+        [
+            "{name: gpu.nvidia.com, allowed: true, sharing: [MPS], addMpsConfig: true,"
+            " capacity: {memory: 8Gi}}"
+        ],
+        "spec.dra.deviceClasses[0].addMpsConfig: true on a class with capacity ceilings:"
+        " NVIDIA's driver refuses MPS where it shares devices by capacity; leave it unset or"
+        " false",
+        id="adding-mps-where-devices-are-shared-by-capacity",
+    ),
+    pytest.param(
+        ["{name: gpu.nvidia.com, allowWholeDevice: sometimes}"],
+        "spec.dra.deviceClasses[0].allowWholeDevice: Input should be a valid boolean, unable to"
+        " interpret input",
+        id="whole-device-not-a-boolean",
+    ),
+    pytest.param(
         ["{name: gpu.nvidia.com, sharing: [MPS], mps: {maxActiveThreadPercentage: 0}}"],
         "spec.dra.deviceClasses[0].mps.maxActiveThreadPercentage: Input should be greater than"
         " or equal to 1",
@@ -226,6 +269,17 @@ WARNINGS = [
             f" configuration of its own {RULE}; raise the ceiling, or lower the profiles"
         ],
         id="every-profile-above-the-ceiling",
+    ),
+    # Profiles above the ceilings of a class the webhook adds no configuration to refuse
+    # nothing (a request without one is the whole device, or refused as such).
+    pytest.param(
+        [
+            "{name: mig.nvidia.com, allowed: true, sharing: [MPS], addMpsConfig: false,"
+            " mps: {maxActiveThreadPercentage: 5}}"
+        ],
+        PROFILES,
+        [],
+        id="profiles-above-the-ceiling-of-a-class-not-sized",
     ),
     pytest.param(
         [
@@ -382,17 +436,20 @@ def test_profiles_that_size_dra_claims_alone_are_not_said_to_limit_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """No MPS node class, but a DRA class that allows MPS: the webhook sizes its requests by
-    the profiles, which therefore limit something."""
+    the profiles, which therefore limit something; not where the class allows no MPS, or
+    the webhook adds no MPS configuration to it (addMpsConfig: false)."""
     directory, path = one_file(tmp_path, dra(GPU_MPS, nodes=T4_TS))
     assert said(check(capsys, str(directory))[2], "warning") == []
-    directory, path = one_file(
-        tmp_path, dra("{name: gpu.nvidia.com, allowed: true, sharing: [TimeSlicing]}", nodes=T4_TS)
-    )
-    assert said(check(capsys, str(directory))[2], "warning") == [
-        f"{path}: spec.profiles: no node class is mps (nor does a DRA class allow MPS), so no"
-        " profile limits anything (time-slicing nodes ignore CUDA_MPS_*); remove them, or add"
-        " the MPS class they are meant for"
-    ]
+    for unsized in (
+        "{name: gpu.nvidia.com, allowed: true, sharing: [TimeSlicing]}",
+        GPU_MPS.removesuffix("}") + ", addMpsConfig: false}",
+    ):
+        directory, path = one_file(tmp_path, dra(unsized, nodes=T4_TS))
+        assert said(check(capsys, str(directory))[2], "warning") == [
+            f"{path}: spec.profiles: no node class is mps (nor does the webhook size a DRA class"
+            " with them), so no profile limits anything (time-slicing nodes ignore"
+            " CUDA_MPS_*); remove them, or add the MPS class they are meant for"
+        ]
 
 
 # --------------------------------------------------------------------------- notes
