@@ -970,13 +970,13 @@ def _effective(configs: list[Config], t: Target) -> Config | None:
     request and is of the kind of `t`'s class. None: the driver's own default, the whole
     device. (A DeviceClass's own configuration comes before the claim's, and the webhook
     does not see it.)"""
-    for c in reversed(configs):
-        if c.driver != t.cls.driver:
+    for config in configs[::-1]:
+        if config.driver != t.cls.driver:
             continue
-        if t.name in c.requests:
-            return c
-        if not c.requests and _kind_of(c.parameters) == t.cls.config_kind:
-            return c
+        if t.name in config.requests:
+            return config
+        if not config.requests and _kind_of(config.parameters) == t.cls.config_kind:
+            return config
     return None
 
 
