@@ -1862,3 +1862,72 @@ def test_a_policy_that_switches_resource_claims_off_lets_gpu_claims_pass(tmp_pat
     claim = dra.obj("single-gpu-claim")
     decision = _admit(kube.as_served(claim), loaded.governing("default"), "mutate")
     assert (decision.allowed, decision.patch) == (True, [])
+
+
+# --------------------------------------------------------------------------- whole devices, totals
+
+
+def test_a_whole_device_is_refused_where_the_configuration_would_be_added_in_dry_run_only() -> None:
+    """Nothing is added while dra-mps-limits is in dry-run: the request ends with the whole
+    device, which the class does not allow."""
+    text = _lab(
+        "dra-mps-dry",
+        [{**_GPU_MPS, "allowWholeDevice": False}],
+        ruleModes={"dra-mps-limits": "dry-run"},
+    )
+    policy = kube.load_policy_text(text)
+    decision = _admit(kube.as_served(dra.obj("single-gpu-claim")), policy, "mutate")
+    assert (decision.allowed, decision.rules) == (False, ["dra-whole-device"])
+    enforced = kube.load_policy_text(
+        _lab("dra-mps-added", [{**_GPU_MPS, "allowWholeDevice": False}])
+    )
+    decision = _admit(kube.as_served(dra.obj("single-gpu-claim")), enforced, "mutate")
+    assert (decision.allowed, decision.mutations) == (True, ["dra-mps-limits"])
+
+
+def test_a_class_shared_by_capacity_is_left_to_its_capacity_ceilings() -> None:
+    """Its requests take a share of a device, not the device: dra-capacity bounds them."""
+    text = _lab(
+        "dra-capacity-only",
+        [
+            {
+                "name": "gpu.nvidia.com",
+                "allowed": True,
+                "allowWholeDevice": False,
+                "capacity": {"memory": "8Gi"},
+            }
+        ],
+    )
+    policy = kube.load_policy_text(text)
+    decision = _admit(kube.as_served(dra.obj("memory-sharing-template")), policy, "mutate")
+    assert (decision.allowed, decision.patch) == (True, [])
+    decision = _admit(kube.as_served(dra.obj("large-gpu-template")), policy, "mutate")
+    assert decision.rules == ["dra-capacity"]
+
+
+def test_a_claims_total_counts_the_largest_subrequest_of_each_class() -> None:
+    """Two requests: one GPU, and a firstAvailable of two GPUs or one MIG device. Of full
+    GPUs the claim may take 3 (1 + 2), of MIG devices 1; each class is bounded on its own."""
+    obj = _with(
+        "first-available-template",
+        lambda o: _spec(o)["devices"]["requests"][0]["firstAvailable"][0].update(count=2),
+        lambda o: _spec(o)["devices"]["requests"].insert(
+            0, {"name": "one", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+        ),
+    )
+    kube.check_valid(obj)
+    classes = [
+        {"name": "gpu.nvidia.com", "allowed": True, "maxDevicesPerRequest": 2},
+        {"name": "mig.nvidia.com", "allowed": True, "maxDevicesPerClaim": 1},
+    ]
+    for most, refused in ((3, False), (2, True)):
+        classes[0]["maxDevicesPerClaim"] = most
+        policy = kube.load_policy_text(_lab("dra-totals", classes))
+        decision = _admit(kube.as_served(obj), policy, "mutate")
+        assert decision.allowed is not refused, decision.message
+        if refused:
+            assert decision.message == (
+                'claim template "a100-or-mig": spec.spec.devices.requests: 3 devices of class'
+                ' "gpu.nvidia.com" in 2 requests; policy "dra-totals" allows at most 2 per'
+                " claim. Ask for 2 or fewer in all (rule dra-too-many-devices)"
+            )

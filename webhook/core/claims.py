@@ -991,8 +991,10 @@ def _judge_whole(r: _Review, t: Target, configs: list[Config]) -> None:
     configuration (`allowWholeDevice: false`, rule dra-whole-device)."""
     cls = t.cls
     found = _effective(configs, t)
-    if found is not None and _shares(found.parameters):
-        return
+    if found is not None and (
+        _shares(found.parameters) or _kind_of(found.parameters) != cls.config_kind
+    ):
+        return  # (one of another kind is refused by dra-config)
     offered = " or ".join(cls.sharing)
     refusal = f'; policy "{r.policy.name}" allows no whole device of class "{cls.name}"'
     if found is not None:
