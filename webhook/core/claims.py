@@ -281,7 +281,7 @@ def review(
     _judge_claim_total(r, opened)
     # What the review adds (or, validating, requires) ends those requests with MPS; unless
     # the rule is in dry-run, where nothing is added.
-    sized = set()
+    sized: set[str] = set()
     if r.policy.mode_of("dra-mps-limits") != names.DRY_RUN:
         sized = {t.name for t in missing}
     for t in opened:
