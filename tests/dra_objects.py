@@ -509,6 +509,41 @@ spec:
           - cel:
               expression: "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"
 """,
+    # The same prioritized list with two GPU subrequests (an A100 if one is free, else any
+    # GPU), time-sliced by a configuration that names the request, as a configuration for
+    # the whole request is written.
+    "first-available-gpus-template": """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  namespace: gpu-example
+  name: a100-or-any
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        firstAvailable:
+        - name: a100
+          deviceClassName: gpu.nvidia.com
+          selectors:
+          - cel:
+              expression: |
+                device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('^.*a100.*$')
+        - name: any
+          deviceClassName: gpu.nvidia.com
+      config:
+      - requests: ["gpu"]
+        opaque:
+          driver: gpu.nvidia.com
+          parameters:
+            apiVersion: resource.nvidia.com/v1beta1
+            kind: GpuConfig
+            sharing:
+              strategy: TimeSlicing
+              timeSlicingConfig:
+                interval: Long
+""",
     # ------------------------------------------------------------------ VFIO
     # NVIDIA's passthrough example (demo/specs/quickstart/v1/gpu-test-vfiopci.yaml).
     "vfio-template": """
@@ -520,6 +555,33 @@ metadata:
 spec:
   spec:
     devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: vfio.gpu.nvidia.com
+""",
+    # NVIDIA's passthrough example with an IOMMU configuration (demo/specs/quickstart/v1/
+    # gpu-test-vfio-config.yaml): the legacy IOMMU backend, with the IOMMU API device.
+    "vfio-config-template": """
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata:
+  namespace: gpu-test-vfio
+  name: single-gpu-full-vfioconfig
+spec:
+  spec:
+    devices:
+      config:
+      - opaque:
+          driver: gpu.nvidia.com
+          parameters:
+            apiVersion: resource.nvidia.com/v1beta1
+            kind: VfioDeviceConfig
+            iommu:
+              backendPolicy: LegacyOnly
+              enableAPIDevice: true
+        requests:
+         - "gpu"
       requests:
       - name: gpu
         exactly:
@@ -656,3 +718,49 @@ def obj(name: str) -> dict[str, Any]:
 def claim_objects() -> list[str]:
     """The names of the claims and claim templates."""
     return [n for n in NAMES if obj(n)["apiVersion"].startswith("resource.k8s.io/")]
+
+
+# `kubectl get deviceclasses -o json` of a cluster with NVIDIA's GPU DRA driver: the classes
+# its chart installs for full GPUs, MIG devices and passthrough GPUs, and one IMEX channel
+# class of its ComputeDomain driver; an admin's own class of A100s (its selector names
+# NVIDIA's driver); an admin's class with no selector (every device of every driver); and a
+# NIC's class of another driver.
+DEVICE_CLASSES: dict[str, str] = {
+    "gpu.nvidia.com": "device.driver == 'gpu.nvidia.com'"
+    " && device.attributes['gpu.nvidia.com'].type == 'gpu'",
+    "mig.nvidia.com": "device.driver == 'gpu.nvidia.com'"
+    " && device.attributes['gpu.nvidia.com'].type == 'mig'",
+    "vfio.gpu.nvidia.com": "device.driver == 'gpu.nvidia.com'"
+    " && device.attributes['gpu.nvidia.com'].type == 'vfio'",
+    "compute-domain-default-channel.nvidia.com": "device.driver == 'compute-domain.nvidia.com'"
+    " && device.attributes['compute-domain.nvidia.com'].type == 'channel'"
+    " && device.attributes['compute-domain.nvidia.com'].id == 0",
+    "a100.example.com": 'device.driver == "gpu.nvidia.com"'
+    ' && device.attributes["gpu.nvidia.com"].productName.lowerAscii().contains("a100")',
+    "everything.example.com": "",
+    "nic.example.com": "device.driver == 'nic.example.com'",
+}
+
+
+def device_class(name: str, expression: str | None = None) -> dict[str, Any]:
+    """A DeviceClass `name` of `resource.k8s.io/v1` as the API serves it, selecting by the
+    CEL `expression` (DEVICE_CLASSES' by default; empty: no selector)."""
+    cel = DEVICE_CLASSES[name] if expression is None else expression
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": cel}}]} if cel else {}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def device_class_list(*names: str) -> dict[str, Any]:
+    """What `kubectl get deviceclasses -o json` prints for the classes `names` (all of
+    DEVICE_CLASSES by default)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [device_class(n) for n in names or DEVICE_CLASSES],
+        "metadata": {"resourceVersion": ""},
+    }

@@ -5,12 +5,17 @@ text and JSON, on a dump of valid objects written after NVIDIA's documented exam
 (/work/dra-research.md section 3.6) and after the claims kube-controller-manager makes from a
 template for a pod (owned by the Pod, annotation `resource.kubernetes.io/pod-claim-name`:
 the Kubernetes docs' "Well-Known Labels, Annotations and Taints").
+
+`dra` here is the shipped policy as it sizes claims: `addMpsConfig` left to its default (the
+shipped file turns it off; one test reads the shipped file itself).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +26,9 @@ import yaml
 from webhook import cli, names
 
 REPO = Path(__file__).resolve().parent.parent
+SHIPPED = REPO / "policies"
+# The shipped policies, `dra` as it adds the profile's MPS configuration (see the module).
+ADDING: dict[str, Path] = {}
 OPTED_IN = {names.ENABLED_LABEL: "true"}
 # resource.k8s.io/v1 is served from 1.34 on.
 VERSIONS = ("1.34", kubernetes_validate.latest_version())
@@ -254,10 +262,24 @@ def dump(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     return ["-f", str(root / "namespaces.json"), "-f", str(root / "workloads.json")]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _adding(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    directory = tmp_path_factory.mktemp("adding") / "policies"
+    shutil.copytree(SHIPPED, directory)
+    doc = yaml.safe_load((SHIPPED / "dra.yaml").read_text())
+    for c in doc["spec"]["dra"]["deviceClasses"]:
+        c.pop("addMpsConfig", None)
+    (directory / "dra.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    ADDING["policies"] = directory
+    yield
+    ADDING.clear()
+
+
 def audit(
-    capsys: pytest.CaptureFixture[str], files: list[str], *extra: str
+    capsys: pytest.CaptureFixture[str], files: list[str], *extra: str, policies: Path | None = None
 ) -> tuple[int, str, str]:
-    code = cli.main(["audit", *files, "--policies", str(REPO / "policies"), *extra])
+    directory = policies or ADDING["policies"]
+    code = cli.main(["audit", *files, "--policies", str(directory), *extra])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -321,6 +343,25 @@ def test_each_claim_and_template_gets_the_verdict_of_the_webhook(
     assert claim_entries(legacy) == {("ResourceClaim", "single-gpu"): ("refused", 1)}
     off = namespace(doc, "off")
     assert (off["status"], off["counts"]["untouched"], off["objects"]) == ("not-opted-in", 1, [])
+
+
+def test_under_the_shipped_policy_claims_without_configuration_are_left_as_they_are(
+    capsys: pytest.CaptureFixture[str], dump: list[str]
+) -> None:
+    """The shipped file adds no MPS configuration: the claims the sizing policy would
+    change stay as they are; the refusals stand."""
+    code, out, _ = audit(capsys, dump, "-o", "json", "--show", "all", policies=SHIPPED)
+    assert code == 1
+    gpu = namespace(json.loads(out), "gpu-test")
+    verdicts = claim_entries(gpu)
+    for name in ("inference-5d4f8b-00000-gpu-x7k20", "gone-gpu-q9w8e"):
+        assert verdicts[("ResourceClaim", name)][0] == "untouched"
+    assert verdicts[("ResourceClaimTemplate", "single-gpu")] == ("untouched", 1)
+    assert verdicts[("ResourceClaimTemplate", "shared-gpu")] == ("refused", 1)
+    assert entry(gpu, "ResourceClaimTemplate", "single-gpu")["unchanged"] == (
+        'policy "dra" adds no MPS configuration to requests of class "gpu.nvidia.com"'
+        " (addMpsConfig: false)"
+    )
 
 
 def test_a_refusal_names_the_claim_the_request_the_field_and_the_rule(

@@ -71,7 +71,7 @@ READS = {
         "AUDIT_EXCLUDE_NAMESPACES", "AUDIT_CLUSTER", "KUBECONFIG", "AUDIT_CONTEXT",
         "AUDIT_PAGE_SIZE", "AUDIT_WRITE_REPORTS",
     },
-    "policy check": {"POLICIES", "NODES"},
+    "policy check": {"POLICIES", "NODES", "DEVICE_CLASSES"},
     "discover": {"NODES", "SLICES", "POLICY_NAME"},
     "certs": {
         "CERT_DIR", "SERVICE", "NAMESPACE", "EXTRA_SAN", "DAYS", "FORCE", "SECRET", "INJECT_CA",

@@ -36,7 +36,7 @@ import pytest
 import yaml
 
 from tests import deploy_helpers as dh
-from tests import nodes, slices
+from tests import dra_objects, nodes, slices
 from tests import server_helpers as h
 from webhook import cli, commands, names
 from webhook.core import pods
@@ -232,6 +232,11 @@ def workspace(root: Path) -> Path:
     # `kubectl get resourceslices -o json`: NVIDIA's DRA driver's GPUs, MIG and VFIO devices,
     # and a NIC of another driver (`discover --slices`, docs/dra.md).
     slices.write_slices(repo, *slices.CLUSTER)
+    # `kubectl get deviceclasses -o json`: NVIDIA's classes and some of an admin's own
+    # (`policy check --device-classes`, docs/dra.md).
+    (repo / "deviceclasses.json").write_text(
+        json.dumps(dra_objects.device_class_list()), encoding="utf-8"
+    )
     team = "team-a"
     pods = [dict(o, metadata={**o["metadata"], "namespace": team}) for o in _examples("allowed")]
     namespaces = [_namespace(team, **{"gpu-share.io/enabled": "true"})]

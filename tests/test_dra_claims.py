@@ -87,10 +87,14 @@ def _lab(
 
 
 def _shipped_dra(name: str, **spec: Any) -> str:
-    """The shipped `dra` policy under another name, with `spec` changed (its mode)."""
+    """The shipped `dra` policy under another name, with `spec` changed (its mode), and
+    `addMpsConfig` left to its default: the webhook adds the profile's MPS configuration to
+    a request of a class that allows MPS and has none (the shipped policy adds nothing)."""
     doc = yaml.safe_load((SHIPPED / "dra.yaml").read_text())
     doc["metadata"]["name"] = name
     doc["spec"].update(spec)
+    for c in doc["spec"]["dra"]["deviceClasses"]:
+        c.pop("addMpsConfig", None)
     return yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -120,7 +124,15 @@ LAB = {
     ),
     # Lists full GPUs only: NVIDIA's other classes stay closed.
     "dra-gpu-only": _lab("dra-gpu-only", [{**_GPU_MPS, "sharing": ["MPS", "TimeSlicing"]}]),
-    # The shipped policy, rolled out in warn and dry-run mode, and with one rule warned.
+    # Full GPUs that are never given whole: each request must end with an MPS
+    # configuration, written by the user or added by the webhook.
+    "dra-mps-required": _lab(
+        "dra-mps-required", [{**_GPU_MPS, "allowWholeDevice": False, "addMpsConfig": False}]
+    ),
+    "dra-mps-added": _lab("dra-mps-added", [{**_GPU_MPS, "allowWholeDevice": False}]),
+    # The shipped policy as it adds the profile's MPS configuration; rolled out in warn and
+    # dry-run mode, and with one rule warned.
+    "dra-mps": _shipped_dra("dra-mps"),
     "dra-warn": _shipped_dra("dra-warn", mode="warn"),
     "dra-dry-run": _shipped_dra("dra-dry-run", mode="dry-run"),
     "dra-rule-warn": _shipped_dra("dra-rule-warn", ruleModes={"dra-too-many-devices": "warn"}),
@@ -228,6 +240,8 @@ class Row:
     # API server's chain reaches it when the mutating configuration is gone (it did not run);
     # `mutate` always mutates, so that door does not apply.
     validating_only: bool = False
+    # The warnings the mutating review gives besides (`mutate` prints them).
+    warnings: tuple[str, ...] = ()
 
 
 ALLOW_CLASS = (
@@ -235,6 +249,12 @@ ALLOW_CLASS = (
     " policy's dra section"
 )
 MPS_AT = "opaque.parameters.sharing.mpsConfig"
+# The warning for a configuration that names a firstAvailable request (template's field).
+PARENT_NAMED = (
+    "spec.spec.devices.config[0].requests: gpu reaches no subrequest on NVIDIA's driver; name"
+    " {subs}"
+)
+
 
 ROWS: dict[str, Row] = {
     # ------------------------------------------------------------ dra-class-not-allowed
@@ -328,6 +348,21 @@ ROWS: dict[str, Row] = {
         'claim template "a100-or-mig" subrequest "gpu/full": spec.spec.devices.requests[0]'
         '.firstAvailable[0].count: 2 devices of class "gpu.nvidia.com"; policy "dra" allows'
         " at most 1 per request. Set count to 1 or less (rule dra-too-many-devices)",
+    ),
+    # NVIDIA's MIG example (gpu-test4) with a fifth MIG device: the shipped policy allows
+    # four per claim.
+    "too-many-devices-per-claim": Row(
+        "dra-too-many-devices",
+        _with(
+            "mig-devices-template",
+            lambda o: _spec(o)["devices"]["requests"].append(
+                {"name": "mig-1g-5gb-2", "exactly": {"deviceClassName": "mig.nvidia.com"}}
+            ),
+        ),
+        "dra",
+        'claim template "mig-devices": spec.spec.devices.requests: 5 devices of class'
+        ' "mig.nvidia.com" in 5 requests; policy "dra" allows at most 4 per claim. Ask for 4'
+        " or fewer in all (rule dra-too-many-devices)",
     ),
     # ------------------------------------------------------------ dra-capacity
     "capacity-above": Row(
@@ -430,6 +465,7 @@ ROWS: dict[str, Row] = {
         ' gpu.nvidia.com driver takes for devices of class "mig.nvidia.com" (the claim would'
         " fail on the node). Write apiVersion resource.nvidia.com/v1beta1, kind"
         " MigDeviceConfig (rule dra-config)",
+        warnings=(PARENT_NAMED.format(subs="gpu/full, gpu/mig"),),
     ),
     # The driver decodes strictly: a misspelt field fails the claim on the node.
     "config-unknown-field": Row(
@@ -504,6 +540,38 @@ ROWS: dict[str, Row] = {
         "dra-open",
         'claim template "single-gpu" request "gpu": spec.spec.devices.config[0].opaque'
         ".parameters.sharing: passthrough devices are not shared; remove it (rule dra-config)",
+    ),
+    # VfioDeviceConfig's IOMMU section, as the driver checks it.
+    "config-iommu-backend": Row(
+        "dra-config",
+        _with(
+            "vfio-config-template",
+            lambda o: _parameters(o)["iommu"].update(backendPolicy="IommuFD"),
+        ),
+        "dra-open",
+        'claim template "single-gpu-full-vfioconfig" request "gpu": spec.spec.devices'
+        '.config[0].opaque.parameters.iommu.backendPolicy: "IommuFD": the driver knows'
+        " PreferIommuFD and LegacyOnly (and refuses any other) (rule dra-config)",
+    ),
+    "config-iommu-unknown-field": Row(
+        "dra-config",
+        _with(
+            "vfio-config-template",
+            lambda o: _parameters(o)["iommu"].update(enableApiDevice=True),
+        ),
+        "dra-open",
+        'claim template "single-gpu-full-vfioconfig" request "gpu": spec.spec.devices'
+        ".config[0].opaque.parameters.iommu.enableApiDevice: is no field the driver reads (it"
+        " refuses unknown fields, on the node); remove it (rule dra-config)",
+    ),
+    # A full GPU's field on a passthrough device.
+    "config-vfio-unknown-field": Row(
+        "dra-config",
+        _with("vfio-config-template", lambda o: _parameters(o).update(mig={})),
+        "dra-open",
+        'claim template "single-gpu-full-vfioconfig" request "gpu": spec.spec.devices'
+        ".config[0].opaque.parameters.mig: is no field the driver reads (it refuses unknown"
+        " fields, on the node); remove it (rule dra-config)",
     ),
     "config-not-an-object": Row(
         "dra-config",
@@ -641,29 +709,103 @@ ROWS: dict[str, Row] = {
     "mps-config-missing": Row(
         "dra-mps-limits",
         dra.obj("single-gpu-claim"),
-        "dra",
+        "dra-mps",
         'claim "single-gpu" request "gpu": spec.devices.requests[0].exactly: no MPS'
         ' configuration, where profile "medium" applies; the mutating webhook adds it: it'
         " did not run, or a later change took it away. Create the claim again"
         " (rule dra-mps-limits)",
         validating_only=True,
     ),
+    # ------------------------------------------------------------ dra-whole-device
+    # NVIDIA's quickstart claim (gpu-test3): no configuration, so the whole GPU.
+    "whole-device": Row(
+        "dra-whole-device",
+        dra.obj("single-gpu-claim"),
+        "dra-mps-required",
+        'claim "single-gpu" request "gpu": spec.devices.requests[0].exactly: no sharing'
+        ' configuration, so the driver gives the whole device; policy "dra-mps-required"'
+        ' allows no whole device of class "gpu.nvidia.com". Add a GpuConfig for "gpu" with'
+        " sharing strategy MPS (rule dra-whole-device)",
+    ),
+    "whole-device-configured": Row(
+        "dra-whole-device",
+        _configured("single-gpu-claim", "GpuConfig"),
+        "dra-mps-required",
+        'claim "single-gpu" request "gpu": spec.devices.config[0].opaque.parameters: a'
+        ' GpuConfig without sharing gives the whole device; policy "dra-mps-required"'
+        ' allows no whole device of class "gpu.nvidia.com". Add sharing with strategy MPS'
+        " (rule dra-whole-device)",
+    ),
+    # The driver applies the last configuration that fits: one for every GPU request, after
+    # the MPS one of the request, is what the GPU ends with.
+    "whole-device-overridden": Row(
+        "dra-whole-device",
+        _with(
+            "mps-template",
+            lambda o: _parameters(o)["sharing"]["mpsConfig"].update(
+                defaultPinnedDeviceMemoryLimit="8Gi"
+            ),
+            lambda o: _spec(o)["devices"]["config"].append(
+                {
+                    "opaque": {
+                        "driver": "gpu.nvidia.com",
+                        "parameters": {
+                            "apiVersion": "resource.nvidia.com/v1beta1",
+                            "kind": "GpuConfig",
+                        },
+                    }
+                }
+            ),
+        ),
+        "dra-mps-required",
+        'claim template "shared-gpu" request "mps-gpu": spec.spec.devices.config[1].opaque'
+        ".parameters: a GpuConfig without sharing gives the whole device; policy"
+        ' "dra-mps-required" allows no whole device of class "gpu.nvidia.com". Add sharing'
+        " with strategy MPS (rule dra-whole-device)",
+    ),
+    # A configuration naming the request of a subrequest: NVIDIA's driver does not apply it
+    # there, so the GPU is given whole.
+    "whole-device-subrequest": Row(
+        "dra-whole-device",
+        _with(
+            "first-available-gpus-template",
+            lambda o: _spec(o)["devices"]["requests"][0]["firstAvailable"].pop(1),
+            lambda o: _parameters(o).__setitem__(
+                "sharing",
+                {
+                    "strategy": "MPS",
+                    "mpsConfig": {
+                        "defaultActiveThreadPercentage": 50,
+                        "defaultPinnedDeviceMemoryLimit": "8Gi",
+                    },
+                },
+            ),
+        ),
+        "dra-mps-required",
+        'claim template "a100-or-any" subrequest "gpu/a100": spec.spec.devices.requests[0]'
+        ".firstAvailable[0]: no sharing configuration (devices.config[0] names request"
+        ' "gpu"; the driver applies to the subrequest only a configuration naming'
+        ' "gpu/a100"), so the driver gives the whole device; policy "dra-mps-required"'
+        ' allows no whole device of class "gpu.nvidia.com". Add a GpuConfig for "gpu/a100"'
+        " with sharing strategy MPS (rule dra-whole-device)",
+        warnings=(PARENT_NAMED.format(subs="gpu/a100"),),
+    ),
     # ------------------------------------------------------------ profile
     "profile-unknown": Row(
         "profile",
         _annotated("single-gpu-claim", "huge"),
-        "dra",
+        "dra-mps",
         'claim "single-gpu": unknown profile: "huge" (metadata.annotations'
-        '[gpu-share.io/profile]); policy "dra" offers: medium, small. Use one of them, or'
+        '[gpu-share.io/profile]); policy "dra-mps" offers: medium, small. Use one of them, or'
         " remove the annotation (rule profile)",
     ),
     # A template's claims carry its spec.metadata: there it is read.
     "profile-unknown-in-a-template": Row(
         "profile",
         _annotated("single-gpu-template", "huge", where="spec"),
-        "dra",
+        "dra-mps",
         'claim template "single-gpu": unknown profile: "huge" (spec.metadata.annotations'
-        '[gpu-share.io/profile]); policy "dra" offers: medium, small. Use one of them, or'
+        '[gpu-share.io/profile]); policy "dra-mps" offers: medium, small. Use one of them, or'
         " remove the annotation (rule profile)",
     ),
     # ------------------------------------------------------------ malformed-object
@@ -705,6 +847,7 @@ def test_every_claim_rule_has_rows() -> None:
         "dra-config",
         "dra-sharing",
         "dra-mps-limits",
+        "dra-whole-device",
     }
     assert {row.rule for row in ROWS.values()} == claim_rules | {"profile", names.MALFORMED_RULE}
 
@@ -869,7 +1012,8 @@ def test_mutate_prints_the_refusal_with_its_rule(
         assert err == f"error: {_what(row.obj)}: {row.message.split(': no Kubernetes')[0]}\n"
     else:
         assert code == 1  # as for a refused pod
-        assert err == f"denied: {_what(row.obj)}: {row.message}\n"
+        told = "".join(f"Warning: {_what(row.obj)}: {w}\n" for w in row.warnings)
+        assert err == f"{told}denied: {_what(row.obj)}: {row.message}\n"
     assert out == ""
 
 
@@ -903,6 +1047,9 @@ def _config(request: str, kind: str, threads: int, pinned: str) -> dict[str, Any
 MEDIUM_GPU = _config("gpu", GPU_CONFIG, 25, "3840Mi")  # the shipped policy's default profile
 
 
+MEDIUM_GPU = _config("gpu", GPU_CONFIG, 25, "3840Mi")  # the shipped policy's default profile
+
+
 @dataclass(frozen=True)
 class Allowed:
     obj: dict[str, Any]
@@ -915,33 +1062,33 @@ class Allowed:
 ALLOWED: dict[str, Allowed] = {
     "claim": Allowed(
         dra.obj("single-gpu-claim"),
-        "dra",
+        "dra-mps",
         [{"op": "add", "path": "/spec/devices/config", "value": [MEDIUM_GPU]}],
     ),
     "template": Allowed(
         dra.obj("single-gpu-template"),
-        "dra",
+        "dra-mps",
         [{"op": "add", "path": "/spec/spec/devices/config", "value": [MEDIUM_GPU]}],
     ),
     "selector-by-product-name": Allowed(
         dra.obj("a100-template"),
-        "dra",
+        "dra-mps",
         [{"op": "add", "path": "/spec/spec/devices/config", "value": [MEDIUM_GPU]}],
     ),
     "selector-by-memory": Allowed(
         dra.obj("large-gpu-template"),
-        "dra",
+        "dra-mps",
         [{"op": "add", "path": "/spec/spec/devices/config", "value": [MEDIUM_GPU]}],
     ),
     "selector-by-architecture-and-memory": Allowed(
         dra.obj("hopper-80g-template"),
-        "dra",
+        "dra-mps",
         [{"op": "add", "path": "/spec/spec/devices/config", "value": [MEDIUM_GPU]}],
     ),
     # A template's profile, from the spec.metadata its claims carry.
     "template-with-a-profile": Allowed(
         _annotated("single-gpu-template", "small", where="spec"),
-        "dra",
+        "dra-mps",
         [
             {
                 "op": "add",
@@ -953,7 +1100,7 @@ ALLOWED: dict[str, Allowed] = {
     # From its own metadata, with a warning (its claims do not carry it).
     "template-with-a-profile-of-its-own": Allowed(
         _annotated("single-gpu-template", "small"),
-        "dra",
+        "dra-mps",
         [
             {
                 "op": "add",
@@ -968,7 +1115,7 @@ ALLOWED: dict[str, Allowed] = {
     ),
     "claim-with-a-profile": Allowed(
         _annotated("single-gpu-claim", "small"),
-        "dra",
+        "dra-mps",
         [
             {
                 "op": "add",
@@ -992,7 +1139,7 @@ ALLOWED: dict[str, Allowed] = {
     # Each MIG request its own MigDeviceConfig.
     "mig-devices": Allowed(
         dra.obj("mig-devices-template"),
-        "dra",
+        "dra-mps",
         [
             {
                 "op": "add",
@@ -1007,7 +1154,7 @@ ALLOWED: dict[str, Allowed] = {
     # Each subrequest its own, of its class's kind.
     "first-available": Allowed(
         dra.obj("first-available-template"),
-        "dra",
+        "dra-mps",
         [
             {
                 "op": "add",
@@ -1022,7 +1169,7 @@ ALLOWED: dict[str, Allowed] = {
     # Appended to the NIC's configuration; the NIC request is left alone.
     "gpu-and-nic": Allowed(
         dra.obj("gpu-and-nic-claim"),
-        "dra",
+        "dra-mps",
         [{"op": "add", "path": "/spec/devices/config/-", "value": MEDIUM_GPU}],
     ),
     # Consumable capacity within the ceiling (the driver's memory-sharing example).
@@ -1068,6 +1215,65 @@ ALLOWED: dict[str, Allowed] = {
     ),
     # VFIO where open: no sharing, so nothing added.
     "vfio": Allowed(dra.obj("vfio-template"), "dra-open", []),
+    # NVIDIA's passthrough example with its IOMMU section.
+    "vfio-iommu": Allowed(dra.obj("vfio-config-template"), "dra-open", []),
+    # NVIDIA's quickstart under the shipped policy, as written: whole GPUs (gpu-test1 and 2
+    # use the template, gpu-test3 the claim), and four MIG devices of one GPU (gpu-test4).
+    "quickstart-gpu-template": Allowed(dra.obj("single-gpu-template"), "dra", []),
+    "quickstart-gpu-claim": Allowed(dra.obj("single-gpu-claim"), "dra", []),
+    "quickstart-mig-devices": Allowed(dra.obj("mig-devices-template"), "dra", []),
+    # Where no whole device is allowed: the webhook gives the request the profile's MPS
+    # configuration, or the user writes one within the ceilings.
+    "whole-device-sized-by-the-webhook": Allowed(
+        dra.obj("single-gpu-claim"),
+        "dra-mps-added",
+        [
+            {
+                "op": "add",
+                "path": "/spec/devices/config",
+                "value": [_config("gpu", GPU_CONFIG, 10, "2048Mi")],
+            }
+        ],
+    ),
+    "whole-device-sized-by-the-user": Allowed(
+        _mps(defaultActiveThreadPercentage=50, defaultPinnedDeviceMemoryLimit="8Gi"),
+        "dra-mps-required",
+        [],
+    ),
+    # Near misses, told: a configuration for NVIDIA's driver by its old name (skipped by
+    # the driver), and one naming the request of subrequests (not applied to them).
+    "old-driver-name": Allowed(
+        _with(
+            "timeslicing-claim",
+            lambda o: _spec(o)["devices"]["config"][0]["opaque"].update(
+                driver="gpu.resource.nvidia.com"
+            ),
+        ),
+        "dra",
+        [],
+        (
+            "spec.devices.config[0].opaque.driver: gpu.resource.nvidia.com is an old name the"
+            " driver skips; use gpu.nvidia.com",
+        ),
+    ),
+    "another-driver-name": Allowed(
+        _with(
+            "timeslicing-claim",
+            lambda o: _spec(o)["devices"]["config"][0]["opaque"].update(driver="nvidia.com/gpu"),
+        ),
+        "dra",
+        [],
+        (
+            "spec.devices.config[0].opaque.driver: not gpu.nvidia.com, the GPU driver, so it"
+            " skips this GpuConfig",
+        ),
+    ),
+    "configuration-of-a-first-available-request": Allowed(
+        dra.obj("first-available-gpus-template"),
+        "dra",
+        [],
+        (PARENT_NAMED.format(subs="gpu/a100, gpu/any"),),
+    ),
     # Not a GPU: the webhook's business is GPUs.
     "nic": Allowed(dra.obj("nic-claim"), "dra", []),
 }
@@ -1389,7 +1595,7 @@ def _every_request_config(**mps: Any) -> dict[str, Any]:
 def test_a_configuration_with_empty_requests_applies_to_every_request(
     loaded: policies.PolicySet,
 ) -> None:
-    policy = loaded.governing("dra")
+    policy = loaded.governing("dra-mps")
     within = _every_request_config(
         defaultActiveThreadPercentage=40, defaultPinnedDeviceMemoryLimit="4Gi"
     )
@@ -1405,8 +1611,8 @@ def test_a_configuration_with_empty_requests_applies_to_every_request(
     assert decision.message == (
         'claim template "multiple-gpus" request "ts-gpu": spec.spec.devices.config[0]'
         f".{MPS_AT}.defaultActiveThreadPercentage: 75% is above the ceiling of class"
-        ' "gpu.nvidia.com" in policy "dra" (50%). Set defaultActiveThreadPercentage to 50 or'
-        " less (rule dra-mps-limits)"
+        ' "gpu.nvidia.com" in policy "dra-mps" (50%). Set defaultActiveThreadPercentage to 50'
+        " or less (rule dra-mps-limits)"
     )
     # A GpuConfig of empty requests does not apply to a MIG request (the driver takes the
     # configuration of the device's kind): the MIG request gets its own.
@@ -1645,8 +1851,10 @@ def test_a_request_name_that_is_no_dns_label_is_malformed(
 def test_a_policy_that_switches_resource_claims_off_lets_gpu_claims_pass(tmp_path: Path) -> None:
     """`denyResourceClaims: false` without a dra section: the admin's choice to leave claims
     ungoverned (pods with claims pass too); the switch turns the rule off for claims as well."""
-    text = (SHIPPED / "default.yaml").read_text().replace(
-        "denyResourceClaims: true", "denyResourceClaims: false"
+    text = (
+        (SHIPPED / "default.yaml")
+        .read_text()
+        .replace("denyResourceClaims: true", "denyResourceClaims: false")
     )
     assert "denyResourceClaims: false" in text
     (tmp_path / "default.yaml").write_text(text)
@@ -1654,3 +1862,72 @@ def test_a_policy_that_switches_resource_claims_off_lets_gpu_claims_pass(tmp_pat
     claim = dra.obj("single-gpu-claim")
     decision = _admit(kube.as_served(claim), loaded.governing("default"), "mutate")
     assert (decision.allowed, decision.patch) == (True, [])
+
+
+# --------------------------------------------------------------------------- whole devices, totals
+
+
+def test_a_whole_device_is_refused_where_the_configuration_would_be_added_in_dry_run_only() -> None:
+    """Nothing is added while dra-mps-limits is in dry-run: the request ends with the whole
+    device, which the class does not allow."""
+    text = _lab(
+        "dra-mps-dry",
+        [{**_GPU_MPS, "allowWholeDevice": False}],
+        ruleModes={"dra-mps-limits": "dry-run"},
+    )
+    policy = kube.load_policy_text(text)
+    decision = _admit(kube.as_served(dra.obj("single-gpu-claim")), policy, "mutate")
+    assert (decision.allowed, decision.rules) == (False, ["dra-whole-device"])
+    enforced = kube.load_policy_text(
+        _lab("dra-mps-added", [{**_GPU_MPS, "allowWholeDevice": False}])
+    )
+    decision = _admit(kube.as_served(dra.obj("single-gpu-claim")), enforced, "mutate")
+    assert (decision.allowed, decision.mutations) == (True, ["dra-mps-limits"])
+
+
+def test_a_class_shared_by_capacity_is_left_to_its_capacity_ceilings() -> None:
+    """Its requests take a share of a device, not the device: dra-capacity bounds them."""
+    text = _lab(
+        "dra-capacity-only",
+        [
+            {
+                "name": "gpu.nvidia.com",
+                "allowed": True,
+                "allowWholeDevice": False,
+                "capacity": {"memory": "8Gi"},
+            }
+        ],
+    )
+    policy = kube.load_policy_text(text)
+    decision = _admit(kube.as_served(dra.obj("memory-sharing-template")), policy, "mutate")
+    assert (decision.allowed, decision.patch) == (True, [])
+    decision = _admit(kube.as_served(dra.obj("large-gpu-template")), policy, "mutate")
+    assert decision.rules == ["dra-capacity"]
+
+
+def test_a_claims_total_counts_the_largest_subrequest_of_each_class() -> None:
+    """Two requests: one GPU, and a firstAvailable of two GPUs or one MIG device. Of full
+    GPUs the claim may take 3 (1 + 2), of MIG devices 1; each class is bounded on its own."""
+    obj = _with(
+        "first-available-template",
+        lambda o: _spec(o)["devices"]["requests"][0]["firstAvailable"][0].update(count=2),
+        lambda o: _spec(o)["devices"]["requests"].insert(
+            0, {"name": "one", "exactly": {"deviceClassName": "gpu.nvidia.com"}}
+        ),
+    )
+    kube.check_valid(obj)
+    classes = [
+        {"name": "gpu.nvidia.com", "allowed": True, "maxDevicesPerRequest": 2},
+        {"name": "mig.nvidia.com", "allowed": True, "maxDevicesPerClaim": 1},
+    ]
+    for most, refused in ((3, False), (2, True)):
+        classes[0]["maxDevicesPerClaim"] = most
+        policy = kube.load_policy_text(_lab("dra-totals", classes))
+        decision = _admit(kube.as_served(obj), policy, "mutate")
+        assert decision.allowed is not refused, decision.message
+        if refused:
+            assert decision.message == (
+                'claim template "a100-or-mig": spec.spec.devices.requests: 3 devices of class'
+                ' "gpu.nvidia.com" in 2 requests; policy "dra-totals" allows at most 2 per'
+                " claim. Ask for 2 or fewer in all (rule dra-too-many-devices)"
+            )

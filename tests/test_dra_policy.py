@@ -69,3 +69,29 @@ def test_policy_check_names_the_field_of_a_wrong_dra_section(
     err = capsys.readouterr().err
     assert f"{field}:" in err, err
     shutil.rmtree(directory)
+
+
+@pytest.mark.parametrize(
+    ("cls", "adds"),
+    [
+        (GPU_CLASS, True),
+        ({**GPU_CLASS, "sharing": ["TimeSlicing"]}, False),
+        ({**GPU_CLASS, "capacity": {"memory": "8Gi"}}, False),
+        ({**GPU_CLASS, "addMpsConfig": False}, False),
+        ({**GPU_CLASS, "addMpsConfig": True}, True),
+    ],
+    ids=["mps", "no-mps", "capacity", "off", "on"],
+)
+def test_a_section_written_before_the_new_fields_keeps_its_meaning(
+    tmp_path: Path, cls: dict[str, Any], adds: bool
+) -> None:
+    """Whole devices allowed, no bound per claim, and the profile's MPS configuration added
+    where the class allows MPS and shares no capacity: what a dra section said before
+    allowWholeDevice, addMpsConfig and maxDevicesPerClaim existed."""
+    directory = _policy_dir(tmp_path, {"deviceClasses": [cls]})
+    compiled = policies.load_directory(directory).policies["default"].dra
+    assert compiled is not None
+    gpu = compiled.classes["gpu.nvidia.com"]
+    assert (gpu.allow_whole_device, gpu.max_devices_per_claim, gpu.add_mps) == (True, None, adds)
+    closed = policies.closed_dra_class("vfio.gpu.nvidia.com")
+    assert (closed.allowed, closed.add_mps, closed.max_devices_per_claim) == (False, False, None)

@@ -981,6 +981,19 @@ BAD_POLICIES: dict[str, tuple[dict[str, Any], set[str]]] = {
         _broken(((*DRA2, "configKind"), "VfioDeviceConfig")),
         {"spec.dra.deviceClasses[2].sharing"},
     ),
+    # No whole device, and no way to share one: every request of the open class refused.
+    "dra-whole-device-without-sharing": (
+        _broken(((*DRA1, "allowWholeDevice"), False)),
+        {"spec.dra.deviceClasses[1].allowWholeDevice"},
+    ),
+    "dra-add-mps-without-mps": (
+        _broken(((*DRA2, "addMpsConfig"), True)),
+        {"spec.dra.deviceClasses[2].addMpsConfig"},
+    ),
+    "dra-add-mps-with-capacity": (
+        _broken(((*DRA0, "addMpsConfig"), True)),
+        {"spec.dra.deviceClasses[0].addMpsConfig"},
+    ),
     "dra-strategy-twice": (
         _broken(((*DRA0, "sharing"), ["MPS", "TimeSlicing", "MPS"])),
         {"spec.dra.deviceClasses[0].sharing"},

@@ -3,6 +3,10 @@
 webhook leaves it (the MPS configuration of its profile added), a refused one is a `denied:`
 line per rule and exit 1, and one left as it is says why on one `no change:` line.
 
+`dra` here is the shipped policy as it sizes claims: `addMpsConfig` left to its default (the
+shipped file turns it off, so that NVIDIA's quickstart passes unchanged on a driver without
+its MPS gate: the tests that say so read the shipped file itself).
+
 The objects are written after NVIDIA's documented examples (the v1 MPS template of the GPU
 DRA driver's quickstart, /work/dra-research.md section 3.6) and each is valid against the
 v1 schema of Kubernetes 1.34 and the newest one kubernetes-validate has: the API server
@@ -12,6 +16,8 @@ would take every one of them, so what refuses or changes them is the webhook.
 from __future__ import annotations
 
 import copy
+import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +25,14 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from tests import dra_objects
 from webhook import cli, names
 
 REPO = Path(__file__).resolve().parent.parent
+SHIPPED = REPO / "policies"
 DRA = ["-l", "gpu-share.io/policy=dra"]
+# The shipped policies, `dra` as it adds the profile's MPS configuration (see the module).
+ADDING: dict[str, Path] = {}
 # resource.k8s.io/v1 is served from 1.34 on.
 VERSIONS = ("1.34", kubernetes_validate.latest_version())
 
@@ -133,26 +143,45 @@ def check_valid(obj: dict[str, Any]) -> None:
         kubernetes_validate.validate(obj, version, strict=True)
 
 
+def adding_dra() -> dict[str, Any]:
+    """The shipped `dra` policy with `addMpsConfig` left to its default."""
+    doc: dict[str, Any] = yaml.safe_load((SHIPPED / "dra.yaml").read_text())
+    for c in doc["spec"]["dra"]["deviceClasses"]:
+        c.pop("addMpsConfig", None)
+    return doc
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _adding(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    directory = tmp_path_factory.mktemp("adding") / "policies"
+    shutil.copytree(SHIPPED, directory)
+    (directory / "dra.yaml").write_text(yaml.safe_dump(adding_dra(), sort_keys=False))
+    ADDING["policies"] = directory
+    yield
+    ADDING.clear()
+
+
 def mutate(
     capsys: pytest.CaptureFixture[str],
     tmp_path: Path,
     objects: list[dict[str, Any]],
     *args: str,
-    policies: Path = REPO / "policies",
+    policies: Path | None = None,
 ) -> tuple[int, str, str]:
     for obj in objects:
         check_valid(obj)
     path = tmp_path / "in.yaml"
     path.write_text(yaml.safe_dump_all(objects, sort_keys=False))
-    code = cli.main(["mutate", "-f", str(path), "--policies", str(policies), *args])
+    directory = policies or ADDING["policies"]
+    code = cli.main(["mutate", "-f", str(path), "--policies", str(directory), *args])
     out, err = capsys.readouterr()
     return code, out, err
 
 
 def lab_policy(tmp_path: Path, **changes: Any) -> Path:
-    """A directory holding the shipped `dra` policy renamed `lab`, its spec changed by
-    `changes` (a value of None removes the field)."""
-    doc = yaml.safe_load((REPO / "policies" / "dra.yaml").read_text())
+    """A directory holding the `dra` policy (as it adds configurations) renamed `lab`, its
+    spec changed by `changes` (a value of None removes the field)."""
+    doc = adding_dra()
     doc["metadata"]["name"] = "lab"
     for key, value in changes.items():
         if value is None:
@@ -582,3 +611,66 @@ def test_a_gpu_claim_under_a_policy_without_dra_is_refused_saying_why(
     assert code == 1
     assert 'policy "default" has no dra section: its pods may not use claims' in err
     assert "(rule resource-claims)" in err
+
+
+# --------------------------------------------------------------------------- the shipped policy
+
+
+def test_the_shipped_policy_leaves_nvidias_quickstart_claims_as_they_are(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """gpu-test1 and 2 (a template of one GPU), gpu-test3 (a claim of one GPU) and gpu-test4
+    (four MIG devices of one GPU), as published: admitted as written, each saying why, so
+    they run on a driver without its MPSSupport gate."""
+    objects = [
+        dra_objects.obj("single-gpu-template"),
+        dra_objects.obj("single-gpu-claim"),
+        dra_objects.obj("mig-devices-template"),
+    ]
+    code, out, err = mutate(capsys, tmp_path, objects, *DRA, policies=SHIPPED)
+    assert code == 0, err
+    assert list(yaml.safe_load_all(out)) == objects
+    not_added = 'policy "dra" adds no MPS configuration to requests of class'
+    assert err.splitlines() == [
+        f'no change: ResourceClaimTemplate/single-gpu: {not_added} "gpu.nvidia.com"'
+        " (addMpsConfig: false)",
+        f'no change: ResourceClaim/single-gpu: {not_added} "gpu.nvidia.com" (addMpsConfig: false)',
+        f'no change: ResourceClaimTemplate/mig-devices: {not_added} "mig.nvidia.com"'
+        " (addMpsConfig: false)",
+    ]
+
+
+def test_a_whole_device_where_the_policy_allows_none_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The shipped policy with MPS required on full GPUs, as its comments show: the
+    quickstart claim gets the profile's MPS configuration; with the addition off, it is
+    refused, and one the user sized passes."""
+    gpu = {
+        "name": "gpu.nvidia.com",
+        "allowed": True,
+        "sharing": ["MPS"],
+        "mps": {"maxActiveThreadPercentage": 50, "maxPinnedMemoryMiB": 8192},
+        "allowWholeDevice": False,
+    }
+    sized = lab_policy(tmp_path, dra={"deviceClasses": [gpu]})
+    code, out, err = mutate(
+        capsys, tmp_path, [claim("single-gpu")], *LAB, "-o", "patch", policies=sized
+    )
+    assert (code, err) == (0, "")
+    assert yaml.safe_load(out) == [
+        {"op": "add", "path": "/spec/devices/config", "value": [mps_entry("gpu", 25, "3840Mi")]}
+    ]
+    required = lab_policy(tmp_path, dra={"deviceClasses": [{**gpu, "addMpsConfig": False}]})
+    code, out, err = mutate(
+        capsys, tmp_path, [claim("single-gpu"), CONFIGURED], *LAB, policies=required
+    )
+    assert code == 1
+    assert err == (
+        'denied: ResourceClaim/single-gpu: claim "single-gpu" request "gpu":'
+        " spec.devices.requests[0].exactly: no sharing configuration, so the driver gives the"
+        ' whole device; policy "lab" allows no whole device of class "gpu.nvidia.com". Add a'
+        ' GpuConfig for "gpu" with sharing strategy MPS (rule dra-whole-device)\n'
+        'no change: ResourceClaim/tuned: it is already configured: request "gpu" (GpuConfig)\n'
+    )
+    assert [o["metadata"]["name"] for o in yaml.safe_load_all(out)] == ["tuned"]

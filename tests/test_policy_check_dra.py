@@ -9,12 +9,19 @@ rest what they get once they may.
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
+import kubernetes_validate
 import pytest
+import yaml
 
+from tests import dra_objects, kube
 from webhook import checking, cli, names, policies
+
+REPO = kube.REPO
 
 HEAD = "apiVersion: gpu-share.io/v1alpha1\nkind: SharingPolicy\n"
 T4_TS = "{name: t4, product: Tesla-T4, strategy: time-slicing, replicas: 4}"
@@ -102,6 +109,49 @@ ERRORS = [
         ["{name: gpu.nvidia.com, maxDevicesPerRequest: 33}"],
         "spec.dra.deviceClasses[0].maxDevicesPerRequest: Input should be less than or equal to 32",
         id="more-devices-than-a-claim-can-have",
+    ),
+    pytest.param(
+        ["{name: gpu.nvidia.com, maxDevicesPerClaim: 33}"],
+        "spec.dra.deviceClasses[0].maxDevicesPerClaim: Input should be less than or equal to 32",
+        id="more-devices-per-claim-than-an-allocation-holds",
+    ),
+    # A class open to namespaces, whose every request would be refused: no whole device, and
+    # no way to share one.
+    pytest.param(
+        ["{name: gpu.nvidia.com, allowed: true, allowWholeDevice: false}"],
+        "spec.dra.deviceClasses[0].allowWholeDevice: false, but the class names no sharing"
+        " strategy and no capacity ceiling, so every request of it would be refused: list MPS"
+        " or TimeSlicing in sharing, set capacity, or close the class (allowed: false)",
+        id="no-whole-device-and-no-sharing",
+    ),
+    pytest.param(
+        ["{name: vfio.gpu.nvidia.com, allowed: true, allowWholeDevice: false}"],
+        "spec.dra.deviceClasses[0].allowWholeDevice: false, but the class names no sharing"
+        " strategy and no capacity ceiling, so every request of it would be refused: list MPS"
+        " or TimeSlicing in sharing, set capacity, or close the class (allowed: false)",
+        id="no-whole-passthrough-device",
+    ),
+    pytest.param(
+        ["{name: gpu.nvidia.com, allowed: true, sharing: [TimeSlicing], addMpsConfig: true}"],
+        "spec.dra.deviceClasses[0].addMpsConfig: true needs MPS in sharing: the configuration it"
+        " adds is an MPS one",
+        id="adding-mps-where-the-class-allows-none",
+    ),
+    pytest.param(
+        [
+            "{name: gpu.nvidia.com, allowed: true, sharing: [MPS], addMpsConfig: true,"
+            " capacity: {memory: 8Gi}}"
+        ],
+        "spec.dra.deviceClasses[0].addMpsConfig: true on a class with capacity ceilings:"
+        " NVIDIA's driver refuses MPS where it shares devices by capacity; leave it unset or"
+        " false",
+        id="adding-mps-where-devices-are-shared-by-capacity",
+    ),
+    pytest.param(
+        ["{name: gpu.nvidia.com, allowWholeDevice: sometimes}"],
+        "spec.dra.deviceClasses[0].allowWholeDevice: Input should be a valid boolean, unable to"
+        " interpret input",
+        id="whole-device-not-a-boolean",
     ),
     pytest.param(
         ["{name: gpu.nvidia.com, sharing: [MPS], mps: {maxActiveThreadPercentage: 0}}"],
@@ -226,6 +276,17 @@ WARNINGS = [
             f" configuration of its own {RULE}; raise the ceiling, or lower the profiles"
         ],
         id="every-profile-above-the-ceiling",
+    ),
+    # Profiles above the ceilings of a class the webhook adds no configuration to refuse
+    # nothing (a request without one is the whole device, or refused as such).
+    pytest.param(
+        [
+            "{name: mig.nvidia.com, allowed: true, sharing: [MPS], addMpsConfig: false,"
+            " mps: {maxActiveThreadPercentage: 5}}"
+        ],
+        PROFILES,
+        [],
+        id="profiles-above-the-ceiling-of-a-class-not-sized",
     ),
     pytest.param(
         [
@@ -382,17 +443,20 @@ def test_profiles_that_size_dra_claims_alone_are_not_said_to_limit_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """No MPS node class, but a DRA class that allows MPS: the webhook sizes its requests by
-    the profiles, which therefore limit something."""
+    the profiles, which therefore limit something; not where the class allows no MPS, or
+    the webhook adds no MPS configuration to it (addMpsConfig: false)."""
     directory, path = one_file(tmp_path, dra(GPU_MPS, nodes=T4_TS))
     assert said(check(capsys, str(directory))[2], "warning") == []
-    directory, path = one_file(
-        tmp_path, dra("{name: gpu.nvidia.com, allowed: true, sharing: [TimeSlicing]}", nodes=T4_TS)
-    )
-    assert said(check(capsys, str(directory))[2], "warning") == [
-        f"{path}: spec.profiles: no node class is mps (nor does a DRA class allow MPS), so no"
-        " profile limits anything (time-slicing nodes ignore CUDA_MPS_*); remove them, or add"
-        " the MPS class they are meant for"
-    ]
+    for unsized in (
+        "{name: gpu.nvidia.com, allowed: true, sharing: [TimeSlicing]}",
+        GPU_MPS.removesuffix("}") + ", addMpsConfig: false}",
+    ):
+        directory, path = one_file(tmp_path, dra(unsized, nodes=T4_TS))
+        assert said(check(capsys, str(directory))[2], "warning") == [
+            f"{path}: spec.profiles: no node class is mps (nor does the webhook size a DRA class"
+            " with them), so no profile limits anything (time-slicing nodes ignore"
+            " CUDA_MPS_*); remove them, or add the MPS class they are meant for"
+        ]
 
 
 # --------------------------------------------------------------------------- notes
@@ -491,3 +555,183 @@ def test_a_name_two_characters_from_nvidias_is_taken_for_a_misspelling(
     name: str, meant: str | None
 ) -> None:
     assert checking.misspelling(name, names.DRA_NVIDIA_CLASSES) == meant
+
+
+# --------------------------------------------------------------------------- DeviceClasses
+
+
+def device_classes(tmp_path: Path, *objects: dict[str, Any], name: str = "dc.json") -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+    return path
+
+
+def test_a_device_class_that_hands_out_gpus_and_no_policy_governs_is_warned_of(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """NVIDIA's classes are governed by every policy, listed or not; the admin's own A100
+    class and a class with no selector are not; the IMEX channel and the NIC classes hand
+    out no GPU."""
+    path = tmp_path / "dc.json"
+    path.write_text(json.dumps(dra_objects.device_class_list()))
+    code, out, err = check(capsys, str(REPO / "policies"), "--device-classes", str(path))
+    assert code == 0
+    fix = (
+        "and no policy's dra section lists it: the webhook is sent none of its claims, so they"
+        " are never reviewed. List it in a policy's dra.deviceClasses (it stays closed unless"
+        " allowed: true), then render the webhook configurations again"
+    )
+    assert said(err, "warning") == [
+        f"{path}: DeviceClass a100.example.com can hand out GPUs (its selectors name"
+        f" gpu.nvidia.com), {fix}",
+        f"{path}: DeviceClass everything.example.com can hand out GPUs (it has no selector, so"
+        f" it matches every device of every driver), {fix}",
+    ]
+    assert out[-1] == (
+        f"ok: {path}: 7 DeviceClasses, 5 that can hand out GPUs: 3 governed, 2 not (see the"
+        " warnings)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("cls", "listed", "warned"),
+    [
+        # Listed by a policy (closed there): governed.
+        (dra_objects.device_class("a100.example.com"), "{name: a100.example.com}", False),
+        # A selector on the attributes of NVIDIA's driver, without naming the driver.
+        (
+            dra_objects.device_class(
+                "h100.example.com",
+                "device.attributes['gpu.nvidia.com'].productName.contains('H100')",
+            ),
+            GPU_MPS,
+            True,
+        ),
+        # The driver a policy names for a class of its own is a GPU driver too.
+        (
+            dra_objects.device_class("t4.example.com", 'device.driver == "gpu.example.com"'),
+            "{name: l4.example.com, driver: gpu.example.com}",
+            True,
+        ),
+        # A configuration of NVIDIA's driver, whatever the selector says.
+        (
+            {
+                **dra_objects.device_class("shared.example.com", "device.capacity.size() > 0"),
+                "spec": {
+                    "selectors": [{"cel": {"expression": "device.capacity.size() > 0"}}],
+                    "config": [
+                        {
+                            "opaque": {
+                                "driver": "gpu.nvidia.com",
+                                "parameters": {
+                                    "apiVersion": "resource.nvidia.com/v1beta1",
+                                    "kind": "GpuConfig",
+                                },
+                            }
+                        }
+                    ],
+                },
+            },
+            GPU_MPS,
+            True,
+        ),
+        # Another driver's devices only.
+        (dra_objects.device_class("nic.example.com"), GPU_MPS, False),
+    ],
+    ids=["listed", "attributes", "a-policys-driver", "configuration", "another-driver"],
+)
+def test_what_makes_a_device_class_one_of_gpus(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    cls: dict[str, Any],
+    listed: str,
+    warned: bool,
+) -> None:
+    for version in kube.DRA_VERSIONS:
+        kubernetes_validate.validate(cls, version, strict=True)
+    directory, _ = one_file(tmp_path, dra(listed))
+    path = device_classes(tmp_path, cls)
+    code, _, err = check(capsys, str(directory), "--device-classes", str(path))
+    assert code == 0, err
+    warnings = [w for w in said(err, "warning") if "DeviceClass" in w]
+    assert len(warnings) == (1 if warned else 0), warnings
+    if warned:
+        assert warnings[0].startswith(f"{path}: DeviceClass {cls['metadata']['name']} can hand")
+
+
+def test_device_classes_in_yaml_from_the_variable_one_object_after_another(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "dc.yaml"
+    path.write_text(
+        yaml.safe_dump_all(
+            [
+                dra_objects.device_class("gpu.nvidia.com"),
+                dra_objects.device_class("a100.example.com"),
+            ]
+        )
+    )
+    monkeypatch.setenv("GPU_SHARE_WEBHOOK_DEVICE_CLASSES", str(path))
+    code, out, err = check(capsys, str(REPO / "policies"))
+    assert code == 0
+    assert [w.split(" can hand")[0] for w in said(err, "warning")] == [
+        f"{path}: DeviceClass a100.example.com"
+    ]
+    assert out[-1] == (
+        f"ok: {path}: 2 DeviceClasses, 2 that can hand out GPUs: 1 governed, 1 not (see the"
+        " warnings)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("objects", "error"),
+    [
+        (
+            [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n"}}],
+            "holds no DeviceClass"
+            " object (expected the output of `kubectl get deviceclasses -o json`)",
+        ),
+        (
+            [{**dra_objects.device_class("a100.example.com"), "spec": {"selectors": {"cel": {}}}}],
+            "DeviceClass/a100.example.com: spec.selectors is not a list",
+        ),
+        (
+            [
+                {
+                    **dra_objects.device_class("a100.example.com"),
+                    "spec": {"selectors": [{"cel": {"expression": 1}}]},
+                }
+            ],
+            "DeviceClass/a100.example.com: spec.selectors[0].cel.expression is not a string",
+        ),
+        (
+            [
+                dra_objects.device_class("gpu.nvidia.com"),
+                dra_objects.device_class("gpu.nvidia.com"),
+            ],
+            "DeviceClass/gpu.nvidia.com: appears twice in the dump",
+        ),
+    ],
+    ids=["no-device-class", "selectors-not-a-list", "expression-not-a-string", "twice"],
+)
+def test_a_device_class_file_that_cannot_be_used_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], objects: list[dict[str, Any]], error: str
+) -> None:
+    path = device_classes(tmp_path, *objects)
+    code, out, err = check(capsys, str(REPO / "policies"), "--device-classes", str(path))
+    assert (code, out) == (2, [])
+    assert err == [f"error: {path}: {error}"]
+
+
+def test_device_classes_are_not_judged_while_a_policy_does_not_load(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The file that does not load may be the one that lists the class."""
+    directory, _ = one_file(tmp_path, dra("{name: a100.example.com, alowed: true}"))
+    path = device_classes(tmp_path, dra_objects.device_class("a100.example.com"))
+    code, _, err = check(capsys, str(directory), "--device-classes", str(path))
+    assert code == 1
+    assert (
+        f"warning: {path}: which DeviceClasses no policy governs is not judged while a"
+        in " ".join(err)
+    )

@@ -990,6 +990,7 @@ def claim_unchanged(obj: Mapping[str, Any], policy: Policy) -> str:
     profile = _profile_name(obj, policy)
     configured: list[str] = []
     without_mps: list[str] = []
+    not_added: list[str] = []
     unsized = sized = False
     for name, class_name, cls in targets:
         if any(_applies(c, name, cls) for c in configs):
@@ -997,6 +998,9 @@ def claim_unchanged(obj: Mapping[str, Any], policy: Policy) -> str:
         elif claims.MPS not in cls.sharing:
             shared = " or ".join(cls.sharing) or "no sharing"
             without_mps.append(f'class "{class_name}" ({shared})')
+        elif not cls.add_mps:
+            why = "its devices are shared by capacity" if cls.capacity else "addMpsConfig: false"
+            not_added.append(f'class "{class_name}" ({why})')
         elif profile is None:
             unsized = True
         else:
@@ -1008,6 +1012,11 @@ def claim_unchanged(obj: Mapping[str, Any], policy: Policy) -> str:
         reasons.append(
             f'policy "{policy.name}" shares no device of {", ".join(dict.fromkeys(without_mps))}'
             " with MPS, so it adds no MPS configuration"
+        )
+    if not_added:
+        reasons.append(
+            f'policy "{policy.name}" adds no MPS configuration to requests of'
+            f" {', '.join(dict.fromkeys(not_added))}"
         )
     if unsized:
         reasons.append(

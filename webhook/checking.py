@@ -21,14 +21,15 @@ ready to open).
 from __future__ import annotations
 
 import difflib
-from collections.abc import Collection, Sequence
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from webhook import discovering, names, policies
 from webhook.core import placing
-from webhook.errors import PolicyError
+from webhook.errors import InputError, PolicyError
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,11 +114,11 @@ def policy_warnings(policy: policies.Policy) -> list[str]:
     out: list[str] = []
     where = policy.source
     mps = [c for c in policy.classes if c.mps]
-    # Profiles also size the requests of DRA classes that allow MPS (the webhook adds their
-    # MPS configuration).
-    dra_mps = policy.dra is not None and any(MPS in c.sharing for c in policy.dra.classes.values())
+    # Profiles also size the requests of DRA classes the webhook adds an MPS configuration
+    # to.
+    dra_mps = policy.dra is not None and any(c.add_mps for c in policy.dra.classes.values())
     if policy.profiles and not mps and not dra_mps:
-        either = "" if policy.dra is None else " (nor does a DRA class allow MPS)"
+        either = "" if policy.dra is None else " (nor does the webhook size a DRA class with them)"
         out.append(
             f"{where}: spec.profiles: no node class is mps{either}, so no profile limits anything"
             " (time-slicing nodes ignore CUDA_MPS_*); remove them, or add the MPS class they"
@@ -205,7 +206,8 @@ def dra_warnings(policy: policies.Policy) -> list[str]:
                 ' the node ("MPS sharing is not supported when consumable shares is enabled");'
                 " allow one or the other"
             )
-        out.extend(_profiles_above(policy, c, at, default))
+        if c.add_mps:
+            out.extend(_profiles_above(policy, c, at, default))
     return out
 
 
@@ -375,3 +377,133 @@ def class_tolerations(policy: policies.Policy, cls: policies.NodeClass) -> list[
 tolerates = discovering.tolerates
 untolerated = discovering.untolerated
 Untolerated = discovering.Untolerated
+
+
+# --------------------------------------------------------------------------- device classes
+# `policy check --device-classes FILE`: the DeviceClasses of a cluster that can hand out
+# NVIDIA's GPUs but that no policy governs. The webhook knows a GPU class by its name (the
+# rendered conditions list them): a class of the admin's own that selects GPUs is sent no
+# claim, so its claims are never reviewed.
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClass:
+    """A DeviceClass as the check reads it: its name, the CEL expressions of its selectors,
+    and the drivers its own configurations are for."""
+
+    name: str
+    expressions: tuple[str, ...]
+    drivers: tuple[str, ...]
+
+
+def read_device_classes(objects: Iterable[Mapping[str, Any]]) -> tuple[list[DeviceClass], int]:
+    """The DeviceClasses (of any version of resource.k8s.io) among `objects`, and how many
+    objects were not DeviceClasses. InputError for one of the wrong shape (naming it and the
+    field), for a name given twice, or for none."""
+    found: list[DeviceClass] = []
+    others = 0
+    seen: set[str] = set()
+    for number, obj in enumerate(objects, 1):
+        api = obj.get("apiVersion")
+        if obj.get("kind") != "DeviceClass" or not str(api).startswith(f"{names.DRA_GROUP}/"):
+            others += 1
+            continue
+        cls = _read_device_class(obj, number)
+        if cls.name in seen:
+            raise InputError(f"DeviceClass/{cls.name}: appears twice in the dump")
+        seen.add(cls.name)
+        found.append(cls)
+    if not found:
+        raise InputError(
+            "holds no DeviceClass object (expected the output of"
+            " `kubectl get deviceclasses -o json`)"
+        )
+    return found, others
+
+
+def _read_device_class(obj: Mapping[str, Any], number: int) -> DeviceClass:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str) or not name:
+        raise InputError(f"object {number}, a DeviceClass: metadata.name is missing")
+    what = f"DeviceClass/{name}"
+    spec = obj.get("spec")
+    if spec is None:
+        spec = {}
+    if not isinstance(spec, dict):
+        raise InputError(f"{what}: spec is not an object")
+    expressions: list[str] = []
+    for i, selector in enumerate(_list(spec, "selectors", what)):
+        cel = selector.get("cel") if isinstance(selector, dict) else None
+        expression = cel.get("expression") if isinstance(cel, dict) else None
+        if not isinstance(expression, str):
+            raise InputError(f"{what}: spec.selectors[{i}].cel.expression is not a string")
+        expressions.append(expression)
+    drivers: list[str] = []
+    for i, config in enumerate(_list(spec, "config", what)):
+        opaque = config.get("opaque") if isinstance(config, dict) else None
+        if opaque is None:
+            continue
+        driver = opaque.get("driver") if isinstance(opaque, dict) else None
+        if not isinstance(driver, str):
+            raise InputError(f"{what}: spec.config[{i}].opaque.driver is not a string")
+        drivers.append(driver)
+    return DeviceClass(name, tuple(expressions), tuple(drivers))
+
+
+def _list(spec: Mapping[str, Any], key: str, what: str) -> list[Any]:
+    value = spec.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InputError(f"{what}: spec.{key} is not a list")
+    return value
+
+
+def gpu_drivers(loaded: policies.PolicySet) -> frozenset[str]:
+    """The DRA drivers whose devices are GPUs: NVIDIA's, and every driver a policy's dra
+    section names for a class."""
+    listed = {c.driver for p in loaded.policies.values() if p.dra for c in p.dra.classes.values()}
+    return frozenset({names.DRA_DRIVER, *listed})
+
+
+def selects_gpus(cls: DeviceClass, drivers: Collection[str]) -> str | None:
+    """Why `cls` can hand out GPUs of `drivers`, in a few words; None when it cannot tell.
+    A selector that names such a driver as a string (`device.driver == "gpu.nvidia.com"`,
+    `device.attributes["gpu.nvidia.com"]`), a configuration for one, or no selector at all
+    (the class matches every device of every driver)."""
+    for driver in sorted(drivers):
+        quoted = re.compile(r"([\"'])" + re.escape(driver) + r"\1")
+        if any(quoted.search(e) for e in cls.expressions):
+            return f"its selectors name {driver}"
+    for driver in cls.drivers:
+        if driver in drivers:
+            return f"it carries a configuration for {driver}"
+    if not cls.expressions:
+        return "it has no selector, so it matches every device of every driver"
+    return None
+
+
+def device_class_warnings(
+    loaded: policies.PolicySet, classes: Sequence[DeviceClass], *, source: str
+) -> tuple[list[str], int]:
+    """A warning for each class of `classes` that selects GPUs and that no policy governs
+    (none lists it, and it is none of NVIDIA's), and how many select GPUs in all."""
+    governed = set(loaded.gpu_classes)
+    drivers = gpu_drivers(loaded)
+    out: list[str] = []
+    selecting = 0
+    for cls in classes:
+        why = selects_gpus(cls, drivers)
+        if why is None:
+            continue
+        selecting += 1
+        if cls.name in governed:
+            continue
+        out.append(
+            f"{source}: DeviceClass {cls.name} can hand out GPUs ({why}), and no policy's dra"
+            " section lists it: the webhook is sent none of its claims, so they are never"
+            " reviewed. List it in a policy's dra.deviceClasses (it stays closed unless"
+            " allowed: true), then render the webhook configurations again"
+        )
+    return out, selecting

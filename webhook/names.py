@@ -192,6 +192,7 @@ RULES = (
     "dra-config",
     "dra-sharing",
     "dra-mps-limits",
+    "dra-whole-device",
     "node-selection",
     "multi-replica",
     "mps-limits",

@@ -316,10 +316,25 @@ class DraClassSpec(_Model):
     config_kind: DraConfigKind | None = Field(default=None, alias="configKind")
     # Devices one request (or each of its firstAvailable subrequests) may take.
     max_devices_per_request: int = Field(default=1, alias="maxDevicesPerRequest", ge=1, le=32)
+    # Devices of the class one claim may take across all its requests (a firstAvailable
+    # request counts its largest subrequest of the class); None: no bound but the API
+    # server's (an allocation holds at most 32 devices).
+    max_devices_per_claim: int | None = Field(
+        default=None, alias="maxDevicesPerClaim", ge=1, le=names.DRA_MAX_REQUESTS
+    )
     # The sharing strategies a request's configuration may name (NVIDIA's
     # `sharing.strategy`); none: only a request without sharing configuration.
     sharing: list[Literal["TimeSlicing", "MPS"]] = Field(default_factory=list)
     mps: DraMpsSpec = Field(default_factory=DraMpsSpec)
+    # Whether a request may end with the whole device: no configuration of the class's kind
+    # that applies to it, or one without `sharing` (the driver then gives the device whole,
+    # time-sliced among the pods of the claim). False: such a request is refused (rule
+    # dra-whole-device), unless the webhook adds the profile's MPS configuration to it.
+    allow_whole_device: bool = Field(default=True, alias="allowWholeDevice")
+    # Whether the mutating review adds the profile's MPS configuration to a request of the
+    # class with none of its kind. None: where `sharing` lists MPS (and the class has no
+    # capacity ceilings), as policies written before the field was there behave.
+    add_mps_config: bool | None = Field(default=None, alias="addMpsConfig")
     # Ceilings on consumable capacity (`exactly.capacity.requests`), by capacity name: a
     # request must name each, at most this much.
     capacity: dict[CapacityName, Annotated[str, StringConstraints(min_length=1, max_length=64)]] = (
@@ -334,6 +349,14 @@ class DraClassSpec(_Model):
     @property
     def kind(self) -> DraConfigKind:
         return self.config_kind or default_config_kind(self.name)
+
+    @property
+    def adds_mps(self) -> bool:
+        """Whether the webhook adds the profile's MPS configuration to a request of the
+        class that has none (`add_mps_config`, else by `sharing` and `capacity`)."""
+        if self.add_mps_config is not None:
+            return self.add_mps_config
+        return "MPS" in self.sharing and not self.capacity
 
 
 class DraSpec(_Model):
@@ -535,6 +558,40 @@ def _dra_class_problems(v: View) -> list[_Refusal]:
         )
     if len(set(sharing)) != len(sharing):
         problems.append(_Refusal("sharing: a strategy is listed twice", ("sharing",)))
+    capacity = v.get("capacity")
+    if (
+        v.get("allowed") is True
+        and v.get("allow_whole_device") is False
+        and "sharing" in v
+        and not sharing
+        and capacity is not None
+        and not capacity
+    ):
+        problems.append(
+            _Refusal(
+                "allowWholeDevice: false, but the class names no sharing strategy and no"
+                " capacity ceiling, so every request of it would be refused: list MPS or"
+                " TimeSlicing in sharing, set capacity, or close the class (allowed: false)",
+                ("allow_whole_device",),
+            )
+        )
+    if v.get("add_mps_config") is True:
+        if "sharing" in v and "MPS" not in sharing:
+            problems.append(
+                _Refusal(
+                    "addMpsConfig: true needs MPS in sharing: the configuration it adds is an"
+                    " MPS one",
+                    ("add_mps_config",),
+                )
+            )
+        elif capacity:
+            problems.append(
+                _Refusal(
+                    "addMpsConfig: true on a class with capacity ceilings: NVIDIA's driver"
+                    " refuses MPS where it shares devices by capacity; leave it unset or false",
+                    ("add_mps_config",),
+                )
+            )
     for capacity, value in (v.get("capacity") or {}).items():
         try:
             amount = quantities.parse(value)
@@ -810,6 +867,12 @@ class DraClass:
     max_pinned_memory_mib: int | None
     # (capacity name, the ceiling as written, its value), in the order the policy lists them.
     capacity: tuple[tuple[str, str, Fraction], ...]
+    # Whether a request may end with the whole device (no sharing configuration).
+    allow_whole_device: bool = True
+    # Whether the mutating review adds the profile's MPS configuration (`DraClassSpec.adds_mps`).
+    add_mps: bool = False
+    # The most devices of the class one claim may take (None: no bound of the policy's).
+    max_devices_per_claim: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -861,7 +924,17 @@ def compile_exclusive(spec: ExclusiveGpusSpec | None) -> ExclusiveGpus:
 
 def closed_dra_class(name: str) -> DraClass:
     """A GPU class the policy does not list: no namespace may use it."""
-    return DraClass(name, False, names.DRA_DRIVER, default_config_kind(name), 1, (), None, None, ())
+    return DraClass(
+        name=name,
+        allowed=False,
+        driver=names.DRA_DRIVER,
+        config_kind=default_config_kind(name),
+        max_devices=1,
+        sharing=(),
+        max_thread_percentage=None,
+        max_pinned_memory_mib=None,
+        capacity=(),
+    )
 
 
 def compile_dra(spec: DraSpec) -> DraPolicy:
@@ -880,6 +953,9 @@ def compile_dra(spec: DraSpec) -> DraPolicy:
                     capacity=tuple(
                         (name, value, quantities.parse(value)) for name, value in c.capacity.items()
                     ),
+                    allow_whole_device=c.allow_whole_device,
+                    add_mps=c.adds_mps,
+                    max_devices_per_claim=c.max_devices_per_claim,
                 )
                 for c in spec.device_classes
             }

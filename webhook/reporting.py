@@ -100,6 +100,7 @@ ISOLATION = frozenset(
         "dra-capacity",
         "dra-sharing",
         "dra-mps-limits",
+        "dra-whole-device",
         "mps-limits",
         "visible-devices",
     }

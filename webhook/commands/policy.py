@@ -1,5 +1,5 @@
-"""`gpu-share-webhook policy check [DIR] [--nodes FILE]`: validate policy files, and match them
-against the nodes of a cluster dump.
+"""`gpu-share-webhook policy check [DIR] [--nodes FILE] [--device-classes FILE]`: validate
+policy files, and match them against the nodes and the DeviceClasses of a cluster dump.
 
 Every problem of every file in one run (webhook/checking.py), warnings for what the server
 loads but can never happen (a dra section's too), and notes, once each, for the DRA driver's
@@ -7,9 +7,11 @@ feature gates the policies' sharing needs. With `--nodes` (the output of `kubect
 -o json`; no cluster access), every class of every policy that loads is matched against the nodes by
 the labels the webhook pins, and the check fails when a class matches no node, when taints
 its pods do not tolerate keep them off every node it matches, or when a shared GPU node (as
-`gpu-share-webhook discover` reads the labels) matches no class. Exit 0: all good, or
-warnings only; 1: a policy does not load or does not fit the nodes (each problem on stderr);
-2: the node file or a policy file cannot be read.
+`gpu-share-webhook discover` reads the labels) matches no class. With `--device-classes` (the
+output of `kubectl get deviceclasses -o json`), a warning names each DeviceClass that can hand
+out GPUs but that no policy's dra section governs (`checking.device_class_warnings`). Exit 0:
+all good, or warnings only; 1: a policy does not load or does not fit the nodes (each problem
+on stderr); 2: the node file, the DeviceClass file or a policy file cannot be read.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from webhook.errors import InputError
 
 # The node dump, for this command and `discover -f` alike.
 NODES_OPTION = "nodes"
+# The DeviceClasses of a cluster (`kubectl get deviceclasses -o json`).
+DEVICE_CLASSES_OPTION = "device-classes"
 # Node names a line lists before "and N more".
 MAX_LISTED = 5
 
@@ -73,6 +77,18 @@ def register(subparsers: Any) -> None:
             "none",
         ),
     )
+    check.add_argument(
+        "--device-classes",
+        metavar="FILE",
+        type=OPTIONAL_TEXT,
+        default=from_env(DEVICE_CLASSES_OPTION, None),
+        help=help_text(
+            "`kubectl get deviceclasses -o json` output (JSON or YAML), or - for stdin: warn of"
+            " each class that can hand out NVIDIA GPUs but that no policy governs",
+            DEVICE_CLASSES_OPTION,
+            "none",
+        ),
+    )
     check.set_defaults(func=run_check)
 
 
@@ -89,6 +105,19 @@ def run_check(args: argparse.Namespace) -> int:
             message = str(exc)
             if source and not message.startswith(source):
                 message = f"{source}: {message}"
+            print(f"error: {message}", file=sys.stderr)
+            return EXIT_USAGE
+    device_classes: list[checking.DeviceClass] | None = None
+    classes_source, not_classes = "", 0
+    if args.device_classes:
+        try:
+            text, classes_source = documents.read_text(args.device_classes)
+            objects = documents.parse(text, classes_source)
+            device_classes, not_classes = checking.read_device_classes(objects)
+        except InputError as exc:
+            message = str(exc)
+            if classes_source and not message.startswith(classes_source):
+                message = f"{classes_source}: {message}"
             print(f"error: {message}", file=sys.stderr)
             return EXIT_USAGE
     if not directory.is_dir():
@@ -124,11 +153,43 @@ def run_check(args: argparse.Namespace) -> int:
         found = discovering.survey(nodes, others=others)
         if check_nodes(report, found, source=source) != EXIT_OK:
             failed = True
+    if device_classes is not None:
+        check_device_classes(report, device_classes, source=classes_source, others=not_classes)
     for line in report.unreadable:
         print(f"error: {line}", file=sys.stderr)
     if report.unreadable:
         return EXIT_USAGE
     return EXIT_FAILED if failed else EXIT_OK
+
+
+def check_device_classes(
+    report: checking.DirectoryReport,
+    classes: list[checking.DeviceClass],
+    *,
+    source: str,
+    others: int,
+) -> None:
+    """Warn of each DeviceClass that can hand out GPUs and that no policy governs (warnings
+    only: the policies are not wrong, the cluster has a class they do not know)."""
+    if others:
+        print(
+            f"warning: {source}: ignored {others} objects that are not DeviceClasses",
+            file=sys.stderr,
+        )
+    count = f"{len(classes)} DeviceClass{'es' if len(classes) != 1 else ''}"
+    if not report.complete:
+        print(
+            f"warning: {source}: which DeviceClasses no policy governs is not judged while a"
+            " policy file does not load (it may list them)",
+            file=sys.stderr,
+        )
+        return
+    warnings, selecting = checking.device_class_warnings(report.loaded, classes, source=source)
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    governed = selecting - len(warnings)
+    tail = f", {len(warnings)} not (see the warnings)" if warnings else ""
+    print(f"ok: {source}: {count}, {selecting} that can hand out GPUs: {governed} governed{tail}")
 
 
 def check_nodes(report: checking.DirectoryReport, found: discovering.Survey, *, source: str) -> int:

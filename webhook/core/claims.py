@@ -17,16 +17,23 @@ the classes it lists, and NVIDIA's own even where it does not list them), and fo
 - each consumable capacity the class has a ceiling for must be asked for, at most that much
   (`dra-capacity`);
 - every configuration of the class's driver that applies to it (its `requests` name it, or
-  its request, or are empty) must be one the driver reads, of the class's kind
-  (`dra-config`), name a sharing strategy the class allows (`dra-sharing`), and keep MPS
-  within the class's ceilings (`dra-mps-limits`).
+  its request, or are empty) must be one the driver reads, of the class's kind, with the
+  fields of that kind (`dra-config`), name a sharing strategy the class allows
+  (`dra-sharing`), and keep MPS within the class's ceilings (`dra-mps-limits`);
+- where the class allows no whole device (`allowWholeDevice: false`), the configuration the
+  driver ends up applying to it must name a sharing strategy (`dra-whole-device`).
+
+And for the claim as a whole: the devices of each class across its requests, at most the
+class's `maxDevicesPerClaim` (`dra-too-many-devices`). Configurations that look meant for a
+GPU request but that the driver will not apply to it are warned of.
 
 Requests of other classes (a NIC) are not the webhook's business and pass.
 
-The mutating review adds, to each GPU request of an allowed class that allows MPS and has
-no configuration of its kind, the MPS configuration of the claim's profile (annotation
-`gpu-share.io/profile`, else the policy's default): the DRA counterpart of the MPS env
-limits. The validating review requires it in place.
+The mutating review adds, to each GPU request of an allowed class that says so
+(`addMpsConfig`, by default where the class allows MPS) and has no configuration of its
+kind, the MPS configuration of the claim's profile (annotation `gpu-share.io/profile`, else
+the policy's default): the DRA counterpart of the MPS env limits. The validating review
+requires it in place.
 """
 
 from __future__ import annotations
@@ -54,11 +61,28 @@ MIB: Final = 1024 * 1024
 MPS: Final = "MPS"
 STRATEGIES: Final = ("TimeSlicing", MPS)
 INTERVALS: Final = ("Default", "Short", "Medium", "Long")
-# The fields NVIDIA's driver reads (resource.nvidia.com/v1beta1); it decodes strictly, so
-# any other makes the claim fail on the node: refused here first.
-CONFIG_FIELDS: Final = frozenset({"apiVersion", "kind", "sharing"})
+GPU_CONFIG: Final = "GpuConfig"
+MIG_CONFIG: Final = "MigDeviceConfig"
+VFIO_CONFIG: Final = "VfioDeviceConfig"
+# The fields NVIDIA's driver reads (resource.nvidia.com/v1beta1), kind by kind: full GPUs
+# and MIG devices take a sharing section, passthrough devices an IOMMU section. The driver
+# decodes strictly, so any other field makes the claim fail on the node: refused here first.
+CONFIG_FIELDS: Final = {
+    GPU_CONFIG: frozenset({"apiVersion", "kind", "sharing"}),
+    MIG_CONFIG: frozenset({"apiVersion", "kind", "sharing"}),
+    VFIO_CONFIG: frozenset({"apiVersion", "kind", "iommu"}),
+}
+# A MIG device's sharing has no time-slice settings: `timeSlicingConfig` is refused apart,
+# with its own reason.
 SHARING_FIELDS: Final = frozenset({"strategy", "timeSlicingConfig", "mpsConfig"})
 TIME_SLICING_FIELDS: Final = frozenset({"interval"})
+# A passthrough device's IOMMU section: the backend policy (required: the driver refuses an
+# empty one), and whether the IOMMU API device joins the claim's devices.
+IOMMU_FIELDS: Final = frozenset({"backendPolicy", "enableAPIDevice"})
+IOMMU_BACKENDS: Final = ("PreferIommuFD", "LegacyOnly")
+# The name NVIDIA's GPU driver had before (classic DRA): a configuration for it is skipped by
+# the driver of today, as any other driver's is.
+OLD_DRIVER: Final = "gpu.resource.nvidia.com"
 MPS_FIELDS: Final = frozenset(
     {
         "defaultActiveThreadPercentage",
@@ -224,14 +248,18 @@ def review(
     configs = _configs(r, devices, {t.cls.driver for t in targets})
     if r.violations and any(v.rule == MALFORMED for v in r.violations):
         return _decision(r)
+    _near_misses(r, devices, targets, configs)
     # The profile matters where a request may be given its MPS configuration.
     profile = _profile(r, obj) if any(t.cls.allowed and _sized(t) for t in targets) else None
+    profile_refused = any(v.rule == PROFILE_RULE for v in r.violations)
     missing: list[Target] = []
+    opened: list[Target] = []
     # A configuration that applies to several requests of one class is judged once.
     judged: set[tuple[int, str]] = set()
     for t in targets:
         if not _judge_request(r, t):
             continue
+        opened.append(t)
         applying = [c for c in configs if _applies(c, t)]
         # Those that name it, and those for every request of its kind; one the driver cannot
         # read at all (an unknown kind) fails every device of the driver on the node.
@@ -250,6 +278,18 @@ def review(
             missing.append(t)
     if missing and profile is not None:
         _add_profile(r, devices, configs, missing, profile, mutate=mutate, require=require)
+    _judge_claim_total(r, opened)
+    # What the review adds (or, validating, requires) ends those requests with MPS; unless
+    # the rule is in dry-run, where nothing is added.
+    sized: set[str] = set()
+    if r.policy.mode_of("dra-mps-limits") != names.DRY_RUN:
+        sized = {t.name for t in missing}
+    for t in opened:
+        if t.cls.allow_whole_device or t.cls.capacity or t.name in sized:
+            continue
+        if profile_refused and _sized(t):
+            continue  # the unknown profile is the one thing to fix
+        _judge_whole(r, t, configs)
     if require:
         # Told once: the mutating review of the same claim told it.
         r.warnings.clear()
@@ -473,14 +513,14 @@ def _applies(c: Config, t: Target) -> bool:
 
 def _sized(t: Target) -> bool:
     """Whether a request of an allowed class would be given the profile's MPS configuration
-    when it has none: its class allows MPS, and does not share devices by capacity (the
-    driver refuses MPS while its consumable shares are on), nor does the request ask for
-    capacity."""
+    when it has none: its class says so (`addMpsConfig`), allows MPS, and does not share
+    devices by capacity (the driver refuses MPS while its consumable shares are on), nor
+    does the request ask for capacity."""
     capacity = t.spec.get("capacity")
-    return MPS in t.cls.sharing and not t.cls.capacity and not capacity
+    return t.cls.add_mps and MPS in t.cls.sharing and not t.cls.capacity and not capacity
 
 
-KINDS: Final = frozenset({"GpuConfig", "MigDeviceConfig", "VfioDeviceConfig"})
+KINDS: Final = frozenset(CONFIG_FIELDS)
 
 
 def _readable(parameters: Any) -> bool:
@@ -689,7 +729,13 @@ def _judge_config(r: _Review, t: Target, c: Config) -> None:
             f" apiVersion {names.DRA_CONFIG_API_VERSION}, kind {cls.config_kind}",
         )
         return
-    if not _known_fields(r, t, p, CONFIG_FIELDS, base):
+    if kind == VFIO_CONFIG:
+        if "sharing" in p:
+            _bad_config(r, t, f"{base}.sharing", "passthrough devices are not shared; remove it")
+        elif _known_fields(r, t, p, CONFIG_FIELDS[VFIO_CONFIG], base):
+            _judge_iommu(r, t, p.get("iommu"), f"{base}.iommu")
+        return
+    if not _known_fields(r, t, p, CONFIG_FIELDS[kind], base):
         return
     sharing = p.get("sharing")
     if sharing is None:
@@ -697,9 +743,6 @@ def _judge_config(r: _Review, t: Target, c: Config) -> None:
     at = f"{base}.sharing"
     if not isinstance(sharing, dict):
         _bad_config(r, t, at, f"must be an object, not {_type_name(sharing)}")
-        return
-    if cls.config_kind == "VfioDeviceConfig":
-        _bad_config(r, t, at, "passthrough devices are not shared; remove it")
         return
     if not _known_fields(r, t, sharing, SHARING_FIELDS, at):
         return
@@ -737,7 +780,7 @@ def _judge_config(r: _Review, t: Target, c: Config) -> None:
             _bad_config(r, t, f"{at}.mpsConfig", "is for strategy MPS; remove it")
         if slicing is None:
             return
-        if cls.config_kind == "MigDeviceConfig":
+        if kind == MIG_CONFIG:
             _bad_config(
                 r, t, f"{at}.timeSlicingConfig", "MIG devices take no time-slice; remove it"
             )
@@ -766,6 +809,29 @@ def _judge_config(r: _Review, t: Target, c: Config) -> None:
     if not _known_fields(r, t, mps, MPS_FIELDS, f"{at}.mpsConfig"):
         return
     _judge_mps(r, t, mps, f"{at}.mpsConfig")
+
+
+def _judge_iommu(r: _Review, t: Target, iommu: Any, at: str) -> None:
+    """A passthrough device's `iommu` section, as the driver decodes and checks it."""
+    if iommu is None:
+        return
+    if not isinstance(iommu, dict):
+        _bad_config(r, t, at, f"must be an object, not {_type_name(iommu)}")
+        return
+    if not _known_fields(r, t, iommu, IOMMU_FIELDS, at):
+        return
+    backend = iommu.get("backendPolicy")
+    if backend not in IOMMU_BACKENDS:
+        said = shown(backend) if backend is not None else "unset"
+        _bad_config(
+            r,
+            t,
+            f"{at}.backendPolicy",
+            f"{said}: the driver knows {' and '.join(IOMMU_BACKENDS)} (and refuses any other)",
+        )
+    api = iommu.get("enableAPIDevice")
+    if api is not None and not isinstance(api, bool):
+        _bad_config(r, t, f"{at}.enableAPIDevice", f"must be true or false, not {_type_name(api)}")
 
 
 def _known_fields(
@@ -892,6 +958,161 @@ def _judge_pinned(
             f': {shown(value)} is above the ceiling of class "{cls.name}" in policy'
             f' "{r.policy.name}" ({limit}Mi). Set it to {limit}Mi or less',
         )
+
+
+# ------------------------------------------------------------- what a request ends with
+
+
+def _effective(configs: list[Config], t: Target) -> Config | None:
+    """The configuration NVIDIA's driver applies to the device of `t`: the last of the
+    claim's that names it (`req`, or `req/sub` for a subrequest: the driver compares names
+    exactly, so one naming only the request of a subrequest is not it), or that names no
+    request and is of the kind of `t`'s class. None: the driver's own default, the whole
+    device. (A DeviceClass's own configuration comes before the claim's, and the webhook
+    does not see it.)"""
+    for config in configs[::-1]:
+        if config.driver != t.cls.driver:
+            continue
+        if t.name in config.requests:
+            return config
+        if not config.requests and _kind_of(config.parameters) == t.cls.config_kind:
+            return config
+    return None
+
+
+def _shares(parameters: Any) -> bool:
+    """Whether a configuration names a sharing strategy (one the driver knows)."""
+    sharing = parameters.get("sharing") if isinstance(parameters, dict) else None
+    return isinstance(sharing, dict) and sharing.get("strategy") in STRATEGIES
+
+
+def _judge_whole(r: _Review, t: Target, configs: list[Config]) -> None:
+    """A request of a class that allows no whole device must end with a sharing
+    configuration (`allowWholeDevice: false`, rule dra-whole-device)."""
+    cls = t.cls
+    found = _effective(configs, t)
+    if found is not None and (
+        _shares(found.parameters) or _kind_of(found.parameters) != cls.config_kind
+    ):
+        return  # (one of another kind is refused by dra-config)
+    offered = " or ".join(cls.sharing)
+    refusal = f'; policy "{r.policy.name}" allows no whole device of class "{cls.name}"'
+    if found is not None:
+        r.deny(
+            "dra-whole-device",
+            ErrorType.FORBIDDEN,
+            f"devices.config[{found.position}].opaque.parameters",
+            _what(r, t),
+            FIELD,
+            f": a {cls.config_kind} without sharing gives the whole device{refusal}. Add"
+            f" sharing with strategy {offered}",
+        )
+        return
+    parents = [c for c in configs if t.subrequest and t.request in c.requests]
+    skipped = ""
+    if parents:
+        skipped = (
+            f' (devices.config[{parents[-1].position}] names request "{_cut(t.request)}";'
+            f' the driver applies to the subrequest only a configuration naming "{_cut(t.name)}")'
+        )
+    fix = f'Add a {cls.config_kind} for "{_cut(t.name)}" with sharing strategy {offered}'
+    r.deny(
+        "dra-whole-device",
+        ErrorType.FORBIDDEN,
+        t.field,
+        _what(r, t),
+        FIELD,
+        f": no sharing configuration{skipped}, so the driver gives the whole device{refusal}."
+        f" {fix}",
+    )
+
+
+def _count(t: Target) -> int | None:
+    """How many devices `t` takes: its count (ExactCount); None where that is not a number
+    of devices (reported on its own)."""
+    mode = t.spec.get("allocationMode")
+    count = t.spec.get("count", 1)
+    if mode not in (None, "ExactCount") or not isinstance(count, int) or isinstance(count, bool):
+        return None
+    return count if count >= 1 else None
+
+
+def _judge_claim_total(r: _Review, opened: list[Target]) -> None:
+    """The devices of each class one claim takes across its requests, at most the class's
+    `maxDevicesPerClaim` (rule dra-too-many-devices). A firstAvailable request counts, per
+    class, its largest subrequest: the one the scheduler may choose."""
+    by_request: dict[str, dict[str, int]] = {}
+    classes: dict[str, DraClass] = {}
+    for t in opened:
+        count = _count(t)
+        if t.cls.max_devices_per_claim is None or count is None:
+            continue
+        classes[t.cls.name] = t.cls
+        largest = by_request.setdefault(t.request, {})
+        largest[t.cls.name] = max(largest.get(t.cls.name, 0), count)
+    for name, cls in classes.items():
+        counts = [largest[name] for largest in by_request.values() if name in largest]
+        total, most = sum(counts), cls.max_devices_per_claim
+        if most is None or total <= most:
+            continue
+        many = f"{len(counts)} requests" if len(counts) > 1 else "1 request"
+        r.deny(
+            "dra-too-many-devices",
+            ErrorType.FORBIDDEN,
+            "devices.requests",
+            f"{r.label}: ",
+            FIELD,
+            f': {total} devices of class "{name}" in {many}; policy "{r.policy.name}" allows'
+            f" at most {most} per claim. Ask for {most} or fewer in all",
+        )
+
+
+def _near_misses(
+    r: _Review, devices: Mapping[str, Any], targets: list[Target], configs: list[Config]
+) -> None:
+    """Configurations that look meant for a GPU request but that the driver will not apply
+    to it, warned of: one for NVIDIA's driver by its old name (or of NVIDIA's kinds, for
+    another driver), and one naming the request of `firstAvailable` subrequests (the driver
+    applies to a subrequest only a configuration naming `req/sub`)."""
+    if not targets:
+        return
+    drivers = {t.cls.driver for t in targets}
+    asked = {t.name for t in targets} | {t.request for t in targets}
+    entries = devices.get("config")
+    at = f"{r.place.field}.devices.config"
+    for i, entry in enumerate(entries if isinstance(entries, list) else ()):
+        opaque = entry.get("opaque") if isinstance(entry, dict) else None
+        driver = opaque.get("driver") if isinstance(opaque, dict) else None
+        if not isinstance(driver, str) or driver in drivers:
+            continue
+        requests = entry.get("requests") or []
+        if requests and not any(n in asked for n in requests):
+            continue
+        assert isinstance(opaque, dict)
+        # (Short, as every warning is shown: the field first, the fix last.)
+        if driver == OLD_DRIVER:
+            r.warnings.append(
+                f"{at}[{i}].opaque.driver: {OLD_DRIVER} is an old name the driver skips; use"
+                f" {names.DRA_DRIVER}"
+            )
+        elif _readable(opaque.get("parameters")):
+            meant = " or ".join(sorted(drivers))
+            r.warnings.append(
+                f"{at}[{i}].opaque.driver: not {meant}, the GPU driver, so it skips this"
+                f" {_kind_of(opaque.get('parameters'))}"
+            )
+    subrequests: dict[str, list[str]] = {}
+    for t in targets:
+        if t.subrequest:
+            subrequests.setdefault(t.request, []).append(t.name)
+    for c in configs:
+        for name in sorted(subrequests.keys() & c.requests):
+            subs = subrequests[name]
+            listed = ", ".join(_cut(s) for s in subs[:3]) + (", ..." if len(subs) > 3 else "")
+            r.warnings.append(
+                f"{at}[{c.position}].requests: {_cut(name)} reaches no subrequest on NVIDIA's"
+                f" driver; name {listed}"
+            )
 
 
 # --------------------------------------------------------------------------- the profile

@@ -1130,13 +1130,16 @@ RULES: tuple[Rule, ...] = (
     Rule("dra-all-devices", C, "allocationMode All (or an unknown mode) on a GPU class"),
     Rule("dra-admin-access", C, "adminAccess on a GPU class"),
     Rule("dra-device-tolerations", C, "tolerations of device taints on a GPU class"),
-    Rule("dra-too-many-devices", C, "more devices in one request than the class allows"),
+    Rule("dra-too-many-devices", C, "more devices in one request, or in one claim, than the"
+         " class allows"),
     Rule("dra-capacity", C, "consumable capacity left out or above the class's ceiling"),
     Rule("dra-config", C, "device configuration the GPU driver does not read, or of another"
          " kind of device"),
     Rule("dra-sharing", C, "a sharing strategy the class does not allow"),
     Rule("dra-mps-limits", C, "MPS limits that do not parse or exceed the class's ceilings;"
          " adds the profile's to a request with no configuration", required=True),
+    Rule("dra-whole-device", C, "a request that ends without a sharing configuration (the whole"
+         " device) where the class allows no whole device"),
     Rule("node-selection", S, "a node selection no allowed class satisfies, or a pod not"
          " pinned to the allowed classes at validation; pins the pod to them",
          patch=patch_node_selection, found=True, pod_level=True, required=True),

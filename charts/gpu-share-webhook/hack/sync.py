@@ -461,6 +461,14 @@ def _dra_checks() -> dict[str, Any]:
         if capacity_format.count(part) != 1:
             raise SystemExit(f"sync.py: DraClassSpec: {part!r} is not once in {capacity!r}")
         capacity_format = capacity_format.replace(part, f"%[{n}]s")
+    (whole,) = _refusals(
+        policies.DraClassSpec, {"name": _CLASS, "allowed": True, "allowWholeDevice": False}
+    )
+    (add_without_mps,) = _refusals(policies.DraClassSpec, {"name": _CLASS, "addMpsConfig": True})
+    (add_with_capacity,) = _refusals(
+        policies.DraClassSpec,
+        {"name": _CLASS, "sharing": ["MPS"], "addMpsConfig": True, "capacity": {_CAPACITY: "1"}},
+    )
     (two,) = _refusals(policies.DraSpec, {"deviceClasses": [{"name": _CLASS}, {"name": _CLASS}]})
     if two.count(repr(_CLASS)) != 1:
         raise SystemExit(f"sync.py: DraSpec: the class is not named once in {two!r}")
@@ -471,6 +479,11 @@ def _dra_checks() -> dict[str, Any]:
         # The kinds that take no sharing, and what is said of a class of one that lists some.
         "unshared": unshared,
         "strategyTwice": twice,
+        # An open class with allowWholeDevice: false and no sharing strategy nor capacity.
+        "wholeWithoutSharing": whole,
+        # addMpsConfig: true where sharing lists no MPS, and where the class has capacity.
+        "addWithoutMps": add_without_mps,
+        "addWithCapacity": add_with_capacity,
         # %[1]s the capacity's name, %[2]s its value (Python's repr), %[3]s the quantity's fault.
         "capacity": capacity_format,
         # %s a class's name.

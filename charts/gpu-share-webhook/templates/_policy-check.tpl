@@ -419,6 +419,17 @@ path). (dict "dra" D "checks" C)
 {{- if ne (len (uniq $sharing)) (len $sharing) }}
 {{- $messages = append $messages $c.strategyTwice }}
 {{- end }}
+{{- $capacities := $class.capacity | default dict }}
+{{- if and (eq (kindOf $class.allowed) "bool") $class.allowed (eq (kindOf $class.allowWholeDevice) "bool") (not $class.allowWholeDevice) (not $sharing) (not $capacities) }}
+{{- $messages = append $messages $c.wholeWithoutSharing }}
+{{- end }}
+{{- if and (eq (kindOf $class.addMpsConfig) "bool") $class.addMpsConfig }}
+{{- if not (has "MPS" $sharing) }}
+{{- $messages = append $messages $c.addWithoutMps }}
+{{- else if $capacities }}
+{{- $messages = append $messages $c.addWithCapacity }}
+{{- end }}
+{{- end }}
 {{- range $capacity, $value := $class.capacity | default dict }}
 {{- $fault := include "gpu-share-webhook.policyQuantity" (dict "value" $value "q" $checks.quantity) }}
 {{- if $fault }}
