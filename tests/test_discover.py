@@ -32,6 +32,12 @@ from webhook import cli, discovering, policies
 
 # Nodes as GFD labels them (Gpu, node) and node dumps (write) are tests/nodes.py's.
 
+# Why MPS on a node with several GPUs is warned about.
+LOOSE = (
+    "the device plugin starts each MPS control daemon without CUDA_VISIBLE_DEVICES, so a client"
+    " there is not confined to its replica's GPU"
+)
+
 
 def survey(*nodes: dict[str, Any]) -> discovering.Survey:
     read, others = discovering.read_nodes(list(nodes))
@@ -476,6 +482,7 @@ def test_discover_prints_a_policy_whose_classes_select_exactly_the_nodes_it_name
     assert err.splitlines() == [
         "warning: left out: node bad-1: nvidia.com/gpu.product=Tesla-T4 (no -SHARED) means"
         " renamed, but the node advertises nvidia.com/gpu, not nvidia.com/gpu.shared",
+        f"warning: class tesla-t4-mps: MPS on nodes with more than one GPU (t4-mps-2: 2): {LOOSE}",
     ]
 
 
@@ -628,6 +635,9 @@ def test_what_discover_prints_passes_policy_check_on_the_same_nodes(
         f"ok: {nodes}: 10 nodes, 7 with shared GPUs (1 left out: labels disagree): every class"
         " matches a node, every shared GPU node a class")
     assert err.splitlines() == [
+        "warning: policy default class tesla-t4-mps: MPS on nodes with more than one GPU"
+        f" (nvidia.com/gpu.count t4-mps-2=2): {LOOSE}; where tenants must stay apart, give MPS"
+        " nodes one GPU",
         "warning: labels disagree, not judged: node bad-1: nvidia.com/gpu.product=Tesla-T4"
         " (no -SHARED) means renamed, but the node advertises nvidia.com/gpu, not"
         " nvidia.com/gpu.shared",
@@ -691,6 +701,9 @@ def test_policy_check_warns_where_a_class_promises_more_than_its_nodes_have(
     code, _, err = check(capsys, str(policy_dir(tmp_path, text)), "--nodes", str(nodes))
     assert code == 0
     assert err.splitlines() == [
+        f"warning: {tmp_path / 'policies' / 'default.yaml'}: spec.nodeClasses[0]: class t4-mps"
+        f" shares 2 GPUs per node by MPS: {LOOSE}; where tenants must stay apart, give MPS nodes"
+        " one GPU",
         "warning: policy default class t4-mps: memoryMiB 16384 is more than nvidia.com/gpu.memory"
         " on t4-1=15360 (the MPS ceilings would be above what those GPUs have)",
         "warning: policy default class t4-mps: gpusPerNode 2 is more than nvidia.com/gpu.count on"

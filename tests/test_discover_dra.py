@@ -333,7 +333,7 @@ def test_a_cluster_of_dra_gpus_alone_gets_a_policy_without_node_classes(
         "apiVersion": "gpu-share.io/v1alpha1",
         "kind": "SharingPolicy",
         "metadata": {"name": "default"},
-        "spec": {"mode": "enforce", "dra": CLOSED},
+        "spec": {"mode": "enforce", "driverCapabilities": ["compute", "utility"], "dra": CLOSED},
     }
     assert yaml.safe_load(out) == discovering.policy_document((), name="default", dra=dra_of(out))
     (policy,), problems = policies.parse_documents(out, "<discovered>")
@@ -356,7 +356,7 @@ def test_a_cluster_of_dra_gpus_alone_gets_a_policy_without_node_classes(
 
 
 def test_a_policy_of_neither_node_classes_nor_dra_is_not_written() -> None:
-    with pytest.raises(ValueError, match="needs a dra section"):
+    with pytest.raises(ValueError, match="needs a dra or an exclusiveGpus section"):
         discovering.policy_document((), name="default")
 
 
