@@ -1036,8 +1036,9 @@ def test_a_pool_option_that_is_wrong_is_refused_in_one_line(
 @pytest.mark.parametrize(
     ("args", "expected"),
     [
-        pytest.param(["--name", "lab", "--pool", "a=team=a"], "error: --name names the one"
-                     " policy; with --pool each pool's NAME names its policy", id="name-and-pool"),
+        pytest.param(["--name", "lab", "--pool", "a=team=a"], "error: --name (or"
+                     " GPU_SHARE_WEBHOOK_POLICY_NAME) names the one policy; with --pool each"
+                     " pool's NAME names its policy", id="name-and-pool"),
         pytest.param(["--pool", "a=team=a", "--pool", "a=team=b"],
                      "error: --pool: a named twice (one policy each)", id="a-name-twice"),
     ],

@@ -166,7 +166,8 @@ def run(args: argparse.Namespace) -> int:
     pools: list[Pool] = args.pools
     if pools and args.name:
         print(
-            "error: --name names the one policy; with --pool each pool's NAME names its policy",
+            f"error: --name (or {env_name(NAME_OPTION)}) names the one policy; with --pool each"
+            " pool's NAME names its policy",
             file=sys.stderr,
         )
         return EXIT_USAGE
