@@ -103,6 +103,27 @@ A10G_TS = Gpu("NVIDIA-A10G", "time-slicing", 4, memory=23028)
 L4_MPS = Gpu("NVIDIA-L4", "mps", 2, renamed=False, memory=23034)
 
 
+# A cluster of three teams' pools, as a new admin labels them: A100s shared by MPS (one node with
+# two GPUs), T4s time-sliced without renaming, whole H100s; and a GPU node of no pool.
+A100_MPS = Gpu("NVIDIA-A100-SXM4-80GB", "mps", 4, memory=81920)
+T4_TS_NOT_RENAMED = Gpu("Tesla-T4", "time-slicing", 4, renamed=False)
+H100 = Gpu("NVIDIA-H100-80GB-HBM3", count=8, memory=81559)
+TEAMS = [
+    node("a100-1", A100_MPS, labels={"team": "a", "gpu-pool": "a100"}),
+    node("a100-2", Gpu("NVIDIA-A100-SXM4-80GB", "mps", 4, count=2, memory=81920),
+         labels={"team": "a", "gpu-pool": "a100"}),
+    node("t4-1", T4_TS_NOT_RENAMED, labels={"team": "b"}),
+    node("t4-2", T4_TS_NOT_RENAMED, labels={"team": "b"}),
+    node("h100-1", H100, labels={"team": "c", "gpu-pool": "h100"},
+         taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]),
+    node("h100-2", H100, labels={"team": "c", "gpu-pool": "h100"}),
+    node("v100-1", Gpu("Tesla-V100")),
+    node("cpu-1", labels={"team": "a"}),
+]
+# One policy per team.
+TEAM_POOLS = ("team-a=team=a,gpu-pool in (a100)", "team-b=team=b", "team-c=gpu-pool=h100")
+
+
 def write(tmp_path: Path, nodes: list[dict[str, Any]], name: str = "nodes.json") -> Path:
     """`nodes` as `kubectl get nodes -o json` (or `-o yaml`, by the name) writes them."""
     path = tmp_path / name

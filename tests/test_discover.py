@@ -9,20 +9,27 @@ from __future__ import annotations
 import io
 import json
 import re
+import textwrap
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 
+from tests import kube
 from tests.nodes import (
     A10G_TS,
     A100_PARENT,
+    H100,
     L4_MPS,
     MIXED,
     SINGLE,
     T4_MPS,
     T4_TS,
+    T4_TS_NOT_RENAMED,
+    TEAM_POOLS,
+    TEAMS,
     Gpu,
     mig,
     node,
@@ -31,6 +38,12 @@ from tests.nodes import (
 from webhook import cli, discovering, policies
 
 # Nodes as GFD labels them (Gpu, node) and node dumps (write) are tests/nodes.py's.
+
+# Why MPS on a node with several GPUs is warned about.
+LOOSE = (
+    "the device plugin starts each MPS control daemon without CUDA_VISIBLE_DEVICES, so a client"
+    " there is not confined to its replica's GPU"
+)
 
 
 def survey(*nodes: dict[str, Any]) -> discovering.Survey:
@@ -476,6 +489,7 @@ def test_discover_prints_a_policy_whose_classes_select_exactly_the_nodes_it_name
     assert err.splitlines() == [
         "warning: left out: node bad-1: nvidia.com/gpu.product=Tesla-T4 (no -SHARED) means"
         " renamed, but the node advertises nvidia.com/gpu, not nvidia.com/gpu.shared",
+        f"warning: class tesla-t4-mps: MPS on nodes with more than one GPU (t4-mps-2: 2): {LOOSE}",
     ]
 
 
@@ -628,6 +642,9 @@ def test_what_discover_prints_passes_policy_check_on_the_same_nodes(
         f"ok: {nodes}: 10 nodes, 7 with shared GPUs (1 left out: labels disagree): every class"
         " matches a node, every shared GPU node a class")
     assert err.splitlines() == [
+        "warning: policy default class tesla-t4-mps: MPS on nodes with more than one GPU"
+        f" (nvidia.com/gpu.count t4-mps-2=2): {LOOSE}; where tenants must stay apart, give MPS"
+        " nodes one GPU",
         "warning: labels disagree, not judged: node bad-1: nvidia.com/gpu.product=Tesla-T4"
         " (no -SHARED) means renamed, but the node advertises nvidia.com/gpu, not"
         " nvidia.com/gpu.shared",
@@ -691,6 +708,9 @@ def test_policy_check_warns_where_a_class_promises_more_than_its_nodes_have(
     code, _, err = check(capsys, str(policy_dir(tmp_path, text)), "--nodes", str(nodes))
     assert code == 0
     assert err.splitlines() == [
+        f"warning: {tmp_path / 'policies' / 'default.yaml'}: spec.nodeClasses[0]: class t4-mps"
+        f" shares 2 GPUs per node by MPS: {LOOSE}; where tenants must stay apart, give MPS nodes"
+        " one GPU",
         "warning: policy default class t4-mps: memoryMiB 16384 is more than nvidia.com/gpu.memory"
         " on t4-1=15360 (the MPS ceilings would be above what those GPUs have)",
         "warning: policy default class t4-mps: gpusPerNode 2 is more than nvidia.com/gpu.count on"
@@ -719,3 +739,369 @@ def test_policy_check_reads_the_node_file_from_its_environment_variable(
     code, out, _ = check(capsys, str(policy_dir(tmp_path)))
     assert code == 0
     assert "ok: policy default class a10g matches 1 node: a10g-1" in out.splitlines()
+
+
+# ---------------------------------------------------------------------- label selectors
+
+N = {"team": "a", "gpu-pool": "h100", "nvidia.com/gpu.count": "8", "blank": ""}
+
+# (selector, labels, whether it selects them): as kubectl's `-l` reads it.
+SELECTS = [
+    ("team=a", N, True),
+    ("team==a", N, True),
+    ("team=b", N, False),
+    ("team=a", {}, False),
+    ("team!=b", N, True),
+    ("team!=a", N, False),
+    ("team!=a", {}, True),
+    ("gpu-pool in (a100,h100)", N, True),
+    ("gpu-pool in (a100,t4)", N, False),
+    ("gpu-pool in (h100)", {}, False),
+    ("gpu-pool notin (a100)", N, True),
+    ("gpu-pool notin (a100,h100)", N, False),
+    ("gpu-pool notin (h100)", {}, True),
+    ("team", N, True),
+    ("team", {}, False),
+    ("!team", N, False),
+    ("!team", {}, True),
+    ("team=a,gpu-pool in (a100,h100)", N, True),
+    ("team=a,gpu-pool in (a100)", N, False),
+    ("  team = a ,  gpu-pool  in  ( h100 , a100 )  ", N, True),
+    ("nvidia.com/gpu.count>7", N, True),
+    ("nvidia.com/gpu.count>8", N, False),
+    ("nvidia.com/gpu.count<9", N, True),
+    ("team>1", N, False),
+    ("nvidia.com/gpu.count>1", {}, False),
+    ("blank=", N, True),
+    ("team=", N, False),
+    ("blank in (x,)", N, True),
+    ("blank in ()", N, True),
+    ("team in (in,notin)", {"team": "notin"}, True),
+    ("", N, True),
+    ("", {}, True),
+]
+
+
+@pytest.mark.parametrize(("text", "labels", "expected"), SELECTS)
+def test_a_label_selector_selects_as_kubectl_reads_it(
+    text: str, labels: dict[str, str], expected: bool
+) -> None:
+    selector = discovering.parse_selector(text)
+    assert selector.matches(labels) is expected
+    # What it says of itself reads back as the same selector.
+    assert discovering.parse_selector(str(selector)) == selector
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        pytest.param("team in (a", "no ')' closes the values after team in (", id="open-set"),
+        pytest.param("team in a", "team in needs its values in parentheses", id="no-set"),
+        pytest.param("team in (a b)", "'b' among the values after team in (", id="no-comma"),
+        pytest.param("team=a,", "a ',' with no requirement after it", id="trailing-comma"),
+        pytest.param(",team", "',' where a label key belongs", id="leading-comma"),
+        pytest.param("team a", "'a' after team, where an operator belongs", id="no-operator"),
+        pytest.param("!team=a", "'=' after !team, where ',' or the end belongs",
+                     id="not-exists-with-a-value"),
+        pytest.param("team=a b", "'b' after team=a, where ',' or the end belongs",
+                     id="two-values"),
+        pytest.param("team=(", "'(' after team=, where a value belongs", id="no-value"),
+        pytest.param("count>x", "count>x: > compares with a whole number", id="gt-not-a-number"),
+        pytest.param("-team=a", "'-team' is not a label key", id="bad-key"),
+        pytest.param("a/b/c=d", "'a/b/c' is not a label key", id="two-slashes"),
+        pytest.param("team=-a", "'-a' (of team) is not a label value", id="bad-value"),
+        pytest.param(f"team={'x' * 64}", "(of team) is not a label value", id="long-value"),
+    ],
+)
+def test_a_selector_that_does_not_parse_says_where(text: str, problem: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(problem)):
+        discovering.parse_selector(text)
+
+
+# ---------------------------------------------------------------------- one policy per pool
+
+
+def pooled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], nodes: list[dict[str, Any]],
+    *pools: str,
+) -> tuple[int, str, str, Path]:
+    path = write(tmp_path, nodes)
+    code, out, err = discover(capsys, "-f", str(path), *(a for p in pools for a in ("--pool", p)))
+    return code, out, err, path
+
+
+def by_name(text: str) -> dict[str, policies.Policy]:
+    loaded, problems = policies.parse_documents(text, "<discovered>")
+    assert problems == []
+    return {p.name: p for p in loaded}
+
+
+def test_each_pool_gets_a_policy_its_own_nodes_decide(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err, _ = pooled(tmp_path, capsys, TEAMS, *TEAM_POOLS)
+    assert code == 0, err
+    found = by_name(out)
+    assert list(found) == ["team-a", "team-b", "team-c"]
+    read, _ = discovering.read_nodes(TEAMS)
+    selected = {n: {x for c in p.classes for x in discovering.matching(c.selector, read)}
+                for n, p in found.items()}
+    assert selected == {"team-a": {"a100-1", "a100-2"}, "team-b": {"t4-1", "t4-2"},
+                        "team-c": set()}
+    a, b, c = found["team-a"], found["team-b"], found["team-c"]
+    # Shared pools: no whole GPU, since one would be had on another team's nodes.
+    assert a.exclusive_gpus == policies.ExclusiveGpus(allowed=False)
+    assert b.exclusive_gpus == policies.ExclusiveGpus(allowed=False)
+    assert (a.shared_resources, b.shared_resources) == (
+        {"nvidia.com/gpu.shared"}, {"nvidia.com/gpu"})
+    # The whole H100s: no class, up to the 8 one node has.
+    assert (c.classes, c.shared_resources) == ((), frozenset())
+    assert c.exclusive_gpus == policies.ExclusiveGpus(allowed=True, max_per_pod=8)
+    assert {p.driver_capabilities for p in found.values()} == {("compute", "utility")}
+    docs = list(yaml.safe_load_all(out))
+    assert "nodeClasses" not in docs[2]["spec"]
+    assert docs[2]["spec"]["exclusiveGpus"] == {"allowed": True, "maxPerPod": 8}
+    text = " ".join(line.strip().lstrip("# ") for line in out.splitlines() if "#" in line)
+    assert "GPU nodes in no pool (no policy below describes them): v100-1" in text
+    assert "Whole GPUs (replicas 1: nvidia.com/gpu) on 2 nodes: h100-1: 8, h100-2: 8." in text
+    assert "Taints of these nodes: nvidia.com/gpu:NoSchedule on h100-1." in text
+    # A node without GPUs in no pool (cpu-1) is nobody's business.
+    assert err.splitlines() == [
+        "warning: GPU nodes in no pool (no policy describes them): v100-1",
+        "warning: policy team-a class nvidia-a100-sxm4-80gb-mps: MPS on nodes with more than"
+        f" one GPU (a100-2: 2): {LOOSE}",
+    ]
+
+
+def test_the_policies_of_the_pools_pass_policy_check_on_the_same_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, out, _, path = pooled(tmp_path, capsys, TEAMS, *TEAM_POOLS)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "teams.yaml").write_text(out)
+    code, checked, err = check(capsys, str(site), "--nodes", str(path))
+    assert code == 0, err
+    team_c = f"ok: policy team-c ({site / 'teams.yaml'} (document 3)): classes none (whole GPUs"
+    assert f"{team_c} only)" in checked.splitlines()
+    assert checked.splitlines()[-1] == (
+        f"ok: {path}: 8 nodes, 4 with shared GPUs: every class matches a node, every shared"
+        " GPU node a class")
+    # And each alone, on the nodes of its pool: what a pool's nodes decide fits them.
+    for number, (pool, members) in enumerate(
+        [("team-a", TEAMS[:2]), ("team-b", TEAMS[2:4]), ("team-c", TEAMS[4:6])]
+    ):
+        own = tmp_path / f"own-{number}"
+        own.mkdir()
+        (own / "policy.yaml").write_text(
+            yaml.safe_dump(next(d for d in yaml.safe_load_all(out)
+                                if d["metadata"]["name"] == pool)))
+        dump = write(own, members)
+        code, _, err = check(capsys, str(own), "--nodes", str(dump))
+        assert code == 0, (pool, err)
+
+
+def test_whole_gpus_of_a_pool_are_asked_for_as_its_policy_allows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The motivating case: under one policy for every node, whose T4 class is not renamed,
+    8 whole H100s are read as 8 shared replicas and refused; under the H100 team's own policy
+    they are whole GPUs, up to the 8 a node has; under an MPS team's, none."""
+    eight = kube.pod(kube.container(limits={"nvidia.com/gpu": 8}))
+    nine = kube.pod(kube.container(limits={"nvidia.com/gpu": 9}))
+    _, out, _, path = pooled(tmp_path, capsys, TEAMS, *TEAM_POOLS)
+    found = by_name(out)
+    decision, _ = kube.admit(eight, found["team-c"])
+    assert decision.allowed, decision.message
+    refused, _ = kube.admit(nine, found["team-c"])
+    assert [v.rule for v in refused.violations] == ["exclusive-gpus"]
+    refused, _ = kube.admit(eight, found["team-a"])
+    assert [v.rule for v in refused.violations] == ["exclusive-gpus"]
+    code, single, _ = discover(capsys, "-f", str(path))
+    assert code == 0
+    (one,) = by_name(single).values()
+    refused, _ = kube.admit(eight, one)
+    assert [v.rule for v in refused.violations] == ["multi-replica"]
+    assert "Ask for nvidia.com/gpu: 1" in refused.message
+
+
+def test_a_pool_of_shared_and_whole_gpus_gets_classes_and_counts_the_whole_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = [
+        node("t4-1", T4_MPS, labels={"pool": "x"}),
+        node("h100-1", H100, labels={"pool": "x"}),
+        node("l40-1", Gpu("NVIDIA-L40S", count=4), labels={"pool": "x"}),
+        # A mixed MIG node: its 3g.40gb profile is left whole.
+        node("mig-1", A100_PARENT, mig("1g.10gb"),
+             mig("3g.40gb", "none", 1, count=2, memory=40192), labels=MIXED | {"pool": "x"}),
+    ]
+    code, out, err, _ = pooled(tmp_path, capsys, nodes, "x=pool=x")
+    assert code == 0, err
+    (policy,) = by_name(out).values()
+    assert [c.name for c in policy.classes] == [
+        "a100-sxm4-80gb-mig-1g-10gb-time-slicing", "tesla-t4-mps"]
+    assert policy.exclusive_gpus == policies.ExclusiveGpus(allowed=True, max_per_pod=8)
+    text = " ".join(line.strip().lstrip("# ") for line in out.splitlines() if "#" in line)
+    assert ("Whole GPUs (replicas 1: nvidia.com/gpu, nvidia.com/mig-3g.40gb) on 3 nodes:"
+            " h100-1: 8, l40-1: 4, mig-1: 2.") in text
+
+
+def test_whole_gpus_asked_for_by_a_name_the_policy_shares_are_not_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = [node("t4-1", T4_TS_NOT_RENAMED, labels={"pool": "x"}),
+             node("h100-1", H100, labels={"pool": "x"})]
+    code, out, err, _ = pooled(tmp_path, capsys, nodes, "x=pool=x")
+    assert code == 0
+    (policy,) = by_name(out).values()
+    assert policy.shared_resources == {"nvidia.com/gpu"}
+    assert policy.exclusive_gpus == policies.ExclusiveGpus(allowed=False)
+    assert err.splitlines() == [
+        "warning: policy x: whole GPUs on h100-1 (nvidia.com/gpu) are asked for by a name this"
+        " policy shares (its classes are not renamed): its pods are pinned to the classes and"
+        " never get them. Rename the shared GPUs (renameByDefault: true), or put those nodes"
+        " in a pool of their own",
+    ]
+
+
+def test_a_class_that_matches_nodes_of_another_pool_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nodes = [node("t4-1", T4_MPS, labels={"team": "a"}), node("t4-2", T4_MPS, labels={"team": "b"})]
+    code, out, err, _ = pooled(tmp_path, capsys, nodes, "a=team=a", "b=team=b")
+    assert code == 0
+    assert err.splitlines() == [
+        f"warning: policy {p} class tesla-t4-mps also matches nodes outside pool {p}: {n} (the"
+        " webhook pins pods by GPU labels, not by pool, so they may land there)"
+        for p, n in (("a", "t4-2"), ("b", "t4-1"))
+    ]
+    assert "# Its selector also matches nodes outside the pool: t4-2. The" in out
+
+
+def test_a_node_in_two_pools_is_an_error_naming_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err, path = pooled(tmp_path, capsys, TEAMS, *TEAM_POOLS, "gpus=gpu-pool")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"error: {path}: nodes in more than one pool (a"
+        " node's GPUs belong to one policy; make the selectors exclusive): a100-1 (team-a, gpus);"
+        " a100-2 (team-a, gpus); h100-1 (team-c, gpus); h100-2 (team-c, gpus)",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("pools", "expected"),
+    [
+        pytest.param(["a=team=a,gpu-pool in (a100)", "z=team=z"],
+                     "pool z (team=z) selects no node", id="a-pool-of-no-node"),
+        pytest.param(["cpus=!gpu-pool,!nvidia.com/gpu.present"],
+                     "pool cpus (!gpu-pool,!nvidia.com/gpu.present): no node with a shared or"
+                     " whole GPU among its 1 node; no node has gpu-feature-discovery labels",
+                     id="a-pool-without-gpus"),
+    ],
+)
+def test_a_pool_with_nothing_to_describe_fails_and_prints_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], pools: list[str], expected: str
+) -> None:
+    code, out, err, path = pooled(tmp_path, capsys, TEAMS, *pools)
+    assert (code, out) == (1, "")
+    assert err.splitlines()[-1] == f"error: {path}: {expected}"
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        pytest.param(["--pool", "team-a"], "invalid value 'team-a': expected NAME=SELECTOR, a"
+                     " policy name and a label selector (team=a)", id="no-selector"),
+        pytest.param(["--pool", "Team=team=a"], "invalid value 'Team=team=a': expected"
+                     " NAME=SELECTOR, NAME a policy name (lower-case letters, digits and '-', at"
+                     " most 63)", id="a-name-that-is-not-a-policy-name"),
+        pytest.param(["--pool", "a=team in (x"], "invalid value 'a=team in (x': expected"
+                     " NAME=SELECTOR, SELECTOR a label selector: no ')' closes the values after"
+                     " team in (", id="a-selector-that-does-not-parse"),
+    ],
+)
+def test_a_pool_option_that_is_wrong_is_refused_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        discover(capsys, "-f", str(write(tmp_path, TEAMS)), *args)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"gpu-share-webhook discover: error: argument --pool: {expected}"]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        pytest.param(["--name", "lab", "--pool", "a=team=a"], "error: --name (or"
+                     " GPU_SHARE_WEBHOOK_POLICY_NAME) names the one policy; with --pool each"
+                     " pool's NAME names its policy", id="name-and-pool"),
+        pytest.param(["--pool", "a=team=a", "--pool", "a=team=b"],
+                     "error: --pool: a named twice (one policy each)", id="a-name-twice"),
+    ],
+)
+def test_pools_that_do_not_go_together_are_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], expected: str
+) -> None:
+    code, out, err = discover(capsys, "-f", str(write(tmp_path, TEAMS)), *args)
+    assert (code, out, err.splitlines()) == (2, "", [expected])
+
+
+def test_without_pools_the_output_stays_one_policy_without_an_exclusive_section(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = discover(capsys, "-f", str(write(tmp_path, TEAMS)))
+    assert code == 0
+    (doc,) = list(yaml.safe_load_all(out))
+    assert "exclusiveGpus" not in doc["spec"]
+    assert doc["spec"]["driverCapabilities"] == ["compute", "utility"]
+
+
+# ---------------------------------------------------------------------- MPS on several GPUs
+
+
+@pytest.mark.parametrize(
+    ("gpus", "warned"),
+    [
+        pytest.param([Gpu("Tesla-T4", "mps", 4, count=2)], True, id="mps-on-two-gpus"),
+        pytest.param([T4_MPS], False, id="mps-on-one-gpu"),
+        pytest.param([Gpu("Tesla-T4", "time-slicing", 4, count=2)], False,
+                     id="time-slicing-on-two-gpus"),
+    ],
+)
+def test_discover_warns_of_mps_on_a_node_with_several_gpus(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], gpus: list[Gpu], warned: bool
+) -> None:
+    code, out, err = discover(capsys, "-f", str(write(tmp_path, [node("n-1", *gpus)])))
+    assert code == 0
+    warning = (
+        f"warning: class tesla-t4-mps: MPS on nodes with more than one GPU (n-1: 2): {LOOSE}")
+    assert err.splitlines() == ([warning] if warned else [])
+    assert ("MPS on nodes with more than one GPU" in out) is warned
+
+
+# ---------------------------------------------------------------------- the recipe's quota
+
+
+def test_the_resource_quota_of_the_team_recipe_is_one_kubectl_applies() -> None:
+    text = (kube.REPO / "docs" / "policies.md").read_text(encoding="utf-8")
+    section = text.split("## One policy per team", 1)[1].split("\n## ", 1)[0]
+    (block,) = [b for b in re.findall(r"```yaml\n(.*?)```", section, flags=re.DOTALL)
+                if "kind: ResourceQuota" in b]
+    quota = yaml.safe_load(textwrap.dedent(block))
+    for version in kube.VERSIONS:
+        kubernetes_validate.validate(quota, version, strict=True)
+    hard = quota["spec"]["hard"]
+    # Extended resources are quota'd by `requests.` alone, DRA devices per class, claims by
+    # count; a value is a quantity as a string.
+    for key in hard:
+        assert (
+            key.startswith("requests.nvidia.com/")
+            or key.endswith(".deviceclass.resource.k8s.io/devices")
+            or key == "count/resourceclaims.resource.k8s.io"
+        ), key
+    assert {"requests.nvidia.com/gpu", "requests.nvidia.com/gpu.shared"} <= set(hard)
+    assert all(isinstance(v, str) for v in hard.values())

@@ -333,7 +333,7 @@ def test_a_cluster_of_dra_gpus_alone_gets_a_policy_without_node_classes(
         "apiVersion": "gpu-share.io/v1alpha1",
         "kind": "SharingPolicy",
         "metadata": {"name": "default"},
-        "spec": {"mode": "enforce", "dra": CLOSED},
+        "spec": {"mode": "enforce", "driverCapabilities": ["compute", "utility"], "dra": CLOSED},
     }
     assert yaml.safe_load(out) == discovering.policy_document((), name="default", dra=dra_of(out))
     (policy,), problems = policies.parse_documents(out, "<discovered>")
@@ -356,7 +356,7 @@ def test_a_cluster_of_dra_gpus_alone_gets_a_policy_without_node_classes(
 
 
 def test_a_policy_of_neither_node_classes_nor_dra_is_not_written() -> None:
-    with pytest.raises(ValueError, match="needs a dra section"):
+    with pytest.raises(ValueError, match="needs a dra or an exclusiveGpus section"):
         discovering.policy_document((), name="default")
 
 
@@ -758,3 +758,37 @@ def test_an_odd_attribute_of_nvidia_is_read_as_absent_not_refused(
         r" device on a100-1",
         comments(out),
     )
+
+
+# --------------------------------------------------------------------------- per pool
+
+
+def test_each_pool_gets_the_dra_devices_of_its_own_nodes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    teams = {"a100-1": "b", "a100-2": "b", "mig-1": "c", "h100-1": "c", "vm-1": "c"}
+    pooled = [node("t4-1", T4_MPS, labels={"team": "a"})] + [
+        node(n["metadata"]["name"], labels={
+            **n["metadata"]["labels"], "team": teams.get(n["metadata"]["name"], "none")})
+        for n in DRA_NODES
+    ]
+    path = write(tmp_path, pooled)
+    code, out, err = discover(
+        capsys, "-f", str(path), "--slices", str(write_slices(tmp_path, *CLUSTER)),
+        "--pool", "a=team=a", "--pool", "b=team=b", "--pool", "c=team=c")
+    assert (code, err) == (0, "")
+    docs = {d["metadata"]["name"]: d["spec"] for d in yaml.safe_load_all(out)}
+    listed = {name: [c["name"] for c in spec["dra"]["deviceClasses"]]
+              for name, spec in docs.items()}
+    assert listed == {"a": [], "b": ["gpu.nvidia.com"],
+                      "c": ["gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"]}
+    assert [c["name"] for c in docs["a"]["nodeClasses"]] == ["tesla-t4-mps"]
+    assert "nodeClasses" not in docs["b"]
+    # The NIC on a100-1 is pool b's to name, no one's to govern.
+    b = out.split("\n---\n")[1]
+    assert "nic.example.com: 2 devices on a100-1" in comments(b)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "teams.yaml").write_text(out)
+    code, _, err_lines = check(capsys, str(site), "--nodes", str(path))
+    assert code == 0, err_lines

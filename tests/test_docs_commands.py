@@ -218,15 +218,17 @@ def workspace(root: Path) -> Path:
     for part in ("examples", "policies"):
         shutil.copytree(REPO / part, repo / part)
     # A cluster whose device plugin renames shared GPUs: T4s with MPS, A10Gs time-sliced,
-    # a CPU node and a node whose labels disagree (discover leaves it out).
+    # a CPU node and a node whose labels disagree (discover leaves it out); the GPU nodes in
+    # the pools of two teams (policies.md, "One policy per team").
+    ml, vision = {"team": "ml"}, {"team": "vision"}
     nodes.write(
         repo,
         [
-            nodes.node("gpu-1", nodes.T4_MPS),
-            nodes.node("gpu-2", nodes.T4_MPS),
-            nodes.node("gpu-3", nodes.A10G_TS),
+            nodes.node("gpu-1", nodes.T4_MPS, labels=ml),
+            nodes.node("gpu-2", nodes.T4_MPS, labels=ml),
+            nodes.node("gpu-3", nodes.A10G_TS, labels=vision),
             nodes.node("cpu-1"),
-            nodes.node("bad-1", nodes.T4_MPS, drop=("nvidia.com/gpu.count",)),
+            nodes.node("bad-1", nodes.T4_MPS, drop=("nvidia.com/gpu.count",), labels=ml),
         ],
     )
     # `kubectl get resourceslices -o json`: NVIDIA's DRA driver's GPUs, MIG and VFIO devices,

@@ -45,6 +45,11 @@ def one_file(tmp_path: Path, text: str, name: str = "site.yaml") -> tuple[Path, 
 
 
 L4 = "{name: l4, product: NVIDIA-L4, strategy: mps, replicas: 2, memoryMiB: 23034}"
+# Why MPS on a node with several GPUs is warned about.
+LOOSE = (
+    "the device plugin starts each MPS control daemon without CUDA_VISIBLE_DEVICES, so a client"
+    " there is not confined to its replica's GPU"
+)
 T4_TS = "{name: t4, product: Tesla-T4, strategy: time-slicing, replicas: 4}"
 
 
@@ -160,6 +165,13 @@ WARNINGS = [
         " nvidia.com/gpu.replicas=2); the webhook cannot tell them apart: merge them into one",
         id="two-classes-one-selector",
     ),
+    pytest.param(
+        "nodeClasses:\n  - {name: l4, product: NVIDIA-L4, strategy: mps, replicas: 2,"
+        " memoryMiB: 23034, gpusPerNode: 4}\n",
+        f"spec.nodeClasses[0]: class l4 shares 4 GPUs per node by MPS: {LOOSE}; where tenants"
+        " must stay apart, give MPS nodes one GPU",
+        id="mps-on-several-gpus-per-node",
+    ),
 ]
 
 
@@ -172,6 +184,36 @@ def test_what_the_server_loads_but_never_happens_is_a_warning(
     assert (code, err) == (0, [f"warning: {path}: {warning}"])
     assert out[0].startswith(f"ok: policy site ({path})")
     assert policies.load_directory(directory).names == ["site"]
+
+
+@pytest.mark.parametrize(
+    ("cls", "expected"),
+    [
+        pytest.param(L4, ["warning: policy site class l4: MPS on nodes with more than one GPU"
+                          f" (nvidia.com/gpu.count l4-4=4): {LOOSE}; where tenants must stay"
+                          " apart, give MPS nodes one GPU"], id="mps-one-gpu-per-node"),
+        # Said of the class itself, once.
+        pytest.param(L4.replace("}", ", gpusPerNode: 4}"), [
+            "warning: {path}: spec.nodeClasses[0]: class l4 shares 4 GPUs per node by MPS:"
+            f" {LOOSE}; where tenants must stay apart, give MPS nodes one GPU",
+            "warning: policy site class l4: gpusPerNode 4 is more than nvidia.com/gpu.count on"
+            " l4-1=1 (a request for several replicas is pinned to nodes with enough GPUs)",
+        ], id="mps-several-gpus-per-node"),
+        pytest.param(
+            "{name: l4, product: NVIDIA-L4, strategy: time-slicing, replicas: 2}", [],
+            id="time-slicing"),
+    ],
+)
+def test_an_mps_class_on_a_node_with_several_gpus_is_warned_of(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], cls: str, expected: list[str]
+) -> None:
+    strategy = "time-slicing" if "time-slicing" in cls else "mps"
+    nodes = write(tmp_path, [node("l4-1", Gpu("NVIDIA-L4", strategy, 2, memory=23034)),
+                             node("l4-4", Gpu("NVIDIA-L4", strategy, 2, count=4, memory=23034))])
+    directory, path = one_file(tmp_path, policy("site", f"nodeClasses: [{cls}]\n"))
+    code, out, err = check(capsys, str(directory), "--nodes", str(nodes))
+    assert (code, err) == (0, [e.format(path=path) for e in expected])
+    assert "ok: policy site class l4 matches 2 nodes: l4-1, l4-4" in out
 
 
 def test_a_policy_with_nothing_to_say_gets_no_warning(

@@ -148,8 +148,44 @@ def policy_warnings(policy: policies.Policy) -> list[str]:
                 f" {other.name} selects (the same {_labels(c)}); the webhook cannot tell them"
                 " apart: merge them into one"
             )
+    out.extend(mps_gpu_warnings(policy))
     out.extend(dra_warnings(policy))
     return out
+
+
+# --------------------------------------------------------------------------- MPS on several GPUs
+
+
+def mps_gpu_warnings(policy: policies.Policy) -> list[str]:
+    """An MPS class that says more than one GPU per node: its clients are not kept to their
+    replica's GPU (`discovering.MPS_NOT_CONFINED`)."""
+    return [
+        f"{policy.source}: spec.nodeClasses[{c.index}]: class {c.name} shares"
+        f" {c.gpus_per_node} GPUs per node by MPS: {discovering.MPS_NOT_CONFINED}; where"
+        " tenants must stay apart, give MPS nodes one GPU"
+        for c in policy.classes
+        if c.mps and c.gpus_per_node > 1
+    ]
+
+
+def mps_node_warnings(cls: policies.NodeClass, nodes: Sequence[discovering.Node]) -> list[str]:
+    """The nodes of a dump an MPS class matches that have more than one GPU of its resource
+    (said of the class itself, by `mps_gpu_warnings`, when its gpusPerNode is above 1)."""
+    if not cls.mps or cls.gpus_per_node > 1:
+        return []
+    label = f"{cls.resource}.count"
+    several = [
+        f"{n.name}={n.labels[label]}"
+        for n in nodes
+        if n.labels.get(label, "").isdigit() and int(n.labels[label]) > 1
+    ]
+    if not several:
+        return []
+    shown = ", ".join(several[:5]) + (f" and {len(several) - 5} more" if len(several) > 5 else "")
+    return [
+        f"MPS on nodes with more than one GPU ({label} {shown}): {discovering.MPS_NOT_CONFINED};"
+        " where tenants must stay apart, give MPS nodes one GPU"
+    ]
 
 
 # --------------------------------------------------------------------------- dra

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -56,6 +56,11 @@ def _label_value(text: str) -> bool:
 
 
 SHARING_STRATEGIES = ("mps", "time-slicing")
+# Why MPS on a node with several GPUs does not keep tenants apart.
+MPS_NOT_CONFINED = (
+    "the device plugin starts each MPS control daemon without CUDA_VISIBLE_DEVICES, so a"
+    " client there is not confined to its replica's GPU"
+)
 NO_SHARING = "none"
 MPS_CAPABLE_LABEL = "nvidia.com/mps.capable"
 # Set by the GPU Operator (not GFD) on nodes with an NVIDIA PCI device.
@@ -219,6 +224,8 @@ class Unshared:
     reason: str
     # Usable as an exclusive GPU (replicas 1), not disabled (replicas 0, MIG parents).
     exclusive: bool = False
+    # How many the node has (`R.count`), where it says a whole number of at least 1.
+    count: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,6 +267,16 @@ class Survey:
         """GPU nodes, not left out, that share none of their GPUs."""
         sharing = set(self.shared_nodes)
         return tuple(sorted({u.node for u in self.unshared} - sharing))
+
+    @property
+    def gpu_nodes(self) -> tuple[str, ...]:
+        """Every node with a GPU label or resource: shared, unshared, left out, unlabelled."""
+        return tuple(
+            sorted(
+                {*self.shared_nodes, *(u.node for u in self.unshared), *self.left_out}
+                | set(self.unlabelled)
+            )
+        )
 
     @property
     def unshared_on_sharing_nodes(self) -> tuple[Unshared, ...]:
@@ -392,7 +409,14 @@ def _judge(
     if replicas is None:
         return Unshared(node.name, r, f"no {r}.replicas label")
     # replicas 0: sharing disabled, as on the MIG-enabled GPUs of a mixed MIG node.
-    return Unshared(node.name, r, f"{r}.replicas={replicas}", exclusive=replicas == 1)
+    count = _whole(attrs.get("count", ""))
+    return Unshared(
+        node.name,
+        r,
+        f"{r}.replicas={replicas}",
+        exclusive=replicas == 1,
+        count=count if count else None,
+    )
 
 
 def _judge_shared(
@@ -515,6 +539,13 @@ class DiscoveredClass:
     also_matches: tuple[str, ...]
     # Taints of its nodes the policy's tolerations do not cover: (taint, nodes).
     untolerated: tuple[tuple[str, tuple[str, ...]], ...]
+    # Its nodes with more than one GPU (of its resource), and how many each has.
+    multi_gpu: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def mps_not_confined(self) -> bool:
+        """Whether MPS shares GPUs of a node with several (`MPS_NOT_CONFINED`)."""
+        return self.strategy == "mps" and bool(self.multi_gpu)
 
     @property
     def advertised(self) -> str:
@@ -588,6 +619,7 @@ def node_classes(found: Survey) -> tuple[DiscoveredClass, ...]:
                 [by_name[m.node] for m in members],
                 policies.advertised_resource(resource, renamed),
             ),
+            multi_gpu=tuple(sorted((m.node, m.count) for m in members if m.count > 1)),
         )
         # The selector as the webhook compiles it, so that what we list is what it pins.
         pinned = cls.compiled().selector
@@ -713,16 +745,22 @@ DEFAULT_PROFILE = "medium"
 
 
 def policy_document(
-    classes: Sequence[DiscoveredClass], *, name: str, dra: Mapping[str, Any] | None = None
+    classes: Sequence[DiscoveredClass],
+    *,
+    name: str,
+    dra: Mapping[str, Any] | None = None,
+    exclusive: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The SharingPolicy for `classes` as plain data (no comments), with `dra` as its dra
-    section when given (`dra_section`).
+    section when given (`dra_section`) and `exclusive` as its exclusiveGpus section
+    (`WholeGpus.spec`).
 
-    Without classes (a cluster whose GPUs come through DRA alone: `dra` is then required), the
-    policy has no field of the device plugin's: no nodeClasses, sharedResources,
-    runtimeClassName, tolerations or profiles. The webhook sets the runtime class and the
-    tolerations only on pods that ask for a shared resource of a node class, and a profile only
-    sizes MPS, which no class discover writes allows."""
+    Without classes (a cluster or pool whose GPUs come through DRA alone, or are given whole:
+    `dra` or `exclusive` is then required), the policy has no field of the device plugin's
+    sharing: no nodeClasses, sharedResources, runtimeClassName, tolerations or profiles. The
+    webhook sets the runtime class and the tolerations only on pods that ask for a shared
+    resource of a node class, and a profile only sizes MPS, which no class discover writes
+    allows. Every policy lists the driver capabilities a GPU container may have."""
     spec: dict[str, Any] = {"mode": names.ENFORCE}
     if classes:
         spec.update(
@@ -731,12 +769,15 @@ def policy_document(
             tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
             nodeClasses=[c.spec() for c in classes],
         )
-    elif dra is None:
-        raise ValueError("a policy without node classes needs a dra section")
+    elif dra is None and exclusive is None:
+        raise ValueError("a policy without node classes needs a dra or an exclusiveGpus section")
     profiles = mps_profiles(classes)
     if profiles:
         spec["profiles"] = profiles
         spec["defaultProfile"] = DEFAULT_PROFILE
+    if exclusive is not None:
+        spec["exclusiveGpus"] = dict(exclusive)
+    spec["driverCapabilities"] = list(DRIVER_CAPABILITIES)
     if dra is not None:
         spec["dra"] = dict(dra)
     return {
@@ -745,6 +786,325 @@ def policy_document(
         "metadata": {"name": name},
         "spec": spec,
     }
+
+
+# What CUDA and nvidia-smi need, and what the NVIDIA runtime gives where the variable is unset.
+DRIVER_CAPABILITIES = names.DRIVER_CAPABILITIES_UNSET
+
+
+# --------------------------------------------------------------------------- label selectors
+#
+# `discover --pool` names a pool of nodes by a label selector, read as kubectl reads `-l`:
+# requirements joined by commas, each `key` (the label exists), `!key` (it does not),
+# `key=value` or `key==value`, `key!=value`, `key in (a,b)`, `key notin (a,b)`, `key>n`,
+# `key<n`. `!=` and `notin` also hold on a node without the label; `>` and `<` need a label
+# that is a whole number. A value may be empty (`key=`, `key in (a,)`); no requirement at
+# all selects every node.
+
+_SELECTOR_TOKEN = re.compile(r"\s*(?:(==|!=|[=!(),<>])|([^\s=!(),<>]+))")
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+_SUBDOMAIN = re.compile(names.DNS1123_SUBDOMAIN)
+_INTEGER = re.compile(r"[+-]?[0-9]{1,18}")
+# Operators after the key: exact ones take one value, set ones a list in parentheses.
+_EXACT = {"=": "=", "==": "=", "!=": "!=", ">": ">", "<": "<"}
+_SETS = ("in", "notin")
+EXISTS, NOT_EXISTS = "exists", "!"
+
+
+@dataclass(frozen=True, slots=True)
+class Requirement:
+    """One requirement of a label selector."""
+
+    key: str
+    # exists, !, =, !=, in, notin, >, <
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        value = labels.get(self.key)
+        op = self.operator
+        if op == EXISTS:
+            return value is not None
+        if op == NOT_EXISTS:
+            return value is None
+        if op in ("=", "in"):
+            return value is not None and value in self.values
+        if op in ("!=", "notin"):
+            return value is None or value not in self.values
+        if value is None or not _INTEGER.fullmatch(value):
+            return False
+        limit = int(self.values[0])
+        return int(value) > limit if op == ">" else int(value) < limit
+
+    def __str__(self) -> str:
+        if self.operator == EXISTS:
+            return self.key
+        if self.operator == NOT_EXISTS:
+            return f"!{self.key}"
+        if self.operator in _SETS:
+            return f"{self.key} {self.operator} ({','.join(self.values)})"
+        return f"{self.key}{self.operator}{self.values[0]}"
+
+
+@dataclass(frozen=True, slots=True)
+class Selector:
+    """A label selector: every requirement holds."""
+
+    requirements: tuple[Requirement, ...]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        return all(r.matches(labels) for r in self.requirements)
+
+    def __str__(self) -> str:
+        return ",".join(map(str, self.requirements))
+
+
+def parse_selector(text: str) -> Selector:
+    """`text` as kubectl reads a label selector; ValueError saying what is wrong, and where."""
+    tokens = _selector_tokens(text)
+    requirements: list[Requirement] = []
+    at = 0
+    while at < len(tokens):
+        requirement, at = _requirement(tokens, at)
+        requirements.append(requirement)
+        if at == len(tokens):
+            break
+        if tokens[at] != ",":
+            raise ValueError(
+                f"{_said(tokens[at])} after {requirement}, where ',' or the end belongs"
+            )
+        at += 1
+        if at == len(tokens):
+            raise ValueError("a ',' with no requirement after it")
+    return Selector(tuple(requirements))
+
+
+def _selector_tokens(text: str) -> list[str]:
+    """Operators and words; a word is kept with a leading space mark (`' '+word`) so that no
+    word is taken for an operator."""
+    tokens: list[str] = []
+    at = 0
+    while at < len(text):
+        m = _SELECTOR_TOKEN.match(text, at)
+        if m is None:  # blanks at the end
+            break
+        tokens.append(m.group(1) if m.group(1) else " " + m.group(2))
+        at = m.end()
+    return tokens
+
+
+def _word(token: str | None) -> str | None:
+    return token[1:] if token is not None and token.startswith(" ") else None
+
+
+def _said(token: str) -> str:
+    return repr(_word(token) or token)
+
+
+def _requirement(tokens: Sequence[str], at: int) -> tuple[Requirement, int]:
+    absent = tokens[at] == "!"
+    if absent:
+        at += 1
+    key = _word(tokens[at] if at < len(tokens) else None)
+    if key is None:
+        found = _said(tokens[at]) if at < len(tokens) else "the end"
+        raise ValueError(f"{found} where a label key belongs")
+    _check_key(key)
+    at += 1
+    following = tokens[at] if at < len(tokens) else ","
+    if absent or following == ",":
+        return Requirement(key, NOT_EXISTS if absent else EXISTS), at
+    if following in _EXACT:
+        op = _EXACT[following]
+        at += 1
+        nxt = tokens[at] if at < len(tokens) else ","
+        value = "" if nxt == "," else _word(nxt)
+        if value is None:
+            raise ValueError(f"{_said(nxt)} after {key}{following}, where a value belongs")
+        if nxt != ",":
+            at += 1
+        _check_value(key, value)
+        if op in (">", "<") and not _INTEGER.fullmatch(value):
+            raise ValueError(f"{key}{op}{value}: {op} compares with a whole number")
+        return Requirement(key, op, (value,)), at
+    word = _word(following)
+    if word is None or word not in _SETS:
+        raise ValueError(
+            f"{_said(following)} after {key}, where an operator belongs"
+            " (=, ==, !=, in, notin, >, <), or ',' or the end"
+        )
+    op = word
+    at += 1
+    if at >= len(tokens) or tokens[at] != "(":
+        raise ValueError(f"{key} {op} needs its values in parentheses, as in {key} {op} (x,y)")
+    values: list[str] = []
+    current: str | None = None
+    at += 1
+    while True:
+        token = tokens[at] if at < len(tokens) else None
+        if token is None:
+            raise ValueError(f"no ')' closes the values after {key} {op} (")
+        at += 1
+        if token in (",", ")"):
+            values.append(current or "")
+            current = None
+            if token == ")":
+                break
+            continue
+        item = _word(token)
+        if item is None or current is not None:
+            raise ValueError(
+                f"{_said(token)} among the values after {key} {op} (: values are separated by ','"
+            )
+        current = item
+    for value in values:
+        _check_value(key, value)
+    return Requirement(key, op, tuple(sorted(set(values)))), at
+
+
+def _check_key(key: str) -> None:
+    prefix, slash, name = key.rpartition("/")
+    if (
+        (slash and (not prefix or len(prefix) > names.MAX_SUBDOMAIN_LENGTH))
+        or (prefix and not _SUBDOMAIN.fullmatch(prefix))
+        or len(name) > names.MAX_LABEL_LENGTH
+        or not _LABEL_NAME.fullmatch(name)
+    ):
+        raise ValueError(
+            f"{key!r} is not a label key ([prefix/]name: a DNS subdomain, '/', then at most 63"
+            " letters, digits, '-', '_' or '.', starting and ending with a letter or digit)"
+        )
+
+
+def _check_value(key: str, value: str) -> None:
+    if not _label_value(value) and value != "":
+        raise ValueError(
+            f"{value!r} (of {key}) is not a label value (at most 63 letters, digits, '-', '_'"
+            " or '.', starting and ending with a letter or digit)"
+        )
+
+
+# --------------------------------------------------------------------------- pools
+#
+# `discover --pool NAME=SELECTOR` writes one policy per pool: the nodes the selector matches
+# alone decide its classes and whole GPUs. A node belongs to one pool at most (its GPUs to one
+# policy); the GPU nodes of no pool are described by no policy.
+
+
+@dataclass(frozen=True, slots=True)
+class Pools:
+    """Which nodes of a dump each pool holds."""
+
+    # Pool name -> its nodes, in the order the pools were given.
+    members: Mapping[str, tuple[str, ...]]
+    # Nodes that two pools or more select, with those pools.
+    overlaps: tuple[tuple[str, tuple[str, ...]], ...]
+    # Nodes no pool selects.
+    outside: tuple[str, ...]
+
+
+def assign_pools(pools: Sequence[tuple[str, Selector]], nodes: Iterable[Node]) -> Pools:
+    members: dict[str, list[str]] = {name: [] for name, _ in pools}
+    overlaps: list[tuple[str, tuple[str, ...]]] = []
+    outside: list[str] = []
+    for node in sorted(nodes, key=lambda n: n.name):
+        holding = [name for name, selector in pools if selector.matches(node.labels)]
+        if len(holding) > 1:
+            overlaps.append((node.name, tuple(holding)))
+        elif not holding:
+            outside.append(node.name)
+        for name in holding:
+            members[name].append(node.name)
+    return Pools(
+        MappingProxyType({k: tuple(v) for k, v in members.items()}),
+        tuple(overlaps),
+        tuple(outside),
+    )
+
+
+def matched_elsewhere(
+    classes: Sequence[DiscoveredClass], members: Collection[str], nodes: Iterable[Node]
+) -> dict[str, tuple[str, ...]]:
+    """For each class of a pool, the nodes outside the pool its selector matches: the webhook
+    pins a class's pods by GPU labels, not by pool, so they may land there too."""
+    everyone = list(nodes)
+    out = {}
+    for cls in classes:
+        hits = [n for n in matching(cls.compiled().selector, everyone) if n not in members]
+        if hits:
+            out[cls.name] = tuple(sorted(hits))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class WholeGpus:
+    """The GPUs the nodes of a survey give whole (replicas 1), which a pool's policy governs
+    with its exclusiveGpus section."""
+
+    # Each node with whole GPUs and how many it has, all its whole GPU resources together
+    # (None: a count label is missing).
+    per_node: tuple[tuple[str, int | None], ...]
+    resources: tuple[str, ...]
+    # Whole GPUs asked for by a name the policy shares (a class that is not renamed shares
+    # nvidia.com/gpu): its pods are pinned to the class, never to these. (node, resource).
+    shadowed: tuple[tuple[str, str], ...]
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.per_node)
+
+    @property
+    def most_per_node(self) -> int | None:
+        """The most whole GPUs one node has: more than that, a pod waits forever."""
+        counts = [c for _, c in self.per_node]
+        if not counts or None in counts:
+            return None
+        return max(c for c in counts if c is not None)
+
+    @property
+    def uncounted(self) -> tuple[str, ...]:
+        return tuple(n for n, c in self.per_node if c is None)
+
+    def spec(self) -> dict[str, Any]:
+        """The exclusiveGpus section: allowed up to the most one node has; none on the
+        pool's nodes, not allowed (a pod would get them on another pool's nodes)."""
+        if not self.per_node:
+            return {"allowed": False}
+        out: dict[str, Any] = {"allowed": True}
+        if self.most_per_node is not None:
+            out["maxPerPod"] = self.most_per_node
+        return out
+
+
+def whole_gpus(found: Survey, shared: Collection[str]) -> WholeGpus:
+    """The whole GPUs of the nodes of `found` (not left out), but those requested by a name in
+    `shared`, the resources the policy's classes advertise."""
+    per_node: dict[str, int | None] = {}
+    resources: set[str] = set()
+    shadowed: list[tuple[str, str]] = []
+    for u in found.unshared:
+        if not u.exclusive:
+            continue
+        if u.resource in shared:
+            shadowed.append((u.node, u.resource))
+            continue
+        resources.add(u.resource)
+        before = per_node.get(u.node, 0)
+        per_node[u.node] = None if before is None or u.count is None else before + u.count
+    return WholeGpus(
+        tuple(sorted(per_node.items())), tuple(sorted(resources)), tuple(sorted(shadowed))
+    )
+
+
+def slices_on(found: SliceSurvey, nodes: Collection[str]) -> SliceSurvey:
+    """The devices in force of a slice dump that are on `nodes` (a pool's), as a survey of
+    their own: slices keep only those devices, and those left with none are dropped."""
+    kept = []
+    for s in found.current:
+        devices = tuple(d for d in s.devices if d.node in nodes)
+        if devices:
+            kept.append(dataclasses.replace(s, devices=devices))
+    return SliceSurvey(tuple(kept), tuple(kept), ())
 
 
 # --------------------------------------------------------------------------- ResourceSlices

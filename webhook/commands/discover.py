@@ -1,5 +1,6 @@
-"""`gpu-share-webhook discover -f NODES [--slices SLICES]`: a policy whose classes describe the
-shared GPU nodes of a node dump, and whose dra section lists the GPUs of a ResourceSlice dump.
+"""`gpu-share-webhook discover -f NODES [--slices SLICES] [--name NAME | --pool NAME=SELECTOR...]`:
+a policy whose classes describe the shared GPU nodes of a node dump, and whose dra section lists
+the GPUs of a ResourceSlice dump; with --pool, one such policy per pool of nodes.
 
 NODES is the output of `kubectl get nodes -o json` (or `-o yaml`, or a List of Nodes; `-` for
 stdin): no cluster access. The policy has one class per kind of shared GPU found (resource,
@@ -21,8 +22,19 @@ driver, the policy governs DRA alone: no nodeClasses, and none of the device plu
 (sharedResources, runtimeClassName, tolerations, profiles), which the webhook applies only to
 pods that ask for a node class's shared resource.
 
-Exit 0: a policy was printed (problems also on stderr); 1: neither a shared GPU node nor (with
---slices) a device of NVIDIA's DRA driver was found; 2: bad input or usage.
+--pool NAME=SELECTOR (repeatable; SELECTOR a label selector as `kubectl get -l` takes it,
+such as `team=a,gpu-pool in (a100,h100)`) prints one policy per pool, named NAME, each a YAML
+document: the pool's nodes alone decide its classes. Its GPUs given whole (replicas 1) are its
+exclusiveGpus section, allowed up to the most one of its nodes has; a pool without such GPUs
+allows none, since a pod of its namespaces would get them on another pool's nodes. A pool
+whose GPUs are all whole has no nodeClasses. GPU nodes in no pool are named (stderr, and a
+comment); a node in two pools is an error.
+
+Every policy lists the driver capabilities a GPU container may have: compute and utility.
+
+Exit 0: the policies were printed (problems also on stderr); 1: neither a shared GPU node nor
+(with --slices) a device of NVIDIA's DRA driver was found, or a pool has nothing to describe;
+2: bad input or usage (a node in two pools too).
 """
 
 from __future__ import annotations
@@ -32,7 +44,8 @@ import json
 import re
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
@@ -43,6 +56,7 @@ from webhook.commands import (
     EXIT_OK,
     EXIT_USAGE,
     OPTIONAL_TEXT,
+    InvalidValue,
     dns_label,
     env_name,
     from_env,
@@ -60,6 +74,32 @@ _PLAIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 # Names a comment lists before "and N more".
 MAX_LISTED = 20
 WIDTH = 100
+_POLICY_NAME = dns_label("a policy name")
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """A pool of `--pool NAME=SELECTOR`: the policy's name, and the nodes' selector."""
+
+    name: str
+    selector: discovering.Selector
+    # As given, for the messages.
+    text: str
+
+
+def _pool(raw: str) -> Pool:
+    name, sep, selector = raw.partition("=")
+    if not sep:
+        raise InvalidValue(raw, "NAME=SELECTOR, a policy name and a label selector (team=a)")
+    try:
+        _POLICY_NAME.parse(name)
+    except ValueError:
+        raise InvalidValue(raw, f"NAME=SELECTOR, NAME {_POLICY_NAME.expected}") from None
+    try:
+        parsed = discovering.parse_selector(selector)
+    except ValueError as exc:
+        raise InvalidValue(raw, f"NAME=SELECTOR, SELECTOR a label selector: {exc}") from None
+    return Pool(name, parsed, selector.strip())
 
 
 def register(subparsers: Any) -> None:
@@ -95,9 +135,22 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--name",
-        type=dns_label("a policy name"),
-        default=from_env(NAME_OPTION, policies.DEFAULT_POLICY),
-        help=help_text("metadata.name of the policy", NAME_OPTION),
+        type=_POLICY_NAME,
+        default=from_env(NAME_OPTION, None),
+        help=help_text(
+            "metadata.name of the policy (not with --pool)", NAME_OPTION, policies.DEFAULT_POLICY
+        ),
+    )
+    parser.add_argument(
+        "--pool",
+        dest="pools",
+        metavar="NAME=SELECTOR",
+        action="append",
+        type=_pool,
+        default=[],
+        help="one policy per pool instead of one for every node, repeatable: NAME names the"
+        " policy, SELECTOR (a label selector, as kubectl -l takes it: team=a,gpu-pool in"
+        " (a100,h100)) the pool's nodes, which alone decide its classes and whole GPUs",
     )
     parser.set_defaults(func=run)
 
@@ -109,6 +162,18 @@ def run(args: argparse.Namespace) -> int:
             " `kubectl get nodes -o json`",
             file=sys.stderr,
         )
+        return EXIT_USAGE
+    pools: list[Pool] = args.pools
+    if pools and args.name:
+        print(
+            f"error: --name (or {env_name(NAME_OPTION)}) names the one policy; with --pool each"
+            " pool's NAME names its policy",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    twice = sorted({p.name for p in pools if [q.name for q in pools].count(p.name) > 1})
+    if twice:
+        print(f"error: --pool: {', '.join(twice)} named twice (one policy each)", file=sys.stderr)
         return EXIT_USAGE
     # Every file is read before anything is judged: bad input is exit 2 whatever the rest says.
     read = _Reader()
@@ -148,6 +213,8 @@ def run(args: argparse.Namespace) -> int:
     if slices is not None:
         for line in _slice_warnings(slices, slices_source):
             print(f"warning: {line}", file=sys.stderr)
+    if pools:
+        return _run_pools(pools, found, source=source, slices=slices, slices_source=slices_source)
     classes = discovering.node_classes(found)
     if not classes and (slices is None or not discovering.dra_classes(slices)):
         message = f"error: {source}: {_no_shared(found)}"
@@ -155,17 +222,143 @@ def run(args: argparse.Namespace) -> int:
             message += f". {slices_source}: {_no_nvidia(slices)}"
         print(message, file=sys.stderr)
         return EXIT_FAILED
+    for line in _class_warnings(classes):
+        print(f"warning: {line}", file=sys.stderr)
     sys.stdout.write(
         render(
             found,
             classes,
-            name=args.name,
+            name=args.name or policies.DEFAULT_POLICY,
             source=source,
             slices=slices,
             slices_source=slices_source,
         )
     )
     return EXIT_OK
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    """What a pool's policy says of the pool beyond its nodes' survey."""
+
+    pool: Pool
+    # The whole GPUs of its nodes (its exclusiveGpus section).
+    whole: discovering.WholeGpus
+    # Class name -> the nodes outside the pool its selector matches.
+    elsewhere: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+def _run_pools(
+    pools: Sequence[Pool],
+    found: discovering.Survey,
+    *,
+    source: str,
+    slices: discovering.SliceSurvey | None,
+    slices_source: str,
+) -> int:
+    """One policy per pool, or the reason a pool has none (exit 1) or a node is in two (2)."""
+    assigned = discovering.assign_pools([(p.name, p.selector) for p in pools], found.nodes)
+    if assigned.overlaps:
+        both = "; ".join(
+            f"{_printable(node)} ({', '.join(names_)})" for node, names_ in assigned.overlaps
+        )
+        print(
+            f"error: {source}: nodes in more than one pool (a node's GPUs belong to one"
+            f" policy; make the selectors exclusive): {both}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    gpu_nodes = set(found.gpu_nodes) | set(slices.nodes if slices is not None else ())
+    stray = [n for n in assigned.outside if n in gpu_nodes]
+    if stray:
+        print(
+            f"warning: GPU nodes in no pool (no policy describes them): {_named(stray)}",
+            file=sys.stderr,
+        )
+    if slices is not None:
+        loose = sum(1 for _, d in slices.devices if d.node is None)
+        if loose:
+            print(
+                f"warning: {slices_source}: {_plural(loose, 'device')} of no one node, so of no"
+                " pool: no policy describes them",
+                file=sys.stderr,
+            )
+    by_name = {n.name: n for n in found.nodes}
+    documents: list[str] = []
+    failures: list[str] = []
+    warnings: list[str] = []
+    for pool in pools:
+        members = assigned.members[pool.name]
+        what = f"pool {pool.name} ({_printable(pool.text)})"
+        if not members:
+            failures.append(f"{what} selects no node")
+            continue
+        pool_found = discovering.survey([by_name[n] for n in members])
+        pool_slices = discovering.slices_on(slices, members) if slices is not None else None
+        classes = discovering.node_classes(pool_found)
+        whole = discovering.whole_gpus(pool_found, {c.advertised for c in classes})
+        dra = discovering.dra_classes(pool_slices) if pool_slices is not None else ()
+        if not classes and not whole.per_node and not dra:
+            failures.append(f"{what}: {_no_shared(pool_found, pool=True)}")
+            continue
+        view = PoolView(pool, whole, discovering.matched_elsewhere(classes, members, found.nodes))
+        warnings += _pool_warnings(view, classes)
+        documents.append(
+            render(
+                pool_found,
+                classes,
+                name=pool.name,
+                source=source,
+                slices=pool_slices,
+                slices_source=slices_source,
+                pool=view,
+            )
+        )
+    if failures:
+        for failure in failures:
+            print(f"error: {source}: {failure}", file=sys.stderr)
+        return EXIT_FAILED
+    for line in warnings:
+        print(f"warning: {line}", file=sys.stderr)
+    head = _comment(
+        f"One policy per pool, by `gpu-share-webhook discover --pool` from {source}: "
+        + "; ".join(
+            f"{p.name} ({_printable(p.text)}): {_count(assigned.members[p.name])}" for p in pools
+        )
+        + ". Each document below is the policy of the namespaces labelled"
+        ' gpu-share.io/policy: <pool> (docs/policies.md, "One policy per team").'
+    )
+    if stray:
+        head += _comment(f"GPU nodes in no pool (no policy below describes them): {_named(stray)}")
+    head.append("#")
+    sys.stdout.write("\n".join(head) + "\n" + "---\n".join(documents))
+    return EXIT_OK
+
+
+def _class_warnings(
+    classes: Sequence[discovering.DiscoveredClass], policy: str | None = None
+) -> list[str]:
+    """What discover tells on stderr of its classes: MPS on nodes with several GPUs."""
+    where = f"policy {policy} " if policy else ""
+    return [
+        f"{where}class {c.name}: MPS on nodes with more than one GPU ({_gpu_counts(c)}):"
+        f" {discovering.MPS_NOT_CONFINED}"
+        for c in classes
+        if c.mps_not_confined
+    ]
+
+
+def _pool_warnings(view: PoolView, classes: Sequence[discovering.DiscoveredClass]) -> list[str]:
+    name = view.pool.name
+    out = _class_warnings(classes, name)
+    for cls, nodes in view.elsewhere.items():
+        out.append(
+            f"policy {name} class {cls} also matches nodes outside pool {name}: {_named(nodes)}"
+            " (the webhook pins pods by GPU labels, not by pool, so they may land there)"
+        )
+    if view.whole.shadowed:
+        out.append(f"policy {name}: {_shadowed(view.whole)}")
+    return out
 
 
 class _Reader:
@@ -215,10 +408,16 @@ def _slice_warnings(found: discovering.SliceSurvey, source: str) -> list[str]:
     return out
 
 
-def _no_shared(found: discovering.Survey) -> str:
-    parts = [f"no shared GPU node among {_count(found.nodes)}"]
+def _no_shared(found: discovering.Survey, *, pool: bool = False) -> str:
+    """Why no policy describes the nodes of `found`: none shares a GPU (in a pool, none gives
+    one whole either)."""
+    if pool:
+        parts = [f"no node with a shared or whole GPU among its {_count(found.nodes)}"]
+    else:
+        parts = [f"no shared GPU node among {_count(found.nodes)}"]
     if found.unshared_nodes:
-        parts.append(f"sharing no GPU: {_listing(found.unshared_nodes)}")
+        what = "with GPUs neither shared nor whole" if pool else "sharing no GPU"
+        parts.append(f"{what}: {_listing(found.unshared_nodes)}")
     if found.left_out:
         parts.append(f"left out (labels disagree, above): {_listing(found.left_out)}")
     if found.unlabelled:
@@ -248,6 +447,25 @@ def _count(items: Sequence[object]) -> str:
     return f"{len(items)} node{'s' if len(items) != 1 else ''}"
 
 
+def _named(nodes: Sequence[str]) -> str:
+    return _listing([_printable(n) for n in nodes])
+
+
+def _gpu_counts(cls: discovering.DiscoveredClass) -> str:
+    return _listing([f"{_printable(n)}: {c}" for n, c in cls.multi_gpu])
+
+
+def _shadowed(whole: discovering.WholeGpus) -> str:
+    shown = ", ".join(f"{_printable(n)} ({r})" for n, r in whole.shadowed[:MAX_LISTED])
+    if len(whole.shadowed) > MAX_LISTED:
+        shown += f" and {len(whole.shadowed) - MAX_LISTED} more"
+    return (
+        f"whole GPUs on {shown} are asked for by a name this policy shares (its classes are"
+        " not renamed): its pods are pinned to the classes and never get them. Rename the"
+        " shared GPUs (renameByDefault: true), or put those nodes in a pool of their own"
+    )
+
+
 # --------------------------------------------------------------------------- output
 
 
@@ -259,13 +477,19 @@ def render(
     source: str,
     slices: discovering.SliceSurvey | None = None,
     slices_source: str = "",
+    pool: PoolView | None = None,
 ) -> str:
     """The policy as YAML, with comments saying where each part comes from; with `slices`,
-    its dra section. Without `classes` (the slices' GPUs are the cluster's only ones), a
-    policy of DRA alone."""
+    its dra section; with `pool`, the policy of a pool's nodes (`found`), with their whole GPUs
+    as its exclusiveGpus section. Without `classes` (the slices' GPUs, or whole ones, are the
+    only ones), a policy without node classes."""
     dra = discovering.dra_classes(slices) if slices is not None else None
+    whole = pool.whole if pool is not None else None
     doc = discovering.policy_document(
-        classes, name=name, dra=discovering.dra_section(dra) if dra is not None else None
+        classes,
+        name=name,
+        dra=discovering.dra_section(dra) if dra is not None else None,
+        exclusive=whole.spec() if whole is not None else None,
     )
     spec = doc["spec"]
     nodes_file = source if source != "<stdin>" else "nodes.json"
@@ -283,8 +507,11 @@ def render(
         if classes
         else "none with GPUs the device plugin shares"
     )
+    if whole is not None and whole.per_node:
+        shared += f", {len(whole.per_node)} with whole GPUs"
+    origin = source if pool is None else f"{source}, pool {name} ({_printable(pool.pool.text)})"
     out += _comment(
-        f"Generated by `gpu-share-webhook discover` from {source}: {_count(found.nodes)},"
+        f"Generated by `gpu-share-webhook discover` from {origin}: {_count(found.nodes)},"
         f" {shared}{gpus}."
     )
     if classes:
@@ -294,6 +521,16 @@ def render(
             " comments below say so. Review it, save it in a directory of your site's policies"
             " (site/policies/, not the shipped examples of policies/) and check it against the"
             " nodes:"
+        )
+    elif whole is not None and whole.per_node:
+        also = " (and through dynamic resource allocation)" if dra else ""
+        out += _comment(
+            "No node of this pool shares a GPU through the device plugin, so this policy has no"
+            f" nodeClasses: its namespaces get whole GPUs{also}, governed by exclusiveGpus. The"
+            " labels give how many each node has; what they cannot tell is left at its"
+            " default, and the comments below say so. Review it, save it in a directory of your"
+            " site's policies (site/policies/, not the shipped examples of policies/) and check"
+            " it against the nodes:"
         )
     else:
         out += _comment(
@@ -315,18 +552,22 @@ def render(
         out += [f"#   {_safe(str(p))}" for p in found.problems]
     # The nodes whose GPUs the dra section describes are neither "sharing no GPU" nor short of
     # gpu-feature-discovery labels: NVIDIA's DRA driver publishes their GPUs, and the device
-    # plugin does not run beside it.
+    # plugin does not run beside it. Nor are those whose GPUs exclusiveGpus describes.
     on_dra = {n for c in dra or () for n in c.nodes}
-    unshared = [n for n in found.unshared_nodes if n not in on_dra]
+    described = on_dra | set(whole.nodes if whole is not None else ())
+    unshared = [n for n in found.unshared_nodes if n not in described]
     unlabelled = [n for n in found.unlabelled if n not in on_dra]
     if unshared:
         out.append("#")
-        out += _comment(
+        what = (
             "GPU nodes that share no GPU (this policy does not describe them): "
-            + _listing(unshared)
+            if whole is None
+            else "GPU nodes whose GPUs are neither shared nor whole (replicas 0, an invalid MIG"
+            " configuration; this policy does not describe them): "
         )
+        out += _comment(what + _listing(unshared))
     partly = found.unshared_on_sharing_nodes
-    if partly:
+    if partly and whole is None:
         out += _comment(
             "Not shared on nodes that share other GPUs: "
             + ", ".join(f"{u.node}: {u.resource}" for u in partly)
@@ -350,7 +591,15 @@ def render(
     )
     out.append(f"  mode: {_scalar(spec['mode'])}")
     if classes:
-        out += _device_plugin_lines(classes, spec)
+        out += _device_plugin_lines(classes, spec, pool.elsewhere if pool is not None else {})
+    elif dra is None:
+        out += _comment(
+            "No nodeClasses, sharedResources, runtimeClassName, tolerations or profiles: they"
+            " are the device plugin's sharing, which no node of this pool has. The webhook sets"
+            " the runtime class and the tolerations only on pods that ask for a shared resource"
+            " of a node class (a request for nvidia.com/gpu.shared is refused here).",
+            indent=2,
+        )
     else:
         out += _comment(
             "No nodeClasses, sharedResources, runtimeClassName, tolerations or profiles: they"
@@ -363,6 +612,18 @@ def render(
             " (docs/dra.md).",
             indent=2,
         )
+    if whole is not None:
+        out += _exclusive_lines(whole, found.nodes)
+    out += _comment(
+        "The driver features a GPU container may have (NVIDIA_DRIVER_CAPABILITIES): compute"
+        " and utility, what CUDA and nvidia-smi need and what the runtime gives where the"
+        " variable is unset. The webhook sets them where a container sets none (its image may"
+        " ask for graphics or all); more is refused.",
+        indent=2,
+    )
+    out.append(
+        "  driverCapabilities: [" + ", ".join(map(_scalar, spec["driverCapabilities"])) + "]"
+    )
     if slices is not None and dra is not None:
         out += _dra_lines(
             slices,
@@ -378,10 +639,12 @@ def render(
 
 
 def _device_plugin_lines(
-    classes: Sequence[discovering.DiscoveredClass], spec: dict[str, Any]
+    classes: Sequence[discovering.DiscoveredClass],
+    spec: dict[str, Any],
+    elsewhere: Mapping[str, tuple[str, ...]],
 ) -> list[str]:
     """The fields of the device plugin's sharing: resources, runtime class, tolerations,
-    node classes, profiles."""
+    node classes (with the nodes outside its pool each matches, `elsewhere`), profiles."""
     out: list[str] = []
     plain = [r for r in spec["sharedResources"] if not r.endswith(policies.SHARED_SUFFIX)]
     if plain:
@@ -416,18 +679,32 @@ def _device_plugin_lines(
     )
     out.append("  nodeClasses:")
     for cls in classes:
-        out += _class_lines(cls)
+        out += _class_lines(cls, elsewhere.get(cls.name, ()))
     out += _profile_lines(classes, spec)
     return out
 
 
-def _class_lines(cls: discovering.DiscoveredClass) -> list[str]:
+def _class_lines(cls: discovering.DiscoveredClass, elsewhere: Sequence[str] = ()) -> list[str]:
     out: list[str] = []
     out += _comment(f"Matches {_count(cls.nodes)}: {_listing(cls.nodes)}", indent=4)
     if cls.also_matches:
         out += _comment(
             "Its selector also matches nodes left out above (their labels disagree): "
             + _listing(cls.also_matches),
+            indent=4,
+        )
+    if elsewhere:
+        out += _comment(
+            f"Its selector also matches nodes outside the pool: {_named(elsewhere)}. The"
+            " webhook pins pods by these GPU labels, not by pool, so pods of this policy may"
+            " land there too.",
+            indent=4,
+        )
+    if cls.mps_not_confined:
+        out += _comment(
+            f"MPS on nodes with more than one GPU ({_gpu_counts(cls)}):"
+            f" {discovering.MPS_NOT_CONFINED}. Where tenants must stay apart, give MPS nodes"
+            " one GPU.",
             indent=4,
         )
     if cls.counts:
@@ -452,6 +729,55 @@ def _class_lines(cls: discovering.DiscoveredClass) -> list[str]:
     for i, (key, value) in enumerate(cls.spec().items()):
         lead = "    - " if i == 0 else "      "
         out.append(f"{lead}{key}: {_scalar(value)}")
+    return out
+
+
+def _exclusive_lines(whole: discovering.WholeGpus, nodes: Sequence[discovering.Node]) -> list[str]:
+    """The exclusiveGpus section of a pool's policy, and what it comes from."""
+    out: list[str] = []
+    if not whole.per_node:
+        out += _comment(
+            "No node of this pool gives a GPU whole, so none is allowed: a pod of this"
+            " policy's namespaces that asks for one (nvidia.com/gpu where the shared GPUs are"
+            " renamed, a MIG device, a passthrough resource) would get it on another pool's"
+            " nodes. Set allowed: true, and maxPerPod, to let it.",
+            indent=2,
+        )
+    else:
+        counts = _listing(
+            [f"{_printable(n)}: {'count unknown' if c is None else c}" for n, c in whole.per_node]
+        )
+        out += _comment(
+            f"Whole GPUs (replicas 1: {', '.join(whole.resources)}) on"
+            f" {_count(whole.per_node)}: {counts}.",
+            indent=2,
+        )
+        if whole.most_per_node is not None:
+            out += _comment(
+                "maxPerPod is the most one node has: a pod that asks for more is never"
+                " scheduled. Lower it to bound what one pod holds; a ResourceQuota bounds what"
+                ' the namespace holds (docs/policies.md, "One policy per team").',
+                indent=2,
+            )
+        else:
+            out += _comment(
+                f"maxPerPod is left out (any number): a count label is missing on"
+                f" {_named(whole.uncounted)}; set it by hand.",
+                indent=2,
+            )
+        tainted = discovering.untolerated([], [n for n in nodes if n.name in whole.nodes])
+        if tainted.taints:
+            listed = "; ".join(f"{_printable(t)} on {_named(ns)}" for t, ns in tainted.taints)
+            out += _comment(
+                f"Taints of these nodes: {listed}. The webhook adds tolerations only to pods of"
+                " node classes: pods that ask for whole GPUs tolerate them themselves, or the"
+                " scheduler keeps them off.",
+                indent=2,
+            )
+    if whole.shadowed:
+        out += _comment(_shadowed(whole) + ".", indent=2)
+    out.append("  exclusiveGpus:")
+    out += [f"    {k}: {_scalar(v)}" for k, v in whole.spec().items()]
     return out
 
 

@@ -139,7 +139,10 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"note: {note}", file=sys.stderr)
     for name in report.loaded.names:
         p = report.loaded.policies[name]
-        classes = ", ".join(c.name for c in p.classes) or "none (DRA only)"
+        # A policy without classes has a dra or an exclusiveGpus section.
+        classes = ", ".join(c.name for c in p.classes) or (
+            "none (DRA only)" if p.dra is not None else "none (whole GPUs only)"
+        )
         print(f"ok: policy {name} ({p.source}): classes {classes}{_dra_summary(p)}")
     failed = bool(report.errors)
     if report.errors:
@@ -216,7 +219,10 @@ def check_nodes(report: checking.DirectoryReport, found: discovering.Survey, *, 
             print(f"ok: {where} matches {_count(hits)}: {_listing(hits)}")
             matched.update((n, cls.resource) for n in hits)
             hit_nodes = [by_name[n] for n in hits]
-            for warning in _disagreements(cls, hit_nodes):
+            for warning in [
+                *_disagreements(cls, hit_nodes),
+                *checking.mps_node_warnings(cls, hit_nodes),
+            ]:
                 print(f"warning: {where}: {warning}", file=sys.stderr)
             blocked = checking.untolerated(checking.class_tolerations(policy, cls), hit_nodes)
             if blocked.nodes:
