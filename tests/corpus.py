@@ -386,6 +386,19 @@ RULE_CASES = [
         id="resource-claims",
     ),
     pytest.param(
+        pod(shared(resources={"limits": {"nvidia.com/gpu.shared": 1},
+                              "claims": [{"name": "gpu"}]}),
+            resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "a100"}]),
+        lab(dra={"deviceClasses": [{"name": "gpu.nvidia.com", "allowed": True}]}),
+        [("shared-with-claims", None)],
+        "shared GPU and resource claims in one pod: it asks for nvidia.com/gpu.shared (the"
+        ' device plugin\'s) and names the claims "gpu" (spec.resourceClaims); the webhook pins'
+        " it to the device plugin's nodes, where the claims' devices may never be found. Get"
+        " the GPU through one of them: remove the shared resource and ask for it with a"
+        " claim, or remove the claims (rule shared-with-claims)",
+        id="shared-gpu-and-claims",
+    ),
+    pytest.param(
         pod(shared(), container("exporter", env=[env("NVIDIA_VISIBLE_DEVICES", "all")])),
         lab(), [("device-variables", "exporter")],
         'container "exporter": device variable: NVIDIA_VISIBLE_DEVICES="all"'
@@ -939,6 +952,11 @@ ROUTE_CASES = {
         Fixed(lambda o: {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}
               in o["spec"]["containers"][0].get("env", []), "the policy's capabilities"),
         policy="limits"),
+    "shared-gpu-and-a-gpu-claim": RouteCase(
+        0, pod(shared(resources={"limits": {"nvidia.com/gpu.shared": 1},
+                                 "claims": [{"name": "gpu"}]}),
+               resourceClaims=[{"name": "gpu", "resourceClaimTemplateName": "a100"}]),
+        Refused("shared-with-claims"), policy="dra"),
     # Two replicas where a one-GPU class allows it: pinned to nodes with two GPUs or more.
     "two-replicas-pinned-to-two-gpus": RouteCase(
         0, pod(shared(2)), Fixed(_pinned_to_two_gpus, "nodeAffinity count Gt 1"), policy="lab"),

@@ -169,6 +169,7 @@ RULES = (
     "exclusive-with-shared",
     "exclusive-gpus",
     "several-shared-resources",
+    "shared-with-claims",
     "runtime-class",
     "tolerations",
     "profile",

@@ -114,6 +114,7 @@ SCHEDULING = frozenset(
         "requests-limits-mismatch",
         "exclusive-with-shared",
         "several-shared-resources",
+        "shared-with-claims",
         "runtime-class",
         "tolerations",
         "dra-config",

@@ -309,7 +309,8 @@ class Pod(NamedTuple):
     host_ipc: bool
     host_network: bool
     runtime_class: str | None
-    resource_claims: bool
+    # The names of the pod's resource claims (`spec.resourceClaims`), in order.
+    resource_claims: tuple[str, ...]
     # The nodeSelector's entries, and whether it is an object in the pod (a patch adds to it,
     # else adds it).
     node_selector: tuple[tuple[str, str], ...]
@@ -500,7 +501,7 @@ def read(template: Template, *, old: Mapping[str, Any] | None = None) -> Pod:
         host_ipc,
         host_network,
         runtime_class,
-        bool(claims),  # resource_claims
+        _claim_names(claims),  # resource_claims
         tuple(node_selector.items()),
         isinstance(spec.get("nodeSelector"), dict),  # has_node_selector
         depth,  # affinity_depth
@@ -508,6 +509,17 @@ def read(template: Template, *, old: Mapping[str, Any] | None = None) -> Pod:
         tolerations,
         tuple(r.problems),
         old is not None,  # ephemeral_update
+    )
+
+
+def _claim_names(claims: list[Any] | None) -> tuple[str, ...]:
+    """The names of the pod's claims; an entry without one by its place (the API server
+    requires a name, so only hand-made input lacks it)."""
+    if not claims:
+        return ()
+    return tuple(
+        c["name"] if isinstance(c, dict) and isinstance(c.get("name"), str) else f"[{i}]"
+        for i, c in enumerate(claims)
     )
 
 

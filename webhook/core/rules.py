@@ -975,6 +975,28 @@ def check_resource_claims(r: Pass) -> None:
         )
 
 
+def check_shared_with_claims(r: Pass) -> None:
+    """A pod that asks for a device plugin's shared GPU is pinned to the device plugin's
+    nodes; a resource claim of the same pod may hold GPUs only DRA's nodes have, and the pod
+    would never be scheduled. Pods name claims only in their own namespace, whose policy
+    reviewed them (`claims`); where it has no dra section, resource-claims refuses them."""
+    if not r.pod.resource_claims or r.policy.dra is None:
+        return
+    claims = ", ".join(shown(name) for name in r.pod.resource_claims)
+    r.deny(
+        "shared-with-claims",
+        ErrorType.FORBIDDEN,
+        "spec.resourceClaims",
+        f"shared GPU and resource claims in one pod: it asks for"
+        f" {', '.join(r.facts.requested)} (the device plugin's) and names the claims {claims}"
+        " (",
+        FIELD,
+        "); the webhook pins it to the device plugin's nodes, where the claims' devices may"
+        " never be found. Get the GPU through one of them: remove the shared resource and ask"
+        " for it with a claim, or remove the claims",
+    )
+
+
 def _unavailable(name: str) -> Callable[[Pass], None]:
     """A GPU pod in a namespace whose policy is not in force (`Policy.unavailable`) is
     refused, saying why; the rules that do not depend on the policy still apply."""
@@ -1092,6 +1114,8 @@ RULES: tuple[Rule, ...] = (
          " it allows", check_exclusive_gpus, pod_level=True),
     Rule("several-shared-resources", S, "two shared resources in one pod",
          check_several_shared_resources, pod_level=True),
+    Rule("shared-with-claims", S, "resource claims in a pod that asks for a shared GPU, where"
+         " the policy has a dra section", check_shared_with_claims, pod_level=True),
     Rule("runtime-class", S, "another runtime class; adds the policy's when absent",
          check_runtime_class, patch_runtime_class, pod_level=True),
     Rule("tolerations", S, "adds the tolerations for the GPU taints",
