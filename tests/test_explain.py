@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from tests import deploy_helpers as dh
+from tests.corpus import LIMITS_POLICY
 from tests.kube import REPO
 from webhook import cli, names, policies, rendering
 from webhook.commands import explain
@@ -506,3 +507,20 @@ def test_no_default_policy_and_no_label_says_so(
     assert code == 1
     assert "label gpu-share.io/policy=''" not in out
     assert 'policy "default" does not exist' in out
+
+
+def test_the_limits_of_the_policy_are_told_in_the_text_and_the_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = _policies(tmp_path, limits=LIMITS_POLICY)
+    labels = ("-l", ON, "-l", f"{names.POLICY_LABEL}=limits", "--policies", str(directory))
+    code, out, _ = run(capsys, "namespace", "team-a", *labels)
+    assert code == 0
+    assert out.splitlines()[-4:] == [
+        "  limit: profiles are ceilings: CUDA_MPS_* above the pod's profile are refused",
+        "  limit: whole GPUs: at most 2 per pod",
+        "  limit: GPUs also: nvidia.com/GA102GL_*",
+        "  limit: driver capabilities: compute,utility",
+    ]
+    _, out_json, _ = run(capsys, "namespace", "team-a", *labels, "-o", "json")
+    assert json.loads(out_json)["limits"] == [line.removeprefix("  limit: ") for line in out.splitlines()[-4:]]

@@ -128,6 +128,8 @@ class Explanation:
     classes: list[dict[str, Any]] = field(default_factory=list)
     profiles: list[str] = field(default_factory=list)
     default_profile: str | None = None
+    # What the policy's limits say, each in a line (none: none is set).
+    limits: list[str] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
@@ -146,6 +148,7 @@ class Explanation:
             "classes": self.classes,
             "profiles": self.profiles,
             "defaultProfile": self.default_profile,
+            "limits": self.limits,
             "hints": self.hints,
         }
 
@@ -269,6 +272,7 @@ def explain(
     found.classes = [_class(c) for c in policy.classes]
     found.profiles = list(policy.profiles)
     found.default_profile = policy.default_profile
+    found.limits = limits(policy)
     if found.policy_from_label:
         why = f"its label {names.POLICY_LABEL}={labels[names.POLICY_LABEL]}"
     elif names.POLICY_LABEL in labels:
@@ -277,6 +281,23 @@ def explain(
         why = f"no {names.POLICY_LABEL} label, so the default policy"
     found.reason = f"governed by policy {policy.name!r} ({why})"
     return found
+
+
+def limits(policy: policies.Policy) -> list[str]:
+    """The limits a policy sets beyond its classes, in words (none for one that sets none)."""
+    out = []
+    if policy.profiles_are_ceilings:
+        out.append("profiles are ceilings: CUDA_MPS_* above the pod's profile are refused")
+    exclusive = policy.exclusive_gpus
+    if not exclusive.allowed:
+        out.append("whole GPUs: none (only shared ones)")
+    elif exclusive.max_per_pod is not None:
+        out.append(f"whole GPUs: at most {exclusive.max_per_pod} per pod")
+    if exclusive.passthrough:
+        out.append(f"GPUs also: {', '.join(exclusive.passthrough)}")
+    if policy.driver_capabilities is not None:
+        out.append(f"driver capabilities: {','.join(policy.driver_capabilities)}")
+    return out
 
 
 # --------------------------------------------------------------------------- input
@@ -392,5 +413,6 @@ def _text(found: Explanation) -> str:
         if found.profiles:
             default = f" (default {found.default_profile})" if found.default_profile else ""
             lines.append(f"  profiles: {', '.join(found.profiles)}{default}")
+        lines += [f"  limit: {line}" for line in found.limits]
     lines += [f"  hint: {hint}" for hint in found.hints]
     return "\n".join(lines) + "\n"
