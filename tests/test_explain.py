@@ -523,4 +523,5 @@ def test_the_limits_of_the_policy_are_told_in_the_text_and_the_json(
         "  limit: driver capabilities: compute,utility",
     ]
     _, out_json, _ = run(capsys, "namespace", "team-a", *labels, "-o", "json")
-    assert json.loads(out_json)["limits"] == [line.removeprefix("  limit: ") for line in out.splitlines()[-4:]]
+    told = [line.removeprefix("  limit: ") for line in out.splitlines()[-4:]]
+    assert json.loads(out_json)["limits"] == told
