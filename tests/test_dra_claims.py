@@ -1651,9 +1651,11 @@ def test_a_configuration_with_empty_requests_applies_to_every_request(
 # --------------------------------------------------------------------------- modes
 
 
+# Whole, with its fix; {} is the policy.
 WARNED = (
     'would be refused (rule dra-too-many-devices): claim template "double-gpu" request'
-    ' "gpu": spec.spec.devices.requests[0...'
+    ' "gpu": spec.spec.devices.requests[0].exactly.count: 2 devices of class "gpu.nvidia.com";'
+    ' policy "{}" allows at most 1 per request. Set count to 1 or less'
 )
 
 
@@ -1672,8 +1674,9 @@ async def test_modes_apply_to_the_dra_rules(
     refused: bool,
     loaded: policies.PolicySet,
 ) -> None:
-    """warn: admitted, told (the warning is cut at 120 characters, as every warning is);
-    dry-run: admitted, silent; ruleModes: one rule warned, the others enforced."""
+    """warn: admitted, told (the refusal whole, with its fix); dry-run: admitted, silent;
+    ruleModes: one rule warned, the others enforced."""
+    warnings = [w.format(policy) for w in warnings]
     governing = loaded.governing(policy)
     claim = dra.obj("count-template")
     served = kube.as_served(claim)
@@ -1716,7 +1719,8 @@ async def test_modes_over_https(
     cluster = await _cluster(aiohttp_server, aiohttp_client, app, loaded)
     claim = dra.obj("count-template")
     outcome = await cluster.admit(claim, labels=_labels(claim, "dra-warn"))
-    assert (outcome.allowed, outcome.warnings) == (True, [WARNED, WARNED])
+    warned = WARNED.format("dra-warn")
+    assert (outcome.allowed, outcome.warnings) == (True, [warned, warned])
     outcome = await cluster.admit(claim, labels=_labels(claim, "dra-dry-run"))
     assert (outcome.allowed, outcome.warnings) == (True, [])
 

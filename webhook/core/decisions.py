@@ -8,16 +8,26 @@ the container it concerns, and the words. The message a user reads is built from
 from __future__ import annotations
 
 import enum
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple
 
 from webhook import names
 
-# Kubernetes shows warnings to the user as they are; longer ones may be cut by clients.
+# Kubernetes asks for warnings of at most 120 characters where possible: a plain warning is
+# cut there. The API server may cut one past 256 characters, and drops the rest once a
+# request's warnings (every webhook's and its own) add up to 4,096 (k8s.io/apiserver's
+# warning recorder): a refusal the policy only warns of keeps its fix within 256.
 MAX_WARNING = 120
-# How many a decision sends; then one that says how many more there were.
+MAX_LONG_WARNING = 256
+# What one answer's warnings add up to at most: half the API server's 4,096, since a Pod
+# create is answered by both configurations. And how many it sends at most. Past either,
+# one last line says how many more there were.
+MAX_WARNINGS_TOTAL = 2000
 MAX_WARNINGS = 30
+# Room kept for that last line ("and N more warnings like these").
+_MORE_LINE = 48
 MALFORMED = names.MALFORMED_RULE
 
 
@@ -41,11 +51,47 @@ def shown(value: object, *, keep: Literal["start", "end"] = "start") -> str:
     return f'"{text}"'
 
 
-def short_warning(text: str) -> str:
-    """A warning as it is sent: printable (`printable`), and cut at MAX_WARNING (clients may
-    cut longer ones)."""
+def short_warning(text: str, limit: int = MAX_WARNING) -> str:
+    """A warning as it is sent: printable (`printable`), and cut at `limit`."""
     text = printable(text)
-    return text if len(text) <= MAX_WARNING else text[: MAX_WARNING - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# The start of a message's last sentence, which is its fix (`Violation.message`).
+_SENTENCE = re.compile(r"\. (?=[A-Z])")
+# What a warning keeps of the start of a long message at least (what is refused, where).
+_HEAD = 60
+# What it keeps of the end of a message in which no sentence starts.
+_TAIL = 100
+# How far back the start is cut to the end of a word.
+_WORD = 20
+
+
+def refusal_warning(violation: Violation) -> str:
+    """A refusal that the policy only warns of (its mode is warn), as the user is told it:
+    `would be refused (rule R): ` and the message, at most MAX_LONG_WARNING characters.
+    A longer message gives up its middle (the explanation), never its start (what is wrong
+    and where) or its last sentence (the fix)."""
+    prefix = f"would be refused (rule {violation.rule}): "
+    return prefix + keep_ends(printable(violation.message), MAX_LONG_WARNING - len(prefix))
+
+
+def keep_ends(text: str, limit: int) -> str:
+    """`text` in at most `limit` characters: whole when it fits, else its start, "... " and
+    its last sentence (its last `_TAIL` characters when no sentence starts in it; a last
+    sentence too long for the room left after `_HEAD` characters is cut at its end)."""
+    if len(text) <= limit:
+        return text
+    starts = [m.end() for m in _SENTENCE.finditer(text)]
+    tail = text[starts[-1] :] if starts else text[-_TAIL:]
+    room = limit - _HEAD - len(" ... ")
+    if len(tail) > room:
+        tail = tail[: room - 3] + "..."
+    head = text[: limit - len(tail) - len(" ... ")]
+    # At the end of a word, when one ends near.
+    space = head.rfind(" ", len(head) - _WORD)
+    head = (head[:space] if space > 0 else head).rstrip()
+    return f"{head} ... {tail}"
 
 
 def printable(text: str) -> str:
@@ -196,20 +242,43 @@ class Decision:
         """The names of the rules that refused, each once, sorted."""
         return sorted({v.rule for v in self.violations})
 
-    def warn(self, text: str) -> None:
-        """Tell the user `text` (printable, cut short), once; past `MAX_WARNINGS` the last
-        line says how many more there were (kubectl prints each on a line of its own, and a
-        pod of 2,000 containers would otherwise get thousands)."""
-        text = short_warning(text)
+    def warn(self, text: str, limit: int = MAX_WARNING) -> None:
+        """Tell the user `text` (printable, cut at `limit`), once; past `MAX_WARNINGS`
+        warnings or `MAX_WARNINGS_TOTAL` characters the last line says how many more there
+        were (kubectl prints each on a line of its own, and a pod of 2,000 containers would
+        otherwise get thousands)."""
+        text = short_warning(text, limit)
         warnings = self.warnings
         if text in warnings:
             return
-        if len(warnings) < MAX_WARNINGS:
+        if (
+            not self.dropped
+            and len(warnings) < MAX_WARNINGS
+            and sum(map(len, warnings)) + len(text) <= MAX_WARNINGS_TOTAL - _MORE_LINE
+        ):
             warnings.append(text)
             return
-        self.dropped += 1
-        line = f"and {self.dropped} more warnings like these"
-        if self.dropped == 1:
-            warnings.append(line)
+        self.more(1)
+
+    def more(self, count: int) -> None:
+        """Count `count` warnings not sent, in the last line."""
+        if count <= 0:
+            return
+        line = f"and {self.dropped + count} more warnings like these"
+        if self.dropped:
+            self.warnings[-1] = line
         else:
-            warnings[-1] = line
+            self.warnings.append(line)
+        self.dropped += count
+
+    def warn_first(self, texts: list[str], limit: int) -> None:
+        """Tell the user `texts` (each cut at `limit`) before what it was told so far: what
+        the budget of warnings leaves out is then the rest."""
+        told = self.warnings[:-1] if self.dropped else self.warnings
+        dropped = self.dropped
+        self.warnings, self.dropped = [], 0
+        for text in texts:
+            self.warn(text, limit)
+        for text in told:
+            self.warn(text)
+        self.more(dropped)

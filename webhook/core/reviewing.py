@@ -15,7 +15,13 @@ from typing import Any, Literal, NamedTuple
 
 from webhook import names
 from webhook.core import claims, facts, nearmisses, pods, recording, rules
-from webhook.core.decisions import OBJECT, Decision
+from webhook.core.decisions import (
+    MAX_LONG_WARNING,
+    OBJECT,
+    Decision,
+    Violation,
+    refusal_warning,
+)
 from webhook.policies import Policy
 
 Endpoint = Literal["mutate", "validate"]
@@ -212,12 +218,18 @@ _AUDIT_VALUE = 2000
 
 
 def _tell(decision: Decision) -> None:
-    """Warn-mode refusals as warnings and an audit annotation; dry-run ones stay silent."""
+    """Warn-mode refusals as warnings and an audit annotation; dry-run ones stay silent. A
+    warning keeps the refusal's fix (`refusal_warning`); the annotation has it whole."""
     warned = [v for mode, v in decision.would_refuse if mode == names.WARN]
     if not warned:
         return
+    # Before any other warning, and one of each rule first: what the budget of warnings
+    # leaves out of a large pod is then more of the same.
+    first: dict[str, Violation] = {}
     for v in warned:
-        decision.warn(f"would be refused (rule {v.rule}): {v.message}")
+        first.setdefault(v.rule, v)
+    ordered = [*first.values(), *(v for v in warned if first[v.rule] is not v)]
+    decision.warn_first([refusal_warning(v) for v in ordered], MAX_LONG_WARNING)
     decision.audit["would-refuse"] = ",".join(dict.fromkeys(v.rule for v in warned))
     text = "; ".join(v.text for v in warned)
     decision.audit["would-refuse-reasons"] = (
