@@ -211,3 +211,19 @@ def test_the_answer_sends_the_warnings_as_decided(shipped_policies: policies.Pol
     sent = json.loads(outcome.body)["response"]["warnings"]
     decided = reviewing.review(obj, policy=_warned(shipped_policies.governing("default")))
     assert sent == decided.warnings
+
+
+def test_a_refusal_is_told_before_the_plain_warnings(shipped_policies: policies.PolicySet) -> None:
+    """What will be refused once the policy enforces comes first: the budget of warnings
+    leaves out near misses before it leaves out a refusal."""
+    obj = pod(
+        shared(name="main", securityContext={"privileged": True}),
+        annotations={"gpu-share.io/profle": "small"},
+    )
+    policy = shipped_policies.governing("default")
+    plain = reviewing.review(obj, policy=policy)
+    assert plain.rules == ["privileged"]
+    warnings = reviewing.review(obj, policy=_warned(policy)).warnings
+    assert len(warnings) >= 2
+    assert warnings[0].startswith("would be refused (rule privileged): ")
+    assert all(not PREFIX.match(w) for w in warnings[1:])
