@@ -227,3 +227,16 @@ def test_a_refusal_is_told_before_the_plain_warnings(shipped_policies: policies.
     assert len(warnings) >= 2
     assert warnings[0].startswith("would be refused (rule privileged): ")
     assert all(not PREFIX.match(w) for w in warnings[1:])
+
+
+def test_the_figures_docs_policies_md_gives_are_the_shipped_ones() -> None:
+    """docs/policies.md, "Modes", says how long a warning is and how many an answer sends."""
+    text = (kube.REPO / "docs" / "policies.md").read_text(encoding="utf-8")
+    section = " ".join(text.split("\n## Modes\n", 1)[1].split("\n## ", 1)[0].split())
+    assert f"at most {MAX_LONG_WARNING} characters" in section
+    assert (
+        f"at most {decisions.MAX_WARNINGS} warnings and {MAX_WARNINGS_TOTAL:,} characters"
+        in section
+    )
+    assert f"Other warnings are at most {MAX_WARNING} characters" in section
+    assert "its last sentence (the fix)" in section
