@@ -38,7 +38,7 @@ import yaml
 from tests import deploy_helpers as dh
 from tests import dra_objects, nodes, slices
 from tests import server_helpers as h
-from webhook import cli, commands, names
+from webhook import cli, commands, kinds, names, policies, rendering
 from webhook.core import pods
 from webhook.transport import app as server
 from webhook.transport import states
@@ -598,3 +598,87 @@ def test_the_robustness_log_is_dated_in_order_and_the_current_page_names_its_run
     # The current page keeps no superseded figure: each of its runs is the newest of its tool.
     assert "712" not in current
     assert "16 MiB" not in current
+
+
+# --------------------------------------------------------------------------- the outage
+
+# What names the entries of each row of docs/install.md's outage table ("by which entries"):
+# the switch that sends it, or the entries that are.
+_OUTAGE_WHO = {
+    "every-pod": "`voidVisibleDevicesWithoutGpu` on",
+    "gpu-pods": "`voidVisibleDevicesWithoutGpu: false`",
+    "host-access": "`denyHostAccess` on",
+    "ephemeral-containers": "every entry but `namespace-labels`",
+    "cdi-updates": "`denyCdiAnnotations` on",
+    "claims": "every entry but `namespace-labels`",
+    "workloads": "the validating entries",
+    "namespace-labels": "`namespace-labels.gpu-share.io`",
+}
+
+
+def _outage_table() -> list[list[str]]:
+    """docs/install.md, "When the webhook is down": the rows of its table."""
+    text = INSTALL.read_text(encoding="utf-8")
+    section = text.split("\n## When the webhook is down\n", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("| ") and not line.startswith("| sent to")
+    ]
+    assert all(len(r) == 3 for r in rows), rows
+    return rows
+
+
+def _switched_policies(root: Path, **rules: bool) -> Any:
+    directory = root / "-".join(f"{k}-{v}" for k, v in rules.items())
+    directory.mkdir(parents=True)
+    doc = yaml.safe_load((REPO / "policies" / "default.yaml").read_text(encoding="utf-8"))
+    doc["spec"]["rules"].update(rules)
+    (directory / "default.yaml").write_text(yaml.safe_dump(doc), encoding="utf-8")
+    return policies.load_directory(directory)
+
+
+def test_the_outage_table_lists_what_the_rendered_configurations_send(tmp_path: Path) -> None:
+    """Row for row, what an entry of the configurations is sent (`rendering.describe`, the
+    first column word for word), which entries (the switch that sends it), and what becomes
+    of it while the webhook is down (their failurePolicy): as deployed, and under policies
+    whose switches send less."""
+    rows = _outage_table()
+    assert [r[0] for r in rows] == list(rendering.SENT.values())
+    shipped = dh.load_yaml(dh.COMMITTED_CONFIGURATIONS)
+    variants = [shipped] + [
+        rendering.render(
+            _switched_policies(tmp_path, **switches), service="gpu-share-webhook",
+            namespace="gpu-share-system", name="gpu-share-webhook",
+        )
+        for switches in (
+            {"voidVisibleDevicesWithoutGpu": False},
+            {"voidVisibleDevicesWithoutGpu": False, "denyHostAccess": False,
+             "denyCdiAnnotations": False},
+        )
+    ]
+    failure: dict[str, set[str]] = {}
+    for configurations in variants:
+        for reach in rendering.describe(configurations):
+            for key in reach.sent:
+                failure.setdefault(key, set()).add(reach.failure_policy)
+    assert set(failure) == set(rendering.SENT), "a row no configuration sends"
+    by_phrase = {r[0]: r for r in rows}
+    for key, phrase in rendering.SENT.items():
+        _, who, down = by_phrase[phrase]
+        assert _OUTAGE_WHO[key] in who, (key, who)
+        assert down.startswith("refused" if "Fail" in failure[key] else "admitted"), (key, down)
+    # What the deployed configurations send under the shipped policies: every pod.
+    assert all("every-pod" in r.sent for r in rendering.describe(shipped)
+               if r.entry != rendering.NAMESPACE_ENTRY)
+    section = INSTALL.read_text(encoding="utf-8").split("\n## When the webhook is down\n")[1]
+    assert "under the shipped policies no pod at all can be created" in " ".join(section.split())
+
+
+def test_the_outage_table_names_every_workload_kind_the_configurations_send() -> None:
+    (reach, *_) = [r for r in rendering.describe(dh.load_yaml(dh.COMMITTED_CONFIGURATIONS))
+                   if "workloads" in r.sent]
+    by_resource = {f"{k.group}/{k.resource}": k.kind for k in kinds.all_kinds()}
+    (row,) = [r for r in _outage_table() if r[0] == rendering.SENT["workloads"]]
+    missing = [by_resource[w] for w in reach.workloads if by_resource[w] not in row[0]]
+    assert not missing, f"the outage table leaves out {missing}"

@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 
 from tests import apiserver, kube
 from tests import deploy_helpers as dh
+from tests import dra_objects as dra
 from tests.kube import WORKLOAD_KINDS
 from webhook import cli, kinds, names, namespaces, policies, rendering, reviews
 from webhook.commands import DEFAULT_NAMESPACE, DEFAULT_SERVICE, DEFAULT_WEBHOOK_NAME
@@ -1361,3 +1362,149 @@ def test_a_binding_reaches_the_webhook_only_with_a_cdi_annotation(
         for sub_resource in ("binding", ""):
             assert j.conditions.match(_binding(annotations), sub_resource=sub_resource) is (
                 expected), j.entry["name"]
+
+
+# --------------------------------------------------------------------------- describe
+
+
+def _sends(entry: dict[str, Any], conditions: dh.Conditions, obj: dict[str, Any], *,
+           operation: str = "CREATE", sub_resource: str = "",
+           old: dict[str, Any] | None = None) -> bool:
+    """Whether the API server calls `entry` (whose compiled matchConditions are
+    `conditions`) for `obj`, its namespace aside: a rule matches the resource and operation,
+    and every matchCondition holds."""
+    group = str(obj["apiVersion"]).rpartition("/")[0]
+    resource = kube.plural(str(obj["kind"])) + (f"/{sub_resource}" if sub_resource else "")
+    if not any(
+        group in r["apiGroups"] and resource in r["resources"] and operation in r["operations"]
+        for r in entry["rules"]
+    ):
+        return False
+    return conditions.match(obj, operation=operation, sub_resource=sub_resource, old=old)
+
+
+def _host_pid(spec: dict[str, Any]) -> dict[str, Any]:
+    return {**spec, "hostPID": True}
+
+
+# (what the entry is sent by `describe`'s account, a request of it): the request reaches an
+# entry exactly when the entry's `sent` says so.
+_SAMPLES: list[tuple[str, Any, dict[str, Any]]] = [
+    ("plain pod", lambda s: "every-pod" in s, {"obj": dh.pod()}),
+    ("gpu pod", lambda s: bool({"every-pod", "gpu-pods"} & set(s)), {"obj": _shared_pod()}),
+    ("host pid pod", lambda s: "every-pod" in s or {"gpu-pods", "host-access"} <= set(s),
+     {"obj": {**dh.pod(), "spec": _host_pid(dh.pod_spec())}}),
+    ("gpu deployment", lambda s: "workloads" in s,
+     {"obj": dh.workload("Deployment", dh.pod_spec(dh.container(limits={SHARED: 1})))}),
+    ("host pid deployment", lambda s: {"workloads", "host-access"} <= set(s),
+     {"obj": dh.workload("ReplicationController", _host_pid(dh.pod_spec()))}),
+    ("plain job", lambda s: False, {"obj": dh.workload("Job", dh.pod_spec())}),
+    ("kubectl debug", lambda s: "ephemeral-containers" in s,
+     {"obj": dh.pod(), "operation": "UPDATE", "sub_resource": "ephemeralcontainers"}),
+    ("cdi update", lambda s: "cdi-updates" in s,
+     {"obj": _cdi_pod({CDI: "x"}), "operation": "UPDATE", "old": _cdi_pod(None)}),
+    ("label update", lambda s: False,
+     {"obj": {**dh.pod(), "metadata": {"name": "p", "labels": {"a": "b"}}},
+      "operation": "UPDATE", "old": dh.pod()}),
+    ("cdi status update", lambda s: "cdi-updates" in s,
+     {"obj": _cdi_pod({CDI: "x"}), "operation": "UPDATE", "sub_resource": "status",
+      "old": _cdi_pod(None)}),
+    ("gpu claim", lambda s: "claims" in s, {"obj": dra.obj("single-gpu-claim")}),
+    ("namespace near miss", lambda s: "namespace-labels" in s,
+     {"obj": {"apiVersion": "v1", "kind": "Namespace",
+              "metadata": {"name": "team", "labels": {"gpu-share.io/enabled": "True"}}}}),
+]
+
+
+@pytest.fixture(scope="module")
+def variants(
+    configurations: dict[str, dict[str, Any]],
+    filtered_policies: policies.PolicySet,
+    distrusting_policies: policies.PolicySet,
+    cdi_off_policies: policies.PolicySet,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, list[dict[str, Any]]]:
+    """The rendered configurations of the shipped policies and of policies whose switches
+    change what the entries are sent."""
+    host_access_off = _switched(tmp_path_factory, {"voidVisibleDevicesWithoutGpu": False,
+                                                   "denyHostAccess": False})
+    return {
+        "shipped": list(configurations.values()),
+        "route-2-off": render(filtered_policies),
+        "distrusting": render(distrusting_policies),
+        "cdi-off": render(cdi_off_policies),
+        "host-access-off": render(host_access_off),
+    }
+
+
+@pytest.mark.slow  # every sample through every entry's CEL, five configurations
+def test_describe_says_what_each_entry_is_sent_as_its_conditions_send_it(
+    variants: dict[str, list[dict[str, Any]]],
+) -> None:
+    for variant, configs in variants.items():
+        reaches = {(r.configuration, r.entry): r for r in rendering.describe(configs)}
+        for config in configs:
+            for entry in config["webhooks"]:
+                sent = reaches[(config["kind"], entry["name"])].sent
+                conditions = dh.Conditions(entry)
+                for what, expected, request in _SAMPLES:
+                    assert _sends(entry, conditions, **request) is expected(sent), (
+                        variant, entry["name"], what, sent)
+
+
+def test_describe_follows_the_switches_that_change_what_is_sent(
+    variants: dict[str, list[dict[str, Any]]],
+) -> None:
+    """Each switch that `match_condition` reads shows in `describe` (the catch-all is
+    described as a policy with the default switches, whatever the others say)."""
+    def sent(variant: str, entry: str) -> tuple[str, ...]:
+        (found,) = [r.sent for r in rendering.describe(variants[variant])
+                    if r.configuration == rendering.VALIDATING_KIND and r.entry == entry]
+        return found
+
+    default, baseline = rendering.DEFAULT_ENTRY, rendering.DEFAULT_BASELINE_ENTRY
+    assert "every-pod" in sent("shipped", default)
+    assert "every-pod" not in sent("route-2-off", default)
+    assert "gpu-pods" in sent("route-2-off", default)
+    assert "every-pod" in sent("route-2-off", rendering.UNKNOWN_ENTRY)
+    assert "host-access" in sent("route-2-off", default)
+    assert "host-access" not in sent("route-2-off", baseline)
+    assert "host-access" in sent("distrusting", baseline)
+    assert "host-access" not in sent("host-access-off", default)
+    assert "cdi-updates" in sent("shipped", default)
+    assert "cdi-updates" not in sent("cdi-off", default)
+    assert "cdi-updates" in sent("cdi-off", rendering.UNKNOWN_ENTRY)
+    for configs in variants.values():
+        for r in rendering.describe(configs):
+            if r.entry == rendering.NAMESPACE_ENTRY:
+                assert (r.sent, r.failure_policy) == (("namespace-labels",), "Ignore")
+            else:
+                assert {"ephemeral-containers", "claims"} <= set(r.sent), r
+                assert ("workloads" in r.sent) is (r.configuration == rendering.VALIDATING_KIND)
+
+
+def test_describe_names_every_workload_kind_the_validating_entries_are_sent(
+    validating_config: dict[str, Any],
+) -> None:
+    (reach, *_) = rendering.describe([validating_config])
+    expected = [f"{k.group}/{k.resource}" for k in kinds.all_kinds()]
+    assert sorted(reach.workloads) == sorted(expected)
+
+
+def test_describe_refuses_a_rule_it_cannot_describe(
+    configurations: dict[str, dict[str, Any]],
+) -> None:
+    """A rule added to the configurations must be described (and so documented), not left
+    out of the description."""
+    changed = json.loads(json.dumps(list(configurations.values())))
+    changed[0]["webhooks"][0]["rules"].append(
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+         "resources": ["pods/resize"], "scope": "Namespaced"})
+    with pytest.raises(ValueError, match="pods/resize"):
+        rendering.describe(changed)
+    changed = json.loads(json.dumps(list(configurations.values())))
+    changed[1]["webhooks"][0]["rules"].append(
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+         "resources": ["services"], "scope": "Namespaced"})
+    with pytest.raises(ValueError, match="services"):
+        rendering.describe(changed)

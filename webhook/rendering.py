@@ -685,6 +685,11 @@ _ANY_CASE_GPU = (
 )
 
 
+# The pod spec fields that send a pod where rule host-access applies (with added
+# capabilities).
+_HOST_NAMESPACE_FLAGS = ("hostPID", "hostIPC", "hostNetwork")
+
+
 def _refusable(resources: Sequence[str], *, host_access: bool) -> str:
     """The CEL test of a pod template `t` that one of the rules could refuse or change
     (`host_access`: rule host-access too)."""
@@ -714,7 +719,7 @@ def _refusable(resources: Sequence[str], *, host_access: bool) -> str:
     host_namespaces = (
         "".join(
             f"    (has(t.spec.{flag}) && t.spec.{flag} == true) ||\n"
-            for flag in ("hostPID", "hostIPC", "hostNetwork")
+            for flag in _HOST_NAMESPACE_FLAGS
         )
         if host_access
         else ""
@@ -751,6 +756,140 @@ def cel_string(value: str) -> str:
         return f"'{value}'"
     # JSON string syntax is a subset of CEL's double-quoted strings.
     return json.dumps(value)
+
+
+# --------------------------------------------------------------------------- what is sent
+
+# What an entry of the rendered configurations can be sent, as docs/install.md's "When the
+# webhook is down" lists it (a test holds the doc to these words and to `describe`).
+SENT: dict[str, str] = {
+    "every-pod": "every Pod create",
+    "gpu-pods": (
+        "a Pod create whose spec asks for a GPU resource (any `nvidia.com/gpu*` or"
+        " `nvidia.com/mig-*`, in any case, or one of the policy's shared resources), sets an"
+        " `NVIDIA_*` or `CUDA_MPS_*` variable, has a privileged container, a mount at a path"
+        " with `nvidia-container-devices` in it, a hostPath volume, resource claims or a"
+        " `cdi.k8s.io/` annotation"
+    ),
+    "host-access": (
+        "beyond those, a Pod create (or workload template) with hostPID, hostIPC, hostNetwork"
+        " or added capabilities"
+    ),
+    "ephemeral-containers": "an update of a pod's ephemeral containers (`kubectl debug`)",
+    "cdi-updates": (
+        "a Pod update or `pods/status` update that adds or changes a `cdi.k8s.io/` annotation,"
+        " and a binding (`pods/binding`, `bindings`) that carries one"
+    ),
+    "claims": (
+        "a ResourceClaim or ResourceClaimTemplate create with a request of a GPU device class"
+        " (`gpu.nvidia.com`, `mig.nvidia.com`, ..., and those of the policies' `dra` sections)"
+    ),
+    "workloads": (
+        "a create or update of a Deployment, ReplicaSet, StatefulSet, DaemonSet, Job, CronJob"
+        " or ReplicationController, or of a kind of the WorkloadKinds file (JobSet,"
+        " LeaderWorkerSet, RayCluster, RayJob, RayService, PyTorchJob by default), whose pod"
+        " template has what the second row (and, where it applies, the third) says"
+    ),
+    "namespace-labels": (
+        "a Namespace create or update with a label whose key has `gpu` or `share` in it (in"
+        " any case), other than `gpu-share.io/enabled: \"true\"`"
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """What one entry of the rendered configurations is sent (`describe`): `sent`, keys of
+    `SENT` in its order; `workloads`, the resources ("group/resource") whose pod templates
+    it is sent. `failure_policy` says what becomes of them while the webhook cannot answer
+    (Fail: refused; Ignore: admitted)."""
+
+    configuration: str
+    entry: str
+    failure_policy: str
+    sent: tuple[str, ...]
+    workloads: tuple[str, ...] = ()
+
+
+def describe(
+    configurations: Sequence[Mapping[str, Any]], kinds: Sequence[pods.Kind] | None = None
+) -> list[Reach]:
+    """What each entry of `configurations` (as `render` makes them, or as deployed) is sent,
+    read from its rules, the names of its matchConditions and the parts `match_condition`
+    puts in them for a policy's switches. `kinds` are the workload kinds the configurations
+    were rendered with (the built-in ones and the shipped WorkloadKinds file's when None).
+    ValueError for a rule or condition this does not know: a description must not leave
+    out what an entry is sent."""
+    known = {
+        (k.group, k.resource)
+        for k in (workload_kinds.all_kinds() if kinds is None else kinds)
+    }
+    out = []
+    for configuration in configurations:
+        for entry in configuration["webhooks"]:
+            out.append(_reach(str(configuration["kind"]), entry, known))
+    return out
+
+
+def _reach(kind: str, entry: Mapping[str, Any], workloads: set[tuple[str, str]]) -> Reach:
+    name = str(entry["name"])
+    conditions = {str(c["name"]): str(c["expression"]) for c in entry.get("matchConditions") or []}
+    expression = "\n".join(conditions.values())
+    cdi = _cdi_annotation_changed() in expression and _cdi_annotation_present() in expression
+    sent: set[str] = set()
+    found: list[str] = []
+    for rule in entry["rules"]:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for operation in rule["operations"]:
+                    key = _sent(conditions, group, resource, operation, cdi=cdi)
+                    if key == "workloads":
+                        if (group, resource) not in workloads:
+                            raise ValueError(f"{name}: {group}/{resource} is no workload kind")
+                        found.append(f"{group}/{resource}")
+                    if key is None:
+                        raise ValueError(f"{name}: no description of {operation} {resource}")
+                    if key:
+                        sent.add(key)
+    if sent & {"gpu-pods", "workloads"} and f"t.spec.{_HOST_NAMESPACE_FLAGS[0]}" in (
+        expression
+    ):
+        sent.add("host-access")
+    return Reach(
+        configuration=kind,
+        entry=name,
+        failure_policy=str(entry["failurePolicy"]),
+        sent=tuple(k for k in SENT if k in sent),
+        workloads=tuple(dict.fromkeys(found)),
+    )
+
+
+def _sent(
+    conditions: Mapping[str, str], group: str, resource: str, operation: str, *, cdi: bool
+) -> str | None:
+    """The key of `SENT` for one resource and operation of an entry's rules; "" when the
+    conditions send none of it, None when it is unknown here."""
+    if group == names.DRA_GROUP:
+        return "claims" if resource in names.CLAIM_RESOURCES and operation == "CREATE" else None
+    if group == "" and resource == "namespaces":
+        return "namespace-labels" if CONDITION_NAMESPACE_LABELS in conditions else None
+    if group == "" and resource == "pods" and operation == "CREATE":
+        if CONDITION_EVERY_POD in conditions:
+            return "every-pod"
+        return "gpu-pods" if CONDITION_RULES in conditions else None
+    if group == "" and resource == f"pods/{reviews.EPHEMERAL_CONTAINERS}":
+        return "ephemeral-containers" if operation == "UPDATE" else None
+    cdi_ways = {
+        ("pods", "UPDATE"),
+        (f"pods/{reviews.STATUS}", "UPDATE"),
+        (f"pods/{reviews.BINDING}", "CREATE"),
+        ("bindings", "CREATE"),
+    }
+    if group == "" and (resource, operation) in cdi_ways:
+        return "cdi-updates" if cdi else ""
+    if "/" not in resource and operation in ("CREATE", "UPDATE"):
+        return "workloads"
+    return None
 
 
 # --------------------------------------------------------------------------- routes
