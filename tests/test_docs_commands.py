@@ -405,6 +405,33 @@ def test_every_cluster_dump_the_docs_show_holds_every_kind_audit_reviews() -> No
     assert not problems, "\n".join(problems)
 
 
+def test_every_doc_with_a_cluster_dump_says_which_kinds_to_add_and_when_to_drop_claims() -> None:
+    """Beside the dump commands an admin meets first (README.md's first steps, audit.md's),
+    the doc names each kind of other projects audit reviews (as `kubectl get` takes it) and
+    says what fails on a cluster that does not serve `resource.k8s.io/v1`: the admin adds
+    what the cluster has and drops what it has not."""
+    extra = [f"{k.resource}.{k.group}" for k in kinds.load()]
+    assert extra
+    for doc in (REPO / "README.md", REPO / "docs" / "audit.md"):
+        assert list(_dump_commands(doc)), doc.name
+        text = " ".join(doc.read_text(encoding="utf-8").split())
+        missing = [r for r in extra if f"`{r}`" not in text]
+        assert not missing, f"{doc.name} does not name {missing}"
+        assert "without `resource.k8s.io/v1`" in text, doc.name
+        assert "doesn't have a resource type" in text, doc.name
+
+
+def test_the_readme_names_every_workload_kind_the_webhook_reviews() -> None:
+    """README.md, "What it does": the sentence on workload templates names every built-in
+    kind and every kind of the shipped WorkloadKinds file."""
+    text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
+    sentence = text.split("The same rules check the pod templates of ", 1)[1].split(". ", 1)[0]
+    missing = [f"{k.kind}s" for k in pods.BUILTIN_KINDS if f"{k.kind}s" not in sentence]
+    missing += [k.kind for k in kinds.load() if k.kind not in sentence]
+    assert not missing, f"README.md leaves out {missing}"
+    assert "webhook/workload-kinds.yaml" in sentence
+
+
 # --------------------------------------------------------------------------- /readyz samples
 
 
