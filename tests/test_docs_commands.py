@@ -19,6 +19,7 @@ Every failing command is reported, by file and line, in one run.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import json
@@ -465,6 +466,47 @@ def test_the_rule_table_of_policies_md_is_the_rules_of_the_code() -> None:
             assert switch == f"`{rule.switch}`", (name, switch)
         else:
             assert switch == "—" or switch.strip("`") in switches, (name, switch)
+
+
+# --------------------------------------------------------------------------- option tables
+
+
+def _options(command: str) -> dict[str, Any]:
+    """The options of a command, by each of their flags."""
+    parser = cli.build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {flag: a for a in sub.choices[command]._actions for flag in a.option_strings}
+
+
+_UNITS = {"s": 1, "MiB": 2**20}
+
+
+def test_the_bounds_operations_md_lists_are_the_defaults_of_serve() -> None:
+    """docs/operations.md, "Who can reach it": each flag's default as `serve` has it."""
+    options = _options("serve")
+    rows = re.findall(r"^\| `(--[a-z-]+)` \| ([^|]+) \|", OPERATIONS.read_text(encoding="utf-8"),
+                      flags=re.MULTILINE)
+    assert len(rows) >= 12
+    for flag, shown in rows:
+        default = options[flag].default
+        number = re.fullmatch(r"(\d+(?:\.\d+)?)(?: (s|MiB))?", shown.strip())
+        if number:
+            value = float(number.group(1)) * _UNITS.get(number.group(2) or "", 1)
+            assert value == float(str(default)), (flag, shown, default)
+        else:
+            assert shown.strip() == str(default), (flag, shown, default)
+
+
+def test_the_options_audit_md_lists_are_read_from_the_variables_it_names() -> None:
+    """docs/audit.md, section 1: each option's environment variable, as its --help says."""
+    options = _options("audit")
+    rows = re.findall(r"^\| `(-[a-z-]+)`(?:, `(--[a-z-]+)`)? \| `(GPU_SHARE_WEBHOOK_[A-Z_]+)`",
+                      (REPO / "docs" / "audit.md").read_text(encoding="utf-8"),
+                      flags=re.MULTILINE)
+    assert len(rows) >= 10
+    for short, long, variable in rows:
+        flag = long or short
+        assert variable in " ".join(str(options[flag].help).split()), (flag, variable)
 
 
 # --------------------------------------------------------------------------- /readyz samples
