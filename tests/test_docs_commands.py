@@ -749,6 +749,7 @@ def test_the_outage_table_lists_what_the_rendered_configurations_send(tmp_path: 
     whose switches send less."""
     rows = _outage_table()
     assert [r[0] for r in rows] == list(rendering.SENT.values())
+    assert all(f"`{p}" in rendering.SENT["gpu-pods"] for p in names.CDI_ANNOTATION_PREFIXES)
     shipped = dh.load_yaml(dh.COMMITTED_CONFIGURATIONS)
     variants = [shipped] + [
         rendering.render(

@@ -766,10 +766,10 @@ SENT: dict[str, str] = {
     "every-pod": "every Pod create",
     "gpu-pods": (
         "a Pod create whose spec asks for a GPU resource (any `nvidia.com/gpu*` or"
-        " `nvidia.com/mig-*`, in any case, or one of the policy's shared resources), sets an"
-        " `NVIDIA_*` or `CUDA_MPS_*` variable, has a privileged container, a mount at a path"
-        " with `nvidia-container-devices` in it, a hostPath volume, resource claims or a"
-        " `cdi.k8s.io/` annotation"
+        " `nvidia.com/mig-*` name, in any case, or a `deviceclass.resource.kubernetes.io/*`"
+        " one), sets an `NVIDIA_*` or `CUDA_MPS_*` variable, has a privileged container, a mount at a path"
+        " with `nvidia-container-devices` in it, a hostPath volume, resource claims or a CDI"
+        " annotation (`cdi.k8s.io/*`, `nvidia.cdi.k8s.io/*`, `io.kubernetes.cri-o.Devices`)"
     ),
     "host-access": (
         "beyond those, a Pod create (or workload template) with hostPID, hostIPC, hostNetwork"
@@ -777,8 +777,8 @@ SENT: dict[str, str] = {
     ),
     "ephemeral-containers": "an update of a pod's ephemeral containers (`kubectl debug`)",
     "cdi-updates": (
-        "a Pod update or `pods/status` update that adds or changes a `cdi.k8s.io/` annotation,"
-        " and a binding (`pods/binding`, `bindings`) that carries one"
+        "a Pod update or `pods/status` update that adds or changes a CDI annotation, and a"
+        " binding (`pods/binding`, `bindings`) that carries one"
     ),
     "claims": (
         "a ResourceClaim or ResourceClaimTemplate create with a request of a GPU device class"
