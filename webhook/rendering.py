@@ -60,6 +60,9 @@ since a CEL error counts as a failure and, with Fail, would refuse the request. 
 `request`: the API server builds it from the AdmissionRequest as JSON with its `omitempty`
 fields left out, so `request.subResource` is absent when there is none; `oldObject` is null
 on CREATE.
+
+`describe` reads back, from rendered configurations, what each entry is sent and so what
+waits on the webhook while it cannot answer (docs/install.md lists it from `SENT`).
 """
 
 from __future__ import annotations
