@@ -749,7 +749,10 @@ def test_the_outage_table_lists_what_the_rendered_configurations_send(tmp_path: 
     whose switches send less."""
     rows = _outage_table()
     assert [r[0] for r in rows] == list(rendering.SENT.values())
-    assert all(f"`{p}" in rendering.SENT["gpu-pods"] for p in names.CDI_ANNOTATION_PREFIXES)
+    # The names the conditions test, as the second row gives them.
+    named = (names.NVIDIA_RESOURCE_PREFIX, names.DRA_EXTENDED_RESOURCE_PREFIX, names.NVIDIA_PREFIX,
+             names.MPS_PREFIX, *names.CDI_ANNOTATION_PREFIXES)
+    assert all(f"`{p}" in rendering.SENT["gpu-pods"] for p in named)
     shipped = dh.load_yaml(dh.COMMITTED_CONFIGURATIONS)
     variants = [shipped] + [
         rendering.render(

@@ -768,9 +768,10 @@ def cel_string(value: str) -> str:
 SENT: dict[str, str] = {
     "every-pod": "every Pod create",
     "gpu-pods": (
-        "a Pod create whose spec asks for a GPU resource (any `nvidia.com/gpu*` or"
-        " `nvidia.com/mig-*` name, in any case, or a `deviceclass.resource.kubernetes.io/*`"
-        " one), sets an `NVIDIA_*` or `CUDA_MPS_*` variable, has a privileged container, a mount at a path"
+        "a Pod create whose spec asks for an NVIDIA resource (any `nvidia.com/*` name;"
+        " `nvidia.com/gpu*` and `nvidia.com/mig-*` in any case) or a"
+        " `deviceclass.resource.kubernetes.io/*` one, sets an `NVIDIA_*` or `CUDA_MPS_*`"
+        " variable, has a privileged container, a mount at a path"
         " with `nvidia-container-devices` in it, a hostPath volume, resource claims or a CDI"
         " annotation (`cdi.k8s.io/*`, `nvidia.cdi.k8s.io/*`, `io.kubernetes.cri-o.Devices`)"
     ),
