@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import helm_python
+import jsonpatch
 import pytest
 import yaml
 
@@ -40,7 +41,7 @@ from tests import deploy_helpers as dh
 from tests import dra_objects, nodes, slices
 from tests import server_helpers as h
 from webhook import cli, commands, kinds, names, policies, rendering
-from webhook.core import pods, rules
+from webhook.core import pods, reviewing, rules
 from webhook.transport import app as server
 from webhook.transport import states
 
@@ -466,6 +467,42 @@ def test_the_rule_table_of_policies_md_is_the_rules_of_the_code() -> None:
             assert switch == f"`{rule.switch}`", (name, switch)
         else:
             assert switch == "—" or switch.strip("`") in switches, (name, switch)
+
+
+# --------------------------------------------------------------------------- quickstart
+
+
+def test_the_quickstart_names_everything_the_webhook_adds_to_its_pod(tmp_path: Path) -> None:
+    """docs/quickstart.md, step 7: the variables the webhook sets on the pod of
+    examples/allowed/runtime-class.yaml (under the policy `discover` writes for the faked T4
+    node) and its annotations, each with its value, as the text names them."""
+    nodes.write(tmp_path, [nodes.node("gpu-share-worker", nodes.T4_MPS)])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["discover", "-f", str(tmp_path / "nodes.json")]) == 0
+    site = tmp_path / "policies"
+    site.mkdir()
+    (site / "default.yaml").write_text(out.getvalue(), encoding="utf-8")
+    policy = policies.load_directory(site).governing("default")
+    pod = next(o for o in dh.load_yaml(REPO / "examples" / "allowed" / "runtime-class.yaml")
+               if o["kind"] == "Pod")
+    decision = reviewing.review(pod, policy=policy)
+    assert decision.allowed
+    result = jsonpatch.apply_patch(pod, decision.patch)
+    text = (REPO / "docs" / "quickstart.md").read_text(encoding="utf-8")
+    step = " ".join(text.split("\n## 7. ", 1)[1].split("\n## ", 1)[0].split())
+    added = [
+        f"`{e['name']}={e['value']}`"
+        for c in result["spec"]["containers"]
+        for e in c.get("env", [])
+        if e not in next(o for o in pod["spec"]["containers"] if o["name"] == c["name"]).get(
+            "env", [])
+    ]
+    assert added
+    annotations = [f"`{k}" for k in result["metadata"]["annotations"] if k.startswith("gpu-share")]
+    missing = [a for a in [*added, *annotations] if a not in step]
+    assert not missing, f"quickstart.md, step 7, leaves out {missing}"
+    assert f"`runtimeClassName: {result['spec']['runtimeClassName']}`" in step
 
 
 # --------------------------------------------------------------------------- option tables
