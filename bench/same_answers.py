@@ -8,7 +8,7 @@ same `mutate` output, messages and exit codes. For changes that must not change 
 
 `inputs` draws the reviews once (so that both checkouts get the same ones): the published
 manifests and examples/ (each object, and each of its pod templates as a Pod), the corpus
-of the tests (tests/corpus.py), and reviews drawn by tests/fuzzing.py's and
+of the tests (tests/corpus.py), the DRA claims, templates and pods of tests/dra_objects.py, and reviews drawn by tests/fuzzing.py's and
 tests/strategies.py's strategies with a fixed seed: pods and workloads, tame and hostile,
 CREATE, `kubectl debug`, updates, deletes. The policies are kept as YAML text, loaded by each
 checkout's own loader: the shipped ones, the tests' lab policy, and copies with other modes
@@ -114,7 +114,7 @@ def inputs(out: Path, count: int) -> None:
     import yaml
     from hypothesis import HealthCheck, Phase, given, settings
 
-    from tests import corpus, fuzzing, kube, strategies
+    from tests import corpus, dra_objects, fuzzing, kube, strategies
 
     bodies: list[bytes] = []
 
@@ -124,6 +124,9 @@ def inputs(out: Path, count: int) -> None:
     objects = [d for path in _manifests()
                for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
     objects += list(corpus.objects())
+    # The claims, templates and pods of NVIDIA's DRA driver examples (every policy, `dra`
+    # among them, judges them).
+    objects += [dra_objects.obj(name) for name in dra_objects.NAMES]
     for obj in objects:
         if "apiVersion" not in obj or "kind" not in obj:
             continue

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+import yaml
 from aiohttp.test_utils import TestClient
 
 from tests import apiserver, kube
@@ -236,3 +237,53 @@ async def test_without_the_later_webhook_the_chain_admits_every_case(
     for name, case in CASES.items():
         outcome = await cluster.admit(copy.deepcopy(case.pod), labels=_labels(case))
         assert outcome.allowed, (name, outcome.message)
+
+
+# --------------------------------------------------------------------------- relaxed rules
+
+_MPS_ONLY = {"name": "t4-mps", "product": "Tesla-T4", "strategy": "mps", "replicas": 4,
+             "memoryMiB": 15360}
+_SMALL = {"small": {"activeThreadPercentage": 10, "pinnedMemoryMiB": 1536}}
+RELAXED: dict[str, tuple[dict[str, Any], str | None, dict[str, Any]]] = {
+    # No class takes 8 replicas: multi-replica would refuse; in dry-run the pod is admitted.
+    "multi-replica in dry-run, not renamed": (
+        kube.pod(kube.shared(8, resource="nvidia.com/gpu")),
+        "not-renamed", {"ruleModes": {"multi-replica": "dry-run"}}),
+    "mps-limits in warn, above every ceiling": (
+        kube.pod(kube.shared(env=[{"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+                                   "value": "100"}])),
+        None, {"nodeClasses": [_MPS_ONLY], "profiles": _SMALL, "defaultProfile": "small",
+               "ruleModes": {"mps-limits": "warn"}}),
+    "several-shared-resources in warn": (
+        kube.pod(kube.shared(), kube.shared(resource="nvidia.com/mig-1g.10gb.shared",
+                                            name="b")),
+        "lab", {"ruleModes": {"several-shared-resources": "warn"}}),
+    "the whole policy in warn, node-selection enforced": (
+        kube.pod(kube.shared(8, resource="nvidia.com/gpu")),
+        "not-renamed", {"mode": "warn", "ruleModes": {"node-selection": "enforce"}}),
+}
+
+
+def _relaxed(base: str | None, change: dict[str, Any]) -> policies.Policy:
+    """`base` (a shipped policy, or the lab's) with `change` to its spec; or a policy of
+    `change` alone."""
+    if base is None:
+        return kube.make_policy(change.pop("nodeClasses"), name="relaxed", **change)
+    text = LAB_POLICY if base == "lab" else (kube.REPO / "policies" / f"{base}.yaml").read_text()
+    doc = next(d for d in yaml.safe_load_all(text) if d["metadata"]["name"] == base)
+    doc["spec"].update(change)
+    return kube.load_policy_text(yaml.safe_dump(doc))
+
+
+@pytest.mark.parametrize("name", list(RELAXED))
+def test_a_pod_a_relaxed_rule_admits_is_still_pinned(name: str) -> None:
+    """A rule in warn or dry-run that leaves no class admits the pod: pinned to the classes
+    the step before left, never to none; and the validating webhook requires that pin."""
+    obj, base, change = RELAXED[name]
+    policy = _relaxed(base, dict(change))
+    decision, stored = kube.admit(obj, policy)
+    assert decision.allowed, decision.message
+    assert stored is not None
+    assert stored["spec"].get("nodeSelector") or stored["spec"].get("affinity"), stored["spec"]
+    validated = reviewing.review(_unpin(stored), policy=policy, mutate=False, require=True)
+    assert "(rule node-selection)" in validated.message, validated.message

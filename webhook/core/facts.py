@@ -127,8 +127,9 @@ class Facts:
 
     @property
     def classes(self) -> tuple[NodeClass, ...] | None:
-        """The classes the pod may land on; None when placement failed or did not start."""
-        return None if self.placement is None else self.placement.classes
+        """The classes the pod is pinned to (`Placement.pinned_to`); None when placement did
+        not start, or the pod's own selection admits none."""
+        return None if self.placement is None else self.placement.pinned_to
 
 
 def gather(pod: pods.Pod, policy: Policy) -> Facts:
@@ -140,9 +141,12 @@ def gather(pod: pods.Pod, policy: Policy) -> Facts:
     placement: placing.Placement | None = None
     if requested and not pod.ephemeral_update:
         profile = _profile(pod, policy, findings)
+        # A pod that asks for several shared resources is refused for it; where that rule is
+        # relaxed it is still pinned, to the classes of the first.
+        pinned = resource or requested[0]
+        replicas = tuple(u.replicas(pinned) for u in usage)
+        placement = placing.place(pod, policy, replicas, pinned, profile)
         if resource is not None:
-            replicas = tuple(u.replicas(resource) for u in usage)
-            placement = placing.place(pod, policy, replicas, resource, profile)
             findings.extend(placement.findings)
     return Facts(
         pod,

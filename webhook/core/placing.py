@@ -39,21 +39,30 @@ class Placement:
     """Where a pod that asks for a shared resource may land, and what was found on the way.
     (A native class of the compiled core, as `facts.Facts`.)"""
 
-    __slots__ = ("classes", "constraints", "findings", "replicas")
+    __slots__ = ("classes", "constraints", "findings", "pinned_to", "replicas", "resource")
 
     def __init__(
         self,
+        resource: str,
         constraints: selecting.Constraints,
         classes: tuple[NodeClass, ...] | None,
         findings: tuple[Finding, ...],
         replicas: tuple[int, ...],
+        *,
+        pinned_to: tuple[NodeClass, ...] | None,
     ) -> None:
+        self.resource: Final = resource
         self.constraints: Final = constraints
         # How many replicas of the resource each container asks for (0: none).
         self.replicas: Final = replicas
         # The classes left after every step; None when a step left none (or could not judge).
         self.classes: Final = classes
         self.findings: Final = findings
+        # Where the pod is pinned: the classes left by the last step that left any. A step
+        # that left none refuses the pod, unless its rule is relaxed (warn, dry-run): the pod
+        # is then admitted, and must still stay on the policy's classes. None only where the
+        # pod's own selection admits no class of the policy (node-selection refuses it).
+        self.pinned_to: Final = pinned_to
 
 
 class Limit(NamedTuple):
@@ -77,12 +86,16 @@ def place(
     `resource` each of its containers asks for."""
     findings: list[Finding] = []
     constraints = selecting.read(pod)
-    classes = _select(pod, policy, resource, constraints, findings)
+    classes = pinned_to = _select(pod, policy, resource, constraints, findings)
     classes = _replicas(pod, replicas, resource, classes, findings)
+    pinned_to = classes or pinned_to
     classes = _mps_limits(
         pod, replicas, resource, profile, policy, candidates=classes, findings=findings
     )
-    return Placement(constraints, classes, tuple(findings), replicas)
+    pinned_to = classes or pinned_to
+    return Placement(
+        resource, constraints, classes, tuple(findings), replicas, pinned_to=pinned_to
+    )
 
 
 def _deny(
@@ -445,21 +458,30 @@ def _over_ceiling(limit: Limit, cls: NodeClass) -> str | None:
 def pin(pod: pods.Pod, placement: Placement) -> list[dict[str, Any]]:
     """The `node-selection` patch: pin the pod to the classes left, and for k > 1 replicas to
     nodes with at least k GPUs."""
-    classes = placement.classes
+    classes = placement.pinned_to
     if not classes:
         return []
-    largest = max(placement.replicas)
-    extra = selecting.min_gpus(classes[0].resource, largest) if largest > 1 else None
+    extra = _count(placement)
     return selecting.plan(pod, placement.constraints, classes, extra=extra)
+
+
+def _count(placement: Placement) -> selecting.Extra:
+    """For k > 1 replicas, nodes with at least k GPUs; none where the classes pinned to have
+    fewer (multi-replica refused them all, in a relaxed mode: the pod stays on them)."""
+    classes = placement.pinned_to or ()
+    largest = max(placement.replicas, default=0)
+    if not classes or largest <= 1 or any(c.gpus_per_node < largest for c in classes):
+        return None
+    return selecting.min_gpus(classes[0].resource, largest)
 
 
 def pin_words(placement: Placement) -> str:
     """The classes a pod is pinned to, and for k > 1 replicas the GPUs per node, in words."""
-    classes = placement.classes or ()
+    classes = placement.pinned_to or ()
     text = "; ".join(selecting.describe_class(c) for c in classes)
-    largest = max(placement.replicas, default=0)
-    if classes and largest > 1:
-        text += f"; and {classes[0].resource}.count > {largest - 1}"
+    extra = _count(placement)
+    if extra is not None:
+        text += f"; and {extra[0]} > {extra[2][0]}"
     return text
 
 

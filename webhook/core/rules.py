@@ -1013,9 +1013,10 @@ def _unavailable(name: str) -> Callable[[Pass], None]:
 
 
 def patch_tolerations(r: Pass) -> None:
-    resource = r.facts.resource
-    if not r.facts.classes or resource is None:
+    placement = r.facts.placement
+    if not r.facts.classes or placement is None:
         return
+    resource = placement.resource
     added = placing.tolerations(r.pod, r.policy, resource)
     if not added:
         return
@@ -1034,7 +1035,7 @@ def patch_node_selection(r: Pass) -> None:
     node that gives it a whole GPU."""
     known = r.facts
     placement = known.placement
-    if placement is None or known.resource is None or placement.classes is None:
+    if placement is None or placement.pinned_to is None:
         return
     ops = placing.pin(r.pod, placement)
     if not ops:
@@ -1044,8 +1045,8 @@ def patch_node_selection(r: Pass) -> None:
             "node-selection",
             ErrorType.REQUIRED,
             "spec.affinity.nodeAffinity" if r.pod.node_terms is not None else "spec.nodeSelector",
-            f"node selection: the pod asks for {known.resource}, and its required node selection"
-            " (",
+            f"node selection: the pod asks for {placement.resource}, and its required node"
+            " selection (",
             FIELD,
             f') does not keep it on the node classes of policy "{r.policy.name}"'
             f" ({placing.pin_words(placement)}), where the mutating webhook pins it: it did not"
