@@ -250,6 +250,16 @@ RULE_CASES = [
         id="user-threads-above-the-profile-where-profiles-are-ceilings",
     ),
     pytest.param(
+        pod(shared(env=[env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "7=1K")])),
+        lab(T4_MPS, profilesAreCeilings=True), [("mps-limits", "main")],
+        'container "main": MPS limit above the profile: CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=7=1K'
+        " (spec.containers[0].env[0]) does not limit device 0 of the 1 it gets (by ordinal: 0"
+        " is its first), which then has the class's ceiling; policy \"lab\" makes profile"
+        ' "medium" (3840M per device) a ceiling. Name each device, or remove it (the webhook'
+        " sets the profile's) (rule mps-limits)",
+        id="memory-limit-of-another-device-where-profiles-are-ceilings",
+    ),
+    pytest.param(
         pod(container(limits={"nvidia.com/gpu": 8})), lab(exclusiveGpus={"allowed": False}),
         [("exclusive-gpus", "main")],
         'container "main": exclusive GPU: it asks for nvidia.com/gpu (whole GPUs), and policy'
@@ -937,6 +947,9 @@ ROUTE_CASES = {
     # The limits a policy sets.
     "mps-memory-above-the-profile": RouteCase(
         0, pod(shared(env=_env(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="0=20G"))),
+        Refused("mps-limits", "main"), policy="limits"),
+    "mps-memory-limit-of-another-device": RouteCase(
+        0, pod(shared(env=_env(CUDA_MPS_PINNED_DEVICE_MEM_LIMIT="7=1K"))),
         Refused("mps-limits", "main"), policy="limits"),
     "more-exclusive-gpus-than-the-policy-allows": RouteCase(
         0, pod(container(limits={"nvidia.com/gpu": 4})), Refused("exclusive-gpus"),

@@ -279,6 +279,11 @@ def parse_memory(raw: str) -> float | None:
     return largest
 
 
+def _ordinals(raw: str) -> set[int]:
+    """The device ordinals a readable memory limit names (not its UUIDs)."""
+    return {int(entry.split("=", 1)[0]) for entry in raw.split(",") if entry[:1].isdigit()}
+
+
 _PARSERS = {names.MPS_THREADS: parse_threads, names.MPS_MEMORY: parse_memory}
 _FORMS = {
     names.MPS_THREADS: "a whole number from 1 to 100",
@@ -336,6 +341,36 @@ def _mps_limits(
                     container=c.name,
                 )
                 continue
+            if (
+                variable == names.MPS_MEMORY
+                and policy.profiles_are_ceilings
+                and from_profile is not None
+                and profile is not None
+                and var.value is not None
+            ):
+                # A device the list does not name runs with the daemon's own limit, the
+                # class's ceiling: where profiles are ceilings, each must be named.
+                unnamed = [n for n in range(replicas[i]) if n not in _ordinals(var.value)]
+                if unnamed:
+                    _deny(
+                        findings,
+                        pod,
+                        "mps-limits",
+                        f"{c.field}.env[{var.position}]",
+                        f'container "{c.name}": MPS limit above the profile:'
+                        f" {variable}={shown_value(var.value)} (",
+                        FIELD,
+                        f") does not limit device {', '.join(map(str, unnamed))} of the"
+                        f" {replicas[i]} it gets (by ordinal: 0 is its first), which then has"
+                        f' the class\'s ceiling; policy "{policy.name}" makes profile'
+                        f' "{profile.name}" ({from_profile}M per device) a ceiling. Name each'
+                        " device, or remove it (the webhook sets the profile's)",
+                        container=c.name,
+                    )
+                    limits.append(
+                        Limit(c.name, variable, from_profile, f'profile "{profile.name}"', False)
+                    )
+                    continue
             over_profile = from_profile is not None and value > from_profile
             if not (over_profile and policy.profiles_are_ceilings):
                 limits.append(
