@@ -64,6 +64,13 @@ REACHED = [
     ("/usr/share/defaults/kata-containers/configuration-qemu.toml", RUNTIME),
     ("/opt/kata/share/defaults/kata-containers/configuration-qemu-nvidia-gpu.toml", RUNTIME),
     ("/run/runc", RUNTIME), ("/var/run/crun", RUNTIME),
+    ("/run/kata-containers/shared/sandboxes", RUNTIME),
+    ("/usr/share/kata-containers/vmlinux.container", RUNTIME),
+    ("/var/run/nri/nri.sock", RUNTIME), ("/etc/nri/conf.json", RUNTIME),
+    ("/opt/nri/plugins", RUNTIME),
+    ("/usr/share/containers/oci/hooks.d/oci-nvidia-hook.json", RUNTIME),
+    ("/usr/libexec/oci/hooks.d", RUNTIME), ("/etc/docker/daemon.json", RUNTIME),
+    ("/etc/rancher/k3s/k3s.yaml", RUNTIME), ("/run/user/0/podman/podman.sock", RUNTIME),
     ("/run/systemd/private", SERVICES), ("/var/run/dbus/system_bus_socket", SERVICES),
     ("/sys/bus/pci/devices/0000:3b:00.0/reset", "sysfs"), ("/proc/1/root", "procfs"),
 ]

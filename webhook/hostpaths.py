@@ -181,8 +181,24 @@ CLASSES: tuple[HostPathClass, ...] = (
             "/etc/kata-containers",
             "/usr/share/defaults/kata-containers",
             "/opt/kata",
+            "/run/kata-containers",
+            "/usr/share/kata-containers",
             "/run/runc",
             "/run/crun",
+            # NRI: a plugin on its socket edits every container the runtime starts (device
+            # nodes, mounts, env).
+            "/run/nri",
+            "/etc/nri",
+            "/opt/nri",
+            # OCI hooks (CRI-O's and Podman's default directories, the NVIDIA hook's among
+            # them) run as root at every container start; the runtimes' configuration.
+            "/usr/share/containers",
+            "/usr/libexec/oci",
+            "/etc/docker",
+            "/etc/rancher",
+            # Root's own runtime directory: a runtime root runs "rootless" keeps its socket
+            # there.
+            "/run/user/0",
         ),
     ),
     HostPathClass(
