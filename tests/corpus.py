@@ -659,6 +659,15 @@ def _model_pod(*debug: dict[str, Any]) -> dict[str, Any]:
     return p
 
 
+def _other_host_pod(*debug: dict[str, Any]) -> dict[str, Any]:
+    """A running pod of policy lab with a hostPath volume of /opt/other, which no entry of
+    its allowedHostPaths allows, mounted by no container; and the ephemeral containers
+    `debug` adds."""
+    p = _model_pod(*debug)
+    p["spec"]["volumes"].append({"name": "other", "hostPath": {"path": "/opt/other"}})
+    return p
+
+
 def _with_mps_pipes(p: dict[str, Any]) -> dict[str, Any]:
     p["spec"]["volumes"] = [{"name": "pipes", "hostPath": {"path": "/run/nvidia/mps"}}]
     return p
@@ -899,6 +908,11 @@ ROUTE_CASES = {
         9, _model_pod(_debug(volumeMounts=[{"name": "models", "mountPath": "/w"}])),
         Refused("host-access", "debugger-x7k2p"), policy="lab", operation="UPDATE",
         sub_resource="ephemeralcontainers", old=_model_pod()),
+    # A pod admitted before the namespace opted in, with a hostPath no entry allows.
+    "kubectl-debug-mounts-a-host-path-no-entry-allows": RouteCase(
+        9, _other_host_pod(_debug(volumeMounts=[{"name": "other", "mountPath": "/o"}])),
+        Refused("host-access", "debugger-x7k2p"), policy="lab", operation="UPDATE",
+        sub_resource="ephemeralcontainers", old=_other_host_pod()),
     # 9. No dependence on Pod Security: baseline's host-access checks where the namespace
     # does not enforce it (no label, or `privileged`).
     "host-pid-in-a-pod-without-gpu": RouteCase(

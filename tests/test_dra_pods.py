@@ -39,6 +39,8 @@ REFUSED_WITHOUT_DRA = (
     " nvidia.com/gpu.shared (rule resource-claims)"
 )
 VOID = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
+# The shipped policies' driver capabilities, set on every container that uses a claim.
+CAPABILITIES = {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,utility"}
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +117,8 @@ def test_the_core_admits_pods_with_claims_under_dra(name: str, loaded: policies.
         decision, result = kube.admit(obj, policy)  # valid, idempotent, validated
         assert decision.allowed, decision.message
         assert result is not None
-        assert decision.mutations == ["visible-devices"]
+        # Its claim containers count as GPU containers: they get the driver capabilities.
+        assert decision.mutations == ["driver-capabilities", "visible-devices"]
     else:
         decision = _admit(obj, policy, "validate")
         assert decision.allowed, decision.message
@@ -273,10 +276,10 @@ def test_a_container_that_uses_a_claim_still_gets_void(
     _, result = kube.admit(pod, loaded.governing("dra"))
     assert result is not None
     envs = _env(result)
-    assert envs == {c["name"]: [VOID] for c in pod["spec"]["containers"]}
+    assert envs == {c["name"]: [CAPABILITIES, VOID] for c in pod["spec"]["containers"]}
     assert result["metadata"]["annotations"] == {
         "gpu-share.io/policy": "dra",
-        "gpu-share.io/mutations": "visible-devices",
+        "gpu-share.io/mutations": "driver-capabilities,visible-devices",
     }
 
 
@@ -293,4 +296,6 @@ async def test_the_api_server_stores_void_on_claim_containers(
         outcome = await cluster.admit(copy.deepcopy(pod), labels=_labels(pod, "dra"))
         assert outcome.allowed, (name, outcome.message)
         assert outcome.stored is not None
-        assert _env(outcome.stored) == {c["name"]: [VOID] for c in pod["spec"]["containers"]}
+        assert _env(outcome.stored) == {
+            c["name"]: [CAPABILITIES, VOID] for c in pod["spec"]["containers"]
+        }

@@ -494,13 +494,14 @@ _KNOWN_CAPABILITIES = typing.get_args(policies.DriverCapability)
 
 def check_driver_capabilities(r: Pass) -> None:
     """A GPU container's NVIDIA_DRIVER_CAPABILITIES within the policy's list: `graphics` and
-    `display` mount device nodes of their own, beyond what the device plugin gave."""
+    `display` mount device nodes of their own, beyond what the device plugin gave. A
+    container that uses a resource claim counts as one (its claim may hold GPUs)."""
     allowed = r.policy.driver_capabilities
     if allowed is None:
         return
     listed = ",".join(allowed)
     for c, used in r.facts.judged:
-        if not used.gpu:
+        if not (used.gpu or c.claims):
             continue
         for var in c.env:
             if var.name != names.DRIVER_CAPABILITIES:
@@ -534,7 +535,7 @@ def patch_driver_capabilities(r: Pass) -> None:
         return
     value = ",".join(allowed)
     for c, used in r.facts.judged:
-        if used.gpu and pods.variable(c, names.DRIVER_CAPABILITIES) is None:
+        if (used.gpu or c.claims) and pods.variable(c, names.DRIVER_CAPABILITIES) is None:
             r.add_env(
                 "driver-capabilities",
                 c,
@@ -878,7 +879,28 @@ def check_host_access(r: Pass) -> None:
                     container=c.name,
                 )
     if pod.ephemeral_update:
-        # The pod's namespaces and volumes were judged when it was created.
+        # The pod's namespaces and volumes were judged when it was created, if the namespace
+        # had opted in then: a container the update adds may not mount a hostPath volume no
+        # entry of allowedHostPaths allows.
+        outside = {v.name: v for v, allowed in volumes if allowed is None}
+        for c, _ in r.facts.judged if outside else ():
+            for m in c.mounts:
+                v = outside.get(m.volume)
+                if v is None:
+                    continue
+                listed = ", ".join(e for e, _ in policy.allowed_host_paths) or "none"
+                r.deny(
+                    "host-access",
+                    ErrorType.FORBIDDEN,
+                    f"{c.field}.volumeMounts[{m.position}]",
+                    f'container "{c.name}": hostPath volume "{v.name}"'
+                    f' ({shown(v.host_path or "", keep="end")}) is not under a path policy'
+                    f' "{policy.name}" allows (allowedHostPaths: {listed}){_NOT_ENFORCED}.'
+                    " Mount another volume (",
+                    FIELD,
+                    ")",
+                    container=c.name,
+                )
         return
     for flag, on, what in (
         (
