@@ -507,3 +507,20 @@ def test_a_broken_document_stops_every_command_with_one_line(
     err = capsys.readouterr().err
     (line,) = err.splitlines()
     assert line.startswith(f"error: {path}: not valid JSON at line 2, column 327 of document 2: ")
+
+
+def test_yaml_whose_aliases_stand_for_too_many_values_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """An alias of an alias of ... doubles at each step: a few hundred bytes that would be
+    written out as gigabytes of JSON. A few anchors, as people write them, are read."""
+    lines = ['data0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    lines += [f"data{i}: &a{i} [{','.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 8)]
+    bomb = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\n" + "\n".join(lines) + "\n"
+    with pytest.raises(InputError, match="stand for more than 1,000,000 values"):
+        documents.parse(bomb, "bomb.yaml")
+    anchors = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  containers:\n"
+        "  - &c {name: a, image: x, env: [{name: A, value: b}]}\n  - *c\n"
+    )
+    assert len(documents.parse(anchors, "pod.yaml")[0]["spec"]["containers"]) == 2

@@ -13,6 +13,7 @@ for every command.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    _buffer_stdout()
     try:
         try:
             return _run(argv)
@@ -75,6 +77,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _discard_output()
         return EXIT_BROKEN_PIPE
+
+
+def _buffer_stdout() -> None:
+    """Under `python -u` (PYTHONUNBUFFERED) stdout writes straight to a raw file, which may
+    take only part of what it is given and say nothing of the rest: a reader gone midway
+    would cut the output short with exit 0. A buffered writer writes it all, or fails."""
+    raw = getattr(sys.stdout, "buffer", None)
+    if isinstance(raw, io.RawIOBase):
+        sys.stdout = io.TextIOWrapper(
+            io.BufferedWriter(raw), encoding=sys.stdout.encoding, errors=sys.stdout.errors
+        )
 
 
 def _discard_output() -> None:

@@ -110,7 +110,7 @@ def load(text: str, source: str) -> list[Any]:
         try:
             return _build(text)
         except _Unusual:
-            return list(yaml.load_all(text, Loader=_FastLoader))
+            return _bounded(list(yaml.load_all(text, Loader=_FastLoader)), source)
     except (yaml.YAMLError, *_MISTAGGED):
         pass
     except RecursionError:
@@ -119,7 +119,7 @@ def load(text: str, source: str) -> list[Any]:
     # column 1" to it, "line 1, column 10" here); the pure-Python parser reads the text
     # again to say where and what. The rare text only libyaml refuses is read on from here.
     try:
-        return list(yaml.load_all(text, Loader=_Loader))
+        return _bounded(list(yaml.load_all(text, Loader=_Loader)), source)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         reason = getattr(exc, "problem", None) or "cannot be parsed"
@@ -140,6 +140,45 @@ def load(text: str, source: str) -> list[Any]:
         raise InputError(
             f"{source}: not valid YAML: a value its tag does not take (such as !!int abc)" + detail
         ) from None
+
+
+# Values a YAML text may stand for once its aliases are followed: a few anchors in a
+# hand-written manifest stand for little more than they hold, while an alias of an alias of
+# ... doubles at each step (a file of a few hundred bytes that stands for billions of values,
+# which printing it as JSON would write out).
+MAX_EXPANDED = 1_000_000
+
+
+def _bounded(docs: list[Any], source: str) -> list[Any]:
+    """`docs` as loaded, or InputError when its aliases make it stand for more than
+    MAX_EXPANDED values (counted once per shared value: the count stops at the bound)."""
+    sizes: dict[int, int] = {}
+
+    def size(value: Any) -> int:
+        if not isinstance(value, dict | list):
+            return 1
+        known = sizes.get(id(value))
+        if known is not None:
+            return known
+        sizes[id(value)] = MAX_EXPANDED + 1  # a value that holds itself is too large
+        items = value.values() if isinstance(value, dict) else value
+        total = 1
+        for item in items:
+            total += size(item)
+            if total > MAX_EXPANDED:
+                break
+        sizes[id(value)] = total
+        return total
+
+    total = 0
+    for doc in docs:
+        total += size(doc)
+        if total > MAX_EXPANDED:
+            raise InputError(
+                f"{source}: its YAML aliases make it stand for more than {MAX_EXPANDED:,}"
+                " values; write the values out, or fewer aliases of aliases"
+            )
+    return docs
 
 
 def describe(obj: dict[str, Any]) -> str:
