@@ -885,16 +885,16 @@ def check_host_access(r: Pass) -> None:
         outside = {v.name: v for v, allowed in volumes if allowed is None}
         for c, _ in r.facts.judged if outside else ():
             for m in c.mounts:
-                v = outside.get(m.volume)
-                if v is None:
+                unallowed = outside.get(m.volume)
+                if unallowed is None:
                     continue
                 listed = ", ".join(e for e, _ in policy.allowed_host_paths) or "none"
                 r.deny(
                     "host-access",
                     ErrorType.FORBIDDEN,
                     f"{c.field}.volumeMounts[{m.position}]",
-                    f'container "{c.name}": hostPath volume "{v.name}"'
-                    f' ({shown(v.host_path or "", keep="end")}) is not under a path policy'
+                    f'container "{c.name}": hostPath volume "{unallowed.name}"'
+                    f' ({shown(unallowed.host_path or "", keep="end")}) is not under a path policy'
                     f' "{policy.name}" allows (allowedHostPaths: {listed}){_NOT_ENFORCED}.'
                     " Mount another volume (",
                     FIELD,
