@@ -217,3 +217,17 @@ def test_the_limits_are_validated_with_the_field_and_the_reason(
     else:
         assert len(problems) == 1, problems
         assert problem in problems[0], problems
+
+
+def test_a_replica_count_a_relaxed_rule_admits_names_no_more_devices_than_a_node_has() -> None:
+    """2.8 trillion replicas, admitted where multi-replica is in warn mode: the MPS limit the
+    webhook writes names the devices a node of the class has, not one per replica (that
+    string would not fit in memory), and a profile ceiling checks as many."""
+    obj = pod(shared(2_807_926_050_458))
+    decision, result = admit(obj, lab(T4_MPS, ruleModes={"multi-replica": "warn"}))
+    assert decision.allowed
+    assert result is not None
+    assert env_of(result)["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=3840M"
+    ceiling = lab(T4_MPS, profilesAreCeilings=True, ruleModes={"multi-replica": "warn"})
+    limited = pod(shared(2_807_926_050_458, env=[env("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "7=1K")]))
+    assert "does not limit device 0 of the 1 it gets" in review(limited, ceiling).message

@@ -279,6 +279,17 @@ def parse_memory(raw: str) -> float | None:
     return largest
 
 
+def devices(replicas: int, classes: Sequence[NodeClass]) -> int:
+    """The devices by ordinal a container asking for `replicas` can see on a node of one of
+    `classes`: no more than such a node has (a count of trillions, admitted where its rule is
+    relaxed, still names a handful)."""
+    return min(replicas, max((c.gpus_per_node for c in classes), default=1), MAX_DEVICES)
+
+
+# More GPUs than any node has: the ordinals a limit may need to name stop here.
+MAX_DEVICES = 64
+
+
 def _ordinals(raw: str) -> set[int]:
     """The device ordinals a readable memory limit names (not its UUIDs)."""
     return {int(entry.split("=", 1)[0]) for entry in raw.split(",") if entry[:1].isdigit()}
@@ -350,7 +361,9 @@ def _mps_limits(
             ):
                 # A device the list does not name runs with the daemon's own limit, the
                 # class's ceiling: where profiles are ceilings, each must be named.
-                unnamed = [n for n in range(replicas[i]) if n not in _ordinals(var.value)]
+                named = _ordinals(var.value)
+                seen = devices(replicas[i], policy.classes_by_resource.get(resource, ()))
+                unnamed = [n for n in range(seen) if n not in named]
                 if unnamed:
                     _deny(
                         findings,
@@ -361,7 +374,7 @@ def _mps_limits(
                         f" {variable}={shown_value(var.value)} (",
                         FIELD,
                         f") does not limit device {', '.join(map(str, unnamed))} of the"
-                        f" {replicas[i]} it gets (by ordinal: 0 is its first), which then has"
+                        f" {seen} it gets (by ordinal: 0 is its first), which then has"
                         f' the class\'s ceiling; policy "{policy.name}" makes profile'
                         f' "{profile.name}" ({from_profile}M per device) a ceiling. Name each'
                         " device, or remove it (the webhook sets the profile's)",

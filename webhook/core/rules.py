@@ -1088,10 +1088,10 @@ def patch_mps_limits(r: Pass) -> None:
     if profile is None or resource is None or not classes or not any(c.mps for c in classes):
         return
     for c, used in known.judged:
-        devices = used.replicas(resource)
-        if not devices:
+        replicas = used.replicas(resource)
+        if not replicas:
             continue
-        new = placing.mps_env(profile, c, devices)
+        new = placing.mps_env(profile, c, placing.devices(replicas, classes))
         if new:
             r.add_env("mps-limits", c, new, f'the MPS limits of profile "{profile.name}"')
 
