@@ -83,14 +83,16 @@ def _buffer_stdout() -> None:
     """Under `python -u` (PYTHONUNBUFFERED) stdout writes straight to a raw file, which may
     take only part of what it is given and say nothing of the rest: a reader gone midway
     would cut the output short with exit 0. A buffered writer writes it all, or fails."""
-    stdout = sys.stdout
-    raw = getattr(stdout, "buffer", None)
-    if stdout is not None and stdout is sys.__stdout__ and isinstance(raw, io.RawIOBase):
+    original = sys.__stdout__
+    if original is None or sys.stdout is not original:
+        return  # not the process's own stdout (a test's capture)
+    raw = getattr(original, "buffer", None)
+    if isinstance(raw, io.RawIOBase):
         # Its own file object on the descriptor: the raw one stays open whatever happens
         # to this one.
         unclosed = io.FileIO(raw.fileno(), "w", closefd=False)
         sys.stdout = io.TextIOWrapper(
-            io.BufferedWriter(unclosed), encoding=stdout.encoding, errors=stdout.errors
+            io.BufferedWriter(unclosed), encoding=original.encoding, errors=original.errors
         )
 
 
