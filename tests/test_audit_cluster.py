@@ -510,14 +510,15 @@ async def test_a_namespace_too_large_for_one_report_is_written_in_parts_and_shri
     assert len(parts) >= 3
     assert {r["metadata"]["name"] for r in parts} == {
         "gpu-share-webhook", *(f"gpu-share-webhook-{i}" for i in range(2, len(parts) + 1))}
-    assert sum(len(r["results"]) for r in parts) == 120 * 4
+    # runtime-class, tolerations, node-selection, mps-limits and driver-capabilities, each pod.
+    assert sum(len(r["results"]) for r in parts) == 120 * 5
     for i in range(110):
         kube.remove("v1", "Pod", f"job-{i:05d}-{'x' * 60}", "big")
     run = await audit(capsys, kube, files, "-o", "policyreport", "--write-reports")
     assert run.code == 0
     left = kube.objects("wgpolicyk8s.io/v1alpha2", "PolicyReport", "big")
     assert [r["metadata"]["name"] for r in left] == ["gpu-share-webhook"]
-    assert len(left[0]["results"]) == 10 * 4
+    assert len(left[0]["results"]) == 10 * 5
 
 
 def test_what_is_listed_is_every_kind_the_audit_judges() -> None:

@@ -403,7 +403,8 @@ def test_mutate_reviews_what_the_rendered_configurations_send_and_decides_as_the
 
 # What each published manifest gets under each shipped policy: "mutated" (every object with a
 # pod template changes), "untouched", or "denied: <rule phrase>". Under not-renamed, whose
-# shared GPU is `nvidia.com/gpu`, a `nvidia.com/gpu.shared` request is not allowed.
+# shared GPU is `nvidia.com/gpu`, a `nvidia.com/gpu.shared` request is not allowed. A whole
+# GPU under default is "mutated" too: the shipped policies set its driver capabilities.
 REAL = {
     "01-pre6g-yolo26-3inst.yaml": ("mutated", "denied: (rule resource-not-allowed)"),
     "03-pre6g-shared-gpu-runtimeclass-job.yaml": ("mutated", "denied: (rule resource-not-allowed)"),
@@ -417,28 +418,28 @@ REAL = {
     "10-etherport-ollama-gpushared-limits-only.yaml": (
         "mutated", "denied: (rule resource-not-allowed)"),
     "13-pre6g-test-gpu-shared-4pods.yaml": ("mutated", "denied: (rule resource-not-allowed)"),
-    "17-selectel-triton-timeslicing-t4-shared.yaml": ("untouched", "mutated"),
-    "19-eks-time-slicing-verification.yaml": ("untouched", "mutated"),
+    "17-selectel-triton-timeslicing-t4-shared.yaml": ("mutated", "mutated"),
+    "19-eks-time-slicing-verification.yaml": ("mutated", "mutated"),
     "20-data-on-eks-timeslicing-test-hostpid.yaml": (
         "denied: (rule host-namespaces)", "denied: (rule host-namespaces)"),
-    "23-nvdp-e2e-job-quoted.yaml": ("untouched", "mutated"),
+    "23-nvdp-e2e-job-quoted.yaml": ("mutated", "mutated"),
     "24-gke-vit-statefulset-privileged.yaml": ("denied: (rule privileged)",
                                                "denied: (rule privileged)"),
     # The init container (a native sidecar) asks for no GPU: it is hidden from them.
     "26-giex-vllm-native-sidecar-initcontainer.yaml": ("mutated", "mutated"),
-    "29-autopilot-cronjob-8gpu.yaml": ("untouched", "denied: (rule multi-replica)"),
-    "31-gpu-burn-kind-first-custom-toleration.yaml": ("untouched", "mutated"),
-    "33-gardenlinux-gpu-pod-leading-blank.yaml": ("untouched", "mutated"),
+    "29-autopilot-cronjob-8gpu.yaml": ("mutated", "denied: (rule multi-replica)"),
+    "31-gpu-burn-kind-first-custom-toleration.yaml": ("mutated", "mutated"),
+    "33-gardenlinux-gpu-pod-leading-blank.yaml": ("mutated", "mutated"),
     # A Kubeflow PyTorchJob, a kind of webhook/workload-kinds.yaml: its templates ask for
     # nvidia.com/gpu, which is the shared resource under not-renamed only.
-    "C1-kubeflow-pytorchjob-nccl.yaml": ("untouched", "mutated"),
+    "C1-kubeflow-pytorchjob-nccl.yaml": ("mutated", "mutated"),
 }
 
 
 # In a namespace that enforces Pod Security baseline, host-access leaves hostPaths to Pod
 # Security: the model caches come out as they did before issue 19.
 REAL_UNDER_BASELINE = {
-    "07-tokenlabs-qwen36-vllm-anchors.yaml": "untouched",
+    "07-tokenlabs-qwen36-vllm-anchors.yaml": "mutated",
     "08-iet-transformers-mps.yaml": "mutated",
 }
 
