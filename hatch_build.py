@@ -31,18 +31,18 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 # The modules of the request path. Their imports outside this list (pydantic models,
 # orjson) stay ordinary Python.
 COMPILED = (
-    "webhook/core/decisions.py",
-    "webhook/core/quantities.py",
-    "webhook/core/pods.py",
-    "webhook/core/selecting.py",
-    "webhook/core/placing.py",
-    "webhook/core/facts.py",
-    "webhook/core/rules.py",
-    "webhook/core/recording.py",
-    "webhook/core/nearmisses.py",
-    "webhook/core/claims.py",
-    "webhook/core/reviewing.py",
-    "webhook/reviews.py",
+    "webhook/engine/decision.py",
+    "webhook/policy/quantities.py",
+    "webhook/engine/view.py",
+    "webhook/engine/selection.py",
+    "webhook/engine/placing.py",
+    "webhook/engine/facts.py",
+    "webhook/engine/rules.py",
+    "webhook/engine/record.py",
+    "webhook/engine/hints.py",
+    "webhook/engine/claims.py",
+    "webhook/engine/reviewing.py",
+    "webhook/server/codec.py",
 )
 
 _SETUP = """

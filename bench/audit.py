@@ -59,8 +59,9 @@ sys.path.append(str(REPO / "bench"))
 
 from core import container  # noqa: E402  bench/core.py: a defaulted container
 
-from webhook import auditing, kinds, policies  # noqa: E402
-from webhook.commands import audit as command  # noqa: E402
+from webhook.policy import kinds, policies  # noqa: E402
+from webhook.tools import audit as command  # noqa: E402
+from webhook.tools import auditing
 
 POLICIES = REPO / "policies"
 OPTED_IN = {"gpu-share.io/enabled": "true"}

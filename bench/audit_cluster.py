@@ -1,5 +1,5 @@
 """Seconds, peak memory and requests of `gpu-share-webhook audit --cluster`, against the
-stand-in of the Kubernetes API (tests/kube_api.py) serving the dumps of bench/audit.py.
+stand-in of the Kubernetes API (tests/support/kube_api.py) serving the dumps of bench/audit.py.
 
     python bench/audit_cluster.py [--sizes 1000 10000] [--page-sizes 100 500 1000]
                                   [--repeat 1] [--managed-fields] [--validate]
@@ -26,7 +26,7 @@ The stand-in serves each object as it is stored, with its `status`, and without
 `metadata.managedFields` unless `--managed-fields` (the stand-in then owns every field as one
 manager: fewer bytes than a real API server's per-container entries, more than none); the
 audit drops both as each page is read. `--validate` makes the stand-in check every written
-report against the report CRDs' schemas (tests/report_schemas.py; its CPU seconds grow).
+report against the report CRDs' schemas (tests/support/report_schemas.py; its CPU seconds grow).
 The stand-in is the tests' own (it reads JSON bodies with `json` and takes bodies of up to
 the API server's 3 MiB, as the bench once had to make it).
 
@@ -60,8 +60,8 @@ sys.path.append(str(REPO / "bench"))
 
 import audit  # noqa: E402  bench/audit.py: the dumps and the command runs
 
-from tests import kube_api, report_schemas  # noqa: E402
-from webhook import kinds  # noqa: E402
+from tests.support import kube_api, report_schemas  # noqa: E402
+from webhook.policy import kinds  # noqa: E402
 
 # The report API the write runs use (the chart's default).
 OUTPUT = "policyreport"

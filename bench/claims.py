@@ -1,5 +1,5 @@
 """What reviewing ResourceClaims and ResourceClaimTemplates costs (issue 22): the admission
-codec in process (`reviews.review`, AdmissionReview bytes in, response bytes out) under the
+codec in process (`codec.review`, AdmissionReview bytes in, response bytes out) under the
 shipped policy `dra`, both endpoints, on one core (the process pins itself to one CPU).
 
     python bench/claims.py [--seconds 1.5] [--rounds 5] [--claims 4096] [--seed 22]
@@ -16,7 +16,7 @@ Prints three markdown tables:
    counts and classes, profile annotations, own MPS configs vary; each checked against the
    1.37 schemas when written), reviewed in turn, against the same bodies each replayed 16
    times in a row (the same mix, warm) and against one of median size replayed, with and
-   without serve's answer cache (`reviews.Answers` of `--cache-size` 2048, which keeps only
+   without serve's answer cache (`codec.Answers` of `--cache-size` 2048, which keeps only
    Pod answers but is looked up for every body); reviews/s over the whole time;
 3. hostile bodies: each reviewed alone, the best of `--rounds` (fewer when a review takes
    seconds), at full size and at half (growth: about 2 when linear, 4 when quadratic),
@@ -55,12 +55,13 @@ sys.path.append(str(REPO / "bench"))
 from core import pod  # noqa: E402  bench/core.py: the pod the API server hands webhooks
 from core import review_body as pod_review_body  # noqa: E402
 
-from webhook import names, policies, reviews  # noqa: E402
-from webhook.core import reviewing  # noqa: E402
+from webhook.engine import reviewing  # noqa: E402
+from webhook.policy import names, policies
+from webhook.server import codec  # noqa: E402
 
 BUILD = "compiled (mypyc)" if not reviewing.__file__.endswith(".py") else "pure Python"
 POLICY = "dra"
-ENDPOINTS: tuple[reviews.Endpoint, ...] = ("mutate", "validate")
+ENDPOINTS: tuple[codec.Endpoint, ...] = ("mutate", "validate")
 UID = "705ab4f5-6393-11e8-b7cc-42010a800002"
 GPU = names.DRA_GPU_CLASS
 MIG = names.DRA_MIG_CLASS
@@ -340,14 +341,14 @@ class Loaded(NamedTuple):
     policies: policies.PolicySet
 
     def review(
-        self, body: bytes, endpoint: reviews.Endpoint, answers: reviews.Answers | None = None
-    ) -> reviews.Outcome:
-        return reviews.review(
+        self, body: bytes, endpoint: codec.Endpoint, answers: codec.Answers | None = None
+    ) -> codec.Outcome:
+        return codec.review(
             body, policies=self.policies, policy_name=POLICY, endpoint=endpoint, answers=answers
         )
 
 
-def outcome_of(out: reviews.Outcome) -> str:
+def outcome_of(out: codec.Outcome) -> str:
     """What the review decided, in a few words."""
     decision = out.decision
     if not decision.allowed:
@@ -357,7 +358,7 @@ def outcome_of(out: reviews.Outcome) -> str:
     return "allowed"
 
 
-def as_mutated(obj: dict[str, Any], out: reviews.Outcome) -> dict[str, Any]:
+def as_mutated(obj: dict[str, Any], out: codec.Outcome) -> dict[str, Any]:
     """`obj` as the API server stores it after the mutating review (its patch applied)."""
     patch = out.decision.patch
     if not patch:
@@ -374,9 +375,9 @@ class Stream:
         self,
         loaded: Loaded,
         bodies: Sequence[bytes],
-        endpoint: reviews.Endpoint,
+        endpoint: codec.Endpoint,
         *,
-        answers: reviews.Answers | None = None,
+        answers: codec.Answers | None = None,
         repeat: int = 1,
     ) -> None:
         self.loaded = loaded
@@ -642,14 +643,14 @@ def claim_padded(pad: str) -> dict[str, Any]:
 
 class Timed(NamedTuple):
     ms: float
-    out: reviews.Outcome | None
+    out: codec.Outcome | None
     error: str  # "" when the review answered
 
 
-def best_of(loaded: Loaded, body: bytes, endpoint: reviews.Endpoint, rounds: int) -> Timed:
+def best_of(loaded: Loaded, body: bytes, endpoint: codec.Endpoint, rounds: int) -> Timed:
     """The fastest of `rounds` reviews of `body` (fewer when they take `BUDGET` seconds)."""
     best = float("inf")
-    out: reviews.Outcome | None = None
+    out: codec.Outcome | None = None
     error = ""
     spent = 0.0
     for _ in range(rounds):
@@ -706,7 +707,7 @@ def ordinary(loaded: Loaded, seconds: float) -> None:
         ("claim, 4 requests, 2 firstAvailable", four_requests()),
         ("claim of a NIC class", nic_claim()),
     ]
-    rows: list[tuple[str, reviews.Endpoint, int, str, Stream]] = []
+    rows: list[tuple[str, codec.Endpoint, int, str, Stream]] = []
     for label, obj in objects:
         if obj is None:
             pod_obj = pod(1)
@@ -737,7 +738,7 @@ def ordinary(loaded: Loaded, seconds: float) -> None:
 def distinct(loaded: Loaded, seconds: float, n: int, seed: int) -> None:
     objects = distinct_claims(n, seed)
     rng = random.Random(seed + 1)
-    bodies: dict[reviews.Endpoint, list[bytes]] = {"mutate": [], "validate": []}
+    bodies: dict[codec.Endpoint, list[bytes]] = {"mutate": [], "validate": []}
     said: dict[str, int] = {}
     for obj in objects:
         uid = f"{rng.getrandbits(32):08x}-6393-11e8-b7cc-{rng.getrandbits(48):012x}"
@@ -755,7 +756,7 @@ def distinct(loaded: Loaded, seconds: float, n: int, seed: int) -> None:
     )
     print()
     median = sorted(range(n), key=lambda i: len(bodies["mutate"][i]))[n // 2]
-    rows: list[tuple[str, str, reviews.Endpoint, Stream]] = []
+    rows: list[tuple[str, str, codec.Endpoint, Stream]] = []
     for endpoint in ENDPOINTS:
         for cache in ("none", f"serve's ({CACHE_SIZE})"):
             for label, stream_bodies, repeat in (
@@ -763,7 +764,7 @@ def distinct(loaded: Loaded, seconds: float, n: int, seed: int) -> None:
                 (f"the same, each {REPEAT} times in a row", bodies[endpoint], REPEAT),
                 ("one (of median size) replayed", bodies[endpoint][median : median + 1], 1),
             ):
-                answers = reviews.Answers(CACHE_SIZE) if cache != "none" else None
+                answers = codec.Answers(CACHE_SIZE) if cache != "none" else None
                 stream = Stream(loaded, stream_bodies, endpoint, answers=answers, repeat=repeat)
                 rows.append((label, cache, endpoint, stream))
     take_turns([row[-1] for row in rows], seconds)

@@ -7,7 +7,7 @@ Prints a table for a one-container pod (with a shared GPU, and without: a pod th
 none only gets NVIDIA_VISIBLE_DEVICES=void, and must cost less), a five-container pod with
 init containers and a fifty-container pod, each as a fresh review to mutate, plus the cost
 per container (which should stay flat: cost grows linearly with containers), and the same
-review answered from the answer cache (`reviews.Answers`: a later pod of the same Deployment,
+review answered from the answer cache (`codec.Answers`: a later pod of the same Deployment,
 not parsed). Compare rows of one run: these machines are shared, so absolute figures move
 from run to run.
 
@@ -32,8 +32,9 @@ REPO = Path(__file__).resolve().parent.parent
 # hatch_build.py), else this checkout.
 sys.path.append(str(REPO))
 
-from webhook import policies, reviews  # noqa: E402
-from webhook.core import reviewing  # noqa: E402
+from webhook.engine import reviewing  # noqa: E402
+from webhook.policy import policies
+from webhook.server import codec  # noqa: E402
 
 BUILD = "compiled (mypyc)" if not reviewing.__file__.endswith(".py") else "pure Python"
 
@@ -169,13 +170,13 @@ def measure(
     loaded: policies.PolicySet,
     policy: str,
     seconds: float,
-    answers: reviews.Answers | None = None,
+    answers: codec.Answers | None = None,
 ) -> tuple[float, int]:
     """Reviews per second over about `seconds`, in batches, best batch of the run; with
     `answers`, of the body answered from that cache (as a Deployment's later pods are)."""
 
     def once() -> bytes:
-        return reviews.review(
+        return codec.review(
             body, policies=loaded, policy_name=policy, endpoint="mutate", answers=answers
         ).body
 
@@ -215,7 +216,7 @@ def main() -> int:
     for label, obj, n in rows:
         body = review_body(copy.deepcopy(obj))
         rate, _ = measure(body, loaded, args.policy, args.seconds)
-        answered, _ = measure(body, loaded, args.policy, args.seconds, reviews.Answers(16))
+        answered, _ = measure(body, loaded, args.policy, args.seconds, codec.Answers(16))
         us = 1e6 / rate
         print(
             f"{label:<24}{len(body):>14}{rate:>12,.0f}{us:>11.1f}{us / n:>14.1f}"

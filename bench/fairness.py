@@ -76,8 +76,8 @@ except ImportError:  # not on every platform: the clients run on asyncio's loop
 import soak  # noqa: E402  bench/soak.py: the pod, the request, the exchange
 from soak import bump, percentile, probe_healthz  # noqa: E402
 
-from tests import fuzzing  # noqa: E402
-from tests import server_helpers as h  # noqa: E402
+from tests.support import fuzzing  # noqa: E402
+from tests.support import server_helpers as h  # noqa: E402
 
 API_SERVER = "127.0.0.2"
 FLOOD = "127.0.0.1"

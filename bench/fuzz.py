@@ -6,8 +6,8 @@
 
 Starts `python -m webhook serve` on free loopback ports in a directory of its own (its own
 CA and serving certificate, the repository's policies, its log in a file: the way
-tests/server_helpers.py runs it), generates --count cases from the strategies of
-tests/fuzzing.py (the ones tests/test_fuzz.py runs a few thousand of, derandomized; random
+tests/support/server_helpers.py runs it), generates --count cases from the strategies of
+tests/support/fuzzing.py (the ones tests/server/test_fuzz.py runs a few thousand of, derandomized; random
 here, --seed repeats a run) in --generators processes of their own (each limited to
 --generator-memory MB of address space: one that needs more stops with the seed of its batch
 rather than taking the machine), and sends them over
@@ -56,8 +56,8 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 from hypothesis import HealthCheck, Phase, given, seed, settings  # noqa: E402
 from soak import percentile, start_directory, status_of  # noqa: E402  bench/soak.py
 
-from tests import fuzzing  # noqa: E402
-from tests import server_helpers as h  # noqa: E402
+from tests.support import fuzzing  # noqa: E402
+from tests.support import server_helpers as h  # noqa: E402
 
 # Cases per generator batch (one hypothesis run each, with a seed of its own).
 BATCH = 1000
@@ -127,8 +127,8 @@ def generate(
         except MemoryError:
             print(
                 f"the case generator ran out of its {memory_mb:,} MB making the batch of seed"
-                f" {batch_seed}: a strategy of tests/fuzzing.py grows without bound"
-                " (tests/test_generators.py should have caught it)",
+                f" {batch_seed}: a strategy of tests/support/fuzzing.py grows without bound"
+                " (tests/tools/test_generators.py should have caught it)",
                 file=sys.stderr,
                 flush=True,
             )
@@ -336,7 +336,7 @@ def _next_batch(out: Any, generators: list[Any], making: list[Any]) -> list[fuzz
                 if any(p.exitcode in (OUT_OF_MEMORY, -signal.SIGSEGV) for p, _ in dead):
                     # SIGSEGV: orjson does not survive an allocation that fails.
                     message += (
-                        ": out of its --generator-memory, a strategy of tests/fuzzing.py that"
+                        ": out of its --generator-memory, a strategy of tests/support/fuzzing.py that"
                         " grows without bound (python bench/fuzz.py --help)"
                     )
                 raise SystemExit(message) from None

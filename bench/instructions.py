@@ -51,8 +51,9 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 import server as bench  # noqa: E402  bench/server.py: bodies, servers, process helpers
 from server import Body  # noqa: E402
 
-from tests import server_helpers as h  # noqa: E402  the TLS connection the tests speak over
-from webhook import policies, reviews  # noqa: E402
+from tests.support import server_helpers as h  # noqa: E402  the TLS connection the tests speak over
+from webhook.policy import policies
+from webhook.server import codec  # noqa: E402
 
 
 def log_says(pattern: str) -> Callable[[subprocess.Popen[bytes], Path], object]:
@@ -253,7 +254,7 @@ def answered(body: Body) -> list[tuple[bytes, bytes]]:
         return [(body.data, body.expected)]
     loaded = policies.load_directory(REPO / "policies")
     return [
-        (data, reviews.review(data, policies=loaded, policy_name="default", endpoint="mutate").body)
+        (data, codec.review(data, policies=loaded, policy_name="default", endpoint="mutate").body)
         for data in body.file.read_bytes().splitlines()
     ]
 

@@ -1,5 +1,5 @@
 """What telling near misses costs a review, on ordinary pods and on objects built to make it
-expensive: each body reviewed as the server reviews it (`reviews.review`, mutate), with the
+expensive: each body reviewed as the server reviews it (`codec.review`, mutate), with the
 near-miss checks and with them switched off, in one run.
 
     python bench/near_misses.py [--rounds 5]
@@ -8,8 +8,8 @@ Prints, per body: its size, the best time of a review with the checks and withou
 ratio, and the warnings sent. The hostile bodies are what a user could send through the API
 server (up to its ~3 MB request limit): tens of thousands of annotation keys, labels or
 resource names that pass the cheap filter (`gpu-share.io/p1`, `nvidia.com/gpux1`), and one
-huge key. Before the budget (`nearmisses.Budget`) the worst of them took a minute; each now
-costs a pass over its names and at most `nearmisses.LOOKS` fuzzy matches.
+huge key. Before the budget (`hints.Budget`) the worst of them took a minute; each now
+costs a pass over its names and at most `hints.LOOKS` fuzzy matches.
 """
 
 from __future__ import annotations
@@ -24,8 +24,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.append(str(REPO))
 
-from webhook import policies, reviews  # noqa: E402
-from webhook.core import nearmisses  # noqa: E402
+from webhook.engine import hints  # noqa: E402
+from webhook.policy import policies
+from webhook.server import codec  # noqa: E402
 
 
 def _body(obj: dict[str, Any], kind: str = "Pod", resource: str = "pods") -> bytes:
@@ -107,7 +108,7 @@ def _best(body: bytes, endpoint: str, loaded: policies.PolicySet, rounds: int) -
     best = float("inf")
     for _ in range(rounds):
         start = time.perf_counter()
-        reviews.review(body, policies=loaded, policy_name="default", endpoint=endpoint)
+        codec.review(body, policies=loaded, policy_name="default", endpoint=endpoint)
         best = min(best, time.perf_counter() - start)
     return best
 
@@ -116,7 +117,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
-    if not nearmisses.__file__.endswith(".py"):
+    if not hints.__file__.endswith(".py"):
         # Calls between the compiled modules go straight to the compiled functions: replacing
         # the module's attributes would switch nothing off, and "without" would equal "with".
         print(
@@ -135,22 +136,22 @@ def main() -> int:
             "workload_warnings",
         )
     }
-    real_namespace = reviews.namespaces.label_warnings
+    real_namespace = codec.namespaces.label_warnings
     print(f"{'body':40} {'MB':>6} {'with ms':>9} {'without ms':>11} {'ratio':>6} {'warnings':>9}")
     for name, body in BODIES.items():
         endpoint = "validate" if "namespace" in name else "mutate"
         with_checks = _best(body, endpoint, loaded, args.rounds)
-        out = reviews.review(body, policies=loaded, policy_name="default", endpoint=endpoint)
+        out = codec.review(body, policies=loaded, policy_name="default", endpoint=endpoint)
         warned = len(json.loads(out.body)["response"].get("warnings") or [])
         for attr in real:
             setattr(nearmisses, attr, lambda *_a, **_k: [])
-        reviews.namespaces.label_warnings = lambda *_a, **_k: []  # type: ignore[assignment]
+        codec.namespaces.label_warnings = lambda *_a, **_k: []  # type: ignore[assignment]
         try:
             without = _best(body, endpoint, loaded, args.rounds)
         finally:
             for attr, function in real.items():
                 setattr(nearmisses, attr, function)
-            reviews.namespaces.label_warnings = real_namespace  # type: ignore[assignment]
+            codec.namespaces.label_warnings = real_namespace  # type: ignore[assignment]
         print(
             f"{name:40} {len(body) / 1e6:6.2f} {with_checks * 1e3:9.2f} {without * 1e3:11.2f}"
             f" {with_checks / without:6.2f} {warned:9d}"

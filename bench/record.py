@@ -4,8 +4,8 @@ review log line of one request, against the target of 10 us for both together.
     python bench/record.py [--seconds 2]
 
 Builds the server's application as `serve` does (`create_app(settings, review_log=...)`,
-settings as tests/server_helpers.py makes them: fresh certificates, the shipped policies),
-takes its `POST /mutate` route and times `admission.Route.record` on real `reviews.review` outcomes
+settings as tests/support/server_helpers.py makes them: fresh certificates, the shipped policies),
+takes its `POST /mutate` route and times `admission.Route.record` on real `codec.review` outcomes
 of bench/core.py's pod(1) and pod(50) reviews: `Metrics.count_review` (a review counted
 and its latency observed, in plain Python until `Metrics.publish`) and the review line,
 made by `logs.review_line` and written by `logs.JsonLines` to an unbuffered
@@ -39,12 +39,15 @@ sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
 import core  # noqa: E402  bench/core.py: the review bodies
 
-from tests import server_helpers as h  # noqa: E402
-from webhook import reviews  # noqa: E402
-from webhook.transport import app as server  # noqa: E402
-from webhook.transport import logs, states  # noqa: E402
-from webhook.transport.logs import JsonLines  # noqa: E402
-from webhook.transport.metrics import ALLOWED  # noqa: E402
+from tests.support import server_helpers as h  # noqa: E402
+from webhook.server import app as server  # noqa: E402
+from webhook.server import (  # noqa: E402
+    codec,  # noqa: E402
+    logs,
+    states,
+)
+from webhook.server.logs import JsonLines  # noqa: E402
+from webhook.server.metrics import ALLOWED  # noqa: E402
 
 TARGET_US = 10.0
 
@@ -70,7 +73,7 @@ def best_us(call: Callable[[], object], seconds: float) -> float:
     return best * 1e6
 
 
-def write_line(log: JsonLines, outcome: reviews.Outcome, seconds: float) -> None:
+def write_line(log: JsonLines, outcome: codec.Outcome, seconds: float) -> None:
     log(logs.review_line(outcome, "mutate", "default", seconds))
 
 
@@ -83,7 +86,7 @@ async def measure(directory: Path, seconds: float) -> list[tuple[str, str, float
         for n in (1, 50):
             body = core.review_body(core.pod(n))
             started = time.perf_counter()
-            outcome = reviews.review(
+            outcome = codec.review(
                 body, policies=policy_set, policy_name="default", endpoint="mutate"
             )
             # The handler's `seconds`: receiving and reviewing (the histogram bucket it hits).

@@ -4,26 +4,26 @@ on its own over a stream of bench/server.py's reviews, in us per review.
     python bench/request_path.py [--stream mixed] [--pods 5000] [--deployments 10]
                                  [--seconds 2]
 
-The steps of `reviews.review` as `serve` calls it (with its answer cache, `--cache-size`
+The steps of `codec.review` as `serve` calls it (with its answer cache, `--cache-size`
 2048) and of `admission.Route.record`, each timed alone on every review of the stream in
 turn (the best pass over about --seconds; one core: the process pins itself to one CPU, as
 bench/core.py). On the mixed stream (distinct pods) every cache lookup misses; on the
 replicas stream (the pods of a few Deployments) every review after the first of its
 Deployment is answered from the answer cache. Rows:
 
-- answer cache: the body's shape (`reviews.shape`, its key), the lookup, and on a miss
-  what is kept of the answer (`reviews._entry` and `Answers.put`);
-- parse: `reviews.parse` (orjson and the Request);
-- core: the pod's view (`pods.templates`, `pods.read`); what is worked out of it before
-  the rules (`facts.gather`: GPU usage, profile, placement); the rest of `reviews.decide`
+- answer cache: the body's shape (`codec.shape`, its key), the lookup, and on a miss
+  what is kept of the answer (`codec._entry` and `Answers.put`);
+- parse: `codec.parse` (orjson and the Request);
+- core: the pod's view (`view.templates`, `view.read`); what is worked out of it before
+  the rules (`facts.gather`: GPU usage, profile, placement); the rest of `codec.decide`
   (the checks and patches of the policy's table, the record, the decision's assembly);
 - encode, summary: the response body and what the log line and metrics read of it;
-- total: `reviews.review` as serve calls it, with the answer cache and with none (what
+- total: `codec.review` as serve calls it, with the answer cache and with none (what
   `--cache-size 0` runs);
 - metrics: `Metrics.count_review`; review line: `logs.review_line` and `logs.JsonLines`
   writing it to a file (as bench/server.py's serve writes its standard error to a log file)
   and to /dev/null;
-- gc: the collector's pauses (gc.callbacks) while `reviews.review` runs, after a
+- gc: the collector's pauses (gc.callbacks) while `codec.review` runs, after a
   `gc.freeze()` as `serve` makes at start.
 
 What it does not see: TLS, aiohttp and the handler around the review (bench/server.py and
@@ -54,11 +54,11 @@ sys.path.append(str(REPO))
 
 import orjson  # noqa: E402
 
-from webhook import certificates, policies, reviews  # noqa: E402
-from webhook.core import facts, pods, reviewing  # noqa: E402
-from webhook.transport import app as server  # noqa: E402
-from webhook.transport import configuration, logs  # noqa: E402
-from webhook.transport.metrics import ALLOWED  # noqa: E402
+from webhook.engine import facts, reviewing, view  # noqa: E402
+from webhook.policy import policies  # noqa: E402
+from webhook.server import app as server  # noqa: E402
+from webhook.server import certificates, codec, configuration, logs  # noqa: E402
+from webhook.server.metrics import ALLOWED  # noqa: E402
 
 sys.path.insert(0, str(REPO / "bench"))
 import server as bench  # noqa: E402  bench/server.py: the streams
@@ -125,25 +125,25 @@ async def measure(bodies: list[bytes], directory: Path, seconds: float) -> list[
         return lambda: items
 
     # What each step starts from, made once (untimed).
-    shapes = [reviews.shape(body) for body in bodies]
+    shapes = [codec.shape(body) for body in bodies]
     assert all(shape is not None for shape in shapes)
-    requests = [reviews.parse(body) for body in bodies]
+    requests = [codec.parse(body) for body in bodies]
     decisions = [
-        reviews.decide(r, policies=loaded, policy_name="default", endpoint=ENDPOINT)
+        codec.decide(r, policies=loaded, policy_name="default", endpoint=ENDPOINT)
         for r in requests
     ]
     outcomes = [
-        reviews.Outcome(r, d, reviews.encode(r.uid, d), reviews.summary(d))
+        codec.Outcome(r, d, codec.encode(r.uid, d), codec.summary(d))
         for r, d in zip(requests, decisions, strict=True)
     ]
     patches = [orjson.dumps(d.patch) if d.patch else b"" for d in decisions]
 
-    def views() -> list[pods.Pod]:
-        return [pods.read(pods.templates(r.object or {})[0][0]) for r in requests]
+    def views() -> list[view.Pod]:
+        return [view.read(view.templates(r.object or {})[0][0]) for r in requests]
 
-    def serve_review(answers: reviews.Answers | None) -> Callable[[bytes], Any]:
+    def serve_review(answers: codec.Answers | None) -> Callable[[bytes], Any]:
         def call(body: bytes) -> Any:
-            return reviews.review(
+            return codec.review(
                 body, policies=loaded, policy_name="default", endpoint=ENDPOINT, answers=answers
             )
 
@@ -151,51 +151,51 @@ async def measure(bodies: list[bytes], directory: Path, seconds: float) -> list[
 
     # The answer cache as serve has it: each review of the stream once before the timing,
     # so that it is as full as on a server that runs for a while.
-    answers = reviews.Answers(size)
+    answers = codec.Answers(size)
     cache_full = serve_review(answers)
     for body in bodies:
         cache_full(body)
     gc.collect()
     gc.freeze()  # as serve does once started
 
-    row("answer cache: shape (its key)", reviews.shape, same(bodies))
+    row("answer cache: shape (its key)", codec.shape, same(bodies))
     looked_up = row(
         "answer cache: shape and lookup",
-        lambda body: answers.get((policy, ENDPOINT, reviews.shape(body).key)),  # type: ignore[union-attr]
+        lambda body: answers.get((policy, ENDPOINT, codec.shape(body).key)),  # type: ignore[union-attr]
         same(bodies),
     )
     rows[-1] = ("answer cache: lookup alone", looked_up - rows[-2][1])
-    row("parse", reviews.parse, same(bodies))
+    row("parse", codec.parse, same(bodies))
     view_us = row(
-        "core: view (pods.templates, pods.read)",
-        lambda r: pods.read(pods.templates(r.object)[0][0]),
+        "core: view (view.templates, view.read)",
+        lambda r: view.read(view.templates(r.object)[0][0]),
         same(requests),
     )
     row("core: facts (facts.gather)", lambda view: facts.gather(view, policy), views)
     decided = per_review(
-        lambda r: reviews.decide(r, policies=loaded, policy_name="default", endpoint=ENDPOINT),
+        lambda r: codec.decide(r, policies=loaded, policy_name="default", endpoint=ENDPOINT),
         same(requests),
         seconds,
     )
     rows.append(("core: the rest (rules, record, assembly)", decided - view_us - rows[-1][1]))
-    rows.append(("core: reviews.decide", decided))
-    row("encode", lambda o: reviews.encode(o.request.uid, o.decision), same(outcomes))
-    row("summary", lambda o: reviews.summary(o.decision), same(outcomes))
-    fresh_answers: list[reviews.Answers] = []
+    rows.append(("core: codec.decide", decided))
+    row("encode", lambda o: codec.encode(o.request.uid, o.decision), same(outcomes))
+    row("summary", lambda o: codec.summary(o.decision), same(outcomes))
+    fresh_answers: list[codec.Answers] = []
 
-    def entries() -> list[tuple[reviews.Outcome, reviews.Shape, bytes]]:
-        fresh_answers[:] = [reviews.Answers(size)]
+    def entries() -> list[tuple[codec.Outcome, codec.Shape, bytes]]:
+        fresh_answers[:] = [codec.Answers(size)]
         return list(zip(outcomes, shapes, patches, strict=True))  # type: ignore[arg-type]
 
-    def keep(item: tuple[reviews.Outcome, reviews.Shape, bytes]) -> None:
+    def keep(item: tuple[codec.Outcome, codec.Shape, bytes]) -> None:
         outcome, shape, patch = item
-        kept = reviews._entry(outcome, shape, patch)
+        kept = codec._entry(outcome, shape, patch)
         if kept is not None:
             fresh_answers[0].put((policy, ENDPOINT, shape.key), kept, key_bytes=len(shape.key))
 
     row("answer cache: keep the answer (_entry, put)", keep, entries)
-    row("total: reviews.review with the answer cache", cache_full, same(bodies))
-    row("total: reviews.review, no cache (--cache-size 0)", serve_review(None), same(bodies))
+    row("total: codec.review with the answer cache", cache_full, same(bodies))
+    row("total: codec.review, no cache (--cache-size 0)", serve_review(None), same(bodies))
 
     # Recording, as bench/record.py: the application serve makes, its POST /mutate route.
     cert_dir = directory / "certs"
@@ -229,7 +229,7 @@ async def measure(bodies: list[bytes], directory: Path, seconds: float) -> list[
     at = iter(range(10**9))
     rows.append(
         (
-            "gc pauses in reviews.review with the answer cache",
+            "gc pauses in codec.review with the answer cache",
             gc_us(lambda: cache_full(bodies[next(at) % len(bodies)]), len(bodies) * 4),
         )
     )

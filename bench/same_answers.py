@@ -8,8 +8,8 @@ same `mutate` output, messages and exit codes. For changes that must not change 
 
 `inputs` draws the reviews once (so that both checkouts get the same ones): the published
 manifests and examples/ (each object, and each of its pod templates as a Pod), the corpus
-of the tests (tests/corpus.py), the DRA claims, templates and pods of tests/dra_objects.py,
-and reviews drawn by tests/fuzzing.py's and tests/strategies.py's strategies with a fixed
+of the tests (tests/support/corpus.py), the DRA claims, templates and pods of tests/support/dra_objects.py,
+and reviews drawn by tests/support/fuzzing.py's and tests/support/strategies.py's strategies with a fixed
 seed: pods and workloads, tame and hostile, CREATE, `kubectl debug`, updates, deletes. The
 policies are kept as YAML text, loaded by each checkout's own loader: the shipped ones, the
 tests' lab policy, and copies with other modes and switches.
@@ -170,7 +170,7 @@ def answers(data_file: Path, checkout: Path, out: Path) -> None:
     sys.path.insert(0, str(checkout))
     from webhook import kinds as workload_kinds
     from webhook import policies, reviews
-    from webhook.core import pods
+    from webhook.engine import pods
     from webhook.errors import BadReview
 
     with data_file.open("rb") as f:

@@ -104,8 +104,12 @@ except ImportError:  # not on every platform: --loops asyncio only
 import core  # noqa: E402  bench/core.py: the review bodies
 import peer  # noqa: E402  bench/peer/peer.py: the Go peer, and answers compared
 
-from webhook import certificates, policies, reviews  # noqa: E402
-from webhook.transport import memory  # noqa: E402
+from webhook.policy import policies  # noqa: E402
+from webhook.server import (
+    certificates,
+    codec,
+    memory,  # noqa: E402
+)
 
 SERVICE = "gpu-share-webhook"
 NAMESPACE = "gpu-share-system"
@@ -593,7 +597,7 @@ def bare_server(port: int, cert_dir: Path, response_file: Path, *, parse: bool, 
     if loop == "uvloop":
         uvloop.run(main())
     else:
-        # As `serve` runs asyncio's TLS (webhook/transport/memory.py).
+        # As `serve` runs asyncio's TLS (webhook/server/memory.py).
         asyncio.sslproto.SSLProtocol.max_size = memory.ASYNCIO_TLS_BUFFER_BYTES
         asyncio.run(main())
 
@@ -679,7 +683,7 @@ def stream(
     loaded = policies.load_directory(REPO / "policies")
     answers = {}
     for n, data in enumerate(bodies):
-        outcome = reviews.review(data, policies=loaded, policy_name="default", endpoint="mutate")
+        outcome = codec.review(data, policies=loaded, policy_name="default", endpoint="mutate")
         if not outcome.summary.allowed:
             raise SystemExit(f"{name}: review {n} was refused: {outcome.body[:300]!r}")
         if n in samples:
@@ -714,7 +718,7 @@ def workspace(
         bodies = {}
         for n in containers:
             data = core.review_body(core.pod(n))
-            expected = reviews.review(
+            expected = codec.review(
                 data, policies=loaded, policy_name="default", endpoint="mutate"
             ).body
             file = directory / f"review-{n}.json"
@@ -882,7 +886,7 @@ def describe(body: Body) -> str:
         len(orjson.loads(data)["request"]["object"]["spec"]["containers"]) for data in found
     )
     gpu = sum(b'"nvidia.com/gpu.shared"' in data for data in found)
-    shapes = {getattr(reviews.shape(data), "key", None) for data in found}
+    shapes = {getattr(codec.shape(data), "key", None) for data in found}
     counts = ", ".join(f"{n}: {containers[n] / len(found):.0%}" for n in sorted(containers))
     return (
         f"{body.label}: {len(found):,} reviews of {sizes[0]:,}-{sizes[-1]:,} bytes (median"
@@ -1011,7 +1015,7 @@ def absolute(python: str) -> str:
 def build_of(python: str) -> tuple[str, str]:
     """Which build of the webhook package `python` imports, and from where: compiled (by
     mypyc, as the wheel and the image ship it) or pure Python (as an editable install runs)."""
-    probe = "import webhook.core.pods as m; print(m.__file__)"
+    probe = "import webhook.engine.view as m; print(m.__file__)"
     found = subprocess.run(
         [python, "-c", probe],
         capture_output=True,

@@ -14,15 +14,15 @@ with one of bench/server.py's streams (`--stream mixed`: --pods distinct pods in
 - bare aiohttp: reads the body, answers a canned AdmissionReview (bench/server.py's);
 - canned review: gpu-share-webhook's server (routing, limits, metrics) answering the
   canned response without looking at the body;
-- + parse: `reviews.parse` of each body, then the canned answer;
-- + decide: parse and `reviews.decide` (the core), then the canned answer;
+- + parse: `codec.parse` of each body, then the canned answer;
+- + decide: parse and `codec.decide` (the core), then the canned answer;
 - parsed cache hit (upper bound): parse, then a decision looked up by the pod's spec and
   annotations (every request after the first hits), then encode: what no cache that parses
   the review could beat (as the decision cache, since removed, was);
-- real review: `reviews.review` with the server's cache, as `serve` runs it (wrk sends one
+- real review: `codec.review` with the server's cache, as `serve` runs it (wrk sends one
   body over and over: after the first, every request is answered from the answer cache,
-  `reviews.Answers`, without being parsed);
-- real review, no cache: `reviews.review` alone (as `--cache-size 0`);
+  `codec.Answers`, without being parsed);
+- real review, no cache: `codec.review` alone (as `--cache-size 0`);
 - serve: `gpu-share-webhook serve` itself, with its JSON review log line, and the same with
   `--cache-size 0` (run by --serve-python, default this interpreter, as the stand-ins are:
   the installed package when there is one, so a wheel install's interpreter measures the
@@ -52,12 +52,16 @@ sys.path.insert(0, str(REPO / "bench"))
 import orjson  # noqa: E402
 import server as bench  # noqa: E402  bench/server.py: bodies, wrk driver, process helpers
 
-from webhook import policies, reviews  # noqa: E402
-from webhook.core import pods  # noqa: E402
-from webhook.core.decisions import Decision  # noqa: E402
-from webhook.policies import PolicySet  # noqa: E402
-from webhook.transport import app as server  # noqa: E402
-from webhook.transport import configuration, serving  # noqa: E402
+from webhook.engine import view  # noqa: E402
+from webhook.engine.decision import Decision  # noqa: E402
+from webhook.policy import policies
+from webhook.policy.policies import PolicySet  # noqa: E402
+from webhook.server import app as server  # noqa: E402
+from webhook.server import (  # noqa: E402
+    codec,  # noqa: E402
+    configuration,
+    serving,
+)
 
 # Stand-in: its row in the table.
 VARIANTS = {
@@ -76,7 +80,7 @@ def serve_variant(
     """Run the real server with the review stand-in `variant` until SIGTERM."""
     loaded = policies.load_directory(REPO / "policies")
     sample = body_file.read_bytes().split(b"\n", 1)[0]  # a stream's first review
-    canned = reviews.review(sample, policies=loaded, policy_name="default", endpoint="mutate")
+    canned = codec.review(sample, policies=loaded, policy_name="default", endpoint="mutate")
 
     hits: dict[bytes, Decision] = {}
 
@@ -85,16 +89,16 @@ def serve_variant(
         *,
         policies: PolicySet,
         policy_name: str,
-        endpoint: reviews.Endpoint,
-        kinds: pods.Kinds = pods.BUILTIN,
-    ) -> reviews.Outcome:
+        endpoint: codec.Endpoint,
+        kinds: view.Kinds = view.BUILTIN,
+    ) -> codec.Outcome:
         if variant == "canned":
             return canned
-        request = reviews.parse(body)
+        request = codec.parse(body)
         if variant == "parse":
             return canned
         if variant == "decide":
-            reviews.decide(
+            codec.decide(
                 request, policies=policies, policy_name=policy_name, endpoint=endpoint, kinds=kinds
             )
             return canned
@@ -102,17 +106,17 @@ def serve_variant(
         key = orjson.dumps([obj.get("spec"), (obj.get("metadata") or {}).get("annotations")])
         decision = hits.get(key)
         if decision is None:
-            decision = hits[key] = reviews.decide(
+            decision = hits[key] = codec.decide(
                 request, policies=policies, policy_name=policy_name, endpoint=endpoint, kinds=kinds
             )
-        body = reviews.encode(request.uid, decision)
-        return reviews.Outcome(request, decision, body, reviews.summary(decision))
+        body = codec.encode(request.uid, decision)
+        return codec.Outcome(request, decision, body, codec.summary(decision))
 
-    def uncached(body: bytes, **options: Any) -> reviews.Outcome:
-        return reviews.review(body, **options)  # not `reviews.review`: create_app adds no caches
+    def uncached(body: bytes, **options: Any) -> codec.Outcome:
+        return codec.review(body, **options)  # not `codec.review`: create_app adds no caches
 
     # `serve` makes its app with create_app: hand it the stand-in.
-    review = {"real": reviews.review, "uncached": uncached}.get(variant, stand_in)
+    review = {"real": codec.review, "uncached": uncached}.get(variant, stand_in)
     server.create_app = functools.partial(server.create_app, review=review)  # type: ignore[assignment]
     settings = configuration.Settings(
         policies_dir=REPO / "policies",

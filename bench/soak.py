@@ -6,7 +6,7 @@ short and very large requests pile up on it.
                          [--server-arg=--flag=value ...] [--server-env K=V ...]
 
 Runs `python -m webhook serve` on free loopback ports in a directory of its own (its own CA,
-the repository's policies: the way tests/server_helpers.py runs it; --server-arg passes
+the repository's policies: the way tests/support/server_helpers.py runs it; --server-arg passes
 flags such as --header-timeout or --max-connections as they are; --server-env K=V sets a
 variable in its environment only, e.g. MALLOC_ARENA_MAX=8 to undo the two arenas `serve` sets
 itself), then for
@@ -56,9 +56,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests import fuzzing  # noqa: E402
-from tests import server_helpers as h  # noqa: E402
-from webhook import certificates  # noqa: E402
+from tests.support import fuzzing  # noqa: E402
+from tests.support import server_helpers as h  # noqa: E402
+from webhook.server import certificates  # noqa: E402
 
 # What the API server waits for an answer by default.
 REVIEW_TIMEOUT_SECONDS = 10.0
@@ -385,7 +385,7 @@ def status_of(pid: int) -> tuple[float, float, int]:
 
 
 def start_directory(directory: Path) -> Path:
-    """Certificates and policies for `serve` in `directory` (as tests/server_helpers.py
+    """Certificates and policies for `serve` in `directory` (as tests/support/server_helpers.py
     makes them); the CA file to trust."""
     h.write_pair(directory / "certs", h.make_ca())
     h.copy_policies(directory / "policies")

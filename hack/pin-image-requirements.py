@@ -18,7 +18,7 @@ environment markers against the interpreter that runs it, not the target Python,
 requirements of every pinned wheel are then evaluated again for Python 3.12 on each platform
 and any that is not pinned stops the script. Each pin is followed by a `# requires:` line
 (its requirements that apply in the image, separated by ` | `), which
-tests/test_image.py reads.
+tests/deploy/test_image.py reads.
 
 Run it after a change of the ranges in pyproject.toml, and to take newer versions.
 """

@@ -1,11 +1,11 @@
-"""Shared fixtures. Test helpers that build pods and play the API server live in tests/kube.py."""
+"""Shared fixtures. Test helpers that build pods and play the API server live in tests/support/kube.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests import kube
-from webhook import policies
+from tests.support import kube
+from webhook.policy import policies
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -47,6 +47,6 @@ def default_policy(shipped_policies: policies.PolicySet) -> policies.Policy:
 @pytest.fixture
 def quick_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
     """Connections timed out every 50 ms instead of every second (tests of the limits)."""
-    from webhook.transport import limits  # noqa: PLC0415 - only where it is asked for
+    from webhook.server import limits  # noqa: PLC0415 - only where it is asked for
 
     monkeypatch.setattr(limits.Connections, "SWEEP_SECONDS", 0.05)

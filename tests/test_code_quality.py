@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.kube import REPO
+from tests.support.kube import REPO
 
 
 def test_ruff_finds_nothing() -> None:

@@ -1,11 +1,11 @@
 """The layering README.md describes holds: imports point one way, down.
 
 command line -> transport -> watching -> codec (reviews) -> core -> names. A module may import
-from its own layer or any below it, never from one above; `webhook.names` imports nothing of
+from its own layer or any below it, never from one above; `webhook.policy.names` imports nothing of
 the project.
 
 The tests have two layers too: test modules (tests/test_*.py) import the helpers (the shared
-cases of tests/corpus.py and tests/strategies.py, tests/kube.py, ...), and nothing imports a
+cases of tests/support/corpus.py and tests/support/strategies.py, tests/support/kube.py, ...), and nothing imports a
 test module, neither another test module, nor a helper, nor a benchmark: what two modules
 share lives in a helper, where it is found.
 """
@@ -17,29 +17,29 @@ from pathlib import Path
 
 import pytest
 
-from tests.kube import REPO
+from tests.support.kube import REPO
 
 PACKAGE = REPO / "webhook"
 
 # What each layer must not import (by module prefix).
 FORBIDDEN = {
-    "webhook.names": ("webhook",),
-    "webhook.core": (
-        "webhook.transport",
-        "webhook.watching",
-        "webhook.reviews",
-        "webhook.commands",
+    "webhook.policy.names": ("webhook",),
+    "webhook.engine": (
+        "webhook.server",
+        "webhook.server.reload",
+        "webhook.server.codec",
+        "webhook.tools",
         "webhook.cli",
-        "webhook.rendering",
-        "webhook.cabundle",
-        "webhook.auditing",
+        "webhook.tools.rendering",
+        "webhook.tools.cabundle",
+        "webhook.tools.auditing",
     ),
-    "webhook.reviews": ("webhook.transport", "webhook.watching", "webhook.commands", "webhook.cli"),
-    "webhook.watching": ("webhook.transport", "webhook.commands", "webhook.cli"),
-    "webhook.transport": ("webhook.commands", "webhook.cli"),
+    "webhook.server.codec": ("webhook.server", "webhook.server.reload", "webhook.tools", "webhook.cli"),
+    "webhook.server.reload": ("webhook.server", "webhook.tools", "webhook.cli"),
+    "webhook.server": ("webhook.tools", "webhook.cli"),
 }
 # Besides: only the command line imports the command line.
-COMMAND_LINE = ("webhook.commands", "webhook.cli", "webhook.__main__")
+COMMAND_LINE = ("webhook.tools", "webhook.cli", "webhook.__main__")
 
 
 def module_name(path: Path) -> str:
@@ -55,7 +55,7 @@ def imports(path: Path) -> set[str]:
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
-            # `from webhook import reviews` imports the module webhook.reviews.
+            # `from webhook import reviews` imports the module webhook.server.codec.
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
     return {name for name in found if name == "webhook" or name.startswith("webhook.")}
 
@@ -79,7 +79,7 @@ def test_imports_point_down(path: Path) -> None:
                 for f in forbidden
                 if within(i, f) and not (f == "webhook" and i == "webhook")
             )
-            if layer == "webhook.names":
+            if layer == "webhook.policy.names":
                 wrong = sorted(imported)
             assert not wrong, f"{name} ({layer}) imports {wrong}"
     if not any(within(name, c) for c in COMMAND_LINE):
@@ -113,7 +113,7 @@ def _circle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_no_module_of_the_core_imports_one_that_imports_it() -> None:
     """Every import counts, those only for type checking too: one module of the core reads
     what another makes, never the other way round as well."""
-    core = {module_name(p): p for p in MODULES if within(module_name(p), "webhook.core")}
+    core = {module_name(p): p for p in MODULES if within(module_name(p), "webhook.engine")}
     graph = {
         name: {i for i in imports(path) if i in core and i != name}
         for name, path in core.items()
@@ -124,7 +124,7 @@ def test_no_module_of_the_core_imports_one_that_imports_it() -> None:
 
 def test_the_layers_exist() -> None:
     names = {module_name(p) for p in MODULES}
-    for layer in (*FORBIDDEN, "webhook.commands"):
+    for layer in (*FORBIDDEN, "webhook.tools"):
         assert any(within(n, layer) for n in names), layer
 
 
@@ -153,12 +153,12 @@ def imported_test_modules(source: str) -> set[str]:
 
 def test_the_import_check_sees_every_way_to_import_a_test_module() -> None:
     sources = {
-        "from tests.test_discover import node": {"tests.test_discover"},
-        "from tests import corpus, test_rules": {"tests.test_rules"},
-        "import tests.test_rules as t": {"tests.test_rules"},
+        "from tests.tools.test_discover import node": {"tests.tools.test_discover"},
+        "from tests import corpus, test_rules": {"tests.engine.test_rules"},
+        "import tests.engine.test_rules as t": {"tests.engine.test_rules"},
         "from . import test_rules": {"test_rules"},
         "from .test_rules import CASES": {"test_rules"},
-        "def f():\n    from tests import test_rules": {"tests.test_rules"},
+        "def f():\n    from tests import test_rules": {"tests.engine.test_rules"},
         "from tests import corpus, kube, strategies\nimport testing": set(),
     }
     for source, found in sources.items():
@@ -174,6 +174,6 @@ def test_no_module_of_the_tests_or_the_benchmarks_imports_a_test_module() -> Non
         if (found := imported_test_modules(p.read_text()))
     }
     assert not wrong, (
-        f"test modules imported (move what they share to a helper such as tests/corpus.py): "
+        f"test modules imported (move what they share to a helper such as tests/support/corpus.py): "
         f"{wrong}"
     )

@@ -1,4 +1,4 @@
-"""The `gpu-share-webhook` command line: subcommands live in `webhook.commands`.
+"""The `gpu-share-webhook` command line: subcommands live in `webhook.tools`.
 
 Every command exits 0 when all is well, 1 when something is refused or a problem is found (or
 a step fails), and 2 for bad input or usage (`commands.EXIT_*`). A bad option or a bad value
@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from webhook import __version__
-from webhook.commands import (
+from webhook.tools import (
     EXIT_BROKEN_PIPE,
     EXIT_INTERRUPTED,
     EXIT_USAGE,

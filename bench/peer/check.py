@@ -26,7 +26,8 @@ import core  # noqa: E402  bench/core.py
 import peer  # noqa: E402
 import server  # noqa: E402  bench/server.py
 
-from webhook import certificates, policies, reviews  # noqa: E402
+from webhook.policy import policies  # noqa: E402
+from webhook.server import certificates, codec
 
 
 def wait_listening(process: subprocess.Popen[bytes], log: Path) -> None:
@@ -70,7 +71,7 @@ def main() -> int:
             wait_listening(process, log)
             ca_file = cert_dir / certificates.CA_FILE
             for name, body in cases.items():
-                ours = reviews.review(
+                ours = codec.review(
                     body, policies=loaded, policy_name="default", endpoint="mutate"
                 ).body
                 for path in ("/mutate?timeout=10s", "/mutate/default?timeout=10s"):

@@ -82,7 +82,7 @@ def command(
     gomaxprocs: int = 1,
 ) -> list[str]:
     """The peer serving `POST /mutate` and `/mutate/default` over TLS on 127.0.0.1:`port`
-    with the PEM pair in `cert` and `key` (tls.crt, tls.key of a `webhook.certificates`
+    with the PEM pair in `cert` and `key` (tls.crt, tls.key of a `webhook.server.certificates`
     bundle), Go code on `gomaxprocs` threads (1: one core)."""
     return [
         str(binary),

@@ -9,7 +9,7 @@ Two passes over each document, as the server's pydantic models make them:
 2. when the document passes it, the models' own validators (PolicySpecModel._coherent and
    those of the node classes, profiles, tolerations, host paths and the dra section),
    rewritten here with the constants of files/policy-schema.yaml, except what needs
-   webhook/hostpaths.py (whether a host path reaches the GPU paths the rules guard).
+   webhook/policy/hostpaths.py (whether a host path reaches the GPU paths the rules guard).
 Each problem is one line, `<field path>: <reason>`, the path as `policy check` writes it.
 
 Where the chart cannot tell, it lets the file through and leaves the word to the server:
@@ -268,7 +268,7 @@ matches no node either way. */}}
 {{- end }}
 {{- end }}
 {{- /* AllowedHostPathSpec._safe and HostAccessSpec._paths: absolute and clean paths (whether
-one reaches the GPU paths, webhook/hostpaths.py, is the server's to say). */}}
+one reaches the GPU paths, webhook/policy/hostpaths.py, is the server's to say). */}}
 {{- $hostAccess := $spec.hostAccess | default dict }}
 {{- $allowedFine := true }}
 {{- range $i, $a := $hostAccess.allowedHostPaths | default list }}
@@ -454,7 +454,7 @@ path). (dict "dra" D "checks" C)
 {{- end }}
 
 {{/*
-webhook/core/quantities.py `parse` of a quantity given as text: "" when it takes it, else
+webhook/policy/quantities.py `parse` of a quantity given as text: "" when it takes it, else
 its reason (not a quantity, out of range, negative), with the grammar, the bounds and the
 suffixes of files/policy-schema.yaml (`checks.quantity`). Exact: the bounds are compared as
 digit strings, not as numbers a template could round. (dict "value" V "q" Q)
@@ -540,7 +540,7 @@ control characters escaped. */}}
 {{- printf "%s%s%s" $quote $s $quote }}
 {{- end }}
 
-{{/* webhook/policies.py _host_path: "" when `path` is absolute and clean (or not a string,
+{{/* webhook/policy/policies.py _host_path: "" when `path` is absolute and clean (or not a string,
 left to the server), else the reason. */}}
 {{- define "gpu-share-webhook.policyHostPath" -}}
 {{- $p := .path }}

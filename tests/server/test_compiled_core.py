@@ -1,0 +1,180 @@
+"""The core compiled with mypyc (what a wheel install runs, hatch_build.py) answers every
+review byte for byte as the pure-Python core (what the rest of the suite tests) does.
+
+The reviews: every published manifest, every example and every case of the rule and route
+tables, as Pods and as workloads, to both endpoints of every policy (a name that does not
+exist included).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import corpus, kube
+from webhook.policy import policies
+from webhook.server import codec
+
+sys.path.insert(0, str(kube.REPO))
+import hatch_build
+
+# Slow: mypyc compiles the core, then another interpreter answers the corpus.
+pytestmark = pytest.mark.slow
+
+POLICY_NAMES = ("default", "not-renamed", "lab", "no-such-policy")
+
+# Run against the compiled package: reads (policies dir, reviews file), writes one base64
+# response body per line.
+_ANSWER = """
+import base64, json, sys
+from webhook import policies, reviews
+from webhook.engine import reviewing, rules
+assert not reviewing.__file__.endswith(".py") and not rules.__file__.endswith(".py"), (
+    reviewing.__file__)
+loaded = policies.load_directory(sys.argv[1])
+for line in open(sys.argv[2]):
+    policy, endpoint, body = json.loads(line)
+    try:
+        out = codec.review(body.encode(), policies=loaded, policy_name=policy,
+                             endpoint=endpoint).body
+    except Exception as exc:
+        out = repr(exc).encode()
+    print(base64.b64encode(out).decode())
+"""
+
+
+def _objects() -> list[dict[str, Any]]:
+    found = corpus.objects()
+    for obj in list(found):
+        if obj.get("kind") == "Pod":
+            found += [kube.workload(kind, obj) for kind in ("Deployment", "CronJob")]
+    return found
+
+
+def _bodies() -> list[tuple[str, str, str]]:
+    out = []
+    for obj in _objects():
+        body = json.dumps(kube.admission_review(obj))
+        for policy in POLICY_NAMES:
+            for endpoint in ("mutate", "validate"):
+                out.append((policy, endpoint, body))
+    for case in corpus.ROUTE_CASES.values():
+        if case.old is not None:
+            body = json.dumps(
+                kube.admission_review(
+                    case.obj,
+                    operation=case.operation,
+                    old=case.old,
+                    sub_resource=case.sub_resource or None,
+                )
+            )
+            out += [("default", endpoint, body) for endpoint in ("mutate", "validate")]
+    return out
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("compiled")
+    built, output = hatch_build.compile_core(kube.REPO, work)
+    assert built, f"mypyc could not compile the core:\n{output[-3000:]}"
+    assert {p.name.split(".")[0] for p in built} >= {Path(m).stem for m in hatch_build.COMPILED}
+    return work
+
+
+def test_the_compiled_core_answers_every_review_as_the_pure_one(
+    compiled: Path, tmp_path: Path
+) -> None:
+    directory = tmp_path / "policies"
+    directory.mkdir()
+    for path in (kube.REPO / "policies").glob("*.yaml"):
+        (directory / path.name).write_text(path.read_text())
+    (directory / "lab.yaml").write_text(corpus.LAB_POLICY)
+    bodies = _bodies()
+    (tmp_path / "codec.jsonl").write_text("".join(json.dumps(b) + "\n" for b in bodies))
+    done = subprocess.run(
+        [sys.executable, "-c", _ANSWER, str(directory), str(tmp_path / "codec.jsonl")],
+        cwd=compiled,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(compiled)},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = [base64.b64decode(line) for line in done.stdout.splitlines()]
+    loaded = policies.load_directory(directory)
+    assert len(answers) == len(bodies) > 500
+    for (policy, endpoint, body), answer in zip(bodies, answers, strict=True):
+        pure = codec.review(
+            body.encode(), policies=loaded, policy_name=policy, endpoint=endpoint
+        ).body
+        assert answer == pure, (policy, endpoint, body[:300])
+
+
+_MEDDLE = """
+import sys
+from webhook import policies
+from webhook.engine import facts, pods, rules
+assert not facts.__file__.endswith(".py"), facts.__file__
+obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+       "spec": {"containers": [{"name": "main",
+                                "resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}]}}
+policy = policies.load_directory(sys.argv[1]).policies["default"]
+known = facts.gather(pods.read(pods.templates(obj)[0][0]), policy)
+r = rules.Pass(known, policy, require=True)
+for thing, name, value in ((known, "resource", None), (known.containers[0][1], "shared", ()),
+                           (known.placement, "classes", ()), (r, "require", False)):
+    try:
+        setattr(thing, name, value)
+    except AttributeError:
+        continue
+    raise SystemExit(f"{type(thing).__name__}.{name} was changed")
+print("refused")
+"""
+
+
+def test_the_compiled_core_refuses_a_change_of_the_facts(compiled: Path) -> None:
+    """What `mypy` refuses (tests/engine/test_rule_order.py), the compiled classes refuse at run
+    time: a rule cannot change what another reads."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MEDDLE, str(kube.REPO / "policies")],
+        cwd=compiled,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONPATH": str(compiled)},
+    )
+    assert done.returncode == 0, done.stderr[-2000:] + done.stdout
+    assert done.stdout.strip() == "refused"
+
+
+def test_a_wheel_built_as_pip_and_the_image_build_it_is_compiled(tmp_path: Path) -> None:
+    """`pip install .` and the Dockerfile build the wheel in an isolated environment, with
+    only the build-system requirements: mypyc's type check there must pass as it does in the
+    development environment (without pydantic among them, the policy models were Any to it
+    and the compile fell back to a pure-Python wheel, which the image build refuses)."""
+    env = {k: v for k, v in os.environ.items() if k != "GPU_SHARE_WEBHOOK_PURE_PYTHON"}
+    # A fresh environment, as on a new machine or in the image's builder: mypy looks for the
+    # packages it checks against in the environment of the interpreter that runs pip, so
+    # this suite's own (which has pydantic) would hide the fault.
+    fresh = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(fresh)], check=True, timeout=300)
+    dist = tmp_path / "dist"
+    command = [str(fresh / "bin" / "python"), "-m", "pip", "wheel", "--no-deps"]
+    command += ["--no-cache-dir", "-w", str(dist), str(kube.REPO)]
+    done = subprocess.run(
+        command, capture_output=True, text=True, check=False, env=env, timeout=900
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (wheel,) = dist.glob("gpu_share_webhook-*.whl")
+    assert not wheel.name.endswith("-none-any.whl"), (
+        "mypyc did not compile the core in an isolated build:\n" + done.stderr[-3000:]
+    )

@@ -1,0 +1,250 @@
+"""The AdmissionReview v1 codec: what the API server sends, what it gets back."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import pytest
+
+from tests.support.kube import (
+    WORKLOAD_KINDS,
+    admission_review,
+    apply,
+    check_valid,
+    container,
+    pod,
+    shared,
+    workload,
+)
+from webhook.errors import BadReview
+from webhook.policy import names, policies
+from webhook.server import codec
+
+
+def answer(body: dict[str, Any] | bytes, loaded: policies.PolicySet, *, policy: str = "default",
+           endpoint: codec.Endpoint = "mutate") -> dict[str, Any]:
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    outcome = codec.review(raw, policies=loaded, policy_name=policy, endpoint=endpoint)
+    doc: dict[str, Any] = json.loads(outcome.body)
+    return doc
+
+
+def test_the_response_echoes_uid_apiversion_and_kind(shipped_policies: policies.PolicySet) -> None:
+    doc = answer(admission_review(pod(), uid="abc-123"), shipped_policies)
+    assert doc["apiVersion"] == "admission.k8s.io/v1"
+    assert doc["kind"] == "AdmissionReview"
+    assert doc["response"]["uid"] == "abc-123"
+
+
+def test_the_patch_is_returned_to_kubernetes_and_applies_to_the_object_as_sent(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    review = admission_review(pod(shared(), container("log")))
+    response = answer(review, shipped_policies)["response"]
+    assert response["allowed"] is True
+    assert response["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(response["patch"]))
+    result = apply(review["request"]["object"], patch)
+    check_valid(result)
+    assert result["spec"]["runtimeClassName"] == "nvidia"
+    assert response["auditAnnotations"] == {
+        "policy": "default", "profile": "medium", "classes": "t4-mps,a10g-time-slicing",
+        "mutations": "runtime-class,tolerations,node-selection,mps-limits,driver-capabilities,"
+        "visible-devices",
+    }
+    assert "warnings" not in response
+    assert "status" not in response
+
+
+def test_an_allowed_review_without_changes_carries_neither_patch_nor_patch_type(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    hidden = container(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}])
+    response = answer(admission_review(pod(hidden)), shipped_policies)["response"]
+    assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+
+
+def test_a_denial_has_status_code_and_message_and_no_patch(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    response = answer(admission_review(pod(shared(2))), shipped_policies)["response"]
+    assert response["allowed"] is False
+    assert "patch" not in response
+    assert "patchType" not in response
+    assert response["status"]["code"] == 403
+    assert response["status"]["reason"] == "Forbidden"
+    assert response["status"]["message"].startswith(
+        'container "main": invalid multi-replica request: nvidia.com/gpu.shared: 2.')
+
+
+def test_warnings_are_short_and_plain(shipped_policies: policies.PolicySet) -> None:
+    p = pod(shared(envFrom=[{"configMapRef": {"name": "settings"}}]))
+    response = answer(admission_review(p), shipped_policies)["response"]
+    assert response["warnings"] == [
+        'container "main" uses envFrom: NVIDIA_* or CUDA_MPS_* set there are not checked']
+    assert response["auditAnnotations"]["env-from"] == "main"
+
+
+@pytest.mark.parametrize("name", ["gold", names.UNKNOWN_POLICY_PATH])
+def test_an_unknown_policy_is_a_denial_that_says_so(
+    shipped_policies: policies.PolicySet, name: str
+) -> None:
+    response = answer(admission_review(pod()), shipped_policies, policy=name)["response"]
+    assert response["status"]["message"].endswith("(rule unknown-policy)")
+    assert response["allowed"] is False
+    message = response["status"]["message"]
+    assert "does not exist (policies: default, dra, not-renamed)" in message
+    assert ("gpu-share.io/policy" in message)
+
+
+def test_the_named_policy_governs(shipped_policies: policies.PolicySet) -> None:
+    p = pod(container(limits={"nvidia.com/gpu": 1}))
+    default = answer(admission_review(p), shipped_policies)["response"]
+    # An exclusive GPU under the renamed policy: only the driver capabilities are added.
+    assert default["auditAnnotations"]["mutations"] == "driver-capabilities"
+    plain = answer(admission_review(p), shipped_policies, policy="not-renamed")["response"]
+    assert plain["auditAnnotations"]["policy"] == "not-renamed"
+
+
+@pytest.mark.parametrize("kind", WORKLOAD_KINDS)
+def test_the_validating_endpoint_refuses_a_workload_whose_pods_would_be_refused(
+    shipped_policies: policies.PolicySet, kind: str
+) -> None:
+    bad = workload(kind, pod(shared(2)))
+    response = answer(admission_review(bad), shipped_policies, endpoint="validate")["response"]
+    assert response["allowed"] is False
+    assert "invalid multi-replica request" in response["status"]["message"]
+    good = workload(kind, pod(shared(1)))
+    response = answer(admission_review(good), shipped_policies, endpoint="validate")["response"]
+    assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+
+
+def test_the_mutating_endpoint_leaves_workloads_alone(shipped_policies: policies.PolicySet) -> None:
+    response = answer(admission_review(workload("Deployment", pod(shared(2)))),
+                      shipped_policies)["response"]
+    assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+
+
+def test_the_validating_endpoint_checks_pods_without_patching_them(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    mutated = answer(admission_review(pod(shared(), container("log"))), shipped_policies)
+    patch = json.loads(base64.b64decode(mutated["response"]["patch"]))
+    stored = apply(pod(shared(), container("log")), patch)
+    ok = answer(admission_review(stored), shipped_policies, endpoint="validate")["response"]
+    assert ok == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+    bad = answer(admission_review(pod(shared(securityContext={"privileged": True}))),
+                 shipped_policies, endpoint="validate")["response"]
+    assert bad["allowed"] is False
+
+
+def test_the_validating_endpoint_refuses_a_pod_the_mutating_webhook_did_not_guard(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    # As if the mutating webhook had been skipped, or a later webhook had undone its work:
+    # a container that asks for no GPU could see them all, and MPS would run without limits.
+    response = answer(admission_review(pod(shared(), container("log"))), shipped_policies,
+                      endpoint="validate")["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"] == (
+        "4 problems: (1) node selection: the pod asks for nvidia.com/gpu.shared, and its"
+        " required node selection (spec.nodeSelector) does not keep it on the node classes of"
+        ' policy "default" (t4-mps [nvidia.com/gpu.sharing-strategy=mps,'
+        " nvidia.com/gpu.product=Tesla-T4, nvidia.com/gpu.replicas=4]; a10g-time-slicing"
+        " [nvidia.com/gpu.sharing-strategy=time-slicing, nvidia.com/gpu.product=NVIDIA-A10G,"
+        " nvidia.com/gpu.replicas=4]), where the mutating webhook pins it: it did not run, or a"
+        " later change removed or widened the pin. Create the pod again, or require those"
+        ' labels (rule node-selection); (2) container "main": missing'
+        " CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25, CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=3840M (the"
+        ' MPS limits of profile "medium"), which the mutating webhook adds: it did not run, or'
+        " a later change took it away. Create the pod again, or set it as shown (rule"
+        ' mps-limits); (3) container "main": missing NVIDIA_DRIVER_CAPABILITIES=compute,utility'
+        ' (the driver capabilities policy "default" allows), which the mutating webhook adds:'
+        " it did not run, or a later change took it away. Create the pod again, or set it as"
+        ' shown (rule driver-capabilities); (4) container "log": missing'
+        " NVIDIA_VISIBLE_DEVICES=void (it hides the GPUs from a container that asks for none),"
+        " which the mutating webhook adds: it did not run, or a later change took it away."
+        " Create the pod again, or set it as shown (rule visible-devices)"
+    )
+
+
+def test_an_update_that_keeps_the_template_is_let_through_with_a_warning(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    old = workload("Deployment", pod(shared(2)))
+    new = json.loads(json.dumps(old))
+    new["metadata"]["labels"] = {"tier": "gpu"}
+    response = answer(admission_review(new, operation="UPDATE", old=old), shipped_policies,
+                      endpoint="validate")["response"]
+    assert response["allowed"] is True
+    assert response["warnings"] == [
+        "the pod template breaks gpu-share rules; its new pods will be refused"]
+    new["spec"]["template"]["spec"]["containers"][0]["image"] = "cuda:13"
+    response = answer(admission_review(new, operation="UPDATE", old=old), shipped_policies,
+                      endpoint="validate")["response"]
+    assert response["allowed"] is False
+
+
+@pytest.mark.parametrize(
+    "review",
+    [
+        pytest.param(admission_review(None, operation="DELETE", old=pod(shared(2))), id="delete"),
+        pytest.param(admission_review(pod(shared(2)), sub_resource="status"), id="subresource"),
+        pytest.param(admission_review(pod(shared(2)), operation="UPDATE", old=pod(shared(2))),
+                     id="pod-update"),
+    ],
+)
+def test_what_the_webhook_does_not_review_is_allowed(
+    shipped_policies: policies.PolicySet, review: dict[str, Any]
+) -> None:
+    for endpoint in ("mutate", "validate"):
+        response = answer(review, shipped_policies, endpoint=endpoint)["response"]  # type: ignore[arg-type]
+        assert response == {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "allowed": True}
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        pytest.param(b"{not json", "body is not JSON: ", id="not-json"),
+        pytest.param(b"[1, 2]", "body is not an AdmissionReview object", id="not-an-object"),
+        pytest.param(json.dumps({"apiVersion": "admission.k8s.io/v1beta1",
+                                 "kind": "AdmissionReview", "request": {"uid": "u"}}).encode(),
+                     "expected apiVersion admission.k8s.io/v1 kind AdmissionReview, got"
+                     " admission.k8s.io/v1beta1 AdmissionReview", id="v1beta1"),
+        pytest.param(json.dumps({"apiVersion": "admission.k8s.io/v1",
+                                 "kind": "AdmissionReview"}).encode(),
+                     "the AdmissionReview has no request", id="no-request"),
+        pytest.param(json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                 "request": {"uid": ""}}).encode(),
+                     "the AdmissionReview request has no uid", id="no-uid"),
+    ],
+)
+def test_a_body_that_is_not_a_usable_review_is_a_bad_review(
+    shipped_policies: policies.PolicySet, body: bytes, reason: str
+) -> None:
+    with pytest.raises(BadReview) as caught:
+        codec.review(body, policies=shipped_policies, policy_name="default", endpoint="mutate")
+    assert str(caught.value).startswith(reason)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_internal_error_answer_still_echoes_the_uid() -> None:
+    body = json.dumps(admission_review(pod(), uid="u-1")).encode()
+    uid = codec.uid_of(body)
+    assert uid == "u-1"
+    doc = json.loads(codec.internal_error(uid, "ref-7"))
+    assert doc["response"]["uid"] == "u-1"
+    assert doc["response"]["allowed"] is False
+    assert doc["response"]["status"]["code"] == 500
+    assert "internal error ref-7" in doc["response"]["status"]["message"]
+
+
+def test_a_body_that_is_not_json_is_refused_without_keeping_it() -> None:
+    # orjson's error holds the whole body as a str: the refusal must not carry it along (as
+    # its context), or refused 7 MiB bodies stay alive with every reference to the refusal.
+    with pytest.raises(BadReview) as refused:
+        codec.parse(b"x" * 100_000)
+    assert refused.value.__context__ is None
+    assert refused.value.__cause__ is None

@@ -1,0 +1,71 @@
+"""The background audit's objects as the Helm chart renders them (audit.enabled), for the
+tests that hold them to what `gpu-share-webhook audit --cluster` does: its ClusterRole's
+rules feed a stand-in API's authorization (tests/support/deploy_helpers.py `granting_rules`), so the
+command is run on exactly the rights the chart grants.
+
+Rendered by Helm's own engine (helm-python-sdk), with the release and namespace deploy/
+uses (`gpu-share-webhook` in gpu-share-system), once per set of values.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from typing import Any
+
+import helm_python
+import yaml
+
+from tests.support import deploy_helpers as dh
+
+CHART = dh.REPO / "charts" / "gpu-share-webhook"
+# `helm install gpu-share-webhook ... -n gpu-share-system` makes the names deploy/ uses.
+RELEASE = "gpu-share-webhook"
+NAMESPACE = "gpu-share-system"
+# What the audit's objects are named and labelled.
+NAME = f"{RELEASE}-audit"
+COMPONENT = "audit"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+# The report APIs of the value audit.reports.
+REPORTS = ("policyreport", "openreports")
+
+
+@functools.lru_cache(maxsize=16)
+def _render(values_json: str, release: str, namespace: str) -> tuple[dict[str, Any], ...]:
+    with helm_python.Chart.load(CHART) as chart:
+        manifests = chart.render(json.loads(values_json), name=release, namespace=namespace)
+    return tuple(
+        doc
+        for path in sorted(manifests)
+        if path.endswith((".yaml", ".yml"))
+        for doc in yaml.safe_load_all(manifests[path])
+        if doc
+    )
+
+
+def render(
+    values: dict[str, Any] | None = None, *, release: str = RELEASE, namespace: str = NAMESPACE
+) -> list[dict[str, Any]]:
+    """Every object the chart renders with these values (a copy the caller may change)."""
+    key = json.dumps(values or {}, sort_keys=True)
+    return copy.deepcopy(list(_render(key, release, namespace)))
+
+
+def audit_values(reports: str = "policyreport", **more: Any) -> dict[str, Any]:
+    """The values that turn the audit on with `reports` (and more of `audit:`)."""
+    return {"audit": {"enabled": True, "reports": reports, **more}}
+
+
+def audit_objects(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The objects of the audit among a render's (labelled component=audit)."""
+    return [o for o in objects if o["metadata"].get("labels", {}).get(COMPONENT_LABEL) == COMPONENT]
+
+
+def audit_cluster_role_rules(reports: str = "policyreport") -> list[dict[str, Any]]:
+    """The rules of the audit's ClusterRole as the chart renders it with audit.reports =
+    `reports` (policyreport or openreports) and every other value at its default."""
+    if reports not in REPORTS:
+        raise ValueError(f"reports: one of {REPORTS}, not {reports!r}")
+    role = dh.find(render(audit_values(reports)), "ClusterRole", NAME)
+    return list(role["rules"])

@@ -1,0 +1,82 @@
+"""The record a pod keeps of the webhook: which policy and profile govern it, and the rules
+that changed it (annotations); and the same for the audit log (audit annotations).
+
+`record` runs after every patch of the table, on the operations they made: it is what the
+webhook says about the others' work, so it is not a rule of the table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.engine import view
+from webhook.engine.rules import ANNOTATIONS, Pass
+from webhook.policy import names
+
+
+def record(
+    r: Pass, ops: list[tuple[str, dict[str, Any]]]
+) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, str]]:
+    """The operations that write the annotations of a pod the webhook changed (merged with
+    what an earlier pass recorded), and its audit annotations."""
+    pod, policy, known = r.pod, r.policy, r.facts
+    classes = known.classes
+    shared = classes is not None and known.resource is not None
+    if not ops and (not shared or policy.mode == names.DRY_RUN):
+        return [], {}
+    steps: list[str] = []
+    for rule, _ in ops:
+        if rule not in steps:
+            steps.append(rule)
+    recorded_policy = recorded_steps = None
+    has_profile = False
+    for key, value in pod.annotations:
+        if key == names.ANNOTATION_POLICY:
+            recorded_policy = view.raw(value)
+        elif key == names.ANNOTATION_PROFILE:
+            has_profile = True
+        elif key == names.ANNOTATION_MUTATIONS:
+            recorded_steps = view.raw(value)
+    wanted: dict[str, str] = {}
+    if recorded_policy != policy.name:
+        wanted[names.ANNOTATION_POLICY] = policy.name
+    # The profile governs the pod once its limits are applied (not in dry-run).
+    profile = known.profile
+    if (
+        shared
+        and profile is not None
+        and not has_profile
+        and policy.mode_of("mps-limits") != names.DRY_RUN
+    ):
+        wanted[names.ANNOTATION_PROFILE] = profile.name
+    if steps:
+        # What an earlier pass recorded, and nothing else: a name that is no rule's was
+        # written by someone else, not by the webhook.
+        done = set(str(recorded_steps).split(",")) & _RULES if recorded_steps else set()
+        merged = ",".join(sorted(done.union(steps)))
+        if merged != recorded_steps:
+            wanted[names.ANNOTATION_MUTATIONS] = merged
+    audit: dict[str, str] = {}
+    if shared:
+        audit["policy"] = policy.name
+        if profile is not None:
+            audit["profile"] = profile.name
+        audit["classes"] = ",".join(c.name for c in classes or ())
+    if steps:
+        audit["mutations"] = ",".join(steps)
+    if not wanted:
+        return [], audit
+    pointer = pod.place.pointer
+    if not pod.has_metadata:
+        return [(ANNOTATIONS, _add(f"{pointer}/metadata", {"annotations": wanted}))], audit
+    if not pod.has_annotations:
+        return [(ANNOTATIONS, _add(f"{pointer}/metadata/annotations", wanted))], audit
+    base = f"{pointer}/metadata/annotations/"
+    return [(ANNOTATIONS, _add(base + view.escape(k), v)) for k, v in wanted.items()], audit
+
+
+_RULES = frozenset(names.RULES)
+
+
+def _add(path: str, value: Any) -> dict[str, Any]:
+    return {"op": "add", "path": path, "value": value}

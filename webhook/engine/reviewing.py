@@ -1,0 +1,321 @@
+"""Running the rules: an object and a compiled policy in, a `Decision` out.
+
+`review(obj, policy=...)` finds the pod specs the object carries (a Pod's own; a workload's
+pod templates), runs the table of `rules.RULES` over each, and assembles one decision: every
+violation (each naming its container and rule), or the JSON Patch. A workload's template is
+reviewed as its pods will be (`mutate=False` for the validating webhook, which only refuses);
+`mutate -f` shows the template as its pods will be admitted.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, Literal, NamedTuple
+
+from webhook.engine import claims, facts, hints, record, rules, view
+from webhook.engine.decision import MAX_LONG_WARNING, OBJECT, Decision, Violation, refusal_warning
+from webhook.policy import names
+from webhook.policy.policies import Policy
+
+Endpoint = Literal["mutate", "validate"]
+# The subresource `kubectl debug` updates to add an ephemeral container.
+EPHEMERAL_CONTAINERS = "ephemeralcontainers"
+# Subresources through which a Pod's annotations change: a status update keeps the metadata
+# it is sent with; a Binding's annotations are copied onto the pod.
+STATUS = "status"
+BINDING = "binding"
+
+
+def admit(
+    obj: Mapping[str, Any] | None,
+    *,
+    policy: Policy,
+    endpoint: Endpoint,
+    group: str,
+    kind: str,
+    operation: str,
+    sub_resource: str = "",
+    old: Mapping[str, Any] | None = None,
+    kinds: view.Kinds = view.BUILTIN,
+) -> Decision:
+    """What the webhook at `/<endpoint>/<policy>` decides about one admission request.
+
+    Pods on CREATE, and updates of a pod's ephemeral containers (`kubectl debug`): the
+    mutating endpoint patches and refuses; the validating one refuses, also when the parts
+    of the patch that guard the policy are missing. Other Pod updates (of the pod or its
+    status) and Bindings: only a CDI annotation they add or change is refused
+    (`annotations_update`). Workloads (`kinds`): the validating
+    endpoint refuses a template its pods would be refused for, except on an update that
+    leaves every template as it was (scaling, labels, finalizers, status), which is never
+    refused. Anything else passes.
+    """
+    if obj is None or operation not in ("CREATE", "UPDATE"):
+        return Decision()
+    mutate = endpoint == "mutate"
+    if kind == "Binding" and group == "":
+        # `pods/binding`, or the older `bindings` resource: its annotations become the
+        # pod's, so it is judged as a Pod update that adds them.
+        return annotations_update(
+            {"apiVersion": "v1", "kind": "Pod", "metadata": obj.get("metadata")},
+            {},
+            policy=policy,
+        )
+    if claims.is_claim(group, kind):
+        # A claim's spec (and a template's) cannot change after it is created.
+        if operation != "CREATE" or sub_resource:
+            return Decision()
+        decision = claims.review(obj, policy=policy, mutate=mutate, require=not mutate)
+        _tell(decision)
+        return decision
+    if kind == "Pod" and group == "":
+        if sub_resource == EPHEMERAL_CONTAINERS and operation == "UPDATE":
+            return review(obj, policy=policy, mutate=mutate, require=not mutate, old=old or {})
+        if sub_resource == STATUS:
+            return (
+                annotations_update(obj, old or {}, policy=policy)
+                if operation == "UPDATE"
+                else Decision()
+            )
+        if sub_resource:
+            return Decision()
+        if operation == "UPDATE":
+            # A pod's containers, resources and scheduling are immutable once created; its
+            # annotations are not, and the kubelet sends them with every container start.
+            return annotations_update(obj, old or {}, policy=policy)
+        return review(obj, policy=policy, mutate=mutate, require=not mutate)
+    if mutate or sub_resource or (group, kind) not in kinds:
+        return Decision()
+    decision = review(obj, policy=policy, mutate=False, kinds=kinds)
+    if (
+        decision.violations
+        and operation == "UPDATE"
+        and old is not None
+        and templates_equal(old, obj, kinds)
+    ):
+        # Admitted before these rules (or before this policy): tell, and let it through, so
+        # that scaling and deleting existing workloads never hang on the webhook.
+        kept = Decision(warnings=list(decision.warnings))
+        kept.warn("the pod template breaks gpu-share rules; its new pods will be refused")
+        return kept
+    return decision
+
+
+def annotations_update(
+    obj: Mapping[str, Any], old: Mapping[str, Any], *, policy: Policy
+) -> Decision:
+    """A Pod update: the CDI annotations it adds or changes are judged by `cdi-annotations`
+    (runtimes that pass pod annotations through read them at the next container start);
+    nothing else of the pod is, and nothing is patched. One it keeps as it was (the pod was
+    admitted with it, before the rule or the namespace's opt-in) is not refused again."""
+    found, _ = view.templates(obj, view.BUILTIN)
+    rule = _CDI_RULE
+    if not found or not rules.switched_on(rule, policy):
+        return Decision()
+    before = _annotations_of(old)
+    pod = view.read(found[0])
+    changed = tuple(
+        (key, value)
+        for key, value in pod.annotations
+        if key.startswith(names.CDI_ANNOTATION_PREFIXES) and before.get(key) != _raw(value)
+    )
+    if not changed:
+        return Decision()
+    r = rules.Pass(facts.gather(pod._replace(annotations=changed), policy), policy, require=False)
+    assert rule.check is not None
+    rule.check(r)
+    r.relax()
+    decision = Decision(violations=r.violations, would_refuse=r.would_refuse)
+    _tell(decision)
+    return decision
+
+
+_CDI_RULE = next(rule for rule in rules.RULES if rule.name == "cdi-annotations")
+
+
+def _annotations_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    meta = obj.get("metadata")
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    return annotations if isinstance(annotations, dict) else {}
+
+
+def _raw(value: Any) -> Any:
+    """An annotation's value as sent (the view holds a value that is not a string as Json)."""
+    return value.value if isinstance(value, view.Json) else value
+
+
+def review(
+    obj: Mapping[str, Any],
+    *,
+    policy: Policy,
+    mutate: bool = True,
+    require: bool = False,
+    old: Mapping[str, Any] | None = None,
+    kinds: view.Kinds = view.BUILTIN,
+) -> Decision:
+    """Review a Pod, or the pod templates of a workload; other kinds pass untouched.
+
+    `mutate`: build the patch. `require`: validating a Pod, the parts of the patch that guard
+    the policy (`Rule.required`) must be in place already. `old`: the Pod before an update
+    of its ephemeral containers; only the ones it adds are judged.
+    """
+    if claims.of_object(obj):
+        decision = claims.review(obj, policy=policy, mutate=mutate, require=require)
+        _tell(decision)
+        return decision
+    found, problems = view.templates(obj, kinds)
+    views = [view.read(template, old=old) for template in found]
+    decision = Decision(violations=[rules.malformed(p, OBJECT) for p in problems])
+    budget = hints.Budget()
+    for template, pod in zip(found, views, strict=True):
+        r, ops = run(pod, policy, mutate=mutate, require=require)
+        label = pod.place.label
+        decision.violations += r.violations
+        for w in r.warnings:
+            decision.warn(f"{label}: {w}" if label else w)
+        decision.would_refuse += r.would_refuse
+        for rule, op in ops:
+            decision.patch.append(op)
+            decision.patch_rules.append(rule)
+            if rule not in decision.mutations and rule != rules.ANNOTATIONS:
+                decision.mutations.append(rule)
+        for key, value in r.audit.items():
+            # One value per key for the whole object: a workload's templates each add theirs
+            # (rule env-from names containers of each).
+            before = decision.audit.get(key)
+            if before is None or before == value:
+                decision.audit[key] = value
+            elif len(before) < _AUDIT_VALUE and value not in before.split(","):
+                # (At most _AUDIT_VALUE characters: thousands of templates cost no more.)
+                decision.audit[key] = f"{before},{value}"
+        if not require:
+            # Told once: a Pod's validating review sees what the mutating one told of.
+            for w in (
+                hints.resource_warnings(pod, policy, budget)
+                + hints.annotation_warnings(pod, policy, budget)
+                + hints.label_warnings(template.node, pod, policy, budget)
+            ):
+                # The place last: the advice first survives the cut at 120 characters.
+                decision.warn(f"{w} (in {label})" if label else w)
+    for w in hints.workload_warnings(obj, found, budget):
+        decision.warn(w)
+    if decision.violations:
+        decision.patch = []
+        decision.patch_rules = []
+        decision.mutations = []
+    _tell(decision)
+    return decision
+
+
+# An audit annotation's value is kept this short (the audit log keeps it per request).
+_AUDIT_VALUE = 2000
+
+
+def _tell(decision: Decision) -> None:
+    """Warn-mode refusals as warnings and an audit annotation; dry-run ones stay silent. A
+    warning keeps the refusal's fix (`refusal_warning`); the annotation has it whole."""
+    warned = [v for mode, v in decision.would_refuse if mode == names.WARN]
+    if not warned:
+        return
+    # Before any other warning, and one of each rule first: what the budget of warnings
+    # leaves out of a large pod is then more of the same.
+    first: dict[str, Violation] = {}
+    for v in warned:
+        first.setdefault(v.rule, v)
+    ordered = [*first.values(), *(v for v in warned if first[v.rule] is not v)]
+    decision.warn_first([refusal_warning(v) for v in ordered], MAX_LONG_WARNING)
+    decision.audit["would-refuse"] = ",".join(dict.fromkeys(v.rule for v in warned))
+    text = "; ".join(v.text for v in warned)
+    decision.audit["would-refuse-reasons"] = (
+        text if len(text) <= _AUDIT_VALUE else text[: _AUDIT_VALUE - 3] + "..."
+    )
+
+
+Operations = list[tuple[str, dict[str, Any]]]
+
+
+def run(
+    pod: view.Pod, policy: Policy, *, mutate: bool, require: bool = False
+) -> tuple[rules.Pass, Operations]:
+    """The rules over one pod, and the patch operations (each with its rule's name).
+
+    First what is known of the pod before any rule runs (`facts.gather`); then every check;
+    then, when nothing is refused, the patches; then the record of what they did
+    (`record.record`). A rule the policy applies in warn or dry-run mode does not refuse
+    (`Pass.relax`), and in dry-run mode it patches nothing.
+    """
+    known = facts.gather(pod, policy)
+    r = rules.Pass(known, policy, require=require)
+    table = _table(policy, known.gpu, bool(known.requested), pod.ephemeral_update)
+    if known.findings:
+        r.report(table.found)
+    for check in table.checks:
+        check(r)
+    r.relax()
+    if r.refused or not (mutate or require):
+        return r, []
+    for patch in table.patches if mutate else table.required:
+        patch(r)
+    r.relax()
+    if not mutate or r.refused:
+        return r, []
+    ops = r.operations()
+    if policy.mode != names.ENFORCE or policy.rule_modes:
+        ops = [(rule, op) for rule, op in ops if policy.mode_of(rule) != names.DRY_RUN]
+    recorded, audit = record.record(r, ops)
+    if audit:
+        r.note(rules.ANNOTATIONS, audit)
+    return r, ops + recorded
+
+
+Step = Callable[[rules.Pass], None]
+
+
+class Table(NamedTuple):
+    """The rules that apply to a kind of pod under a policy."""
+
+    # The names of the rules whose findings are reported (`Rule.found`).
+    found: frozenset[str]
+    checks: tuple[Step, ...]
+    patches: tuple[Step, ...]
+    # The patches that must be in place when a Pod reaches the validating webhook.
+    required: tuple[Step, ...]
+
+
+@functools.lru_cache(maxsize=1024)
+def _table(policy: Policy, gpu: bool, shared: bool, ephemeral_update: bool) -> Table:
+    """The rules that apply to a pod: worked out once per policy and kind of pod, not for
+    every review (the policy cannot change)."""
+    applying = [r for r in rules.RULES if _applies(r, policy, gpu, shared, ephemeral_update)]
+    return Table(
+        frozenset(rule.name for rule in applying if rule.found),
+        tuple(rule.check for rule in applying if rule.check is not None),
+        tuple(rule.patch for rule in applying if rule.patch is not None),
+        tuple(rule.patch for rule in applying if rule.patch is not None and rule.required),
+    )
+
+
+def _applies(
+    rule: rules.Rule, policy: Policy, gpu: bool, shared: bool, ephemeral_update: bool
+) -> bool:
+    if rule.scope is rules.Scope.CLAIM:
+        return False
+    if policy.unavailable is not None and not rule.always:
+        return False
+    if rule.pod_level and ephemeral_update:
+        return False
+    if rule.pod_security and policy.pod_security:
+        return False
+    if rule.scope is rules.Scope.GPU_POD and not gpu:
+        return False
+    if rule.scope is rules.Scope.SHARED_POD and not shared:
+        return False
+    return rules.switched_on(rule, policy)
+
+
+def templates_equal(old: Mapping[str, Any], new: Mapping[str, Any], kinds: view.Kinds) -> bool:
+    """Whether an update leaves every pod template of the object as it was (scaling, labels,
+    finalizers, status): such an update is never refused."""
+    old_found, _ = view.templates(old, kinds)
+    new_found, _ = view.templates(new, kinds)
+    return [t.node for t in old_found] == [t.node for t in new_found]
