@@ -52,9 +52,8 @@ sys.path.insert(0, str(REPO / "bench"))
 import orjson  # noqa: E402
 import server as bench  # noqa: E402  bench/server.py: bodies, wrk driver, process helpers
 
-from webhook.engine import view  # noqa: E402
 from webhook.engine.decision import Decision  # noqa: E402
-from webhook.policy import policies
+from webhook.policy import kinds, policies
 from webhook.policy.policies import PolicySet  # noqa: E402
 from webhook.server import app as server  # noqa: E402
 from webhook.server import (  # noqa: E402
@@ -90,7 +89,7 @@ def serve_variant(
         policies: PolicySet,
         policy_name: str,
         endpoint: codec.Endpoint,
-        kinds: view.Kinds = view.BUILTIN,
+        kinds: kinds.Kinds = kinds.BUILTIN,
     ) -> codec.Outcome:
         if variant == "canned":
             return canned

@@ -26,7 +26,6 @@ import yaml
 from tests.support import audit_deploy as ad
 from tests.support import deploy_helpers as dh
 from webhook import cli
-from webhook.engine import view
 from webhook.policy import kinds, names
 
 AUDIT = dh.DEPLOY / "optional" / "audit"
@@ -423,7 +422,7 @@ def test_the_reads_cover_every_kind_the_webhook_reviews() -> None:
     wanted |= {(k.group, k.resource) for k in kinds.all_kinds(kinds.DEFAULT_FILE)}
     wanted |= {(names.DRA_GROUP, r) for r in names.CLAIM_RESOURCES}
     assert listed == wanted
-    assert {(k.group, k.resource) for k in view.BUILTIN_KINDS} < listed
+    assert {(k.group, k.resource) for k in kinds.BUILTIN_KINDS} < listed
 
 
 @pytest.mark.parametrize("reports", ad.REPORTS)

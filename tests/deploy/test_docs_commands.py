@@ -41,7 +41,7 @@ from tests.support import deploy_helpers as dh
 from tests.support import dra_objects, nodes, slices
 from tests.support import server_helpers as h
 from webhook import cli, tools
-from webhook.engine import reviewing, rules, view
+from webhook.engine import reviewing, rules
 from webhook.policy import kinds, names, policies
 from webhook.server import app as server
 from webhook.server import states
@@ -364,7 +364,7 @@ def test_an_unknown_command_or_flag_fails_the_check(tmp_path: Path) -> None:
 
 # What `audit` reviews of a cluster: pods, the built-in workload kinds, and claims and claim
 # templates (their plural resource names, as `kubectl get` takes them).
-AUDITED = frozenset({"pods", *(k.resource for k in view.BUILTIN_KINDS), *names.CLAIM_RESOURCES})
+AUDITED = frozenset({"pods", *(k.resource for k in kinds.BUILTIN_KINDS), *names.CLAIM_RESOURCES})
 
 
 def _dump_commands(doc: Path) -> Iterator[tuple[str, int, list[str], set[str]]]:
@@ -430,7 +430,7 @@ def test_the_readme_names_every_workload_kind_the_webhook_reviews() -> None:
     kind and every kind of the shipped WorkloadKinds file."""
     text = " ".join((REPO / "README.md").read_text(encoding="utf-8").split())
     sentence = text.split("The same rules check the pod templates of ", 1)[1].split(". ", 1)[0]
-    missing = [f"{k.kind}s" for k in view.BUILTIN_KINDS if f"{k.kind}s" not in sentence]
+    missing = [f"{k.kind}s" for k in kinds.BUILTIN_KINDS if f"{k.kind}s" not in sentence]
     missing += [k.kind for k in kinds.load() if k.kind not in sentence]
     assert not missing, f"README.md leaves out {missing}"
     assert "webhook/policy/workload-kinds.yaml" in sentence

@@ -23,7 +23,7 @@ from webhook.policy import kinds, policies
 from webhook.tools import rendering
 
 ALL = kinds.all_kinds()
-BY_NAME = view.kinds_by_name(ALL)
+BY_NAME = kinds.kinds_by_name(ALL)
 
 
 def _template(*containers: dict[str, Any]) -> dict[str, Any]:

@@ -28,8 +28,8 @@ from typing import Any
 
 from tests.support import deploy_helpers as dh
 from tests.support import kube
-from webhook.engine import claims, view
-from webhook.policy import names, policies
+from webhook.engine import claims
+from webhook.policy import kinds, names, policies
 from webhook.server import codec
 from webhook.tools import rendering
 
@@ -71,7 +71,7 @@ class Outcome:
         return [(c.configuration, c.entry) for c in self.calls]
 
 
-def in_process(loaded: policies.PolicySet, kinds: view.Kinds = view.BUILTIN) -> Send:
+def in_process(loaded: policies.PolicySet, kinds: kinds.Kinds = kinds.BUILTIN) -> Send:
     """Entries answered by the codec in-process, as the server would answer them."""
 
     async def send(path: str, body: bytes) -> dict[str, Any]:

@@ -44,7 +44,6 @@ from hypothesis import strategies as st
 
 from tests.support import apiserver, kube
 from tests.support.strategies import LABELS, TOLERATIONS, affinity
-from webhook.engine import view
 from webhook.policy import kinds as workload_kinds
 from webhook.server import codec
 from webhook.server.limits import Limits
@@ -459,13 +458,13 @@ _templates = {h: pod_templates(hostile=h) for h in (False, True)}
 def _place(
     node: dict[str, Any], steps: tuple[str, ...], make: Callable[[], Any], count: int
 ) -> None:
-    """Put templates made by `make` where `steps` (a `view.Kind` path) says, `count` of them
+    """Put templates made by `make` where `steps` (a `workload_kinds.Kind` path) says, `count` of them
     at a `[]` or `{}`; a second path into the same object adds to what the first made."""
     key, rest = steps[0], steps[1:]
     if not rest:
         node[key] = make()
         return
-    if rest[0] == view.EACH_ITEM:
+    if rest[0] == workload_kinds.EACH_ITEM:
         if not rest[1:]:
             node[key] = [make() for _ in range(count)]
             return
@@ -474,7 +473,7 @@ def _place(
         for item in items:
             _place(item, rest[1:], make, count)
         return
-    if rest[0] == view.EACH_VALUE:
+    if rest[0] == workload_kinds.EACH_VALUE:
         names = ["Master", "Worker", "Launcher"][:count]
         if not rest[1:]:
             node[key] = {name: make() for name in names}
@@ -487,7 +486,7 @@ def _place(
 
 
 @st.composite
-def workloads(draw: st.DrawFn, kind: view.Kind, *, hostile: bool) -> dict[str, Any]:
+def workloads(draw: st.DrawFn, kind: workload_kinds.Kind, *, hostile: bool) -> dict[str, Any]:
     version = draw(st.sampled_from(kind.versions))
     obj: dict[str, Any] = {
         "apiVersion": f"{kind.group}/{version}" if kind.group else version,

@@ -26,7 +26,7 @@ import yaml
 
 from webhook.engine import claims, reviewing, view
 from webhook.engine.decision import Decision
-from webhook.policy import policies
+from webhook.policy import kinds, policies
 
 REPO = Path(__file__).resolve().parents[2]
 # Published GPU manifests, kept as found beside this repository (../shared/real-world);
@@ -395,7 +395,7 @@ def admission_review(
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
-WORKLOAD_KINDS = sorted(k.kind for k in view.BUILTIN_KINDS)
+WORKLOAD_KINDS = sorted(k.kind for k in kinds.BUILTIN_KINDS)
 
 
 _POD_FIELD = re.compile(r"(?<![\w.\[])(spec|metadata)\.")

@@ -29,8 +29,8 @@ from tests.support.audit_dump import (
     spec,
 )
 from webhook import cli
-from webhook.engine import namespaces, view
-from webhook.policy import names, policies
+from webhook.engine import namespaces
+from webhook.policy import kinds, names, policies
 from webhook.tools import auditing, rendering
 
 
@@ -132,7 +132,7 @@ def test_the_routes_are_the_rendered_selectors() -> None:
     is not excluded reaches the entry of the policy `namespaces.policy_name` picks, or the
     catch-all; the others reach none."""
     loaded = policies.load_directory(REPO / "policies")
-    where = rendering.routes(loaded, view.BUILTIN_KINDS, webhook_namespace="gpu")
+    where = rendering.routes(loaded, kinds.BUILTIN_KINDS, webhook_namespace="gpu")
     cases = [
         ("a", {}, None),
         ("a", {names.ENABLED_LABEL: "false"}, None),
@@ -731,7 +731,7 @@ def test_host_access_switched_off_is_said_and_refuses_nothing(
 
 def test_the_path_carries_the_pod_security_level() -> None:
     loaded = policies.load_directory(REPO / "policies")
-    where = rendering.routes(loaded, view.BUILTIN_KINDS, webhook_namespace="gpu")
+    where = rendering.routes(loaded, kinds.BUILTIN_KINDS, webhook_namespace="gpu")
     cases = [
         ({}, "default"),
         ({PSA: "privileged"}, "default"),

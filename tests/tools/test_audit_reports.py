@@ -28,8 +28,8 @@ from tests.support.audit_dump import (
     spec,
 )
 from webhook import cli
-from webhook.engine import rules, view
-from webhook.policy import names, policies
+from webhook.engine import rules
+from webhook.policy import kinds, names, policies
 from webhook.tools import auditing, reporting
 
 NOW = 1_790_000_000
@@ -385,14 +385,14 @@ def test_unchanged_results_keep_their_timestamp_and_new_ones_get_now() -> None:
     c = cluster()
     loaded = load_policies(None)
     report = auditing.audit([*c.namespaces, *c.objects], policies=loaded,
-                            kinds=view.BUILTIN_KINDS)
+                            kinds=kinds.BUILTIN_KINDS)
     first = reporting.build(report, reporting.POLICY_REPORT, now=NOW)
     again = reporting.build(report, reporting.POLICY_REPORT, now=NOW + 3600, previous=first)
     assert again == first
     # One pod changes: only its results are new.
     changed = [o for o in c.objects if o["metadata"]["name"] != "notebook"]
     changed.append(c.pod("notebook", "team-a", spec(container("shell", 1))))
-    report = auditing.audit([*c.namespaces, *changed], policies=loaded, kinds=view.BUILTIN_KINDS)
+    report = auditing.audit([*c.namespaces, *changed], policies=loaded, kinds=kinds.BUILTIN_KINDS)
     later = reporting.build(report, reporting.POLICY_REPORT, now=NOW + 7200, previous=first)
     stamps = {
         (x["resources"][0]["name"], x.get("rule")): x["timestamp"]["seconds"]
@@ -422,7 +422,7 @@ def build(c: Cluster, tmp_path: Path, policy: str | None, *,
           name: str = "extra") -> list[dict[str, Any]]:
     loaded = load_policies(policy, name)
     report = auditing.audit([*c.namespaces, *c.objects], policies=loaded,
-                            kinds=view.BUILTIN_KINDS)
+                            kinds=kinds.BUILTIN_KINDS)
     assert not report.malformed
     return reporting.build(report, reporting.POLICY_REPORT, now=NOW)
 
@@ -489,7 +489,7 @@ def test_previous_reports_of_any_shape_are_read_without_failing() -> None:
     """The reports in the cluster are whatever whoever may write them wrote."""
     c = cluster()
     report = auditing.audit([*c.namespaces, *c.objects], policies=load_policies(None),
-                            kinds=view.BUILTIN_KINDS)
+                            kinds=kinds.BUILTIN_KINDS)
     odd = [
         {"results": "no"},
         {"results": [1, None, {"timestamp": "x"}, {"timestamp": {"seconds": "1", "nanos": 0}}]},
@@ -505,7 +505,7 @@ def test_a_timestamp_no_run_could_have_written_is_not_kept() -> None:
     """Whoever may write reports could date a finding in 2100, or before 1970."""
     c = cluster()
     report = auditing.audit([*c.namespaces, *c.objects], policies=load_policies(None),
-                            kinds=view.BUILTIN_KINDS)
+                            kinds=kinds.BUILTIN_KINDS)
     first = reporting.build(report, reporting.POLICY_REPORT, now=NOW)
     forged = json.loads(json.dumps(first))
     for r in forged:

@@ -15,7 +15,7 @@ from typing import Any, Literal, NamedTuple
 
 from webhook.engine import claims, facts, hints, record, rules, view
 from webhook.engine.decision import MAX_LONG_WARNING, OBJECT, Decision, Violation, refusal_warning
-from webhook.policy import names
+from webhook.policy import kinds, names
 from webhook.policy.policies import Policy
 
 Endpoint = Literal["mutate", "validate"]
@@ -37,7 +37,7 @@ def admit(
     operation: str,
     sub_resource: str = "",
     old: Mapping[str, Any] | None = None,
-    kinds: view.Kinds = view.BUILTIN,
+    kinds: kinds.Kinds = kinds.BUILTIN,
 ) -> Decision:
     """What the webhook at `/<endpoint>/<policy>` decides about one admission request.
 
@@ -108,7 +108,7 @@ def annotations_update(
     (runtimes that pass pod annotations through read them at the next container start);
     nothing else of the pod is, and nothing is patched. One it keeps as it was (the pod was
     admitted with it, before the rule or the namespace's opt-in) is not refused again."""
-    found, _ = view.templates(obj, view.BUILTIN)
+    found, _ = view.templates(obj, kinds.BUILTIN)
     rule = _CDI_RULE
     if not found or not rules.switched_on(rule, policy):
         return Decision()
@@ -151,7 +151,7 @@ def review(
     mutate: bool = True,
     require: bool = False,
     old: Mapping[str, Any] | None = None,
-    kinds: view.Kinds = view.BUILTIN,
+    kinds: kinds.Kinds = kinds.BUILTIN,
 ) -> Decision:
     """Review a Pod, or the pod templates of a workload; other kinds pass untouched.
 
@@ -313,7 +313,7 @@ def _applies(
     return rules.switched_on(rule, policy)
 
 
-def templates_equal(old: Mapping[str, Any], new: Mapping[str, Any], kinds: view.Kinds) -> bool:
+def templates_equal(old: Mapping[str, Any], new: Mapping[str, Any], kinds: kinds.Kinds) -> bool:
     """Whether an update leaves every pod template of the object as it was (scaling, labels,
     finalizers, status): such an update is never refused."""
     old_found, _ = view.templates(old, kinds)

@@ -24,7 +24,7 @@ into a typed Pod first); whoever else reaches the port gets a refusal that says 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
@@ -32,46 +32,7 @@ import orjson
 
 from webhook.engine.decision import OBJECT, Place
 from webhook.policy import names
-
-# A path to pod templates in an object: keys, and at most one "[]" (every item of a list)
-# or "{}" (every value of an object), e.g. ("spec", "replicatedJobs", "[]", "template",
-# "spec", "template").
-Path = tuple[str, ...]
-EACH_ITEM = "[]"
-EACH_VALUE = "{}"
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    """A kind whose objects carry pod templates, and where they are."""
-
-    group: str
-    kind: str
-    resource: str  # the plural resource name, as webhook rules name it
-    versions: tuple[str, ...]
-    paths: tuple[Path, ...]
-    # Kinds of other projects are named in messages with the template's path.
-    builtin: bool = True
-
-
-BUILTIN_KINDS: tuple[Kind, ...] = (
-    Kind("apps", "Deployment", "deployments", ("v1",), (("spec", "template"),)),
-    Kind("apps", "ReplicaSet", "replicasets", ("v1",), (("spec", "template"),)),
-    Kind("apps", "StatefulSet", "statefulsets", ("v1",), (("spec", "template"),)),
-    Kind("apps", "DaemonSet", "daemonsets", ("v1",), (("spec", "template"),)),
-    Kind("batch", "Job", "jobs", ("v1",), (("spec", "template"),)),
-    Kind("batch", "CronJob", "cronjobs", ("v1",), (("spec", "jobTemplate", "spec", "template"),)),
-    Kind("", "ReplicationController", "replicationcontrollers", ("v1",), (("spec", "template"),)),
-)
-
-Kinds = Mapping[tuple[str, str], Kind]
-
-
-def kinds_by_name(kinds: Sequence[Kind]) -> dict[tuple[str, str], Kind]:
-    return {(k.group, k.kind): k for k in kinds}
-
-
-BUILTIN: Kinds = kinds_by_name(BUILTIN_KINDS)
+from webhook.policy.kinds import BUILTIN, EACH_ITEM, EACH_VALUE, Kind, Kinds, TemplatePath
 
 CONTAINER_GROUPS = ("initContainers", "containers", "ephemeralContainers")
 
@@ -152,7 +113,7 @@ class _Found:
     templates: list[Template] = dataclasses.field(default_factory=list)
     problems: list[Problem] = dataclasses.field(default_factory=list)
 
-    def walk(self, node: Any, path: Path, pointer: str = "", where: str = "") -> None:
+    def walk(self, node: Any, path: TemplatePath, pointer: str = "", where: str = "") -> None:
         if not path:
             if node is None:
                 return

@@ -24,6 +24,8 @@ module; `--workload-kinds FILE` replaces it (an empty `kinds: []` turns the extr
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -31,9 +33,48 @@ import pydantic
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from webhook.engine import view
 from webhook.errors import PolicyError
 from webhook.policy import names
+
+# A path to pod templates in an object: keys, and at most one "[]" (every item of a list)
+# or "{}" (every value of an object), e.g. ("spec", "replicatedJobs", "[]", "template",
+# "spec", "template").
+TemplatePath = tuple[str, ...]
+EACH_ITEM = "[]"
+EACH_VALUE = "{}"
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """A kind whose objects carry pod templates, and where they are."""
+
+    group: str
+    kind: str
+    resource: str  # the plural resource name, as webhook rules name it
+    versions: tuple[str, ...]
+    paths: tuple[TemplatePath, ...]
+    # Kinds of other projects are named in messages with the template's path.
+    builtin: bool = True
+
+
+BUILTIN_KINDS: tuple[Kind, ...] = (
+    Kind("apps", "Deployment", "deployments", ("v1",), (("spec", "template"),)),
+    Kind("apps", "ReplicaSet", "replicasets", ("v1",), (("spec", "template"),)),
+    Kind("apps", "StatefulSet", "statefulsets", ("v1",), (("spec", "template"),)),
+    Kind("apps", "DaemonSet", "daemonsets", ("v1",), (("spec", "template"),)),
+    Kind("batch", "Job", "jobs", ("v1",), (("spec", "template"),)),
+    Kind("batch", "CronJob", "cronjobs", ("v1",), (("spec", "jobTemplate", "spec", "template"),)),
+    Kind("", "ReplicationController", "replicationcontrollers", ("v1",), (("spec", "template"),)),
+)
+
+Kinds = Mapping[tuple[str, str], Kind]
+
+
+def kinds_by_name(kinds: Sequence[Kind]) -> dict[tuple[str, str], Kind]:
+    return {(k.group, k.kind): k for k in kinds}
+
+
+BUILTIN: Kinds = kinds_by_name(BUILTIN_KINDS)
 
 KIND = "WorkloadKinds"
 DEFAULT_FILE = Path(__file__).resolve().parent / "workload-kinds.yaml"
@@ -85,11 +126,11 @@ class KindsDocument(_Model):
     spec: KindsSpec
 
 
-def path_steps(path: str) -> view.Path:
+def path_steps(path: str) -> TemplatePath:
     """`spec.replicatedJobs[].template` -> ("spec", "replicatedJobs", "[]", "template")."""
     steps: list[str] = []
     for part in path.split("."):
-        for marker in (view.EACH_ITEM, view.EACH_VALUE):
+        for marker in (EACH_ITEM, EACH_VALUE):
             if part.endswith(marker):
                 steps += [part[: -len(marker)], marker]
                 break
@@ -98,7 +139,7 @@ def path_steps(path: str) -> view.Path:
     return tuple(steps)
 
 
-def parse(text: str, source: str) -> tuple[view.Kind, ...]:
+def parse(text: str, source: str) -> tuple[Kind, ...]:
     """The kinds a file's text lists; PolicyError with every problem (file: field: reason)."""
     try:
         doc = yaml.safe_load(text)
@@ -120,22 +161,22 @@ def parse(text: str, source: str) -> tuple[view.Kind, ...]:
             problems.append(f"{source}: {where}: {msg}")
         raise PolicyError(problems) from None
     problems = []
-    seen: set[tuple[str, str]] = set(view.BUILTIN)
-    out: list[view.Kind] = []
+    seen: set[tuple[str, str]] = set(BUILTIN)
+    out: list[Kind] = []
     for i, k in enumerate(model.spec.kinds):
         if (k.group, k.kind) in seen:
             problems.append(f"{source}: spec.kinds.{i}: {k.group}/{k.kind} is listed already"
                             " (or is a built-in kind)")
             continue
         seen.add((k.group, k.kind))
-        out.append(view.Kind(k.group, k.kind, k.resource, tuple(k.versions),
+        out.append(Kind(k.group, k.kind, k.resource, tuple(k.versions),
                              tuple(path_steps(p) for p in k.templates), builtin=False))
     if problems:
         raise PolicyError(problems)
     return tuple(out)
 
 
-def load(path: Path | None = None) -> tuple[view.Kind, ...]:
+def load(path: Path | None = None) -> tuple[Kind, ...]:
     """The extra kinds of `path` (the shipped default when None); PolicyError if unusable."""
     path = path or DEFAULT_FILE
     try:
@@ -145,6 +186,6 @@ def load(path: Path | None = None) -> tuple[view.Kind, ...]:
     return parse(text, str(path))
 
 
-def all_kinds(path: Path | None = None) -> tuple[view.Kind, ...]:
+def all_kinds(path: Path | None = None) -> tuple[Kind, ...]:
     """The built-in kinds and those of `path`."""
-    return view.BUILTIN_KINDS + load(path)
+    return BUILTIN_KINDS + load(path)

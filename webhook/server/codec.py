@@ -18,10 +18,10 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from webhook.engine import namespaces, reviewing, view
+from webhook.engine import namespaces, reviewing
 from webhook.engine.decision import Decision
 from webhook.errors import BadReview
-from webhook.policy import names
+from webhook.policy import kinds, names
 from webhook.policy.policies import PolicySet
 
 API_VERSION = "admission.k8s.io/v1"
@@ -174,7 +174,7 @@ def decide(
     policies: PolicySet,
     policy_name: str,
     endpoint: Endpoint,
-    kinds: view.Kinds = view.BUILTIN,
+    kinds: kinds.Kinds = kinds.BUILTIN,
 ) -> Decision:
     """What the webhook at `/<endpoint>/<policy_name>` decides about `request` (see
     `reviewing.admit`). A policy that is not in force (an unknown name, a file that does not
@@ -239,7 +239,7 @@ def review(
     policies: PolicySet,
     policy_name: str,
     endpoint: Endpoint,
-    kinds: view.Kinds = view.BUILTIN,
+    kinds: kinds.Kinds = kinds.BUILTIN,
     answers: Answers | None = None,
 ) -> Outcome:
     """The whole exchange: parse, decide, encode. Raises BadReview for an unusable body.

@@ -14,7 +14,6 @@ from typing import Protocol
 
 from aiohttp import web
 
-from webhook.engine import view
 from webhook.policy import kinds, policies
 from webhook.server import (
     certificates,
@@ -39,7 +38,7 @@ class ReviewFunction(Protocol):
         policies: policies.PolicySet,
         policy_name: str,
         endpoint: codec.Endpoint,
-        kinds: view.Kinds,
+        kinds: kinds.Kinds,
     ) -> codec.Outcome: ...
 
 
@@ -57,7 +56,7 @@ class State:
         *,
         policy_watch: reload.PolicyWatch,
         certificates: reload.CertificateWatch,
-        kinds: view.Kinds,
+        kinds: kinds.Kinds,
         budget: inflight.Budget,
         review: ReviewFunction = codec.review,
         metrics: metrics.Metrics,
@@ -100,7 +99,7 @@ class State:
         does not stop it, see `reload.PolicyWatch`), the workload kinds and the certificate
         pair and the client CA file (CertificateError when either cannot be used)."""
         policy_watch = reload.PolicyWatch(settings.policies_dir, state_dir=settings.state_dir)
-        workload_kinds = view.kinds_by_name(kinds.all_kinds(settings.workload_kinds))
+        workload_kinds = kinds.kinds_by_name(kinds.all_kinds(settings.workload_kinds))
         context = certificates.server_ssl_context(settings.cert_file, settings.key_file)
         served = reload.CertificateWatch(
             context,

@@ -55,6 +55,7 @@ from typing import Any
 from webhook.engine import claims, hints, namespaces, reviewing, rules, view
 from webhook.engine.decision import MALFORMED, OBJECT, Decision, Violation, Words, shown
 from webhook.policy import hostpaths, names
+from webhook.policy import kinds as workload_kinds
 from webhook.policy.policies import DraClass, Policy, PolicySet
 from webhook.tools import rendering
 
@@ -335,7 +336,7 @@ def audit(
     objects: Iterable[Mapping[str, Any]],
     *,
     policies: PolicySet,
-    kinds: Sequence[view.Kind] = view.BUILTIN_KINDS,
+    kinds: Sequence[workload_kinds.Kind] = workload_kinds.BUILTIN_KINDS,
     webhook_namespace: str = names.DEFAULT_NAMESPACE,
     where: rendering.Routes | None = None,
     excluded: Collection[str] = (),
@@ -348,7 +349,7 @@ def audit(
     besides kube-system and the webhook's own (the chart's webhook.excludedNamespaces).
     ValueError for a `webhook_namespace` that is not a namespace name.
     """
-    by_kind = view.kinds_by_name(kinds)
+    by_kind = workload_kinds.kinds_by_name(kinds)
     if where is None:
         where = rendering.routes(policies, kinds, webhook_namespace=webhook_namespace)
     report = Report(namespaces=[])
@@ -561,7 +562,7 @@ def _judge(
     *,
     real: Policy,
     enforcing: Policy,
-    kinds: view.Kinds,
+    kinds: workload_kinds.Kinds,
     same: dict[Any, Any],
 ) -> Violation | None:
     """Set `item.verdict`; or return the shape problem that keeps the object from a review.

@@ -46,8 +46,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
-from webhook.engine import view
-from webhook.policy import names
+from webhook.policy import kinds, names
 from webhook.tools import kubeclient, reporting
 
 DEFAULT_PAGE_SIZE = 500
@@ -122,7 +121,7 @@ BUILTIN = (
 )
 
 
-def resources(kinds: Sequence[view.Kind]) -> list[Resource]:
+def resources(kinds: Sequence[kinds.Kind]) -> list[Resource]:
     """What `audit --cluster` lists: the built-in kinds and each kind of the WorkloadKinds
     file, by the first version it lists (a kind is listed once)."""
     out = list(BUILTIN)

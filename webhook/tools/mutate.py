@@ -151,7 +151,7 @@ def _namespace_labels(
 
 
 def _routes(
-    loaded: policies.PolicySet, workload_kinds: Sequence[view.Kind], *, webhook_namespace: str
+    loaded: policies.PolicySet, workload_kinds: Sequence[kinds.Kind], *, webhook_namespace: str
 ) -> rendering.Routes:
     try:
         return rendering.routes(loaded, workload_kinds, webhook_namespace=webhook_namespace)
@@ -164,7 +164,7 @@ def decide(
     *,
     labels: dict[str, str],
     loaded: policies.PolicySet,
-    workload_kinds: view.Kinds = view.BUILTIN,
+    workload_kinds: kinds.Kinds = kinds.BUILTIN,
 ) -> Decision:
     """What the webhook decides for `obj` in a namespace with `labels`, once the API server
     sends it (`rendering.Routes.not_sent` says whether it does)."""
@@ -186,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         objects = documents.parse(text, source)
         loaded = policies.load_directory(policies_directory(args.policies)[0])
         all_kinds = kinds.all_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
-        workload_kinds = view.kinds_by_name(all_kinds)
+        workload_kinds = kinds.kinds_by_name(all_kinds)
         where = _routes(loaded, all_kinds, webhook_namespace=args.webhook_namespace)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -75,7 +75,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from webhook.engine import namespaces, view
+from webhook.engine import namespaces
 from webhook.policy import kinds as workload_kinds
 from webhook.policy import names
 from webhook.policy.policies import DEFAULT_POLICY, PolicySet, policy_path
@@ -145,7 +145,7 @@ def render(
     failure_policy: FailurePolicy = "Fail",
     timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS,
     cert_manager_certificate: str | None = None,
-    kinds: Sequence[view.Kind] | None = None,
+    kinds: Sequence[workload_kinds.Kind] | None = None,
 ) -> list[dict[str, Any]]:
     """The MutatingWebhookConfiguration and ValidatingWebhookConfiguration for `policies`.
 
@@ -256,7 +256,7 @@ class _Settings:
     endpoint: codec.Endpoint
     rules: list[dict[str, Any]]
     # The workload kinds the entries review (none for the mutating configuration).
-    kinds: tuple[view.Kind, ...]
+    kinds: tuple[workload_kinds.Kind, ...]
     service: str
     namespace: str
     ca_bundle: bytes | None
@@ -319,7 +319,7 @@ def _entries(policies: PolicySet, settings: _Settings) -> list[dict[str, Any]]:
     return out
 
 
-def entry_condition(policies: PolicySet, path: str, kinds: Sequence[view.Kind]) -> dict[str, str]:
+def entry_condition(policies: PolicySet, path: str, kinds: Sequence[workload_kinds.Kind]) -> dict[str, str]:
     """The condition of the entry at `path` (`<name>` or `<name>/baseline`): what the
     policy the server applies there can refuse or change. A namespace whose policy is not in
     force is guarded as if by a policy with the default switches (see `rules.Rule.always`)."""
@@ -508,7 +508,7 @@ def claim_rules() -> list[dict[str, Any]]:
     ]
 
 
-def _workload_rules(kinds: Sequence[view.Kind]) -> list[dict[str, Any]]:
+def _workload_rules(kinds: Sequence[workload_kinds.Kind]) -> list[dict[str, Any]]:
     """Workloads on CREATE and UPDATE: a template that breaks a rule is refused at `kubectl
     apply`, not later as events on a controller nobody watches. One rule per API group and
     version set, resources in the order the kinds are listed."""
@@ -545,7 +545,7 @@ def not_mirror_condition() -> dict[str, str]:
 
 
 def match_condition(
-    kinds: Sequence[view.Kind],
+    kinds: Sequence[workload_kinds.Kind],
     resources: Iterable[str],
     *,
     every_pod: bool,
@@ -641,7 +641,7 @@ def _cdi_annotation_present() -> str:
     )
 
 
-def _templates(kinds: Sequence[view.Kind]) -> str:
+def _templates(kinds: Sequence[workload_kinds.Kind]) -> str:
     """A CEL list of the pod templates of the object, whatever its kind: a Pod itself, and
     each template of each kind at its paths. Each part is guarded; only one kind matches."""
     parts = ["(request.kind.group == '' && request.kind.kind == 'Pod' ? [object] : [])"]
@@ -655,7 +655,7 @@ def _templates(kinds: Sequence[view.Kind]) -> str:
     return "(\n  " + " +\n  ".join(parts) + "\n)"
 
 
-def _present(node: str, path: view.Path) -> str:
+def _present(node: str, path: workload_kinds.TemplatePath) -> str:
     """CEL: every field of `path` (keys only) is present under `node`."""
     tests, at = [], node
     for step in path:
@@ -664,17 +664,17 @@ def _present(node: str, path: view.Path) -> str:
     return " && ".join(tests) or "true"
 
 
-def _path_list(node: str, path: view.Path) -> str:
+def _path_list(node: str, path: workload_kinds.TemplatePath) -> str:
     """CEL: the list of what `path` (at most one "[]" or "{}" step) reaches from `node`;
     the items where a field is missing are left out."""
     for i, step in enumerate(path):
-        if step not in (view.EACH_ITEM, view.EACH_VALUE):
+        if step not in (workload_kinds.EACH_ITEM, workload_kinds.EACH_VALUE):
             continue
         head, rest = path[:i], path[i + 1 :]
         at = ".".join((node, *head))
         tail = "".join(f".{s}" for s in rest)
         guard = _present(node, head)
-        if step == view.EACH_ITEM:
+        if step == workload_kinds.EACH_ITEM:
             items = f"{at}.filter(x, {_present('x', rest)}).map(x, x{tail})"
         else:
             # A map's macros go over its keys.
@@ -817,7 +817,7 @@ class Reach:
 
 
 def describe(
-    configurations: Sequence[Mapping[str, Any]], kinds: Sequence[view.Kind] | None = None
+    configurations: Sequence[Mapping[str, Any]], kinds: Sequence[workload_kinds.Kind] | None = None
 ) -> list[Reach]:
     """What each entry of `configurations` (as `render` makes them, or as deployed) is sent,
     read from its rules, the names of its matchConditions and the parts `match_condition`
@@ -952,7 +952,7 @@ class Unsent:
         return f"{'never reviewed' if self.left_out else 'not opted in'} ({self.reason})"
 
 
-def routes(policies: PolicySet, kinds: Sequence[view.Kind], *, webhook_namespace: str) -> Routes:
+def routes(policies: PolicySet, kinds: Sequence[workload_kinds.Kind], *, webhook_namespace: str) -> Routes:
     """The routes of the configurations `render` makes for `policies`; ValueError for a
     namespace name Kubernetes would refuse. Both configurations select namespaces alike."""
     configuration = render(
