@@ -61,7 +61,7 @@ from core import container  # noqa: E402  bench/core.py: a defaulted container
 
 from webhook.policy import kinds, policies  # noqa: E402
 from webhook.tools import audit as command  # noqa: E402
-from webhook.tools import auditing
+from webhook.tools import auditing  # noqa: E402
 
 POLICIES = REPO / "policies"
 OPTED_IN = {"gpu-share.io/enabled": "true"}

@@ -56,7 +56,7 @@ from core import pod  # noqa: E402  bench/core.py: the pod the API server hands 
 from core import review_body as pod_review_body  # noqa: E402
 
 from webhook.engine import reviewing  # noqa: E402
-from webhook.policy import names, policies
+from webhook.policy import names, policies  # noqa: E402
 from webhook.server import codec  # noqa: E402
 
 BUILD = "compiled (mypyc)" if not reviewing.__file__.endswith(".py") else "pure Python"

@@ -33,7 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.append(str(REPO))
 
 from webhook.engine import reviewing  # noqa: E402
-from webhook.policy import policies
+from webhook.policy import policies  # noqa: E402
 from webhook.server import codec  # noqa: E402
 
 BUILD = "compiled (mypyc)" if not reviewing.__file__.endswith(".py") else "pure Python"

@@ -7,8 +7,8 @@
 Starts `python -m webhook serve` on free loopback ports in a directory of its own (its own
 CA and serving certificate, the repository's policies, its log in a file: the way
 tests/support/server_helpers.py runs it), generates --count cases from the strategies of
-tests/support/fuzzing.py (the ones tests/server/test_fuzz.py runs a few thousand of, derandomized; random
-here, --seed repeats a run) in --generators processes of their own (each limited to
+tests/support/fuzzing.py (the ones tests/server/test_fuzz.py runs a few thousand of, derandomized;
+random here, --seed repeats a run) in --generators processes of their own (each limited to
 --generator-memory MB of address space: one that needs more stops with the seed of its batch
 rather than taking the machine), and sends them over
 --connections keep-alive TLS connections, as the API server would (its Service name, its
@@ -336,8 +336,9 @@ def _next_batch(out: Any, generators: list[Any], making: list[Any]) -> list[fuzz
                 if any(p.exitcode in (OUT_OF_MEMORY, -signal.SIGSEGV) for p, _ in dead):
                     # SIGSEGV: orjson does not survive an allocation that fails.
                     message += (
-                        ": out of its --generator-memory, a strategy of tests/support/fuzzing.py that"
-                        " grows without bound (python bench/fuzz.py --help)"
+                        ": out of its --generator-memory, a strategy of"
+                        " tests/support/fuzzing.py that grows without bound (python"
+                        " bench/fuzz.py --help)"
                     )
                 raise SystemExit(message) from None
             continue

@@ -52,7 +52,7 @@ import server as bench  # noqa: E402  bench/server.py: bodies, servers, process 
 from server import Body  # noqa: E402
 
 from tests.support import server_helpers as h  # noqa: E402  the TLS connection the tests speak over
-from webhook.policy import policies
+from webhook.policy import policies  # noqa: E402
 from webhook.server import codec  # noqa: E402
 
 

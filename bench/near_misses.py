@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.append(str(REPO))
 
 from webhook.engine import hints  # noqa: E402
-from webhook.policy import policies
+from webhook.policy import policies  # noqa: E402
 from webhook.server import codec  # noqa: E402
 
 
@@ -128,7 +128,7 @@ def main() -> int:
         return 2
     loaded = policies.load_directory(REPO / "policies")
     real = {
-        name: getattr(nearmisses, name)
+        name: getattr(hints, name)
         for name in (
             "resource_warnings",
             "annotation_warnings",
@@ -144,13 +144,13 @@ def main() -> int:
         out = codec.review(body, policies=loaded, policy_name="default", endpoint=endpoint)
         warned = len(json.loads(out.body)["response"].get("warnings") or [])
         for attr in real:
-            setattr(nearmisses, attr, lambda *_a, **_k: [])
+            setattr(hints, attr, lambda *_a, **_k: [])
         codec.namespaces.label_warnings = lambda *_a, **_k: []  # type: ignore[assignment]
         try:
             without = _best(body, endpoint, loaded, args.rounds)
         finally:
             for attr, function in real.items():
-                setattr(nearmisses, attr, function)
+                setattr(hints, attr, function)
             codec.namespaces.label_warnings = real_namespace  # type: ignore[assignment]
         print(
             f"{name:40} {len(body) / 1e6:6.2f} {with_checks * 1e3:9.2f} {without * 1e3:11.2f}"

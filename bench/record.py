@@ -42,7 +42,7 @@ import core  # noqa: E402  bench/core.py: the review bodies
 from tests.support import server_helpers as h  # noqa: E402
 from webhook.server import app as server  # noqa: E402
 from webhook.server import (  # noqa: E402
-    codec,  # noqa: E402
+    codec,
     logs,
     states,
 )

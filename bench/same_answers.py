@@ -8,11 +8,12 @@ same `mutate` output, messages and exit codes. For changes that must not change 
 
 `inputs` draws the reviews once (so that both checkouts get the same ones): the published
 manifests and examples/ (each object, and each of its pod templates as a Pod), the corpus
-of the tests (tests/support/corpus.py), the DRA claims, templates and pods of tests/support/dra_objects.py,
-and reviews drawn by tests/support/fuzzing.py's and tests/support/strategies.py's strategies with a fixed
-seed: pods and workloads, tame and hostile, CREATE, `kubectl debug`, updates, deletes. The
-policies are kept as YAML text, loaded by each checkout's own loader: the shipped ones, the
-tests' lab policy, and copies with other modes and switches.
+of the tests (tests/support/corpus.py), the DRA claims, templates and pods of
+tests/support/dra_objects.py, and reviews drawn by tests/support/fuzzing.py's and
+tests/support/strategies.py's strategies with a fixed seed: pods and workloads, tame and hostile,
+CREATE, `kubectl debug`, updates, deletes. The policies are kept as YAML text, loaded by each
+checkout's own loader: the shipped ones, the tests' lab policy, and copies with other modes and
+switches.
 
 `answers` runs CHECKOUT's codec (`reviews.review`, put first on the path) over every review
 under every policy and both endpoints, once without a cache and twice through one answer

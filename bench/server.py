@@ -105,10 +105,10 @@ import core  # noqa: E402  bench/core.py: the review bodies
 import peer  # noqa: E402  bench/peer/peer.py: the Go peer, and answers compared
 
 from webhook.policy import policies  # noqa: E402
-from webhook.server import (
+from webhook.server import (  # noqa: E402
     certificates,
     codec,
-    memory,  # noqa: E402
+    memory,
 )
 
 SERVICE = "gpu-share-webhook"

@@ -53,11 +53,11 @@ import orjson  # noqa: E402
 import server as bench  # noqa: E402  bench/server.py: bodies, wrk driver, process helpers
 
 from webhook.engine.decision import Decision  # noqa: E402
-from webhook.policy import kinds, policies
+from webhook.policy import kinds, policies  # noqa: E402
 from webhook.policy.policies import PolicySet  # noqa: E402
 from webhook.server import app as server  # noqa: E402
 from webhook.server import (  # noqa: E402
-    codec,  # noqa: E402
+    codec,
     configuration,
     serving,
 )

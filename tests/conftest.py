@@ -1,4 +1,5 @@
-"""Shared fixtures. Test helpers that build pods and play the API server live in tests/support/kube.py."""
+"""Shared fixtures. Test helpers that build pods and play the API server live in
+tests/support/kube.py."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ import peer  # noqa: E402
 import server  # noqa: E402  bench/server.py
 
 from webhook.policy import policies  # noqa: E402
-from webhook.server import certificates, codec
+from webhook.server import certificates, codec  # noqa: E402
 
 
 def wait_listening(process: subprocess.Popen[bytes], log: Path) -> None:

@@ -1991,8 +1991,8 @@ def _leaf_keys(node: Mapping[str, Any], prefix: tuple[str, ...] = ()) -> list[tu
 # its check of the section (what DraClassSpec and DraSpec refuse, capacity ceilings read as
 # webhook/policy/quantities.py reads them), each held to the server's own code.
 #
-# The table of bad policies in tests/deploy/test_helm.py has a case for each kind of problem; here the
-# quantities are compared line for line, at their bounds and at random, and the conditions for
+# The table of bad policies in tests/deploy/test_helm.py has a case for each kind of problem; here
+# the quantities are compared line for line, at their bounds and at random, and the conditions for
 # random lists of classes.
 
 

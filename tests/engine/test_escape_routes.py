@@ -33,8 +33,8 @@ from webhook.policy import hostpaths, names, policies
 from webhook.server import app as server
 from webhook.tools import rendering
 
-# The table, ROUTE_CASES, is tests/support/corpus.py's (other tests judge its objects too): a name ->
-# RouteCase(route of SPEC.md, object, what must come of it: Refused, Fixed or Warned, the
+# The table, ROUTE_CASES, is tests/support/corpus.py's (other tests judge its objects too): a name
+# -> RouteCase(route of SPEC.md, object, what must come of it: Refused, Fixed or Warned, the
 # namespace's policy label, the operation, ...).
 
 

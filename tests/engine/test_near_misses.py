@@ -841,7 +841,7 @@ def test_a_workloads_audit_annotation_names_what_every_template_adds(
             ]
         },
     }
-    found = pod_view.kinds_by_name(workload_kinds.all_kinds())
+    found = workload_kinds.kinds_by_name(workload_kinds.all_kinds())
     decision = reviewing.review(job, policy=loaded.governing("default"), mutate=False, kinds=found)
     assert decision.audit["env-from"] == "trainer,evaluator,logger"
 

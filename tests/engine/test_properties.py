@@ -1,5 +1,5 @@
-"""Invariants over generated pods (tests/support/strategies.py), odd but valid ones included: the core
-never raises; every patch applies to the object as sent; the result is a valid Pod for two
+"""Invariants over generated pods (tests/support/strategies.py), odd but valid ones included: the
+core never raises; every patch applies to the object as sent; the result is a valid Pod for two
 Kubernetes versions and for the client's model; a second pass (reinvocation) wants nothing
 more."""
 

@@ -1,5 +1,5 @@
-"""The classes of host paths that hand out GPUs (webhook/policy/hostpaths.py): a file or directory of
-a node for every path of every class, reached as the node resolves it, and the near misses
+"""The classes of host paths that hand out GPUs (webhook/policy/hostpaths.py): a file or directory
+of a node for every path of every class, reached as the node resolves it, and the near misses
 left open; docs/security.md's table of the classes, path for path; and the paths the rules show
 in their messages, cut keeping their end.
 """

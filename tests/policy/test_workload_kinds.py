@@ -1,6 +1,6 @@
-"""Workload kinds from configuration (webhook/policy/kinds.py, webhook/policy/workload-kinds.yaml): the pod
-templates of JobSet, LeaderWorkerSet, RayCluster, RayJob, RayService and PyTorchJob are judged
-as a Deployment's are; a refusal names the kind, the template's path and the container; the
+"""Workload kinds from configuration (webhook/policy/kinds.py, webhook/policy/workload-kinds.yaml):
+the pod templates of JobSet, LeaderWorkerSet, RayCluster, RayJob, RayService and PyTorchJob are
+judged as a Deployment's are; a refusal names the kind, the template's path and the container; the
 rendered configuration sends them to the validating webhook; unlisted kinds pass untouched."""
 
 from __future__ import annotations
@@ -182,7 +182,8 @@ def test_in_a_cluster_the_validating_webhook_refuses_it_at_apply(
 ) -> None:
     configurations = rendering.render(shipped_policies, service="s", namespace="gpu-share-system",
                                       name="n", kinds=ALL)
-    cluster = apiserver.ApiServer(configurations, apiserver.in_process(shipped_policies, kinds=BY_NAME))
+    send = apiserver.in_process(shipped_policies, kinds=BY_NAME)
+    cluster = apiserver.ApiServer(configurations, send)
     labels = dh.namespace_labels("team-a", **{"gpu-share.io/enabled": "true"})
     build, _ = KINDS[kind]
     outcome = asyncio.run(cluster.admit(build(TWO_REPLICAS), labels=labels))

@@ -2,8 +2,8 @@
 rule table (`RULE_CASES`) and the route table (`ROUTE_CASES`).
 
 Test modules take them from here, never from each other's modules: tests/engine/test_rules.py and
-tests/engine/test_escape_routes.py judge the two tables; the tests that want "every pod we know" (the
-compiled core, the caches, the order of the rule table, the pod view) take `objects()` and
+tests/engine/test_escape_routes.py judge the two tables; the tests that want "every pod we know"
+(the compiled core, the caches, the order of the rule table, the pod view) take `objects()` and
 `pods()`. Generated cases, hypothesis' strategies, are tests/support/strategies.py's.
 """
 

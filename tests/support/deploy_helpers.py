@@ -8,8 +8,8 @@ run must not look like one that passed.
 What the API server does is played here by hand, from the Kubernetes documentation: label
 selector matching (for the webhook entries' namespaceSelector), the evaluation of
 matchConditions (CEL, with `object` bound to the object under review), the ingress rules of
-a NetworkPolicy and the install's ValidatingAdmissionPolicies on a Secret (tests/deploy/test_deploy.py
-and tests/deploy/test_helm.py hold both installs to them).
+a NetworkPolicy and the install's ValidatingAdmissionPolicies on a Secret
+(tests/deploy/test_deploy.py and tests/deploy/test_helm.py hold both installs to them).
 """
 
 from __future__ import annotations

@@ -458,8 +458,8 @@ _templates = {h: pod_templates(hostile=h) for h in (False, True)}
 def _place(
     node: dict[str, Any], steps: tuple[str, ...], make: Callable[[], Any], count: int
 ) -> None:
-    """Put templates made by `make` where `steps` (a `workload_kinds.Kind` path) says, `count` of them
-    at a `[]` or `{}`; a second path into the same object adds to what the first made."""
+    """Put templates made by `make` where `steps` (a `workload_kinds.Kind` path) says, `count` of
+    them at a `[]` or `{}`; a second path into the same object adds to what the first made."""
     key, rest = steps[0], steps[1:]
     if not rest:
         node[key] = make()

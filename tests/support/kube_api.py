@@ -850,8 +850,8 @@ class KubeAPI:
                 raise StatusError(
                     405,
                     "MethodNotAllowed",
-                    f"the stand-in (tests/support/kube_api.py) writes no built-in kinds: {info.verb} "
-                    f"{resource.group_resource}",
+                    "the stand-in (tests/support/kube_api.py) writes no built-in kinds:"
+                    f" {info.verb} {resource.group_resource}",
                 )
             case "patch":
                 body, status = await self._patch(resource, info, query, request)

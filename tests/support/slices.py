@@ -1,5 +1,6 @@
 """ResourceSlices as NVIDIA's GPU DRA driver publishes them, and slice dumps as `kubectl get
-resourceslices -o json` writes them: what `discover --slices` reads (tests/tools/test_discover_dra.py).
+resourceslices -o json` writes them: what `discover --slices` reads
+(tests/tools/test_discover_dra.py).
 
 The devices follow the driver's reference "ResourceSlice device attributes" (the attributes
 `type`, `productName`, a MIG device's `profile`, the capacity `memory`, a VFIO device's

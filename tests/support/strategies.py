@@ -3,8 +3,9 @@ take them (odd but valid ones included), the policies they are judged under, and
 the property tests that draw them.
 
 tests/engine/test_properties.py, the answer cache's tests (test_answers.py),
-tests/support/fuzzing.py and bench/same_answers.py draw from here; tests/engine/test_rule_order.py judges
-the corpus under LAB too. The cases written out rather than drawn are tests/support/corpus.py's.
+tests/support/fuzzing.py and bench/same_answers.py draw from here; tests/engine/test_rule_order.py
+judges the corpus under LAB too. The cases written out rather than drawn are
+tests/support/corpus.py's.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ traceback, no INTERNALERROR); where it is unset and nothing is beside the checko
 clone alone), the tests that read them are skipped and the run says why in one line.
 
 Each case runs pytest on a copy of this checkout's test setup (pyproject.toml, tests/conftest.py,
-tests/support/kube.py), one trivial test and one that reads the manifests, in a directory with no shared/
-beside it.
+tests/support/kube.py), one trivial test and one that reads the manifests, in a directory with no
+shared/ beside it.
 """
 
 from __future__ import annotations

@@ -319,7 +319,9 @@ def _entries(policies: PolicySet, settings: _Settings) -> list[dict[str, Any]]:
     return out
 
 
-def entry_condition(policies: PolicySet, path: str, kinds: Sequence[workload_kinds.Kind]) -> dict[str, str]:
+def entry_condition(
+    policies: PolicySet, path: str, kinds: Sequence[workload_kinds.Kind]
+) -> dict[str, str]:
     """The condition of the entry at `path` (`<name>` or `<name>/baseline`): what the
     policy the server applies there can refuse or change. A namespace whose policy is not in
     force is guarded as if by a policy with the default switches (see `rules.Rule.always`)."""
@@ -952,7 +954,9 @@ class Unsent:
         return f"{'never reviewed' if self.left_out else 'not opted in'} ({self.reason})"
 
 
-def routes(policies: PolicySet, kinds: Sequence[workload_kinds.Kind], *, webhook_namespace: str) -> Routes:
+def routes(
+    policies: PolicySet, kinds: Sequence[workload_kinds.Kind], *, webhook_namespace: str
+) -> Routes:
     """The routes of the configurations `render` makes for `policies`; ValueError for a
     namespace name Kubernetes would refuse. Both configurations select namespaces alike."""
     configuration = render(
