@@ -26,7 +26,6 @@ from tests.support import apiserver, corpus, kube
 from tests.support import server_helpers as h
 from webhook import cli
 from webhook.engine import hints, namespaces, reviewing
-from webhook.engine import view as pod_view
 from webhook.policy import kinds as workload_kinds
 from webhook.policy import policies
 from webhook.server import app as server
