@@ -9,10 +9,11 @@ What an admission request can get back:
   timeout), 413 (body over the limit, 7 MiB), 415 (not application/json), 429 (too many
   review bytes in flight: retry), with a one-line reason as text. Never a 5xx.
 
-The handler is one function per route, closed over the state it needs: a review is a few
-dictionary lookups, the codec (`codec.review`, with the answer cache) and one counter,
-one histogram and one log line. The bytes a request holds are one `inflight.Hold`, given
-back when the request leaves, however it leaves.
+One handler per route, closed over the state it needs. A body of up to `inline_bytes` (a
+typical pod: a few KB) is read and reviewed on the event loop; a larger one first waits for
+room in the budget of bytes in flight (`limits.Budget`, in total and per source address),
+is read within the body timeout and reviewed on a thread, cut off at the API server's
+deadline. Then one counter, one histogram and one review line (`record`).
 """
 
 from __future__ import annotations
@@ -21,47 +22,32 @@ import asyncio
 import contextlib
 import functools
 import logging
+import re
 import secrets
 import time
+import urllib.parse
 from typing import Any
 
-from aiohttp import StreamReader, web
+from aiohttp import web
 
 from webhook.errors import BadReview
 from webhook.policy import names, policies
-from webhook.server import codec, deadlines, inflight, logs, metrics, states
+from webhook.server import codec, limits, logs, metrics, states
 
 logger = logging.getLogger(__name__)
 review_log = logging.getLogger(logs.REVIEW_LOGGER)
 
-# Reviews of bodies up to this size take at most a millisecond or two (a typical pod of a
-# few KB: ~25 us; a review's cost grows with its bytes, ~90 us a KiB at worst, measured), so
-# they run on the event loop. Larger ones run on a thread: the loop keeps answering other
-# reviews and probes meanwhile, the wait can be cut at the deadline, and they are "large"
-# for the bounds of their address (they take turns, and count against its share of a core:
-# `inflight.LargeTurns`). 256 KiB, as it was, let one address send reviews of 20-30 ms each
-# (thousands of hostPath volumes) that held up the loop for everyone (found by an attack).
-INLINE_REVIEW_BYTES = 16 * 1024
-# The bound of a small review in the in-flight budget (`create_app`): bytes of reviews up
-# to this size have a reserve of their own beyond --max-inflight-bytes.
-SMALL_REVIEW_BYTES = 256 * 1024
 # A 4xx reason is one line of at most this many characters, whatever the body held.
 REASON_LENGTH = 300
+# Answer this long before the API server's deadline at most (a fifth of a short timeout):
+# the answer must still cross the network and be read before the API server gives up.
+DEADLINE_MARGIN_SECONDS = 1.0
 
 _JSON = "application/json"
 
 
 class ReviewTimeout(Exception):
     """A review did not finish before the API server's deadline."""
-
-
-class _Refused(Exception):
-    """A request answered with a 4xx before it is reviewed."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
 
 
 class Route:
@@ -89,12 +75,10 @@ class Route:
 
     async def handle(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
-        state, limits = self.state, self.limits
         policy_name = self.fixed_policy or request.match_info["policy"]
         if self.pod_security:
             policy_name = policies.policy_path(policy_name, pod_security=True)
-        headers = request.headers
-        media_type = headers.get("Content-Type", "")
+        media_type = request.headers.get("Content-Type", "")
         if media_type != _JSON and _media_type(media_type) != _JSON:
             return self.invalid(
                 policy_name,
@@ -102,128 +86,92 @@ class Route:
                 415,
                 f"the content type must be {_JSON}, not {_media_type(media_type) or 'none'}",
             )
-        max_body = limits.max_body_bytes
-        length = _content_length(headers.get("Content-Length"))
-        if length is not None and length > max_body:
+        limits = self.limits
+        length = request.content_length
+        if length is not None and length > limits.max_body_bytes:
             return self.invalid(
-                policy_name, started, 413, _too_large(length, max_body), request=request
+                policy_name, started, 413, _too_large(length, limits.max_body_bytes), request
             )
-        source = request.remote or ""
-        budget = state.budget
-        large = length is None or length > INLINE_REVIEW_BYTES
-        if large:
-            # Its address's large reviews take turns (`inflight.LargeTurns`): waiting for one
-            # may take up to half of what the API server gives the review.
-            within = deadlines.review_seconds(request.raw_path) / 2
-            try:
-                await budget.turns.enter(source, within - (time.perf_counter() - started), length)
-            except inflight.Busy as busy:
-                budget.shares.charge(source, inflight.REFUSAL_SECONDS)
-                self.metrics.count_shed("source-large-share" if busy.share else "source-large-turn")
-                return self.invalid(
-                    policy_name,
-                    started,
-                    429,
-                    busy.reason,
-                    retry_after=inflight.retry_after(busy.wait),
-                    request=request,
-                )
-        self.metrics.in_flight += 1
+        if length is None or length > limits.inline_bytes:
+            return await self.large(request, policy_name, length, started)
+        metrics = self.metrics
+        metrics.in_flight += 1
         body = b""
-        with budget.hold(length, source) as held:
-            try:
-                content = request.content
-                if content.is_eof():  # all arrived with the headers: the common case
-                    body = await request.read()
-                    held.add(len(body))
-                else:
-                    async with asyncio.timeout(limits.body_timeout):
-                        body = await self.receive(content, held)
-                # One read of the reference: reloads during this review do not change its
-                # policies.
-                policy_set = state.policy_watch.policies
-                if len(body) <= INLINE_REVIEW_BYTES or state.executor is None:
-                    outcome = self.review(body, policy_set, policy_name)
-                else:
-                    deadline = started + deadlines.review_seconds(request.raw_path)
-                    outcome = await self.review_in_thread(
-                        body, policy_set, policy_name, deadline, source=source, held=held
-                    )
-            except inflight.Exceeded as exceeded:
-                if exceeded.source is None:
-                    self.metrics.count_shed("inflight-bytes")
-                    reason = (
-                        f"{exceeded.others} bytes of reviews are being received or reviewed,"
-                        f" the limit is {exceeded.limit}: retry in a moment"
-                    )
-                else:
-                    self.metrics.count_shed("source-inflight-bytes")
-                    reason = (
-                        f"{exceeded.others} bytes of reviews from {exceeded.source} are being"
-                        f" received or reviewed, the limit per address is {exceeded.limit}:"
-                        " retry in a moment"
-                    )
-                return self.invalid(policy_name, started, 429, reason, request=request)
-            except _Refused as refused:
-                return self.invalid(
-                    policy_name, started, refused.status, refused.reason, request=request
-                )
-            except web.HTTPRequestEntityTooLarge:
-                return self.invalid(
-                    policy_name, started, 413, _too_large(None, max_body), request=request
-                )
-            except TimeoutError:
-                self.metrics.count_shed("body-timeout")
-                return self.invalid(
-                    policy_name,
-                    started,
-                    408,
-                    f"the body did not arrive within {limits.body_timeout:g} s",
-                )
-            except BadReview as exc:
-                return self.invalid(policy_name, started, 400, str(exc))
-            except ConnectionError:
-                # The client went away in the middle of its body: no one to answer, and
-                # nothing wrong here (a line, not an error with a trace).
-                return self.invalid(
-                    policy_name,
-                    started,
-                    400,
-                    "the connection closed before the body arrived",
-                )
-            except Exception as exc:
-                return self.internal_error(policy_name, started, body, exc)
-            finally:
-                self.metrics.in_flight -= 1
-                if large:
-                    # What receiving it cost the event loop, as its review's thread time is
-                    # charged (`charged_review`): reading, decrypting and copying.
-                    budget.shares.charge(source, held.bytes * inflight.RECEIVE_SECONDS_PER_BYTE)
-                    budget.turns.leave(source)
-                if held.bytes > state.budget.small_bytes:
-                    state.trimmer.after_large_review(state.executor)
         try:
-            self.record(policy_name, policy_set, outcome, time.perf_counter() - started)
-        except Exception:
-            # Counting and logging must never cost the API server its answer.
-            logger.exception("recording review %s failed", outcome.request.uid)
-        response = web.Response(body=outcome.body, content_type=_JSON)
-        if state.draining:
-            # Sets `Connection: close`: the client's next request opens a new connection,
-            # which the Service sends to a pod that is not going away.
-            response.force_close()
-        return response
+            if request.content.is_eof():  # all arrived with the head: the common case
+                body = await request.read()
+            else:
+                async with asyncio.timeout(limits.body_timeout):
+                    body = await request.read()
+            # One read of the reference: a reload during this review does not change it.
+            policy_set = self.state.policy_watch.policies
+            outcome = self.review(body, policy_set, policy_name)
+        except Exception as exc:
+            return self.failed(policy_name, started, body, exc, request)
+        finally:
+            metrics.in_flight -= 1
+        return self.answer(policy_name, policy_set, outcome, started)
 
-    async def receive(self, content: StreamReader, held: inflight.Hold) -> bytes:
-        """The body, chunk by chunk as it arrives, each held as it comes."""
-        max_body = self.limits.max_body_bytes
-        chunks = []
-        while chunk := await content.readany():
-            held.add(len(chunk))
-            if held.bytes > max_body:
-                raise _Refused(413, _too_large(None, max_body))
-            chunks.append(chunk)
-        return b"".join(chunks)
+    async def large(
+        self, request: web.Request, policy_name: str, length: int | None, started: float
+    ) -> web.Response:
+        """A body over `inline_bytes` (or of no announced length): its bytes held in the
+        budget while it is received and reviewed, its review on a thread."""
+        state, bounds, counts = self.state, self.limits, self.metrics
+        source = request.remote or ""
+        size = length if length is not None else bounds.max_body_bytes
+        seconds = review_seconds(request.raw_path)
+        budget = state.budget
+        try:
+            # Waiting for room may take up to half of what the API server gives the review.
+            async with asyncio.timeout(seconds / 2):
+                await budget.take(source, size)
+        except TimeoutError:
+            if budget.source_full(source, size):
+                counts.count_shed(metrics.SOURCE_INFLIGHT_BYTES)
+                reason = (
+                    f"{budget.by_source.get(source, 0)} bytes of reviews from {source} are"
+                    " being received or reviewed, the limit per address is"
+                    f" {budget.per_source}: retry in a moment"
+                )
+            else:
+                counts.count_shed(metrics.INFLIGHT_BYTES)
+                reason = (
+                    f"{budget.held} bytes of reviews are being received or reviewed, the"
+                    f" limit is {budget.total}: retry in a moment"
+                )
+            return self.invalid(policy_name, started, 429, reason, request)
+        counts.in_flight += 1
+        body = b""
+        given = False
+        try:
+            async with asyncio.timeout(bounds.body_timeout):
+                body = await request.read()
+            policy_set = state.policy_watch.policies
+            loop = asyncio.get_running_loop()
+            running = loop.run_in_executor(
+                state.executor, self.review, body, policy_set, policy_name
+            )
+            remaining = started + seconds - time.perf_counter()
+            try:
+                outcome = await asyncio.wait_for(asyncio.shield(running), max(remaining, 0))
+            except TimeoutError:
+                # A running review cannot be stopped: it finishes and its answer is dropped.
+                # Until then it holds the body, so its bytes stay held.
+                running.add_done_callback(
+                    functools.partial(_give_when_done, budget=budget, source=source, size=size)
+                )
+                given = True
+                raise ReviewTimeout(
+                    "the review did not finish before the API server's deadline"
+                ) from None
+        except Exception as exc:
+            return self.failed(policy_name, started, body, exc, request)
+        finally:
+            counts.in_flight -= 1
+            if not given:
+                budget.give(source, size)
+        return self.answer(policy_name, policy_set, outcome, started)
 
     def review(
         self, body: bytes, policy_set: policies.PolicySet, policy_name: str
@@ -237,63 +185,56 @@ class Route:
             kinds=state.kinds,
         )
 
-    def charged_review(
-        self, body: bytes, policy_set: policies.PolicySet, policy_name: str, source: str
-    ) -> codec.Outcome:
-        """`review`, its thread's CPU time charged to `source` (also when it fails, and when
-        the wait for it was cut off: the thread ran all the same)."""
-        started = time.thread_time()
-        refusal = None
-        try:
-            return self.review(body, policy_set, policy_name)
-        except BadReview as exc:
-            refusal = str(exc)
-        finally:
-            self.state.budget.shares.charge(source, time.thread_time() - started)
-        # A new one, without the traceback of this thread's frames: the futures that carry it
-        # to the handler would keep those frames, and the body in them, alive with it.
-        raise BadReview(refusal)
-
-    async def review_in_thread(
+    def answer(
         self,
-        body: bytes,
-        policy_set: policies.PolicySet,
         policy_name: str,
-        deadline: float,
-        *,
-        source: str = "",
-        held: inflight.Hold | None = None,
-    ) -> codec.Outcome:
-        """A large review, on a thread, cut off at `deadline` (see INLINE_REVIEW_BYTES); its
-        CPU time is charged to `source` (`inflight.LargeShares`); the body's bytes in flight,
-        `held`, are given back when the thread is done with them."""
-        state = self.state
-        assert state.executor is not None
-        remaining = deadline - time.perf_counter()
-        if remaining <= 0:
-            # Receiving took the whole budget (an overloaded server, a slow upload).
-            raise ReviewTimeout("the API server's deadline passed before the review started")
-        loop = asyncio.get_running_loop()
-        running = state.executor.submit(self.charged_review, body, policy_set, policy_name, source)
+        policy_set: policies.PolicySet,
+        outcome: codec.Outcome,
+        started: float,
+    ) -> web.Response:
         try:
-            return await asyncio.wait_for(asyncio.wrap_future(running, loop=loop), remaining)
-        except TimeoutError:
-            # A review not started yet is cancelled; a running one cannot be stopped: it
-            # finishes and its result is dropped. Until then it holds the body, so the bytes
-            # stay counted in flight (`held`), or bodies would pile up beyond the bound
-            # behind threads still busy (found by an attack: 24 bodies of 7 MiB at once).
-            if held is not None and not running.done():
-                held.keep()
-                running.add_done_callback(lambda _done: loop.call_soon_threadsafe(held.release))
-            raise ReviewTimeout(
-                "the review did not finish before the API server's deadline"
-            ) from None
-        finally:
-            # The thread's future holds, through the asyncio future its callback fills, an
-            # exception whose traceback holds this frame, which holds the future: a cycle
-            # that only the collector would free, the body with it (20 bodies of 7 MiB at
-            # once in an attack). This frame lets go of the future.
-            del running
+            self.record(policy_name, policy_set, outcome, time.perf_counter() - started)
+        except Exception:
+            # Counting and logging must never cost the API server its answer.
+            logger.exception("recording review %s failed", outcome.request.uid)
+        response = web.Response(body=outcome.body, content_type=_JSON)
+        if self.state.draining:
+            # Sets `Connection: close`: the client's next request opens a new connection,
+            # which the Service sends to a pod that is not going away.
+            response.force_close()
+        return response
+
+    def failed(
+        self,
+        policy_name: str,
+        started: float,
+        body: bytes,
+        exc: Exception,
+        request: web.Request,
+    ) -> web.Response:
+        """The answer to a request whose review did not come to an outcome."""
+        if isinstance(exc, BadReview):
+            return self.invalid(policy_name, started, 400, str(exc))
+        if isinstance(exc, TimeoutError):
+            self.metrics.count_shed(metrics.BODY_TIMEOUT)
+            return self.invalid(
+                policy_name,
+                started,
+                408,
+                f"the body did not arrive within {self.limits.body_timeout:g} s",
+                request,
+            )
+        if isinstance(exc, web.HTTPRequestEntityTooLarge):  # chunked, past the limit
+            return self.invalid(
+                policy_name, started, 413, _too_large(None, self.limits.max_body_bytes), request
+            )
+        if isinstance(exc, ConnectionError):
+            # The client went away in the middle of its body: no one to answer, and
+            # nothing wrong here (a line, not an error with a trace).
+            return self.invalid(
+                policy_name, started, 400, "the connection closed before the body arrived"
+            )
+        return self.internal_error(policy_name, started, body, exc)
 
     def record(
         self,
@@ -323,8 +264,6 @@ class Route:
         started: float,
         status: int,
         reason: str,
-        *,
-        retry_after: str = "1",
         request: web.Request | None = None,
     ) -> web.Response:
         """A 4xx for a request that is not a usable AdmissionReview, or cannot be taken now."""
@@ -347,15 +286,13 @@ class Route:
             )
         response = web.Response(status=status, text=reason + "\n")
         if status == 429:
-            response.headers["Retry-After"] = retry_after
-        if status in (408, 413, 429):
-            # The rest of the body is not worth keeping the connection for.
+            response.headers["Retry-After"] = "1"
+        if request is not None:
+            # 408, 413, 429: the rest of the body is worth neither the connection nor
+            # reading: nothing more is read, and the connection closes once answered.
             response.force_close()
-            connections = self.state.connections
-            if request is not None and connections is not None:
-                # Nor reading (413, 429: a large body may be on its way; after a 408 the
-                # client is not sending).
-                connections.stop_reading(request.transport)
+            if request.transport is not None:
+                request.transport.pause_reading()
         return response
 
     def internal_error(
@@ -393,6 +330,15 @@ class Route:
         return web.Response(body=codec.internal_error(uid, reference), content_type=_JSON)
 
 
+def _give_when_done(
+    done: asyncio.Future[codec.Outcome], *, budget: limits.Budget, source: str, size: int
+) -> None:
+    """Give a review's bytes back once its thread is done with them (its answer unread)."""
+    if not done.cancelled():
+        done.exception()  # read, so that asyncio does not report it as never retrieved
+    budget.give(source, size)
+
+
 # A log line's field for reviews on a `<policy>/baseline` path: the namespace enforces Pod
 # Security baseline or restricted (`policies.split_path`).
 _POD_SECURITY_FIELD = "pod_security"
@@ -407,7 +353,7 @@ def _policy_fields(path: str) -> dict[str, Any]:
 def _policy_label(path: str, policy_set: policies.PolicySet) -> str:
     # The path segment comes from whoever can reach the port: only names of policies in
     # force become label values, so a scanner cannot grow the metric without bound. The
-    # Pod Security level is not part of it (one series per policy, as before).
+    # Pod Security level is not part of it (one series per policy).
     name, _ = policies.split_path(path)
     return name if policy_set.get(name) is not None else names.UNKNOWN_POLICY_PATH
 
@@ -417,12 +363,51 @@ def _media_type(header: str) -> str:
     return header.split(";", 1)[0].strip().lower()
 
 
-def _content_length(text: str | None) -> int | None:
-    # aiohttp has already refused a Content-Length that is not a number.
-    return int(text) if text is not None and text.isascii() and text.isdigit() else None
-
-
 def _too_large(length: int | None, limit: int) -> str:
     size = f" ({length} bytes)" if length is not None else ""
-    readable = f" ({limit / 1024 / 1024:g} MiB)" if limit >= 1024 * 1024 else ""
+    readable = f" ({limit / limits.MIB:g} MiB)" if limit >= limits.MIB else ""
     return f"the body{size} is larger than the limit of {limit} bytes{readable}"
+
+
+@functools.lru_cache(maxsize=64)
+def review_seconds(raw_path: str) -> float:
+    """Seconds a review may take: the API server's `?timeout=` less a margin.
+
+    Past it, the answer is an internal-error denial: a denial the API server still reads and
+    shows the user, rather than a timeout it would resolve by the webhook's failurePolicy
+    with a less helpful message. Cached by the raw path: the API server calls the same one
+    for every review of a webhook.
+    """
+    query = raw_path.partition("?")[2]
+    raw = urllib.parse.parse_qs(query).get("timeout", [""])[-1] if query else ""
+    timeout = parse_duration(raw) if raw else None
+    if timeout is None or timeout <= 0:
+        timeout = names.API_SERVER_DEFAULT_TIMEOUT_SECONDS
+    return timeout - min(DEADLINE_MARGIN_SECONDS, timeout / 5)
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+_DURATION = re.compile(f"(?:{_DURATION_PART.pattern})+")
+_UNIT_SECONDS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in a Go duration as the API server writes `?timeout=` ("10s", "1m0s",
+    "1.5s"); a bare number is seconds. None when it is neither."""
+    text = text.strip()[:64]
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    if not _DURATION.fullmatch(text):
+        return None
+    return sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _DURATION_PART.findall(text))

@@ -12,8 +12,7 @@
   over TLS.
 
 Both share one `states.State`. While the admission application runs (its cleanup context),
-the policy and certificate files are watched, the review threads are there, and with
-`serve --workers` the metrics are published for the other workers.
+the policy and certificate files are watched and the review threads are there.
 """
 
 from __future__ import annotations
@@ -26,14 +25,14 @@ from concurrent.futures import ThreadPoolExecutor
 from aiohttp import web
 
 from webhook.policy import names
-from webhook.server import admission, codec, configuration, inflight, logs, probes, states
+from webhook.server import admission, codec, configuration, limits, logs, probes, states
 
 # Aliased: `create_app` has a `metrics` parameter.
 from webhook.server import metrics as metrics_module
 
 logger = logging.getLogger(__name__)
 
-# Threads for large codec. The GIL makes more of them no faster; two let one large review
+# Threads for large reviews. The GIL makes more of them no faster; two let one large review
 # not queue behind another.
 REVIEW_THREADS = 2
 
@@ -56,13 +55,8 @@ def create_app(
     `review_log` when given (`serve` passes a `logs.JsonLines`), else to the logger
     `webhook.review`.
     """
-    limits = settings.limits
-    budget = inflight.Budget(
-        limits.max_inflight_bytes,
-        small_bytes=admission.SMALL_REVIEW_BYTES,
-        per_source_bytes=limits.max_inflight_bytes_per_source,
-        large_share=limits.large_review_share,
-    )
+    bounds = settings.limits
+    budget = limits.Budget(bounds.max_inflight_bytes, bounds.max_inflight_bytes_per_source)
     state = states.State.load(
         settings,
         budget=budget,
@@ -70,7 +64,7 @@ def create_app(
         metrics=metrics or metrics_module.Metrics(),
         review_lines=logs.ReviewWriter(review_log),
     )
-    app = web.Application(client_max_size=settings.limits.max_body_bytes)
+    app = web.Application(client_max_size=bounds.max_body_bytes)
     app[states.STATE] = state
     for endpoint in codec.ENDPOINTS:
         policy_fixed = admission.Route(state, endpoint, names.DEFAULT_POLICY)
@@ -105,9 +99,6 @@ async def _running(app: web.Application) -> AsyncIterator[None]:
         # thread starts handshakes from it, and a check is a millisecond of work.
         asyncio.create_task(_watch(state.check_certificate, state, in_thread=False)),
     ]
-    if state.metrics.multiprocess:
-        # The other workers answer scrapes too: they read what this one published.
-        watchers.append(asyncio.create_task(_publish_metrics(state.metrics)))
     state.ready = True
     try:
         yield
@@ -116,11 +107,6 @@ async def _running(app: web.Application) -> AsyncIterator[None]:
         for task in watchers:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
-        try:
-            # The last counts of this process (with --workers, for the others to add up).
-            state.metrics.publish()
-        except Exception:
-            logger.exception("publishing the metrics failed")
         # A large review cut off at its deadline may still be running; it is not waited for.
         state.executor.shutdown(wait=False, cancel_futures=True)
 
@@ -136,12 +122,3 @@ async def _watch(check: Callable[[], bool], state: states.State, *, in_thread: b
                 check()
         except Exception:
             logger.exception("checking for changed files failed; will look again")
-
-
-async def _publish_metrics(metrics: metrics_module.Metrics) -> None:
-    while True:
-        await asyncio.sleep(metrics_module.PUBLISH_SECONDS)
-        try:
-            metrics.publish()
-        except Exception:
-            logger.exception("publishing the metrics failed; will try again")

@@ -1,19 +1,19 @@
 """Running a server: both applications on their ports until SIGTERM, then a drain.
 
-`serve(settings)` listens for admission through `limits.listen` (every connection bounded,
-see `limits`), and for probes and metrics with aiohttp's own site. On SIGTERM or SIGINT:
-readiness turns false at once, the admission port keeps answering (with
+`serve(settings)` listens for admission through `connections.Listener` (every connection
+bounded, see `limits`), and for probes and metrics with aiohttp's own site. On SIGTERM or
+SIGINT: readiness turns false at once, the admission port keeps answering (with
 `Connection: close`, so clients reconnect elsewhere) for `drain_seconds`, then stops
 listening, closes idle connections, waits for the requests still in flight, and returns.
 A SIGINT after that has begun (Ctrl-C again: a person who will not wait) ends the process at
 once with exit code 130 and one line saying the drain was not finished; a second SIGTERM
 changes nothing (the kubelet follows its SIGTERM with SIGKILL, not another SIGTERM).
 
-Before it listens, `serve` makes the process's memory settings (`memory.tune`, once).
-
-`run(settings)` is `serve` on the chosen event loop: uvloop where it is installed
-(`auto`, measured ~1.3x the requests of asyncio's loop on a bare server here, and ~28 KB
-per idle TLS connection against asyncio's ~41 KB with the smaller TLS buffer `memory` sets).
+`run(settings)` is `serve` on uvloop where it is installed, else on asyncio's loop. uvloop
+does not make the server faster (bench/README.md), but an idle TLS connection costs ~30 KB
+on it against ~280 KB on asyncio's loop, whose TLS layer keeps a 256 KiB read buffer for
+each connection from the start: with the connection caps of `limits` that is the
+difference between tens and hundreds of megabytes (docs/robustness.md).
 """
 
 from __future__ import annotations
@@ -25,23 +25,18 @@ import logging
 import os
 import resource
 import signal
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import web
 
-from webhook.server import app, configuration, logs, memory, states
-
-# Aliased: `limits` is what a server's settings hold (`settings.limits`).
-from webhook.server import limits as limits_module
+from webhook.server import app, configuration, connections, logs, states
 
 logger = logging.getLogger(__name__)
 
 # After the drain, how long requests still in flight may take; the API server waits at most
 # 30 s (the largest timeoutSeconds) for any of them anyway.
 SHUTDOWN_TIMEOUT_SECONDS = 30.0
-EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 # How a shell reports a process ended by SIGINT (128 + 2): what a second Ctrl-C exits with.
 EXIT_INTERRUPTED = 128 + signal.SIGINT
 
@@ -60,11 +55,11 @@ class Running:
 async def running(
     settings: configuration.Settings,
     *,
-    reuse_port: bool = False,
     review_log: logs.ReviewLog | None = None,
+    tls: bool = True,
 ) -> AsyncIterator[Running]:
-    """Both applications listening as `serve` runs them; stopped (not drained) on exit."""
-    limits_module.check_handler()
+    """Both applications listening as `serve` runs them; stopped (not drained) on exit.
+    Without `tls`, admission is plain HTTP (for tests of what lies behind TLS)."""
     admission_app = app.create_app(settings, review_log=review_log)
     state = admission_app[states.STATE]
     limits = settings.limits
@@ -74,76 +69,45 @@ async def running(
         shutdown_timeout=SHUTDOWN_TIMEOUT_SECONDS,
         keepalive_timeout=limits.idle_timeout,
         # No reading and discarding the rest of a body left unread (aiohttp's default: up to
-        # 10 s of it): a request refused before its body (413, 429) closes its connection,
-        # and what the client still sends is not read (`limits.Connections.stop_reading`).
+        # 10 s of it): a request refused before its body (408, 413, 429) closes its connection.
         lingering_time=0,
     )
     probe_runner = web.AppRunner(
         app.create_probe_app(admission_app), access_log=None, shutdown_timeout=1.0
     )
-
-    def owed(address: str) -> float:
-        # Looked up each time: the budget is the state's to replace.
-        return state.budget.shares.wait(address)
-
-    connections = limits_module.Connections(
-        limits,
-        tls=lambda: state.ssl_context,
-        check_peer=state.client_refusal if state.clients is not None else None,
-        owed=owed,
-        on_closed=state.metrics.count_closed,
-    )
-    state.connections = connections
     await runner.setup()
     await probe_runner.setup()
-    listener: asyncio.Server | None = None
-    sweep = asyncio.create_task(connections.run())
+    assert runner.server is not None
+    listener = connections.Listener(
+        runner.server,
+        limits,
+        tls=(lambda: state.ssl_context) if tls else None,
+        check_client=state.client_refusal if state.clients is not None else None,
+        count=state.metrics.count_closed,
+    )
+    state.listener = listener
     try:
-        assert runner.server is not None
-        listener = await limits_module.listen(
-            runner.server,
-            connections,
-            host=settings.host,
-            port=settings.port,
-            reuse_port=reuse_port,
-        )
+        port = await listener.start(settings.host, settings.port)
         # Last: readiness can only be asked for once admission is listening.
-        probe_site = web.TCPSite(
-            probe_runner, settings.host, settings.metrics_port, reuse_port=reuse_port or None
-        )
+        probe_site = web.TCPSite(probe_runner, settings.host, settings.metrics_port)
         await probe_site.start()
-        yield Running(admission_app, state, listener.sockets[0].getsockname()[1], probe_site.port)
+        yield Running(admission_app, state, port, probe_site.port)
     finally:
-        if listener is not None:
-            listener.close()
-        connections.close_idle()
-        # Waits for the requests in flight, then runs the app's cleanup.
+        await listener.close()
+        # Closes idle connections, waits for the requests in flight, runs the app's cleanup.
         await runner.cleanup()
         await probe_runner.cleanup()
-        connections.abort_all()
-        sweep.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await sweep
+        listener.abort_all()
 
 
 async def serve(
-    settings: configuration.Settings,
-    *,
-    reuse_port: bool = False,
-    review_log: logs.ReviewLog | None = None,
-    interrupt: bool = True,
+    settings: configuration.Settings, *, review_log: logs.ReviewLog | None = None
 ) -> None:
-    """Serve until SIGTERM or SIGINT, then drain and return (see the module docstring).
-
-    `reuse_port` lets several worker processes listen on the same ports (SO_REUSEPORT);
-    the kernel spreads new connections over them. Without `interrupt`, SIGINT is left as it
-    is (a worker leaves Ctrl-C to its supervisor, which passes SIGTERM on).
-    """
+    """Serve until SIGTERM or SIGINT, then drain and return (see the module docstring)."""
     _raise_open_files_limit()
     loop = asyncio.get_running_loop()
-    memory_settings = memory.tune(loop)
     stop = asyncio.Event()
-    signals = (signal.SIGTERM, signal.SIGINT) if interrupt else (signal.SIGTERM,)
+    signals = (signal.SIGTERM, signal.SIGINT)
 
     def on_signal(signum: signal.Signals) -> None:
         if stop.is_set() and signum == signal.SIGINT:
@@ -155,7 +119,7 @@ async def serve(
     for signum in signals:
         loop.add_signal_handler(signum, on_signal, signum)
     try:
-        async with running(settings, reuse_port=reuse_port, review_log=review_log) as server:
+        async with running(settings, review_log=review_log) as server:
             state = server.state
             # What start-up made (modules, policies: ~70,000 objects) lives as long as the
             # process. Out of the collector's sight, a full collection, which holds up every
@@ -174,7 +138,6 @@ async def serve(
                     "certificate_expires": f"{state.certificates.not_after:%Y-%m-%dT%H:%M:%SZ}",
                     "event_loop": type(loop).__module__.split(".")[0],
                     "limits": {k: getattr(settings.limits, k) for k in settings.limits.__slots__},
-                    "memory": memory_settings,
                 }
             )
             await stop.wait()
@@ -204,42 +167,21 @@ def _abandon(review_log: logs.ReviewLog | None) -> None:
     os._exit(EXIT_INTERRUPTED)
 
 
-def run(
-    settings: configuration.Settings,
-    *,
-    reuse_port: bool = False,
-    review_log: logs.ReviewLog | None = None,
-    interrupt: bool = True,
-) -> None:
-    """`serve` on the event loop `settings.event_loop` names."""
-    _run(
-        serve(settings, reuse_port=reuse_port, review_log=review_log, interrupt=interrupt),
-        settings.event_loop,
-    )
-
-
-def _run(main: Coroutine[Any, Any, None], event_loop: str) -> None:
-    uvloop = _uvloop() if event_loop in ("auto", "uvloop") else None
-    if event_loop == "uvloop" and uvloop is None:
-        main.close()
-        raise RuntimeError("--event-loop uvloop: uvloop is not installed")
-    if uvloop is not None:
-        uvloop.run(main)
-        return
-    asyncio.run(main)
-
-
-def _uvloop() -> Any:
+def run(settings: configuration.Settings, *, review_log: logs.ReviewLog | None = None) -> None:
+    """`serve` on uvloop where it is installed, else on asyncio's loop."""
+    main = serve(settings, review_log=review_log)
     try:
-        import uvloop  # noqa: PLC0415 - optional: not every platform has it
+        import uvloop  # noqa: PLC0415 - not on every platform
     except ImportError:
-        return None
-    return uvloop
+        asyncio.run(main)
+        return
+    uvloop.run(main)
 
 
 def _raise_open_files_limit() -> None:
     """Each connection is a file descriptor: take what the container allows (often 1024
-    soft, 1048576 hard), so that --max-connections, not the soft limit, is the bound."""
+    soft, 1048576 hard), so that the connection caps of `limits`, not the soft limit, are
+    the bound."""
     with contextlib.suppress(ValueError, OSError):
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):

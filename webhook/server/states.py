@@ -7,7 +7,6 @@ so a state can be built from parts.
 
 from __future__ import annotations
 
-import functools
 import ssl
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -19,10 +18,9 @@ from webhook.server import (
     certificates,
     codec,
     configuration,
-    inflight,
+    connections,
     limits,
     logs,
-    memory,
     metrics,
     reload,
 )
@@ -43,8 +41,8 @@ class ReviewFunction(Protocol):
 
 
 class State:
-    """What both applications share: the policies and certificate in force, metrics, flags,
-    the review bytes in flight and the heap's trimmer.
+    """What both applications share: the policies and certificate in force, metrics, flags
+    and the review bytes in flight.
 
     `policies` is replaced whole by a reload (one reference assignment); a handler reads it
     once, so a review in flight finishes with the set it started with.
@@ -57,7 +55,7 @@ class State:
         policy_watch: reload.PolicyWatch,
         certificates: reload.CertificateWatch,
         kinds: kinds.Kinds,
-        budget: inflight.Budget,
+        budget: limits.Budget,
         review: ReviewFunction = codec.review,
         metrics: metrics.Metrics,
         review_lines: logs.ReviewWriter,
@@ -67,22 +65,18 @@ class State:
         # Who may connect (None: anyone who completes a handshake).
         self.clients = clients
         self.metrics = metrics
-        self.answers = codec.Answers(settings.cache_size)
-        if review is codec.review and settings.cache_size > 0:
-            review = functools.partial(codec.review, answers=self.answers)
         self.review = review
         self.review_lines = review_lines
         self.policy_watch = policy_watch
         self.certificates = certificates
         self.kinds = kinds
         self.budget = budget
-        self.trimmer = memory.Trimmer()
         self.ready = False
         self.draining = False
         # Set while the admission application runs (`app._running`).
         self.executor: ThreadPoolExecutor | None = None
-        # Set by `serving` when it listens through `limits.listen`.
-        self.connections: limits.Connections | None = None
+        # Set by `serving` when it listens.
+        self.listener: connections.Listener | None = None
         self.update_gauges()
 
     @classmethod
@@ -90,7 +84,7 @@ class State:
         cls,
         settings: configuration.Settings,
         *,
-        budget: inflight.Budget,
+        budget: limits.Budget,
         review: ReviewFunction,
         metrics: metrics.Metrics,
         review_lines: logs.ReviewWriter,
@@ -170,9 +164,8 @@ class State:
         metrics = self.metrics
         metrics.certificate_expiry.set(self.certificates.seconds_until_expiry())
         metrics.policy_files_not_loaded.set(len(self.policy_watch.problems))
-        metrics.decision_cache_hits.set(self.answers.hits)
-        if self.connections is not None:
-            metrics.connections.set(len(self.connections))
+        if self.listener is not None:
+            metrics.connections.set(len(self.listener))
 
 
 STATE = web.AppKey("state", State)
