@@ -215,7 +215,7 @@ def main() -> int:
                 )
                 rows.append((name, value))
         for python in map(bench.absolute, args.serve_python or [sys.executable]):
-            for size in sizes:
+            for size in sizes if bench.legacy(python) else [None]:
                 build = bench.build_of(python)[0]
                 port, metrics_port = bench.free_port(), bench.free_port()
                 command = bench.serve_command(

@@ -4,11 +4,11 @@ same event loop, and a Go webhook doing the same mutation.
     python bench/server.py [--seconds 10] [--connections 32] [--bodies 1 50]
                            [--streams replayed mixed replicas] [--pods 5000]
                            [--deployments 10] [--cache-sizes default 0]
-                           [--loops asyncio uvloop] [--no-peer] [--workers 1] [--rounds 3]
+                           [--loops asyncio uvloop] [--no-peer] [--rounds 3]
                            [--serve-python PYTHON ...]
 
-In one run, for each load (`--streams`) and each event loop, one process each (`--workers
-N`: N processes on one port, and the Go peer on N threads). The loads:
+In one run, for each load (`--streams`) and each event loop, one process each (and the Go
+peer on one thread). The loads:
 
 - replayed: one review body over and over, for each of --bodies (bench/core.py's pod(1) and
   pod(50) as the API server sends them: 2.0 KB and 28 KB): after the first, every review
@@ -26,14 +26,14 @@ requests it made of them in turn. The servers:
 
 - bare aiohttp: reads the body and returns a canned answer (our answer to that body, so the
   same bytes go back), on the named loop (`asyncio.run` or `uvloop.run`), with the TLS
-  settings of `serve` (its certificate context and, on asyncio, its TLS read buffer);
+  context of `serve`;
 - bare + orjson parse: the same, parsing each body first: the floor for any Python webhook,
   which must read the review to answer it;
-- gpu-share-webhook serve --event-loop LOOP: the real server, review log on (JSON lines to
-  a file, unbuffered as the image runs it: PYTHONUNBUFFERED=1), default settings otherwise,
-  once per --cache-sizes value (`default`: its caches; 0: none); once per --serve-python
-  interpreter, its row named by the build it imports: "compiled" (mypyc, as `pip install .`
-  and the image build it) or "pure Python" (an editable install, as in development);
+- gpu-share-webhook serve: the real server as the README installs it, review log on (JSON
+  lines to a file, unbuffered as the image runs it: PYTHONUNBUFFERED=1), on uvloop, or on
+  asyncio's loop with uvloop hidden from it; once per --serve-python interpreter, its row
+  named by the build it imports: "compiled" (mypyc) or "pure Python"; a build of before the
+  server's values were fixed (it has --cache-size) once per --cache-sizes value;
 
 and once per body the Go peer (bench/peer: standard library, GOMAXPROCS=1, no cache: every
 review is decoded, decided and encoded afresh). Each is driven by wrk (one thread,
@@ -48,7 +48,7 @@ server must say it runs on the loop named.
 Every server is measured --rounds times (default 3), in turn. Prints a Markdown table:
 reviews/s, p50, p99 (medians over the rounds), errors (non-2xx and socket errors, all
 rounds), the server's CPU time per review and the CPU share of the server and of wrk
-(/proc), serve's cache hits (its /metrics), and the median of each round's ratio to the
+(/proc), and the median of each round's ratio to the
 bare server on the same loop for the same load, and to the Go peer (with their range): on
 a shared machine whose speed drifts (steal time), the ratio of two measurements made a
 minute apart is steadier than either.
@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import asyncio.sslproto
 import collections
 import contextlib
 import datetime
@@ -105,11 +104,7 @@ import core  # noqa: E402  bench/core.py: the review bodies
 import peer  # noqa: E402  bench/peer/peer.py: the Go peer, and answers compared
 
 from webhook.policy import policies  # noqa: E402
-from webhook.server import (  # noqa: E402
-    certificates,
-    codec,
-    memory,
-)
+from webhook.server import certificates, codec  # noqa: E402
 
 SERVICE = "gpu-share-webhook"
 NAMESPACE = "gpu-share-system"
@@ -166,7 +161,6 @@ class Result:
     wrk_cpu: float | None = None
     cpu_us: float | None = None  # the server's CPU time per review
     # serve: reviews answered from one of its caches, of all (its /metrics).
-    hits: float | None = None
     round: int = 0
 
 
@@ -597,8 +591,6 @@ def bare_server(port: int, cert_dir: Path, response_file: Path, *, parse: bool, 
     if loop == "uvloop":
         uvloop.run(main())
     else:
-        # As `serve` runs asyncio's TLS (webhook/server/memory.py).
-        asyncio.sslproto.SSLProtocol.max_size = memory.ASYNCIO_TLS_BUFFER_BYTES
         asyncio.run(main())
 
 
@@ -638,17 +630,6 @@ def check(name: str, port: int, ca_file: Path, body: Body, *, canned: bool = Fal
     answers in process; a bare server's (`canned`) the canned answer, to each."""
     for data, expected in [(body.data, body.expected), *body.samples]:
         check_answer(name, post(port, data, ca_file), body.expected if canned else expected)
-
-
-def cache_hits(metrics_port: int) -> float:
-    """Of the reviews `serve` answered, the share answered from one of its caches."""
-    url = f"http://127.0.0.1:{metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=5) as response:
-        text = response.read().decode()
-    hits = re.search(r"^gpu_share_webhook_decision_cache_hits ([\d.e+]+)$", text, re.MULTILINE)
-    answered = re.findall(r"^gpu_share_webhook_reviews_total\{.*\} ([\d.e+]+)$", text, re.M)
-    total = sum(float(n) for n in answered)
-    return float(hits[1]) / total if hits and total else 0.0
 
 
 @dataclass
@@ -753,35 +734,59 @@ def workspace(
         shutil.rmtree(directory, ignore_errors=True)
 
 
+# `serve` on asyncio's loop: as where uvloop is not installed (serve takes uvloop where it is).
+WITHOUT_UVLOOP = (
+    "import sys; sys.modules['uvloop'] = None; from webhook import cli; sys.exit(cli.main())"
+)
+
+
 def serve_command(
     port: int,
     metrics_port: int,
     cert_dir: Path,
     *,
-    workers: int = 1,
-    event_loop: str = "auto",
+    event_loop: str = "uvloop",
     python: str = sys.executable,
     cache_size: int | None = None,
 ) -> list[str]:
     """`gpu-share-webhook serve` as measured: loopback, review log on, no drain; run by
-    `python` (its installed webhook package, or this checkout's when it is the one); its
-    default --cache-size unless `cache_size`."""
-    return [
-        python,
-        "-m",
-        "webhook",
+    `python` (its installed webhook package, or this checkout's when it is the one). A build
+    from before the server had fixed values (`legacy`: it has --event-loop and --cache-size)
+    is told the loop, and `cache_size` unless None; this one runs on uvloop where it is
+    installed, so it runs on asyncio's loop with uvloop hidden from it."""
+    common = [
         "serve",
         "--host=127.0.0.1",
         f"--port={port}",
         f"--metrics-port={metrics_port}",
         f"--cert-dir={cert_dir}",
         f"--policies={REPO / 'policies'}",
-        f"--workers={workers}",
-        f"--event-loop={event_loop}",
         "--drain-seconds=0",
         "--log-level=info",
-        *([f"--cache-size={cache_size}"] if cache_size is not None else []),
     ]
+    if legacy(python):
+        sized = [f"--cache-size={cache_size}"] if cache_size is not None else []
+        return [python, "-m", "webhook", *common, f"--event-loop={event_loop}", *sized]
+    if event_loop == "asyncio":
+        return [python, "-c", WITHOUT_UVLOOP, *common]
+    return [python, "-m", "webhook", *common]
+
+
+_LEGACY: dict[str, bool] = {}
+
+
+def legacy(python: str) -> bool:
+    """Whether `python`'s serve is of the build before fixed values (it has --cache-size)."""
+    if python not in _LEGACY:
+        found = subprocess.run(
+            [python, "-m", "webhook", "serve", "--help"],
+            capture_output=True,
+            text=True,
+            check=False,
+            cwd=tempfile.gettempdir(),
+        )
+        _LEGACY[python] = "--cache-size" in found.stdout
+    return _LEGACY[python]
 
 
 def measure_serve(
@@ -794,16 +799,10 @@ def measure_serve(
     cache_size: int | None,
     args: argparse.Namespace,
 ) -> Result:
-    """`gpu-share-webhook serve --event-loop loop`, its answers checked before and after."""
+    """`gpu-share-webhook serve` on `loop`, its answers checked before and after."""
     port, metrics_port = free_port(), free_port()
     command = serve_command(
-        port,
-        metrics_port,
-        ws.cert_dir,
-        workers=args.workers,
-        event_loop=loop,
-        python=python,
-        cache_size=cache_size,
+        port, metrics_port, ws.cert_dir, event_loop=loop, python=python, cache_size=cache_size
     )
     name = f"{SERVE}, {label}"
     if cache_size is not None:
@@ -815,10 +814,9 @@ def measure_serve(
         wait_ready(metrics_port, process, log)
         found = wait_log(r'"event_loop":"(\w+)"', [process], log).group(1)
         if found != loop:
-            raise SystemExit(f"serve --event-loop {loop} runs on {found}")
+            raise SystemExit(f"serve asked for {loop} runs on {found}")
         check(SERVE, port, ws.ca_file, body)
         result = measure(f"{name} ({loop})", port, args=args, body=body, pids=[process.pid])
-        result.hits = cache_hits(metrics_port)
         check(SERVE, port, ws.ca_file, body)
     result.name, result.loop = name, loop
     return result
@@ -827,7 +825,7 @@ def measure_serve(
 def measure_bare(
     name: str, ws: Workspace, body: Body, *, loop: str, parse: bool, args: argparse.Namespace
 ) -> Result:
-    """The bare server (--workers processes on one port) answering `body.expected`."""
+    """The bare server answering `body.expected`."""
     response_file = ws.directory / f"response-{body.slug}.json"
     response_file.write_bytes(body.expected)
     port = free_port()
@@ -842,30 +840,26 @@ def measure_bare(
     ]
     log = ws.directory / f"bare-{loop}-{int(parse)}-{body.slug}.log"
     log.unlink(missing_ok=True)  # an earlier round's "listening" is not this server's
-    with contextlib.ExitStack() as stack:
-        processes = [
-            stack.enter_context(running(command, log, ws.env)) for _ in range(args.workers)
-        ]
-        found = wait_log(r"listening on (\w+)", processes, log, count=args.workers).group(1)
+    with running(command, log, ws.env) as process:
+        found = wait_log(r"listening on (\w+)", [process], log).group(1)
         if found != loop:
             raise SystemExit(f"the bare server asked for {loop} runs on {found}")
         check(name, port, ws.ca_file, body, canned=True)
-        pids = [p.pid for p in processes]
-        result = measure(f"{name} ({loop})", port, args=args, body=body, pids=pids)
+        result = measure(f"{name} ({loop})", port, args=args, body=body, pids=[process.pid])
         check(name, port, ws.ca_file, body, canned=True)
     result.name, result.loop = name, loop
     return result
 
 
 def measure_peer(ws: Workspace, body: Body, binary: Path, *, args: argparse.Namespace) -> Result:
-    """The Go peer on --workers threads (GOMAXPROCS), its answers checked before and after."""
+    """The Go peer on one thread (GOMAXPROCS=1), its answers checked before and after."""
     port = free_port()
     command = peer.command(
         binary,
         ws.cert_dir / certificates.CERT_FILE,
         ws.cert_dir / certificates.KEY_FILE,
         port,
-        gomaxprocs=args.workers,
+        gomaxprocs=1,
     )
     log = ws.directory / f"peer-{body.slug}.log"
     log.unlink(missing_ok=True)  # an earlier round's "listening" is not this server's
@@ -924,7 +918,7 @@ def run(args: argparse.Namespace) -> tuple[list[Result], list[str]]:
                         measure_bare(BARE_PARSE, ws, body, loop=loop, parse=True, args=args)
                     )
                     for python, label in args.builds:
-                        for size in args.cache_sizes:
+                        for size in args.cache_sizes if legacy(python) else [None]:
                             found.append(
                                 measure_serve(
                                     ws,
@@ -955,13 +949,13 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
     the median of each round's ratio to the bare server on the same loop and to the Go peer
     (measured minutes apart at most, for the same body), with their range when there were
     several rounds. CPU: the server's processes and wrk, in % of one core; us/review: the
-    server's CPU time per review; hits: reviews serve answered from one of its caches."""
-    go = f"GOMAXPROCS={args.workers}"
+    server's CPU time per review."""
+    go = "GOMAXPROCS=1"
     ranges = args.rounds > 1
     lines = [
         "| review | server | loop | reviews/s | p50 ms | p99 ms | errors | CPU us/review"
-        " | server CPU | wrk CPU | hits | vs bare | vs Go |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " | server CPU | wrk CPU | vs bare | vs Go |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     bare = {(r.round, r.review, r.loop): r for r in results if r.name == BARE}
     peers = {(r.round, r.review): r for r in results if r.name == PEER}
@@ -998,10 +992,9 @@ def table(results: list[Result], args: argparse.Namespace) -> str:
         us = shown([r.cpu_us for r in found], ".1f")
         server_cpu = shown([r.server_cpu for r in found], ".0%")
         wrk_cpu = shown([r.wrk_cpu for r in found], ".0%")
-        hits = shown([r.hits for r in found], ".1%")
         lines.append(
             f"| {review} | {name} | {shown_loop} | {rps:,.0f} | {p50:.2f} | {p99:.2f} | {errors}"
-            f" | {us} | {server_cpu} | {wrk_cpu} | {hits} | {vs_bare} | {vs_go} |"
+            f" | {us} | {server_cpu} | {wrk_cpu} | {vs_bare} | {vs_go} |"
         )
     return "\n".join(lines)
 
@@ -1063,7 +1056,8 @@ def main() -> int:
         "--cache-sizes",
         nargs="+",
         default=["default", "0"],
-        help="measure serve with each --cache-size (default: its default, and 0: no caches)",
+        help="a build before fixed values (it has --cache-size): measure its serve with each"
+        " (default: its default, and 0: no caches)",
     )
     parser.add_argument("--loops", nargs="+", choices=LOOPS, default=list(LOOPS))
     parser.add_argument("--no-peer", action="store_true", help="without the Go peer")
@@ -1080,9 +1074,6 @@ def main() -> int:
         help="an interpreter whose installed webhook package `serve` runs (repeatable: each"
         " is measured in the same run; default: this one). For the compiled build as"
         " shipped, one of a virtual environment where `pip install .` was run",
-    )
-    parser.add_argument(
-        "--workers", type=int, default=1, help="processes per Python server, Go peer threads"
     )
     # The bare server runs as a process of its own, started by this script.
     parser.add_argument("--bare-port", type=int, help=argparse.SUPPRESS)
@@ -1113,9 +1104,9 @@ def main() -> int:
     if problem is not None:
         print(f"bench/server.py {problem}", file=sys.stderr)
         return 2
-    if args.workers < 1 or args.seconds <= 0 or args.connections < 1 or args.rounds < 1:
+    if args.seconds <= 0 or args.connections < 1 or args.rounds < 1:
         print(
-            "bench/server.py: --workers, --seconds, --connections, --rounds must be positive",
+            "bench/server.py: --seconds, --connections, --rounds must be positive",
             file=sys.stderr,
         )
         return 2
@@ -1147,7 +1138,7 @@ def main() -> int:
         print(f"serve, {kind}: {python} imports {where}")
     print(
         f"POST {PATH}, TLS, keep-alive, wrk -t1 -c{args.connections}, {args.warmup:g} s"
-        f" warm-up then {args.seconds:g} s each, {args.workers} process(es) per server,"
+        f" warm-up then {args.seconds:g} s each, one process per server,"
         f" {args.rounds} round(s): medians"
     )
     print("\n".join(described))

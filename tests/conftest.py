@@ -43,11 +43,3 @@ def default_policy(shipped_policies: policies.PolicySet) -> policies.Policy:
     policy = shipped_policies.get("default")
     assert policy is not None
     return policy
-
-
-@pytest.fixture
-def quick_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Connections timed out every 50 ms instead of every second (tests of the limits)."""
-    from webhook.server import limits  # noqa: PLC0415 - only where it is asked for
-
-    monkeypatch.setattr(limits.Connections, "SWEEP_SECONDS", 0.05)

@@ -44,6 +44,7 @@ const (
 	sharedName   = "nvidia.com/gpu.shared"
 	labelPrefix  = "nvidia.com/gpu"
 	visible      = "NVIDIA_VISIBLE_DEVICES"
+	capabilities = "NVIDIA_DRIVER_CAPABILITIES"
 	mpsThreads   = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 	mpsMemory    = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
 	annPolicy    = "gpu-share.io/policy"
@@ -492,6 +493,12 @@ func patch(d *decision, p *pod, all []judged, left []nodeClass, prof profile, sh
 					d.addEnv("mps-limits", all[i].pointer, j.c, vars)
 				}
 			}
+		}
+	}
+	// The policy's driver capabilities, on each GPU container that sets none.
+	for i := range all {
+		if j := &all[i]; j.gpu && !j.c.has(capabilities) {
+			d.addEnv("driver-capabilities", j.pointer, j.c, []envVar{{capabilities, "compute,utility"}})
 		}
 	}
 	for i := range all {

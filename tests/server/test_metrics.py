@@ -1,5 +1,5 @@
-"""The request path counts in plain Python and publishes into prometheus-client's metrics:
-what a scrape shows must be what prometheus-client itself would have counted."""
+"""The request path counts in plain Python and a collector of ours shows the counts at a
+scrape: what it shows must be what prometheus-client itself would have counted."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_latencies_and_reviews_are_exposed_as_prometheus_client_counts_them() ->
         histogram.labels(endpoint).observe(seconds)
         counter.labels(endpoint, "default", decision).inc()
         if n == 5:
-            ours.publish()  # what was counted before and after adds up
+            ours.exposition()  # a scrape in between changes nothing
     ours.exposition()
     for name in (LATENCY, "gpu_share_webhook_reviews"):
         expected = samples(reference, name)
@@ -53,13 +53,12 @@ def test_latencies_and_reviews_are_exposed_as_prometheus_client_counts_them() ->
         assert samples(ours.registry, name) == pytest.approx(expected, rel=1e-12)
 
 
-def test_each_count_is_published_once() -> None:
+def test_each_count_is_shown_once_however_often_scraped() -> None:
     ours = Metrics()
     ours.count_review("mutate", "default", ALLOWED, 0.002)
     ours.count_violation("validate", "default", "replicas", "enforce")
     ours.count_violation("validate", "default", "replicas", "enforce")
-    ours.publish()
-    ours.publish()
+    ours.exposition()
     ours.exposition()
     registry = ours.registry
     labels = {"endpoint": "mutate", "policy": "default", "decision": ALLOWED}

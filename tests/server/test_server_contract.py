@@ -17,7 +17,7 @@ from aiohttp.test_utils import TestClient
 
 from tests.support import server_helpers as h
 from webhook.policy import names
-from webhook.server import admission, codec, configuration, deadlines, logs, states
+from webhook.server import admission, codec, configuration, logs, states
 from webhook.server import app as server
 from webhook.server.limits import Limits
 
@@ -234,20 +234,6 @@ async def test_a_body_of_exactly_7_mib_is_reviewed(client: Client) -> None:
     assert h.response_of(await response.json(), "uid-7mib")["allowed"] is True
 
 
-async def test_a_large_review_returns_freed_memory_and_a_small_one_does_not(
-    client: Client, app: web.Application
-) -> None:
-    trimmer = app[states.STATE].trimmer
-    if not trimmer.can_trim:
-        pytest.skip("malloc_trim is glibc's")
-    small = h.review_body(h.real_pods()[0], "uid-small")
-    assert (await h.post_review(client, "/mutate", small)).status == 200
-    assert trimmer.last is None
-    large = padded_review(admission.SMALL_REVIEW_BYTES + 1, "uid-large")
-    assert (await h.post_review(client, "/mutate", large)).status == 200
-    assert trimmer.last is not None
-
-
 async def test_a_body_over_7_mib_is_a_413(client: Client) -> None:
     body = padded_review(MAX_BODY_BYTES + 1, "uid-too-large")
     response = await h.post_review(client, "/mutate", body)
@@ -308,7 +294,7 @@ async def test_a_large_review_that_outlasts_the_timeout_is_answered_before_the_d
 
     app = server.create_app(settings, review=slow_review)
     client = await h.start(aiohttp_server, aiohttp_client, app)
-    body = padded_review(admission.INLINE_REVIEW_BYTES + 1, "uid-slow")
+    body = padded_review(settings.limits.inline_bytes + 1, "uid-slow")
     # The API server would give up after 1 s; the answer comes before that.
     response = await client.post(
         "/mutate?timeout=1s", data=body, headers=h.JSON, server_hostname=h.HOST
@@ -320,10 +306,10 @@ async def test_a_large_review_that_outlasts_the_timeout_is_answered_before_the_d
     # The thread still reads the body: its bytes stay counted in flight until it is done,
     # so bodies cannot pile up beyond the bound behind busy threads.
     budget = app[states.STATE].budget
-    assert budget.large_held + budget.small_held == len(body)
+    assert budget.held == len(body)
 
     async def given_back() -> bool:
-        return budget.large_held + budget.small_held == 0
+        return budget.held == 0
 
     await h.eventually(given_back, what="the bytes given back when the thread is done")
 
@@ -333,7 +319,7 @@ async def test_a_large_review_that_outlasts_the_timeout_is_answered_before_the_d
     [("10s", 10.0), ("1m0s", 60.0), ("1.5s", 1.5), ("500ms", 0.5), ("30", 30.0), ("x", None)],
 )
 def test_timeouts_are_read_as_the_api_server_writes_them(text: str, seconds: float | None) -> None:
-    assert deadlines.parse_duration(text) == seconds
+    assert admission.parse_duration(text) == seconds
 
 
 # --------------------------------------------------------------------------- probes

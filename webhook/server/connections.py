@@ -84,7 +84,8 @@ _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*(\d{1,12})[ \t]*\
 MAX_HEAD_BYTES = 64 * 1024
 # At most one log line about refused client certificates this often.
 CLIENT_LOG_SECONDS = 10.0
-# How often the listener looks for overdue heads: a head's timeout is kept within a second.
+# How often the listener looks for overdue heads (a quarter of a shorter header timeout): a
+# head's timeout is kept within a second.
 SWEEP_SECONDS = 1.0
 
 
@@ -194,7 +195,8 @@ class Listener:
         started = loop.time()
         made = False
         try:
-            async with asyncio.timeout(timeout), self._handshakes, source.handshakes:
+            # Its address's turn first: waiting for it holds none of the others'.
+            async with asyncio.timeout(timeout), source.handshakes, self._handshakes:
                 await loop.connect_accepted_socket(
                     lambda: Connection(self, address),
                     sock,
@@ -225,8 +227,9 @@ class Listener:
     async def _sweep(self) -> None:
         """Once a second: close the connections whose request head is overdue."""
         timeout = self.limits.header_timeout
+        every = min(SWEEP_SECONDS, timeout / 4)
         while True:
-            await asyncio.sleep(SWEEP_SECONDS)
+            await asyncio.sleep(every)
             now = time.monotonic()
             for connection in list(self.open):
                 since = connection.head_since
