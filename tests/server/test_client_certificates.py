@@ -1,8 +1,8 @@
 """Client certificates on the admission port (`serve --client-ca-file`, `--client-names`).
 
 The server runs as `serve` runs it (`serving.running`: the listener, which starts TLS on
-each connection with the context in force, and both applications); the clients are Python's TLS with or without a client
-certificate made by `certificates.make_client_certificate`.
+each connection with the context in force, and both applications); the clients are Python's
+TLS with or without a client certificate made by `certificates.make_client_certificate`.
 """
 
 from __future__ import annotations

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -16,11 +15,10 @@ from typing import Any
 
 import aiohttp
 import pytest
-from prometheus_client.mmap_dict import MmapedDict
 
 from tests.support import server_helpers as h
 from tests.support.kube import REPO
-from webhook.server import certificates, metrics
+from webhook.server import certificates
 
 # Slow: every test starts `serve` (or another interpreter) and waits on it.
 pytestmark = pytest.mark.slow
@@ -109,92 +107,6 @@ async def test_sigterm_drains_answering_in_flight_and_new_requests_then_exits_0(
     messages = [line["message"] for line in serve.log_lines()]
     assert any(m.startswith("shutting down") for m in messages)
     assert messages[-1] == "stopped"
-
-
-async def test_workers_share_the_port_and_their_metrics_add_up(tmp_path: Path) -> None:
-    metrics_dir = tmp_path / "metrics"
-    env = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)}
-    with h.serving(tmp_path, "--workers", "2", "--drain-seconds", "0.2", env=env) as serve:
-        ca = tmp_path / "certs" / certificates.CA_FILE
-        await serve.ready()
-        async with h.session_trusting(ca) as session:
-            count = 40
-            for number in range(count):
-                # A new connection each time: the kernel spreads connections, not requests.
-                async with h.connect(serve.port, ca) as connection:
-                    uid = f"uid-{number}"
-                    status, _, answer = await connection.post(
-                        "/mutate", h.review_body(h.real_pods()[0], uid)
-                    )
-                assert status == 200
-                h.response_of(json.loads(answer), uid)
-
-            async def scraped() -> str:
-                async with session.get(serve.probe_url("/metrics")) as response:
-                    return await response.text()
-
-            async def all_counted() -> str | None:
-                text = await scraped()
-                counted = h.metric(text, "gpu_share_webhook_reviews_total", decision="allowed")
-                return text if counted == count else None
-
-            # The worker that answers the scrape has published its counts; the other one
-            # publishes its own within PUBLISH_SECONDS.
-            started = time.monotonic()
-            text = await h.eventually(all_counted, what=f"{count} reviews on /metrics")
-            assert time.monotonic() - started < metrics.PUBLISH_SECONDS + 3
-            assert h.metric(text, "gpu_share_webhook_review_duration_seconds_count") == count
-            # Published once each: later scrapes count no more.
-            await asyncio.sleep(metrics.PUBLISH_SECONDS * 1.5)
-            again = await scraped()
-            assert h.metric(again, "gpu_share_webhook_reviews_total", decision="allowed") == count
-            assert h.metric(again, "gpu_share_webhook_review_duration_seconds_count") == count
-            # Both workers answered some: each process counts in a file of its own.
-            per_process = _reviews_per_process(metrics_dir)
-            assert len(per_process) == 2, per_process
-            assert sum(per_process) == count
-        serve.terminate()
-        assert await asyncio.to_thread(serve.wait) == 0
-
-
-async def test_workers_stop_when_their_supervisor_is_killed(tmp_path: Path) -> None:
-    with h.serving(tmp_path, "--workers", "2", "--drain-seconds", "0.2") as serve:
-        await serve.ready()
-        workers = _children(serve.popen.pid)
-        assert len(workers) == 2, workers
-        serve.popen.kill()
-        serve.popen.wait()
-
-        async def gone() -> bool:
-            return not any(_alive(pid) for pid in workers)
-
-        await h.eventually(gone, seconds=15, what="the workers of a killed supervisor exit")
-        assert "the supervisor" in serve.log
-        assert "is gone: stopping this worker" in serve.log
-        # Nothing listens on the port any more.
-        with pytest.raises(ConnectionRefusedError):
-            socket.create_connection(("127.0.0.1", serve.port), timeout=1).close()
-
-
-def _children(parent: int) -> list[int]:
-    """The worker processes `parent` started (Linux: read from /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError):
-            fields = stat.read_text().rpartition(")")[2].split()
-            cmdline = (stat.parent / "cmdline").read_bytes()
-            if int(fields[1]) == parent and b"spawn_main" in cmdline:
-                found.append(int(stat.parent.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie waiting to be reaped."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 async def _post(
@@ -351,22 +263,6 @@ async def test_a_restarted_server_finds_the_last_good_policy_in_its_state_direct
     assert b"spec: [not" not in (state / "policies" / "default.yaml").read_bytes()
 
 
-def _reviews_per_process(metrics_dir: Path) -> list[float]:
-    """Reviews counted by each process that counted any, from prometheus-client's files."""
-    counted = []
-    for path in metrics_dir.glob("counter_*.db"):
-        # prometheus-client leaves this unannotated.
-        values = MmapedDict.read_all_values_from_file(str(path))  # type: ignore[no-untyped-call]
-        total = sum(
-            value
-            for key, value, *_ in values
-            if json.loads(key)[1] == "gpu_share_webhook_reviews_total"
-        )
-        if total:
-            counted.append(total)
-    return counted
-
-
 PROBE_REVIEW_STREAM = """
 import gc, os
 from webhook.tools import serve
@@ -404,13 +300,10 @@ def test_review_lines_go_to_standard_error_itself() -> None:
 # --------------------------------------------------------------------------- Ctrl-C, address
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
-async def test_a_second_ctrl_c_stops_at_once_without_finishing_the_drain(
-    tmp_path: Path, workers: str
-) -> None:
+async def test_a_second_ctrl_c_stops_at_once_without_finishing_the_drain(tmp_path: Path) -> None:
     # A drain far longer than the test waits, and a request in flight that never ends: only
     # the second SIGINT can end the process in time.
-    with h.serving(tmp_path, "--drain-seconds", "120", "--workers", workers) as serve:
+    with h.serving(tmp_path, "--drain-seconds", "120") as serve:
         ca = tmp_path / "certs" / certificates.CA_FILE
         await serve.ready()
         body = h.review_body(h.real_pods()[0], "uid-in-flight")

@@ -79,6 +79,7 @@ _READ_BUFFER = memoryview(bytearray(READ_BUFFER_BYTES))
 # The end of a request's head, and the header that says how long its body is.
 _HEAD_END = b"\r\n\r\n"
 _CONTENT_LENGTH = re.compile(rb"\r\ncontent-length[ \t]*:[ \t]*(\d{1,12})[ \t]*\r", re.IGNORECASE)
+_CHUNKED = re.compile(rb"\r\ntransfer-encoding[ \t]*:[^\r]*chunked", re.IGNORECASE)
 # A head longer than this is no API server's: the connection is closed. aiohttp's own bounds
 # (8190 bytes a line, 128 headers) refuse most of what is longer first.
 MAX_HEAD_BYTES = 64 * 1024
@@ -297,7 +298,8 @@ class Connection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         # When the head being awaited began (the connection, or a request's first byte;
         # None: none is awaited), the part of it that has arrived, and the body bytes of the
-        # current request still to come. The listener's sweep closes an overdue one.
+        # current request still to come (-1: a chunked body, no longer followed). The
+        # listener's sweep closes a connection whose head is overdue.
         self.head_since: float | None = None
         self._head = b""
         self._body_left = 0
@@ -331,6 +333,8 @@ class Connection(asyncio.BufferedProtocol):
         """Follow the requests in `data`: a head's first byte starts its clock, its end
         stops it, and the body after it is counted out by its Content-Length."""
         at, size = 0, len(data)
+        if self._body_left < 0:
+            return
         while at < size:
             if self._body_left:
                 step = min(self._body_left, size - at)
@@ -356,8 +360,12 @@ class Connection(asyncio.BufferedProtocol):
                     return
                 block, at = data[at:end], end + 4
             self.head_since = None
-            # No Content-Length (chunked, which the API server never sends): the body's
-            # bytes are watched as the next head, whose end is the chunks' end.
+            if _CHUNKED.search(block) is not None:
+                # A body in chunks (the API server never sends one): where it ends is
+                # aiohttp's to find; this connection's later heads are not timed (its body
+                # and idle timeouts still hold).
+                self._body_left = -1
+                return
             length = _CONTENT_LENGTH.search(block + b"\r")
             self._body_left = int(length.group(1)) if length is not None else 0
 
