@@ -49,13 +49,11 @@ import asyncio
 import contextlib
 import multiprocessing
 import os
-import re
 import ssl
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -86,6 +84,7 @@ SERVER_HOST = "127.0.0.1"
 
 PROBE_EVERY = 0.2
 PROBE_MISS = 1.0  # the kubelet's default timeoutSeconds
+MEMORY_LIMIT_MIB = 384  # the Deployment's memory limit (deploy/, the chart)
 PROBE_TIMEOUT = 5.0  # how long a probe is waited for, to know how slow a slow one was
 REVIEW_TIMEOUT = soak.REVIEW_TIMEOUT_SECONDS
 LARGE_TIMEOUT = 3 * REVIEW_TIMEOUT
@@ -470,14 +469,6 @@ async def sources(port: int) -> dict[str, int]:
     return counts
 
 
-def answer_cache_hits(metrics_port: int) -> float:
-    url = f"http://{SERVER_HOST}:{metrics_port}/metrics"
-    with urllib.request.urlopen(url, timeout=10) as response:
-        text = response.read().decode()
-    hits = re.search(r"^gpu_share_webhook_decision_cache_hits ([\d.e+]+)$", text, re.MULTILINE)
-    return float(hits[1]) if hits else float("nan")
-
-
 # --------------------------------------------------------------------------- a phase
 
 
@@ -494,6 +485,9 @@ class Phase:
     prober_cpu: float
     sources: dict[str, int]
     load: tuple[float, float, float]
+    # The server's resident memory at the end of the phase, and its peak so far, in MiB.
+    rss_mib: float = 0.0
+    peak_mib: float = 0.0
 
     @property
     def rate(self) -> float:
@@ -556,6 +550,7 @@ def run_phase(name: str, args: argparse.Namespace, server: h.Process, target: Ta
 
     probes, (server_cpu, server_waited, prober_cpu), seen = asyncio.run(watch())
     load = os.getloadavg()
+    rss_mib, peak_mib = memory_mib(server.popen.pid)
     results: dict[str, list[dict[str, Any]]] = {"ordinary": [], "flood": [], "handshakes": []}
     for (role, _), pipe, process in zip(roles, pipes, processes, strict=True):
         results[role].append(pipe.recv())
@@ -572,7 +567,20 @@ def run_phase(name: str, args: argparse.Namespace, server: h.Process, target: Ta
         prober_cpu=prober_cpu,
         sources=seen,
         load=load,
+        rss_mib=rss_mib,
+        peak_mib=peak_mib,
     )
+
+
+def memory_mib(pid: int) -> tuple[float, float]:
+    """A process's resident memory now and at its peak (VmRSS, VmHWM), in MiB."""
+    found = {}
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                found[key] = int(value.split()[0]) / 1024
+    return found.get("VmRSS", 0.0), found.get("VmHWM", 0.0)
 
 
 def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -599,8 +607,8 @@ def table(phases: list[Phase]) -> str:
     lines = [
         "| phase | reviews/s | vs unloaded | p50 ms | p99 ms | failed | healthz probes"
         " | slowest healthz ms | misses | flood 200 | flood 429 | flood other | server CPU"
-        " | load avg (1 min) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " | server RSS MiB | peak MiB | load avg (1 min) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for p in phases:
         latencies = p.ordinary["latencies"]
@@ -616,7 +624,8 @@ def table(phases: list[Phase]) -> str:
             p.name, f"{p.rate:,.0f}", f"{p.rate / base:.2f}" if base else "-",
             f"{percentile(latencies, 50):.1f}", f"{percentile(latencies, 99):.1f}",
             str(p.ordinary["failed"]), str(len(p.probes)), f"{slowest:.0f}", str(p.misses),
-            *flood, f"{100 * p.server_cpu / p.seconds:.0f} %", f"{p.load[0]:.2f}",
+            *flood, f"{100 * p.server_cpu / p.seconds:.0f} %", f"{p.rss_mib:.0f}",
+            f"{p.peak_mib:.0f}", f"{p.load[0]:.2f}",
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -678,6 +687,8 @@ def missed(phases: list[Phase]) -> list[str]:
             found.append(f"{p.name}: {p.misses} /healthz probes over {PROBE_MISS:g} s or failed")
         if p.ordinary["failed"]:
             found.append(f"{p.name}: {p.ordinary['failed']} ordinary reviews failed")
+        if p.peak_mib > MEMORY_LIMIT_MIB:
+            found.append(f"{p.name}: peak memory {p.peak_mib:.0f} MiB, over {MEMORY_LIMIT_MIB}")
         if p.name == "unloaded":
             continue
         if p.rate < base / 2:
@@ -720,7 +731,6 @@ def main() -> int:
         with h.serving(directory, "--drain-seconds=0", *args.server_arg) as server:
             asyncio.run(server.ready())
             target = Target(port=server.port, ca_file=str(ca_file))
-            hits_before = answer_cache_hits(server.metrics_port)
             phases: list[Phase] = []
             for phase in PHASES:
                 if phases:
@@ -730,14 +740,12 @@ def main() -> int:
                 if server.popen.poll() is not None:
                     print(f"the server exited: {server.popen.returncode}")
                     return 1
-            hits = answer_cache_hits(server.metrics_port) - hits_before
     print()
     print(table(phases))
     print()
     print("CPU seconds used in the window / seconds ready to run but waiting for a CPU:")
     print(cpu_table(phases))
     print()
-    print(f"answer cache hits during the run: {hits:.0f}")
     found = missed(phases)
     for line in found:
         print(f"MISSED: {line}")

@@ -4,7 +4,7 @@ server's own work that the machine's noise barely moves.
     python bench/instructions.py [--requests 2000] [--connections 8] [--containers 1]
                                  [--stream mixed|replicas] [--pods 5000]
                                  [--serve-python PYTHON ...] [--cache-sizes default 0]
-                                 [--no-bare] [--keep DIR]
+                                 [--no-bare] [--breakdown] [--keep DIR]
 
 On a shared machine req/s drifts by a third within minutes (bench/server.py measures ratios
 in rounds for that reason). Instructions hardly do: runs of the same binary and inputs agree
@@ -15,8 +15,12 @@ within about half a percent whatever else the machine does. Each server process 
 server_helpers.py's, each request in one write as the API server sends it; each answer
 checked), and counting is turned off. Rows: bench/server.py's bare aiohttp server (canned
 answer, same TLS and loop), the same parsing each body with orjson, and `gpu-share-webhook
-serve` (review log on, to a file) for each --serve-python interpreter and --cache-sizes
-(default: its default), all on uvloop. The reviews are bench/core.py's pod with
+serve` (review log on, to a file) for each --serve-python interpreter (a build from before
+the server's values were fixed: for each --cache-sizes), all on uvloop; with --breakdown,
+before each serve row, the same server answering a canned review without looking at the
+body (bench/server_breakdown.py's stand-in), without and with its review line: the server's
+own machinery per request is that row less bare aiohttp's, the review line the next less it,
+the review the serve row less that. The reviews are bench/core.py's pod with
 --containers containers, over and over, or with --stream one of bench/server.py's streams
 in turn from its first review (mixed: --pods distinct pods, so that with more pods than
 requests no review is seen twice; replicas: the pods of ten Deployments), each answer
@@ -175,6 +179,12 @@ def main() -> int:
     )
     parser.add_argument("--no-bare", action="store_true", help="only the serve rows")
     parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="and serve answering a canned review, without and with its review line"
+        " (bench/server_breakdown.py's stand-ins, run by each --serve-python)",
+    )
+    parser.add_argument(
         "--keep",
         type=Path,
         metavar="DIR",
@@ -215,8 +225,28 @@ def main() -> int:
                 )
                 rows.append((name, value))
         for python in map(bench.absolute, args.serve_python or [sys.executable]):
+            build = bench.build_of(python)[0]
+            for variant in ("canned", "logged") if args.breakdown else ():
+                port, metrics_port = bench.free_port(), bench.free_port()
+                command = [
+                    python,
+                    str(REPO / "bench" / "server_breakdown.py"),
+                    f"--variant={variant}",
+                    "--loop=uvloop",
+                    f"--port={port}",
+                    f"--metrics-port={metrics_port}",
+                    f"--cert-dir={ws.cert_dir}",
+                    f"--body={body.file}",
+                ]
+                words = "canned review" + (", review log" if variant == "logged" else "")
+                name = f"{bench.SERVE}, {build}, {words}"
+                canned = itertools.cycle([(data, body.expected) for data, _ in pairs])
+                ready = log_says('"event_loop"')
+                value = measure(
+                    name, command, ready=ready, port=port, ws=ws, sent=canned, args=args
+                )
+                rows.append((name, value))
             for size in sizes if bench.legacy(python) else [None]:
-                build = bench.build_of(python)[0]
                 port, metrics_port = bench.free_port(), bench.free_port()
                 command = bench.serve_command(
                     port,

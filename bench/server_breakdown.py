@@ -12,23 +12,16 @@ with one of bench/server.py's streams (`--stream mixed`: --pods distinct pods in
 `--stream replicas`: the pods of a few Deployments):
 
 - bare aiohttp: reads the body, answers a canned AdmissionReview (bench/server.py's);
-- canned review: gpu-share-webhook's server (routing, limits, metrics) answering the
-  canned response without looking at the body;
+- canned review: gpu-share-webhook's server (the listener and its adapter, routing, the
+  handler's checks, metrics) answering the canned response without looking at the body;
+- canned review, review log: the same with its JSON review line (as `serve` writes it);
 - + parse: `codec.parse` of each body, then the canned answer;
 - + decide: parse and `codec.decide` (the core), then the canned answer;
-- parsed cache hit (upper bound): parse, then a decision looked up by the pod's spec and
-  annotations (every request after the first hits), then encode: what no cache that parses
-  the review could beat (as the decision cache, since removed, was);
-- real review: `codec.review` with the server's cache, as `serve` runs it (wrk sends one
-  body over and over: after the first, every request is answered from the answer cache,
-  `codec.Answers`, without being parsed);
-- real review, no cache: `codec.review` alone (as `--cache-size 0`);
-- serve: `gpu-share-webhook serve` itself, with its JSON review log line, and the same with
-  `--cache-size 0` (run by --serve-python, default this interpreter, as the stand-ins are:
-  the installed package when there is one, so a wheel install's interpreter measures the
-  compiled build).
+- real review: `codec.review`, as `serve` runs it, without the review line;
+- serve: `gpu-share-webhook serve` itself, review log on (run by --serve-python, default
+  this interpreter, as the stand-ins are: the installed package when there is one).
 
-The rows below "bare" run without review log lines; "serve" adds them. Compare the rows of
+The rows below "bare" run without review log lines but the second and "serve". Compare the rows of
 one run (the cores are shared with wrk), and read the differences as CPU per request: "CPU
 us" is the server's CPU time over the requests wrk counted, steadier than 1 / (reviews/s)
 on a machine whose other jobs take the server's core at times.
@@ -41,7 +34,6 @@ import functools
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 # The installed package when there is one (a wheel install is compiled, as bench/core.py):
@@ -49,27 +41,21 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.append(str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
-import orjson  # noqa: E402
 import server as bench  # noqa: E402  bench/server.py: bodies, wrk driver, process helpers
 
-from webhook.engine.decision import Decision  # noqa: E402
 from webhook.policy import kinds, policies  # noqa: E402
 from webhook.policy.policies import PolicySet  # noqa: E402
 from webhook.server import app as server  # noqa: E402
-from webhook.server import (  # noqa: E402
-    codec,
-    configuration,
-    serving,
-)
+from webhook.server import codec, configuration, logs, serving  # noqa: E402
+from webhook.tools import serve as serve_tool  # noqa: E402
 
 # Stand-in: its row in the table.
 VARIANTS = {
     "canned": "canned review",
+    "logged": "canned review, review log",
     "parse": "+ parse",
     "decide": "+ decide",
-    "cached": "parsed cache hit (bound)",
     "real": "real review",
-    "uncached": "real review, no cache",
 }
 
 
@@ -81,8 +67,6 @@ def serve_variant(
     sample = body_file.read_bytes().split(b"\n", 1)[0]  # a stream's first review
     canned = codec.review(sample, policies=loaded, policy_name="default", endpoint="mutate")
 
-    hits: dict[bytes, Decision] = {}
-
     def stand_in(
         body: bytes,
         *,
@@ -91,31 +75,17 @@ def serve_variant(
         endpoint: codec.Endpoint,
         kinds: kinds.Kinds = kinds.BUILTIN,
     ) -> codec.Outcome:
-        if variant == "canned":
+        if variant in ("canned", "logged"):
             return canned
         request = codec.parse(body)
-        if variant == "parse":
-            return canned
         if variant == "decide":
             codec.decide(
                 request, policies=policies, policy_name=policy_name, endpoint=endpoint, kinds=kinds
             )
-            return canned
-        obj = request.object or {}
-        key = orjson.dumps([obj.get("spec"), (obj.get("metadata") or {}).get("annotations")])
-        decision = hits.get(key)
-        if decision is None:
-            decision = hits[key] = codec.decide(
-                request, policies=policies, policy_name=policy_name, endpoint=endpoint, kinds=kinds
-            )
-        body = codec.encode(request.uid, decision)
-        return codec.Outcome(request, decision, body, codec.summary(decision))
-
-    def uncached(body: bytes, **options: Any) -> codec.Outcome:
-        return codec.review(body, **options)  # not `codec.review`: create_app adds no caches
+        return canned
 
     # `serve` makes its app with create_app: hand it the stand-in.
-    review = {"real": codec.review, "uncached": uncached}.get(variant, stand_in)
+    review = codec.review if variant == "real" else stand_in
     server.create_app = functools.partial(server.create_app, review=review)  # type: ignore[assignment]
     settings = configuration.Settings(
         policies_dir=REPO / "policies",
@@ -124,9 +94,12 @@ def serve_variant(
         port=port,
         metrics_port=metrics_port,
         drain_seconds=0,
-        event_loop=loop,
     )
-    serving.run(settings, review_log=None)
+    if loop == "asyncio":
+        sys.modules["uvloop"] = None  # type: ignore[assignment]  # serve takes asyncio's loop
+    review_log = logs.JsonLines(serve_tool._review_stream()) if variant == "logged" else None
+    logs.configure_logging("info")
+    serving.run(settings, review_log=review_log)
 
 
 def main() -> int:
@@ -147,7 +120,6 @@ def main() -> int:
     parser.add_argument("--cert-dir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--body", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    args.workers = 1  # what bench.measure_bare reads
     if args.variant:
         serve_variant(
             args.variant,
@@ -189,17 +161,11 @@ def main() -> int:
                 result = bench.measure(label, port, args=args, body=body, pids=[process.pid])
             rows.append((label, result))
         build = bench.build_of(args.serve_python)[0]
-        for size, label in ((None, "serve (with review log)"), (0, "serve --cache-size 0")):
-            serve = bench.measure_serve(
-                ws,
-                body,
-                loop=args.loop,
-                python=args.serve_python,
-                label=build,
-                cache_size=size,
-                args=args,
-            )
-            rows.append((label, serve))
+        serve = bench.measure_serve(
+            ws, body, loop=args.loop, python=args.serve_python, label=build, cache_size=None,
+            args=args,
+        )  # fmt: skip
+        rows.append(("serve (review log on)", serve))
         bare = bench.measure_bare(bench.BARE, ws, body, loop=args.loop, parse=False, args=args)
         rows.insert(0, (bare.name, bare))
     print(
