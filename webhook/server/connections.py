@@ -45,18 +45,16 @@ from aiohttp import web
 
 from webhook.server import logs
 from webhook.server.limits import TLS_SHUTDOWN_SECONDS, Limits
+from webhook.server.metrics import (
+    CLIENT_CERTIFICATE,
+    HEADER,
+    REFUSED,
+    SOURCE_REFUSED,
+    TLS_FAILED,
+    TLS_TIMEOUT,
+)
 
 logger = logging.getLogger(__name__)
-
-# Why a connection was closed or turned away: the `reason` of
-# gpu_share_webhook_connections_closed_total.
-HEADER = "header"
-REFUSED = "refused"
-SOURCE_REFUSED = "source-refused"
-TLS_TIMEOUT = "tls-timeout"
-TLS_FAILED = "tls-failed"
-CLIENT_CERTIFICATE = "client-certificate"
-CLOSE_REASONS = (HEADER, REFUSED, SOURCE_REFUSED, TLS_TIMEOUT, TLS_FAILED, CLIENT_CERTIFICATE)
 
 # The reasons OpenSSL gives (ssl.SSLError.reason) for a client certificate that is missing or
 # does not verify; any other failed handshake is TLS_FAILED.

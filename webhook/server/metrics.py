@@ -68,6 +68,16 @@ ERROR = "error"
 # Not a usable AdmissionReview, or not taken now: answered 400, 408, 413, 415 or 429.
 INVALID = "invalid"
 
+# Why a connection was closed or turned away: the `reason` of
+# gpu_share_webhook_connections_closed_total (`connections` says when each is counted).
+HEADER = "header"
+REFUSED = "refused"
+SOURCE_REFUSED = "source-refused"
+TLS_TIMEOUT = "tls-timeout"
+TLS_FAILED = "tls-failed"
+CLIENT_CERTIFICATE = "client-certificate"
+CLOSE_REASONS = (HEADER, REFUSED, SOURCE_REFUSED, TLS_TIMEOUT, TLS_FAILED, CLIENT_CERTIFICATE)
+
 # Why a request was answered 429 or 408 before review: the `reason` of
 # gpu_share_webhook_requests_shed_total.
 INFLIGHT_BYTES = "inflight-bytes"
@@ -143,6 +153,12 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
+        # Every reason's series from the start, at 0: a rate over a series that appears
+        # only with its first event misses that event.
+        for reason in CLOSE_REASONS:
+            self.connections_closed.labels(reason)
+        for reason in SHED_REASONS:
+            self.requests_shed.labels(reason)
         self.policy_files_not_loaded = Gauge(
             f"{PREFIX}_policy_files_not_loaded",
             "Policy files that do not load right now (their last good version, if any, serves;"
