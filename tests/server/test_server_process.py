@@ -46,12 +46,12 @@ async def test_serve_in_a_fresh_directory_makes_certificates_says_where_and_answ
             said = [line["message"] for line in serve.log_lines()]
             assert any(str(tmp_path / "certs") in m and "made a local CA" in m for m in said)
             assert any("shipped with the package" in m for m in said)
-            # Its memory settings made (tests/server/test_memory.py: what each does).
+            # The bounds it runs with, and the loop, in its start-up line.
             (started,) = [
                 line for line in serve.log_lines() if "serving admission reviews" in line["message"]
             ]
-            assert "mmap threshold: " in started["memory"]
-            assert "malloc arenas: " in started["memory"]
+            assert started["limits"]["max_body_bytes"] == 7 * 1024 * 1024
+            assert started["event_loop"] == "uvloop"
             pod = h.real_pods()[0]
             async with session.post(
                 serve.url(f"/mutate?{h.TIMEOUT}"),
