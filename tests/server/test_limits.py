@@ -26,6 +26,7 @@ from webhook.server.limits import KIB, Budget, Limits
 SMALL = Limits(
     header_timeout=5.0,
     body_timeout=2.0,
+    large_share=1.0,
     idle_timeout=30.0,
     max_body_bytes=64 * KIB,
     inline_bytes=16 * KIB,
@@ -305,3 +306,13 @@ async def test_review_lines_of_large_and_small_reviews_are_alike(
         ("uid-l", "allowed"),
     ]
     assert logs.REVIEW_LOGGER == "webhook.review"
+
+
+async def test_an_address_whose_large_reviews_took_their_share_waits_and_no_other_does() -> None:
+    budget = Budget(total=100, per_source=60, share=0.5, burst=1.0)
+    budget.charge("a", 1.0)
+    assert budget.wait("a") == 0.0  # within its burst
+    budget.charge("a", 1.0)
+    # One second over its burst, paid back at half a second a second: two seconds.
+    assert 1.9 < budget.wait("a") <= 2.0
+    assert budget.wait("b") == 0.0

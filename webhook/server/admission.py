@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import math
 import re
 import secrets
 import time
@@ -122,9 +123,22 @@ class Route:
         size = length if length is not None else bounds.max_body_bytes
         seconds = review_seconds(request.raw_path)
         budget = state.budget
+        # Waiting, for its address's share of time and for room, may take up to half of what
+        # the API server gives the review.
+        wait = budget.wait(source)
+        if wait >= seconds / 2:
+            counts.count_shed(metrics.SOURCE_LARGE_SHARE)
+            reason = (
+                f"the large reviews from {source} took more than {budget.share:.0%} of the"
+                f" server's time lately: retry in {wait:.1f} s"
+            )
+            return self.invalid(
+                policy_name, started, 429, reason, request, retry_after=math.ceil(wait)
+            )
         try:
-            # Waiting for room may take up to half of what the API server gives the review.
-            async with asyncio.timeout(seconds / 2):
+            async with asyncio.timeout(seconds / 2 - (time.perf_counter() - started)):
+                if wait > 0:
+                    await asyncio.sleep(wait)
                 await budget.take(source, size)
         except TimeoutError:
             if budget.source_full(source, size):
@@ -144,6 +158,7 @@ class Route:
         counts.in_flight += 1
         body = b""
         given = False
+        taken = time.perf_counter()
         try:
             async with asyncio.timeout(bounds.body_timeout):
                 body = await request.read()
@@ -169,6 +184,8 @@ class Route:
             return self.failed(policy_name, started, body, exc, request)
         finally:
             counts.in_flight -= 1
+            # Receiving and reviewing it: the time its address's share is charged.
+            budget.charge(source, time.perf_counter() - taken)
             if not given:
                 budget.give(source, size)
         return self.answer(policy_name, policy_set, outcome, started)
@@ -265,6 +282,8 @@ class Route:
         status: int,
         reason: str,
         request: web.Request | None = None,
+        *,
+        retry_after: int = 1,
     ) -> web.Response:
         """A 4xx for a request that is not a usable AdmissionReview, or cannot be taken now."""
         reason = " ".join(reason.split())
@@ -286,7 +305,7 @@ class Route:
             )
         response = web.Response(status=status, text=reason + "\n")
         if status == 429:
-            response.headers["Retry-After"] = "1"
+            response.headers["Retry-After"] = str(max(1, retry_after))
         if request is not None:
             # 408, 413, 429: the rest of the body is worth neither the connection nor
             # reading: nothing more is read, and the connection closes once answered.

@@ -56,7 +56,9 @@ def create_app(
     `webhook.review`.
     """
     bounds = settings.limits
-    budget = limits.Budget(bounds.max_inflight_bytes, bounds.max_inflight_bytes_per_source)
+    budget = limits.Budget(
+        bounds.max_inflight_bytes, bounds.max_inflight_bytes_per_source, share=bounds.large_share
+    )
     state = states.State.load(
         settings,
         budget=budget,

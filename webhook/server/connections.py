@@ -142,9 +142,7 @@ class Listener:
     async def start(self, host: str, port: int, *, backlog: int = 512) -> int:
         """Listen on `host:port` and accept until `close`; the port listened on."""
         loop = asyncio.get_running_loop()
-        info = await loop.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )
+        info = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
         family, kind, proto, _, address = info[0]
         listening = socket.socket(family, kind, proto)
         try:

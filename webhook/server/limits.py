@@ -15,6 +15,7 @@ body timeout and the bytes in flight by the handler (`admission`).
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -62,6 +63,12 @@ class Limits:
     # aiohttp reads ahead (64 KiB), and they are reviewed one at a time on the event loop.
     max_inflight_bytes: int = 16 * MIB
     max_inflight_bytes_per_source: int = 8 * MIB
+    # The share of the server's time one address's large reviews may take, on average
+    # (receiving a body and reviewing it: ~40 ms and more at 7 MiB); a second of them passes
+    # at once. Beyond it that address's next large review waits, or gets 429 when the wait
+    # is longer than half the API server's time for the review. Other addresses and small
+    # reviews are not held back.
+    large_share: float = 0.2
 
 
 # How long a closing TLS connection waits for the client's close_notify, reading and
@@ -74,16 +81,47 @@ TLS_SHUTDOWN_SECONDS = 2.0
 class Budget:
     """Bytes of large review bodies being received or reviewed: at most `total`, and at most
     `per_source` for one source address. `take` waits for room (first come, first served
-    among those that fit); `give` hands the bytes back."""
+    among those that fit); `give` hands the bytes back.
 
-    __slots__ = ("_waiters", "by_source", "held", "per_source", "total")
+    And the time each address's large reviews took (`charge`), paid back at `share` seconds
+    a second: `wait` says how long an address that owes more than `burst` seconds waits
+    before its next large review."""
 
-    def __init__(self, total: int, per_source: int) -> None:
+    __slots__ = ("_owed", "_waiters", "burst", "by_source", "held", "per_source", "share", "total")
+
+    # Addresses remembered before those that owe nothing are forgotten.
+    REMEMBERED = 1024
+
+    def __init__(
+        self, total: int, per_source: int, *, share: float = 1.0, burst: float = 1.0
+    ) -> None:
         self.total = total
         self.per_source = per_source
+        self.share = share
+        self.burst = burst
         self.held = 0
         self.by_source: dict[str, int] = {}
         self._waiters: deque[tuple[str, int, asyncio.Future[None]]] = deque()
+        # Per address: seconds owed, as of a time.monotonic().
+        self._owed: dict[str, tuple[float, float]] = {}
+
+    def _owed_now(self, source: str, now: float) -> float:
+        owed, at = self._owed.get(source, (0.0, now))
+        return max(0.0, owed - (now - at) * self.share)
+
+    def wait(self, source: str) -> float:
+        """Seconds until `source` may start a large review (0: now)."""
+        over = self._owed_now(source, time.monotonic()) - self.burst
+        return over / self.share if over > 0 else 0.0
+
+    def charge(self, source: str, seconds: float) -> None:
+        """Add the seconds a large review of `source` took to what it owes."""
+        now = time.monotonic()
+        owed = self._owed
+        if len(owed) >= self.REMEMBERED:
+            for address in [a for a in owed if self._owed_now(a, now) == 0.0]:
+                del owed[address]
+        owed[source] = (self._owed_now(source, now) + seconds, now)
 
     def _fits(self, source: str, size: int) -> bool:
         return (

@@ -82,8 +82,9 @@ CLOSE_REASONS = (HEADER, REFUSED, SOURCE_REFUSED, TLS_TIMEOUT, TLS_FAILED, CLIEN
 # gpu_share_webhook_requests_shed_total.
 INFLIGHT_BYTES = "inflight-bytes"
 SOURCE_INFLIGHT_BYTES = "source-inflight-bytes"
+SOURCE_LARGE_SHARE = "source-large-share"
 BODY_TIMEOUT = "body-timeout"
-SHED_REASONS = (INFLIGHT_BYTES, SOURCE_INFLIGHT_BYTES, BODY_TIMEOUT)
+SHED_REASONS = (INFLIGHT_BYTES, SOURCE_INFLIGHT_BYTES, SOURCE_LARGE_SHARE, BODY_TIMEOUT)
 
 
 class Metrics:
@@ -149,7 +150,9 @@ class Metrics:
             f"{PREFIX}_requests_shed",
             "Admission requests answered 429 or 408 before review, by reason: inflight-bytes"
             " (16 MiB of large review bodies in flight), source-inflight-bytes (8 MiB from the"
-            " request's address), body-timeout (the body did not arrive within 10 s).",
+            " request's address), source-large-share (the large reviews of the request's"
+            " address took more than a fifth of the server's time lately), body-timeout (the"
+            " body did not arrive within 10 s).",
             ["reason"],
             registry=registry,
         )
