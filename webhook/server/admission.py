@@ -125,8 +125,12 @@ class Route:
         budget = state.budget
         # Waiting, for its address's share of time and for room, may take up to half of what
         # the API server gives the review.
+        # A refusal is answered at the end of the wait, not at once: a refused client that
+        # sends again at once would otherwise be refused over and over, and closing each
+        # connection costs the decryption of what its client still sends.
         wait = budget.wait(source)
         if wait >= seconds / 2:
+            await asyncio.sleep(seconds / 2)
             counts.count_shed(metrics.SOURCE_LARGE_SHARE)
             reason = (
                 f"the large reviews from {source} took more than {budget.share:.0%} of the"

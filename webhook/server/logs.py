@@ -111,7 +111,8 @@ class JsonLines:
     """Writes review lines to a binary stream, shaped as `JsonFormatter` shapes records.
 
     The head of a line (time, level, logger) is kept as bytes and made again only when the
-    millisecond changes; the fields are one `orjson.dumps`. Lines are held and written
+    millisecond changes (the date and time of day only when the second does); the fields are
+    one `orjson.dumps`. Lines are held and written
     together, at most `FLUSH_SECONDS` after the first of them (a write per line is a system
     call each), when `MAX_HELD_BYTES` are held, and at exit (`flush`). Each write is whole
     lines of at most `ATOMIC_WRITE_BYTES` (a longer line alone): standard error is often a
@@ -127,18 +128,21 @@ class JsonLines:
     def __init__(self, stream: BinaryIO, *, logger_name: str = REVIEW_LOGGER) -> None:
         self._stream = stream
         self._tail = orjson.dumps({"level": "info", "logger": logger_name})[1:-1] + b","
-        self._millisecond = -1
-        self._head = b""
+        self._millisecond = self._second = -1
+        self._prefix = self._head = b""
         self._held: list[bytes] = []
         self._held_bytes = 0
         self._flush_due = False
 
     def __call__(self, line: dict[str, Any]) -> None:
-        now = time.time()
-        millisecond = int(now * 1000)
+        millisecond = int(time.time() * 1000)
         if millisecond != self._millisecond:
             self._millisecond = millisecond
-            self._head = b'{"time":"' + _timestamp(millisecond / 1000).encode() + b'",' + self._tail
+            second, part = divmod(millisecond, 1000)
+            if second != self._second:
+                self._second = second
+                self._prefix = b'{"time":"' + _timestamp(second)[:-10].encode()
+            self._head = self._prefix + b".%03d+00:00\"," % part + self._tail
         body = orjson.dumps(line, default=str, option=orjson.OPT_APPEND_NEWLINE)
         data = self._head + body[1:] if len(body) > 3 else self._head[:-1] + b"}\n"
         self._held.append(data)
