@@ -76,8 +76,7 @@ def test_a_relaxed_profile_ceiling_still_pins_the_pod() -> None:
 
 
 def _usage(count: int, group: str = "containers", *, sidecar: bool = False) -> Any:
-    c = view.Container(group, 0, "c", view.EMPTY, view.EMPTY, (), False, False, False, (), (),
-                       True, False, sidecar)
+    c = view.Slot(group, 0, "c", view.Container(restartPolicy="Always" if sidecar else None), True)
     return c, facts.Usage((), ("nvidia.com/gpu",) if count else (), count)
 
 

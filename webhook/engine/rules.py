@@ -231,7 +231,7 @@ class Pass:
     def add(self, rule: str, op: dict[str, Any]) -> None:
         _put(self._additions, (RANK[rule], rule, op))
 
-    def add_env(self, rule: str, c: view.Container, new: list[dict[str, str]], what: str) -> None:
+    def add_env(self, rule: str, c: view.Slot, new: list[dict[str, str]], what: str) -> None:
         """Add variables to a container's env (appending where the list exists). Validating a
         Pod, they must be there already: each missing one is a violation of `rule`."""
         if self.require:
@@ -249,7 +249,8 @@ class Pass:
         pointer = f"{view.container_pointer(self.pod, c)}/env"
         # Where the container has no env list, which addition comes first, and so adds the
         # list, is known at the end.
-        _put(self._additions, (RANK[rule], rule, EnvAddition(pointer, c.has_env_list, new)))
+        has_list = c.c.env is not None
+        _put(self._additions, (RANK[rule], rule, EnvAddition(pointer, has_list, new)))
 
     def operations(self) -> list[tuple[str, dict[str, Any]]]:
         """The patch operations added, in the order of the rules, each with its rule. The
@@ -322,7 +323,7 @@ def check_exclusive_with_shared(r: Pass) -> None:
     )
 
 
-def held_at_once(pairs: tuple[tuple[view.Container, facts.Usage], ...]) -> int:
+def held_at_once(pairs: tuple[tuple[view.Slot, facts.Usage], ...]) -> int:
     """The exclusive GPUs a pod holds at most at one time, as the scheduler counts a pod's
     requests: init containers run one by one before the others (with the sidecars started
     before them) and give their devices back; sidecars keep theirs beside the containers."""
@@ -331,7 +332,7 @@ def held_at_once(pairs: tuple[tuple[view.Container, facts.Usage], ...]) -> int:
         if c.group == "containers":
             regular += used.exclusive_count
         elif c.group == "initContainers":
-            if c.sidecar:
+            if c.c.restartPolicy == "Always":
                 sidecars += used.exclusive_count
                 init_peak = max(init_peak, sidecars)
             else:
@@ -391,19 +392,20 @@ def check_several_shared_resources(r: Pass) -> None:
 
 def check_runtime_class(r: Pass) -> None:
     wanted = r.policy.runtime_class_name
-    if r.pod.runtime_class not in (None, "", wanted):
+    runtime_class = r.pod.spec.runtimeClassName if r.pod.spec is not None else None
+    if runtime_class not in (None, "", wanted):
         r.deny(
             "runtime-class",
             ErrorType.NOT_SUPPORTED,
             "spec.runtimeClassName",
-            f'runtime class: runtimeClassName "{r.pod.runtime_class}" is not the one policy'
+            f'runtime class: runtimeClassName "{runtime_class}" is not the one policy'
             f' "{r.policy.name}" uses for shared GPUs ("{wanted}"). Remove runtimeClassName'
             f' (the webhook sets it) or set it to "{wanted}"',
         )
 
 
 def patch_runtime_class(r: Pass) -> None:
-    if r.facts.classes and not r.pod.runtime_class:
+    if r.facts.classes and not (r.pod.spec is not None and r.pod.spec.runtimeClassName):
         r.add(
             "runtime-class",
             {
@@ -427,31 +429,32 @@ def check_device_variables(r: Pass) -> None:
     """Route 1: a value for NVIDIA_VISIBLE_DEVICES (and the toolkit's other device variables)
     that does not only hide devices, on any container."""
     for c, used in r.facts.judged:
-        for var in c.env:
+        for position, var in enumerate(c.c.env or ()):
             if var.name not in names.DEVICE_VARIABLES:
                 continue
-            if var.value is None:
+            value = view.env_value(var)
+            if value is None:
                 what, after = f"{var.name} from valueFrom (", ") cannot be read at admission"
-            elif _reference(var.value):
-                what = f"{var.name}={shown(var.value)} ("
+            elif _reference(value):
+                what = f"{var.name}={shown(value)} ("
                 after = ") refers to another variable, which cannot be read at admission"
-            elif var.value in names.HIDING_VALUES:
+            elif value in names.HIDING_VALUES:
                 continue
-            elif var.value == "none":
-                what = f"{var.name}={shown(var.value)} ("
+            elif value == "none":
+                what = f"{var.name}={shown(value)} ("
                 after = (
                     ") does not hide everything: the NVIDIA runtime still gives the container"
                     " the driver and the GPU control device nodes (only void hides them)"
                 )
             else:
-                what, after = f"{var.name}={shown(var.value)} (", ") is not one that hides GPUs"
+                what, after = f"{var.name}={shown(value)} (", ") is not one that hides GPUs"
             if used.gpu:
                 whose = (
                     "the device plugin sets it for a container that asks for a GPU, and a"
                     " value of the pod's can widen what the NVIDIA runtime gives it"
                 )
                 fix = "Remove it"
-            elif c.claims:
+            elif view.uses_claims(c.c):
                 whose = (
                     "a container's resource claims give it its devices, and a value of the"
                     " pod's can add GPUs outside them"
@@ -469,7 +472,7 @@ def check_device_variables(r: Pass) -> None:
             r.deny(
                 "device-variables",
                 ErrorType.FORBIDDEN,
-                f"{c.field}.env[{var.position}]",
+                f"{c.field}.env[{position}]",
                 f'container "{c.name}": device variable: {what}',
                 FIELD,
                 f"{after}; {whose}. {fix}",
@@ -501,24 +504,25 @@ def check_driver_capabilities(r: Pass) -> None:
         return
     listed = ",".join(allowed)
     for c, used in r.facts.judged:
-        if not (used.gpu or c.claims):
+        if not (used.gpu or view.uses_claims(c.c)):
             continue
-        for var in c.env:
+        for position, var in enumerate(c.c.env or ()):
             if var.name != names.DRIVER_CAPABILITIES:
                 continue
-            if var.value is None:
+            value = view.env_value(var)
+            if value is None:
                 problem = "comes from valueFrom, which cannot be read at admission"
-            elif _reference(var.value):
+            elif _reference(value):
                 problem = "refers to another variable, which cannot be read at admission"
             else:
-                beyond = sorted(capabilities_of(var.value) - set(allowed))
+                beyond = sorted(capabilities_of(value) - set(allowed))
                 if not beyond:
                     continue
-                problem = f"{shown(var.value)} gives {', '.join(beyond)}"
+                problem = f"{shown(value)} gives {', '.join(beyond)}"
             r.deny(
                 "driver-capabilities",
                 ErrorType.FORBIDDEN,
-                f"{c.field}.env[{var.position}]",
+                f"{c.field}.env[{position}]",
                 f'container "{c.name}": driver capabilities: {var.name} (',
                 FIELD,
                 f') {problem}; policy "{r.policy.name}" allows {listed}. Set it to a part of'
@@ -535,7 +539,9 @@ def patch_driver_capabilities(r: Pass) -> None:
         return
     value = ",".join(allowed)
     for c, used in r.facts.judged:
-        if (used.gpu or c.claims) and view.variable(c, names.DRIVER_CAPABILITIES) is None:
+        if (used.gpu or view.uses_claims(c.c)) and (
+            view.variable(c.c, names.DRIVER_CAPABILITIES) is None
+        ):
             r.add_env(
                 "driver-capabilities",
                 c,
@@ -547,7 +553,9 @@ def patch_driver_capabilities(r: Pass) -> None:
 def check_env_from(r: Pass) -> None:
     """Route 1: envFrom on a container that uses a GPU can set the device and MPS variables
     from a ConfigMap or Secret, which admission cannot read."""
-    offenders = [c for c, used in r.facts.judged if (used.gpu or c.claims) and c.env_from]
+    offenders = [
+        c for c, used in r.facts.judged if (used.gpu or view.uses_claims(c.c)) and c.c.envFrom
+    ]
     if not offenders:
         return
     if r.policy.rules.deny_env_from_on_gpu_containers:
@@ -576,12 +584,12 @@ def check_mps_directories(r: Pass) -> None:
         if used.exclusive and not used.shared:
             # A whole GPU of its own: the pod may run its own MPS daemon on it.
             continue
-        for var in c.env:
+        for position, var in enumerate(c.c.env or ()):
             if var.name in names.MPS_DIRECTORIES:
                 r.deny(
                     "mps-directories",
                     ErrorType.FORBIDDEN,
-                    f"{c.field}.env[{var.position}]",
+                    f"{c.field}.env[{position}]",
                     f'container "{c.name}": {var.name} (',
                     FIELD,
                     ") is set by the device plugin for a container with an MPS replica; a value"
@@ -596,7 +604,7 @@ def check_mps_directories(r: Pass) -> None:
 
 def check_privileged(r: Pass) -> None:
     for c, _ in r.facts.judged:
-        if c.privileged:
+        if view.privileged(c.c):
             r.deny(
                 "privileged",
                 ErrorType.FORBIDDEN,
@@ -639,15 +647,13 @@ def _capability(name: str) -> str:
     return upper[4:] if upper.startswith("CAP_") else upper
 
 
-def beyond_baseline(c: view.Container) -> list[str]:
+def beyond_baseline(c: view.Slot) -> list[str]:
     """The capabilities a container adds beyond Pod Security baseline's set, as written."""
-    return [a for a in c.capabilities if _capability(a) not in BASELINE_CAPABILITIES]
+    return [a for a in view.capabilities(c.c) if _capability(a) not in BASELINE_CAPABILITIES]
 
 
 def check_capabilities(r: Pass) -> None:
     for c, _ in r.facts.judged:
-        if not c.capabilities:
-            continue
         wide = beyond_baseline(c)
         if wide:
             r.deny(
@@ -664,18 +670,23 @@ def check_capabilities(r: Pass) -> None:
             )
 
 
+def _flag(pod: view.Pod, name: str) -> bool:
+    """A boolean of the pod spec (hostPID, hostIPC, hostNetwork)."""
+    return pod.spec is not None and bool(getattr(pod.spec, name))
+
+
 def check_host_namespaces(r: Pass) -> None:
     pod = r.pod
     for flag, on, what in (
         (
             "hostPID",
-            pod.host_pid,
+            _flag(pod, "hostPID"),
             "see and signal every process of the node, the GPU"
             " processes of other pods and the MPS daemon included",
         ),
         (
             "hostIPC",
-            pod.host_ipc,
+            _flag(pod, "hostIPC"),
             "reach the shared memory of the node's other processes, the MPS daemon's included",
         ),
     ):
@@ -702,8 +713,8 @@ def _mounters(pod: view.Pod) -> dict[str, list[str]]:
     seconds)."""
     found: dict[str, set[str]] = {}
     for c in pod.containers:
-        for m in c.mounts:
-            found.setdefault(m.volume, set()).add(c.name)
+        for _, m in view.mounts(c.c):
+            found.setdefault(m.name or "", set()).add(c.name)
     return {volume: sorted(names) for volume, names in found.items()}
 
 
@@ -718,7 +729,7 @@ def check_host_path(r: Pass) -> None:
         _check_host_path_mounts(r)
         return
     mounters: dict[str, list[str]] | None = None
-    for v in pod.volumes:
+    for v in view.volumes(pod):
         if v.host_path is None:
             continue
         reached = host_path_classes(v.host_path, r.policy)
@@ -751,20 +762,20 @@ def _check_host_path_mounts(r: Pass) -> None:
     pod = r.pod
     reaching = {
         v.name: v
-        for v in pod.volumes
+        for v in view.volumes(pod)
         if v.host_path is not None and host_path_classes(v.host_path, r.policy)
     }
     if not reaching:
         return
     for c, _ in r.facts.judged:
-        for m in c.mounts:
-            v = reaching.get(m.volume)
+        for position, m in view.mounts(c.c):
+            v = reaching.get(m.name or "")
             if v is None:
                 continue
             r.deny(
                 "host-path",
                 ErrorType.FORBIDDEN,
-                f"{c.field}.volumeMounts[{m.position}]",
+                f"{c.field}.volumeMounts[{position}]",
                 f'container "{c.name}": volume "{v.name}" (hostPath'
                 f' {shown(v.host_path or "", keep="end")}'
                 ") reaches host paths that hand out GPUs, as the node resolves it. Mount"
@@ -781,16 +792,17 @@ def check_device_list_mount(r: Pass) -> None:
     # the root holds its last segment as written.
     marker = root.rsplit("/", 1)[1]
     for c, _ in r.facts.judged:
-        for m in c.mounts:
+        for position, m in view.mounts(c.c):
+            path = m.mountPath or ""
             # The runtime matches the destination, made absolute by the kubelet and cleaned,
             # by plain string prefix (`hostpaths.mount_destination`).
-            if marker in m.path and hostpaths.mount_destination(m.path).startswith(root):
+            if marker in path and hostpaths.mount_destination(path).startswith(root):
                 r.deny(
                     "device-list-mount",
                     ErrorType.FORBIDDEN,
-                    f"{c.field}.volumeMounts[{m.position}]",
-                    f'container "{c.name}": volume "{m.volume}" mounted at'
-                    f' {shown(m.path, keep="end")} (',
+                    f"{c.field}.volumeMounts[{position}]",
+                    f'container "{c.name}": volume "{m.name or ""}" mounted at'
+                    f' {shown(path, keep="end")} (',
                     FIELD,
                     f"): the NVIDIA runtime reads mounts under {root} (where the kubelet puts"
                     " a relative path too) as a list of GPUs to give the container. Mount it"
@@ -833,7 +845,7 @@ def check_host_access(r: Pass) -> None:
         return switched_on(_BY_NAME[rule], policy) and (gpu or not in_gpu_pods)
 
     for c, _ in r.facts.judged:
-        if c.privileged and not covered("privileged"):
+        if view.privileged(c.c) and not covered("privileged"):
             r.deny(
                 "host-access",
                 ErrorType.FORBIDDEN,
@@ -843,7 +855,7 @@ def check_host_access(r: Pass) -> None:
                 FIELD,
                 container=c.name,
             )
-        wide = beyond_baseline(c) if c.capabilities else []
+        wide = beyond_baseline(c)
         if wide and not covered("capabilities", in_gpu_pods=True):
             r.deny(
                 "host-access",
@@ -862,14 +874,14 @@ def check_host_access(r: Pass) -> None:
     read_only = {v.name: (v, a[0]) for v, a in volumes if a is not None and a[1]}
     if read_only:
         for c, _ in r.facts.judged:
-            for m in c.mounts:
-                if m.read_only or m.volume not in read_only:
+            for position, m in view.mounts(c.c):
+                if m.readOnly or (m.name or "") not in read_only:
                     continue
-                v, entry = read_only[m.volume]
+                v, entry = read_only[m.name or ""]
                 r.deny(
                     "host-access",
                     ErrorType.FORBIDDEN,
-                    f"{c.field}.volumeMounts[{m.position}].readOnly",
+                    f"{c.field}.volumeMounts[{position}].readOnly",
                     f'container "{c.name}": hostPath volume "{v.name}"'
                     f' ({shown(v.host_path or "", keep="end")})'
                     f' is mounted writable; policy "{policy.name}" allows {entry} read-only'
@@ -884,15 +896,15 @@ def check_host_access(r: Pass) -> None:
         # entry of allowedHostPaths allows.
         outside = {v.name: v for v, allowed in volumes if allowed is None}
         for c, _ in r.facts.judged if outside else ():
-            for m in c.mounts:
-                unallowed = outside.get(m.volume)
+            for position, m in view.mounts(c.c):
+                unallowed = outside.get(m.name or "")
                 if unallowed is None:
                     continue
                 listed = ", ".join(e for e, _ in policy.allowed_host_paths) or "none"
                 r.deny(
                     "host-access",
                     ErrorType.FORBIDDEN,
-                    f"{c.field}.volumeMounts[{m.position}]",
+                    f"{c.field}.volumeMounts[{position}]",
                     f'container "{c.name}": hostPath volume "{unallowed.name}"'
                     f' ({shown(unallowed.host_path or "", keep="end")}) is not under a path policy'
                     f' "{policy.name}" allows (allowedHostPaths: {listed}){_NOT_ENFORCED}.'
@@ -905,19 +917,19 @@ def check_host_access(r: Pass) -> None:
     for flag, on, what in (
         (
             "hostPID",
-            pod.host_pid and not covered("host-namespaces", in_gpu_pods=True),
+            _flag(pod, "hostPID") and not covered("host-namespaces", in_gpu_pods=True),
             "shares the node's processes with the pod: a container that may trace (SYS_PTRACE,"
             " or on nodes whose ptrace_scope is 0) reaches other pods' GPU processes and, through"
             " /proc/<pid>/root, the MPS daemon's pipes",
         ),
         (
             "hostIPC",
-            pod.host_ipc and not covered("host-namespaces", in_gpu_pods=True),
+            _flag(pod, "hostIPC") and not covered("host-namespaces", in_gpu_pods=True),
             "shares the node's shared memory with the pod, the MPS daemon's included",
         ),
         (
             "hostNetwork",
-            pod.host_network,
+            _flag(pod, "hostNetwork"),
             "shares the node's network with the pod: the node's local services (the kubelet,"
             " the GPU Operator's) answer it as the node",
         ),
@@ -952,12 +964,12 @@ def check_host_access(r: Pass) -> None:
 
 def _host_volumes(
     pod: view.Pod, policy: Policy, host_path_on: bool
-) -> list[tuple[view.Volume, tuple[str, bool] | None]]:
+) -> list[tuple[view.VolumeEntry, tuple[str, bool] | None]]:
     """The pod's hostPath volumes host-access judges (not those `host-path` refuses, when it
     is on), each with the entry of allowedHostPaths that allows it (None: none does)."""
     return [
         (v, allowed_host_path(v.host_path, policy))
-        for v in pod.volumes
+        for v in view.volumes(pod)
         if v.host_path is not None and not (host_path_on and host_path_classes(v.host_path, policy))
     ]
 
@@ -966,7 +978,7 @@ def check_cdi_annotations(r: Pass) -> None:
     """CDI device requests in the pod's own annotations: runtimes configured to pass
     `cdi.k8s.io/*` pod annotations through (the kata and confidential-computing GPU runtime
     classes do) inject the devices they name."""
-    for key, _ in r.pod.annotations:
+    for key in view.annotations_of(r.pod):
         if isinstance(key, str) and key.startswith(names.CDI_ANNOTATION_PREFIXES):
             r.deny(
                 "cdi-annotations",
@@ -984,7 +996,8 @@ def check_resource_claims(r: Pass) -> None:
     """Claims in a pod whose policy has no `dra` section: nothing governs what they hold.
     Where it has one, the claims the pod names were reviewed when they were created
     (`claims`), in the pod's own namespace, the only one it can name them from."""
-    if r.pod.resource_claims and r.policy.dra is None and r.policy.unavailable is None:
+    claims = r.pod.spec.resourceClaims if r.pod.spec is not None else None
+    if claims and r.policy.dra is None and r.policy.unavailable is None:
         r.deny(
             "resource-claims",
             ErrorType.FORBIDDEN,
@@ -1002,9 +1015,10 @@ def check_shared_with_claims(r: Pass) -> None:
     nodes; a resource claim of the same pod may hold GPUs only DRA's nodes have, and the pod
     would never be scheduled. Pods name claims only in their own namespace, whose policy
     reviewed them (`claims`); where it has no dra section, resource-claims refuses them."""
-    if not r.pod.resource_claims or r.policy.dra is None:
+    claimed = r.pod.spec.resourceClaims if r.pod.spec is not None else None
+    if not claimed or r.policy.dra is None:
         return
-    claims = ", ".join(shown(name) for name in r.pod.resource_claims)
+    claims = ", ".join(shown(name) for name in view.names_of(claimed))
     r.deny(
         "shared-with-claims",
         ErrorType.FORBIDDEN,
@@ -1043,7 +1057,7 @@ def patch_tolerations(r: Pass) -> None:
     if not added:
         return
     base = f"{r.pod.place.pointer}/spec/tolerations"
-    if r.pod.tolerations is not None:
+    if r.pod.spec is not None and r.pod.spec.tolerations is not None:
         for t in added:
             r.add("tolerations", {"op": "add", "path": f"{base}/-", "value": t})
     else:
@@ -1066,7 +1080,9 @@ def patch_node_selection(r: Pass) -> None:
         r.deny(
             "node-selection",
             ErrorType.REQUIRED,
-            "spec.affinity.nodeAffinity" if r.pod.node_terms is not None else "spec.nodeSelector",
+            "spec.affinity.nodeAffinity"
+            if view.required_terms(r.pod.spec) is not None
+            else "spec.nodeSelector",
             f"node selection: the pod asks for {placement.resource}, and its required node"
             " selection (",
             FIELD,
@@ -1091,7 +1107,7 @@ def patch_mps_limits(r: Pass) -> None:
         replicas = used.replicas(resource)
         if not replicas:
             continue
-        new = placing.mps_env(profile, c, placing.devices(replicas, classes))
+        new = placing.mps_env(profile, c.c, placing.devices(replicas, classes))
         if new:
             r.add_env("mps-limits", c, new, f'the MPS limits of profile "{profile.name}"')
 
@@ -1101,7 +1117,7 @@ def patch_visible_devices(r: Pass) -> None:
     if not (r.policy.rules.void_visible_devices_without_gpu or r.facts.gpu):
         return
     for c, used in r.facts.judged:
-        if not used.gpu and view.variable(c, names.VISIBLE_DEVICES) is None:
+        if not used.gpu and view.variable(c.c, names.VISIBLE_DEVICES) is None:
             r.add_env(
                 "visible-devices",
                 c,

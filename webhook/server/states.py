@@ -7,7 +7,6 @@ so a state can be built from parts.
 
 from __future__ import annotations
 
-import functools
 import ssl
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -67,9 +66,6 @@ class State:
         # Who may connect (None: anyone who completes a handshake).
         self.clients = clients
         self.metrics = metrics
-        self.answers = codec.Answers(settings.cache_size)
-        if review is codec.review and settings.cache_size > 0:
-            review = functools.partial(codec.review, answers=self.answers)
         self.review = review
         self.review_lines = review_lines
         self.policy_watch = policy_watch
@@ -170,7 +166,6 @@ class State:
         metrics = self.metrics
         metrics.certificate_expiry.set(self.certificates.seconds_until_expiry())
         metrics.policy_files_not_loaded.set(len(self.policy_watch.problems))
-        metrics.decision_cache_hits.set(self.answers.hits)
         if self.connections is not None:
             metrics.connections.set(len(self.connections))
 

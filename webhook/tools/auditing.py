@@ -569,13 +569,14 @@ def _judge(
     `same`: the audit's store of equal parts of verdicts, kept once (the pods of one
     controller are judged alike: their verdicts' descriptions need not be held per pod)."""
     obj = item.obj
-    decision = reviewing.review(obj, policy=enforcing, mutate=True, kinds=kinds)
+    source = view.Source(obj)
+    decision = reviewing.review(source, policy=enforcing, mutate=True, kinds=kinds)
     if decision.malformed:
         return next(v for v in decision.violations if v.rule == MALFORMED)
     if item.ref.kind in CLAIM_KINDS:
         item.verdict = _claim_verdict(obj, decision, real=real, enforcing=enforcing)
         return None
-    found, _ = view.templates(obj, kinds)
+    found, _ = view.templates(source, kinds)
     # Warnings about one template of the kinds of other projects start with its label
     # (`JobSet spec.replicatedJobs[0]...: `), which its pods' do not have.
     label = found[0].place.label + ": " if len(found) == 1 and found[0].place.label else ""
@@ -594,7 +595,7 @@ def _judge(
     )
     why = ""
     if status == UNTOUCHED and found:
-        why = "; ".join(dict.fromkeys(hints.unchanged(view.read(t), enforcing) for t in found))
+        why = "; ".join(dict.fromkeys(hints.unchanged(view.pod(t), enforcing) for t in found))
     rule_adds = tuple(
         (
             rule,
@@ -772,7 +773,7 @@ def _note(item: _Object) -> str:
 
 
 def describe_patch(
-    patch: Sequence[Mapping[str, Any]], found: Sequence[view.Template]
+    patch: Sequence[Mapping[str, Any]], found: Sequence[view.Found]
 ) -> tuple[str, ...]:
     """What a patch adds, one line per place, by container name rather than JSON Pointer:
     `env of container "log": NVIDIA_VISIBLE_DEVICES=void`."""
@@ -781,14 +782,16 @@ def describe_patch(
         path = str(op.get("path", ""))
         template = _template_of(path, found)
         tokens = [_unescape(t) for t in path[len(template.place.pointer) :].split("/")[1:]]
-        topic, items = _describe_op(tokens, op.get("value"), template.node, str(op.get("op")))
+        topic, items = _describe_op(
+            tokens, op.get("value"), template.generic() or {}, str(op.get("op"))
+        )
         if template.place.label and len(found) > 1:
             topic = f"{template.place.label}: {topic}"
         topics.setdefault(topic, []).extend(items)
     return tuple(f"{topic}: {', '.join(items)}" for topic, items in topics.items())
 
 
-def _template_of(path: str, found: Sequence[view.Template]) -> view.Template:
+def _template_of(path: str, found: Sequence[view.Found]) -> view.Found:
     best = None
     for t in found:
         pointer = t.place.pointer
@@ -798,7 +801,7 @@ def _template_of(path: str, found: Sequence[view.Template]) -> view.Template:
             best = t
     if best is None:
         # Not under a template (no patch of the core does this): name it by its path.
-        return view.Template({}, OBJECT)
+        return view.Found(OBJECT, view.Template(), (), {})
     return best
 
 

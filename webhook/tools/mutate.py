@@ -171,12 +171,14 @@ def decide(
     path = namespaces.policy_path(labels)
     if path is None:
         return Decision()
-    return reviewing.review(obj, policy=loaded.governing(path), mutate=True, kinds=workload_kinds)
+    return reviewing.review(
+        view.Source(obj), policy=loaded.governing(path), mutate=True, kinds=workload_kinds
+    )
 
 
-def _unchanged(found: list[view.Template], policy: policies.Policy) -> str:
+def _unchanged(found: list[view.Found], policy: policies.Policy) -> str:
     """Why an allowed object (its pod specs `found`) comes out as it went in, in a few words."""
-    return "; ".join(dict.fromkeys(hints.unchanged(view.read(t), policy) for t in found))
+    return "; ".join(dict.fromkeys(hints.unchanged(view.pod(t), policy) for t in found))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -243,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
             for v in decision.violations:
                 _say(f"denied: {what}: {v.text}")
             continue
-        found = view.templates(obj, workload_kinds)[0] if not decision.patch else []
+        found = view.templates(view.Source(obj), workload_kinds)[0] if not decision.patch else []
         if found or (claim and not decision.patch):
             reviewed = True
             # Sent, so opted in: its labels name a path (`where.not_sent` above).
