@@ -23,6 +23,7 @@ What cannot be used is an InputError of one line, in these words wherever it is 
     FILE: is not UTF-8 text
     FILE: not valid YAML or JSON at line L, column C[ of document N]: REASON
     FILE: not valid JSON at line L, column C of document N: REASON     (a JSON stream)
+    FILE: not valid JSON in document N (line L): NaN is not JSON       (a JSON stream)
     FILE: not valid YAML: a value its tag does not take (such as !!int abc): REASON
     FILE: values nested deeper than can be read (no Kubernetes object is)
     FILE: its YAML aliases make it stand for more than 1,000,000 values; ...
