@@ -200,6 +200,10 @@ def test_in_a_cluster_the_validating_webhook_refuses_it_at_apply(
     ("text", "problem"),
     [
         pytest.param("kind: WorkloadKinds\n", "apiVersion: Field required", id="no-api-version"),
+        pytest.param("- kind: WorkloadKinds\n", "a WorkloadKinds document is a mapping, not list",
+                     id="not-a-mapping"),
+        pytest.param("kind: WorkloadKinds\n---\nkind: WorkloadKinds\n",
+                     "holds 2 documents; a WorkloadKinds file holds one", id="two-documents"),
         pytest.param("apiVersion: gpu-share.io/v1alpha1\nkind: WorkloadKinds\nspec:\n  kinds:\n"
                      "  - {group: ray.io, versions: [v1], kind: RayCluster, resource: rayclusters,"
                      " templates: ['spec.workerGroupSpecs[][]']}\n",

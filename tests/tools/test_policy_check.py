@@ -283,8 +283,8 @@ def test_every_problem_of_every_file_comes_in_one_run(
     a, b, c, d, e = (directory / n for n in files)
     assert code == 1
     assert err == [
-        f"error: {a}: not valid YAML (line 2, column 1): expected the node content, but found"
-        " '<stream end>'",
+        f"error: {a}: not valid YAML or JSON at line 2, column 1: expected the node content,"
+        " but found '<stream end>'",
         f"error: {b}: spec.tolerations[0]: operator must be 'Exists' when key is empty",
         f"error: {b}: spec.tolerations[0]: tolerationSeconds is only allowed with effect NoExecute",
         f"error: {b}: spec.nodeClasses[0].colour: unknown field (a typo? unknown fields are"

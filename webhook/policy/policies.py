@@ -35,11 +35,10 @@ from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import pydantic
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from webhook.errors import PolicyError
-from webhook.policy import hostpaths, names, quantities
+from webhook.errors import InputError, PolicyError
+from webhook.policy import documents, hostpaths, names, quantities
 
 API_VERSION = "gpu-share.io/v1alpha1"
 KIND = "SharingPolicy"
@@ -1376,18 +1375,21 @@ def _placed(loc: tuple[int | str, ...], message: str) -> list[str]:
 
 def parse_documents(text: str, source: str) -> tuple[list[Policy], list[str]]:
     """Validate and compile the policies in one file's text; returns (policies, problems)."""
+    try:
+        docs = documents.load(text, source)
+    except InputError as exc:
+        return [], [str(exc)]
+    return _compiled(docs, source)
+
+
+def _compiled(docs: list[Any], source: str) -> tuple[list[Policy], list[str]]:
+    """The policies of a file's documents (as `documents.load` reads them), and the problems
+    of those that are none."""
     policies: list[Policy] = []
     problems: list[str] = []
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return [], [f"{source}: not valid YAML{where}: {reason}"]
     numbered = [(i, d) for i, d in enumerate(docs, 1) if d is not None]
     if not numbered:
-        return [], [f"{source}: holds no policy document"]
+        return [], [documents.holds_none(source, "policy document")]
     for number, doc in numbered:
         label = source if len(docs) == 1 else f"{source} (document {number})"
         if not isinstance(doc, dict):
@@ -1429,9 +1431,9 @@ def load_directory(directory: str | Path) -> PolicySet:
         raise PolicyError([f"{path}: holds no *.yaml policy file"])
     for file in files:
         try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{file}: cannot be read: {exc}")
+            text = documents.read_file(file)
+        except InputError as exc:
+            problems.append(str(exc))
             continue
         found, errs = parse_documents(text, str(file))
         loaded.extend(found)
@@ -1439,13 +1441,9 @@ def load_directory(directory: str | Path) -> PolicySet:
     return build_set(loaded, problems)
 
 
-def declared_names(text: str) -> list[str]:
-    """The policy names a file's text declares, read as far as it can be (for a file that
-    does not load: its namespaces are then told which file and why)."""
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError:
-        return []
+def _declared(docs: list[Any]) -> list[str]:
+    """The policy names documents declare, valid or not (for a file that does not load: its
+    namespaces are then told which file and why)."""
     found = []
     for doc in docs:
         meta = doc.get("metadata") if isinstance(doc, dict) else None
@@ -1466,10 +1464,29 @@ class FileLoad:
 
     @classmethod
     def of(cls, text: str, source: str) -> FileLoad:
-        found, problems = parse_documents(text, source)
+        """The policies of a file's text."""
+        try:
+            docs = documents.load(text, source)
+        except InputError as exc:
+            return cls.unusable(source, str(exc))
+        found, problems = _compiled(docs, source)
         if problems:
-            return cls(source, (), tuple(problems), tuple(declared_names(text)))
+            return cls(source, (), tuple(problems), tuple(_declared(docs)))
         return cls(source, tuple(found), (), tuple(p.name for p in found))
+
+    @classmethod
+    def of_bytes(cls, data: bytes, source: str) -> FileLoad:
+        """The policies of a file's bytes."""
+        try:
+            text = documents.decode(data, source)
+        except InputError as exc:
+            return cls.unusable(source, str(exc))
+        return cls.of(text, source)
+
+    @classmethod
+    def unusable(cls, source: str, problem: str) -> FileLoad:
+        """A file that holds no document to read, for `problem` (its full line)."""
+        return cls(source, (), (problem,), ())
 
 
 def assemble(files: Iterable[FileLoad]) -> tuple[PolicySet, list[str]]:

@@ -65,10 +65,10 @@ from webhook.tools import (
     add_workload_kinds_argument,
     auditing,
     cluster,
-    documents,
     env_name,
     from_env,
     help_text,
+    manifests,
     namespace_name,
     policies_directory,
     rendering,
@@ -466,8 +466,8 @@ def _usage_problem(files: Sequence[str], *, cluster: bool, write: bool, output: 
 
 
 def read_objects(*paths: str) -> list[dict[str, Any]]:
-    """The objects of the dump files (`documents.read`): the step bench/audit.py times."""
-    return documents.read(paths)
+    """The objects of the dump files (`manifests.read`): the step bench/audit.py times."""
+    return manifests.read(paths)
 
 
 def _warn(report: auditing.Report, *, cluster_read: bool = False) -> None:

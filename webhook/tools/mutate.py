@@ -39,9 +39,9 @@ from webhook.tools import (
     add_webhook_namespace_argument,
     add_workload_kinds_argument,
     auditing,
-    documents,
     from_env,
     help_text,
+    manifests,
     namespace_name,
     policies_directory,
     rendering,
@@ -184,8 +184,8 @@ def _unchanged(found: list[view.Found], policy: policies.Policy) -> str:
 def run(args: argparse.Namespace) -> int:
     try:
         labels = _labels(args)
-        text, source = documents.read_text(args.filename)
-        objects = documents.parse(text, source)
+        text, source = manifests.read_text(args.filename)
+        objects = manifests.parse(text, source)
         loaded = policies.load_directory(policies_directory(args.policies)[0])
         all_kinds = kinds.all_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
         workload_kinds = kinds.kinds_by_name(all_kinds)
@@ -208,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     for line in namespaces.label_near_misses(labels) if namespaces.opted_in(labels) else ():
         _say(f"Warning: namespace: {line}")
     for obj in objects:
-        what = documents.describe(obj)
+        what = manifests.describe(obj)
         claim = claims.is_claim(view.group_of(obj.get("apiVersion")), str(obj.get("kind")))
         if claim and obj.get("apiVersion") != auditing.CLAIM_API_VERSION:
             # The API server converts it to v1 before the webhook sees it; its own fields
