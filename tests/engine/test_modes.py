@@ -112,7 +112,8 @@ def test_a_malformed_object_is_refused_in_every_mode() -> None:
 @pytest.mark.parametrize(
     ("rule_modes", "problem"),
     [
-        pytest.param({"privilege": "warn"}, "ruleModes.privilege: no rule has this name",
+        pytest.param({"privilege": "warn"}, "ruleModes.privilege.[key]: 'privilege' is not one"
+                     " of the names allowed here; did you mean privileged?",
                      id="a-typo"),
         pytest.param({"malformed-object": "dry-run"},
                      "ruleModes.malformed-object: always enforced", id="always-enforced"),

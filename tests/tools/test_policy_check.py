@@ -285,17 +285,16 @@ def test_every_problem_of_every_file_comes_in_one_run(
     assert err == [
         f"error: {a}: not valid YAML or JSON at line 2, column 1: expected the node content,"
         " but found '<stream end>'",
+        f"error: {b}: spec.ruleModes.no-such-rule.[key]: 'no-such-rule' is not one of the names"
+        f" allowed here (they are: {', '.join(policies.names.RULES)})",
         f"error: {b}: spec.tolerations[0]: operator must be 'Exists' when key is empty",
         f"error: {b}: spec.tolerations[0]: tolerationSeconds is only allowed with effect NoExecute",
         f"error: {b}: spec.nodeClasses[0].colour: unknown field (a typo? unknown fields are"
         " refused, not ignored); the fields known here: name, resource, product, strategy,"
         " renamed, replicas, memoryMiB, gpusPerNode, failRequestsGreaterThanOne",
-        f"error: {b}: spec.ruleModes.no-such-rule: no rule has this name (rules:"
-        f" {', '.join(policies.names.RULES)})",
         f"error: {b}: spec.defaultProfile: 'full' is not one of the profiles (half)",
         f"error: {d}: spec.mode: Input should be 'enforce', 'warn' or 'dry-run'",
-        f"error: {d}: spec.nodeClasses[0].replicas: 1 is not sharing; the device plugin needs"
-        " at least 2",
+        f"error: {d}: spec.nodeClasses[0].replicas: Input should be greater than or equal to 2",
         f"error: {d}: spec.nodeClasses[0].memoryMiB: required for an mps class (it sets the"
         " ceiling)",
         f"error: {d}: spec.nodeClasses[0].product: NVIDIA-L4-SHARED never matches a node: GFD"
