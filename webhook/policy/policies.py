@@ -1242,9 +1242,9 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return out or "(document)"
 
 
-# What a name of each pattern is, in words, for `policy check` (pydantic says only that a
-# string should match the pattern).
-_IN_WORDS = {
+# What a value of each pattern is, in words, for `policy check` (pydantic says only that a
+# string should match the pattern) and the chart's check (its schema carries them).
+PATTERN_WORDS = {
     rf"^{_DNS_LABEL}$": "a DNS-1123 label (lower-case letters, digits and '-', starting and"
     " ending with a letter or digit, at most 63 characters)",
     rf"^{_DNS_SUBDOMAIN}$": "a DNS-1123 subdomain (lower-case letters, digits, '-' and '.',"
@@ -1272,7 +1272,7 @@ def _not_matching(pattern: str, value: Any) -> str:
         if not value.startswith("/"):
             return f"{shown} is not an absolute path"
         return f"{shown} is not clean (write {hostpaths.clean(value)!r})"
-    words = _IN_WORDS.get(pattern)
+    words = PATTERN_WORDS.get(pattern)
     if words is None:
         return f"{shown} does not match {pattern}"
     said = f"{shown} is not {words}"
