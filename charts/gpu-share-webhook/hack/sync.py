@@ -366,7 +366,7 @@ def _schema_node(node: dict[str, Any], where: str) -> dict[str, Any]:
             raise SystemExit(f"sync.py: {where}: patternProperties beside properties")
         node["propertyNames"] = {**node.get("propertyNames", {}), "pattern": pattern}
         node["additionalProperties"] = value
-    # The words `policy check` says a value that does not match is not (a DNS-1123 label...).
+    # What a value of the pattern is, in `policy check`'s words (a DNS-1123 label...).
     if node.get("pattern") in policies.PATTERN_WORDS:
         node["patternWords"] = policies.PATTERN_WORDS[node["pattern"]]
     unknown = set(node) - SCHEMA_KEYWORDS
@@ -440,8 +440,7 @@ def monitoring_rule() -> dict[str, Any]:
     return dict(rule)
 
 
-# Strings Helm's reader (go-yaml v2) would take for booleans or numbers are quoted: the
-# quantity suffix `n` is a key of files/policy-schema.yaml.
+# Strings Helm's reader (go-yaml v2) would take for booleans or numbers are quoted.
 _HelmDumper = render_command.KubeDumper
 
 
