@@ -67,7 +67,7 @@ def test_the_shipped_policies_say_what_the_spec_asks_for() -> None:
     [
         pytest.param(
             T4.replace("replicas: 4", "replicas: 1"),
-            "spec.nodeClasses[0].replicas: Input should be greater than or equal to 2",
+            "spec.nodeClasses[0].replicas: 1 is not sharing; the device plugin needs at least 2",
             id="replicas-below-2",
         ),
         pytest.param(

@@ -252,7 +252,8 @@ def test_every_problem_of_every_file_comes_in_one_run(
         " renamed, replicas, memoryMiB, gpusPerNode, failRequestsGreaterThanOne",
         f"error: {b}: spec.defaultProfile: 'full' is not one of the profiles (half)",
         f"error: {d}: spec.mode: Input should be 'enforce', 'warn' or 'dry-run'",
-        f"error: {d}: spec.nodeClasses[0].replicas: Input should be greater than or equal to 2",
+        f"error: {d}: spec.nodeClasses[0].replicas: 1 is not sharing; the device plugin needs"
+        " at least 2",
         f"error: {d}: spec.nodeClasses[0].memoryMiB: required for an mps class (it sets the"
         " ceiling)",
         f"error: {d}: spec.nodeClasses[0].product: NVIDIA-L4-SHARED never matches a node: GFD"

@@ -1361,6 +1361,8 @@ def _describe(exc: pydantic.ValidationError) -> list[str]:
             msg = _not_matching(err.get("ctx", {}).get("pattern", ""), err["input"])
         elif err["type"] == "literal_error" and loc[-1:] == ("[key]",):
             msg = _not_a_key(err["input"], err.get("ctx", {}).get("expected", ""))
+        elif err["type"] == "greater_than_equal" and loc[-1:] == ("replicas",):
+            msg = f"{err['input']} is not sharing; the device plugin needs at least 2"
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
         problems.extend(_placed(loc, msg))
