@@ -18,7 +18,8 @@ The chart cannot run Python, so what it needs from this repository is copied int
                           .Values.policies.files against: the JSON schema of the policy
                           models (webhook/policy/policies.py, `model_json_schema()`) in the
                           keywords the template reads, and the constants of the models'
-                          own checks (rule names, the MPS replica limit, the defaults)
+                          own checks (the rule names, read from the table of
+                          webhook/engine/rules.py; the MPS replica limit, the defaults)
 
 and what the kustomize install needs from the chart:
 
@@ -60,6 +61,7 @@ REPO = CHART.parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from webhook.engine import rules  # noqa: E402
 from webhook.policy import (  # noqa: E402
     kinds,
     names,
@@ -405,7 +407,7 @@ def policy_schema() -> dict[str, Any]:
         # NodeClassSpec._consistent, TolerationSpec._as_the_api_server_wants,
         # DraClassSpec._coherent and DraSpec._coherent).
         "checks": {
-            "rules": list(names.RULES),
+            "rules": [rule.name for rule in rules.RULES],
             "alwaysEnforced": sorted(names.ALWAYS_ENFORCED),
             "mpsMaxReplicas": policies.MPS_MAX_REPLICAS,
             "productSharedSuffix": policies.PRODUCT_SHARED_SUFFIX,
