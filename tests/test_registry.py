@@ -1,7 +1,8 @@
 """The table of rules (`RULES` in webhook/engine/rules.py) is the one place a rule is described,
 and what repeats it is checked against it here: the names the policy layer holds
 (`names.RULES`), the switches of a policy's `spec.rules`, the rules said to judge claims, the
-docs' rule tables (hack/rule-docs.py writes them), and the modules that write a rule's name.
+docs' rule tables (hack/rule-docs.py writes them) and switch table, and the modules that
+write a rule's name.
 
 The chart's generated files read the table through charts/gpu-share-webhook/hack/sync.py
 (tests/deploy/test_helm.py fails when they are stale); reports read each rule's severity and
@@ -155,3 +156,23 @@ def test_a_rule_name_is_written_in_names_and_the_module_of_its_row_only() -> Non
         f"{sorted(_STILL_WRITING - set(writing))} write no rule name now: take them out of"
         " _STILL_WRITING"
     )
+
+
+def test_the_switch_table_of_security_md_is_the_switches_and_their_rules() -> None:
+    """docs/security.md, "The switches": one row per field of `spec.rules`, in the model's
+    order, with its default and the rule it turns off or changes (what each trades is the
+    document's own)."""
+    text = (REPO / "docs" / "security.md").read_text(encoding="utf-8")
+    section = text.split("\n## The switches\n", 1)[1].split("\n## ", 1)[0]
+    rows = [
+        [cell.strip() for cell in line.strip().strip("|").split("|")][:3]
+        for line in section.splitlines()
+        if line.startswith("| `")
+    ]
+    by_switch = {s: r.name for r in rules.RULES for s in (r.switch, r.changed_by) if s}
+    wanted = [
+        [f"`{field.alias}`", f"`{str(field.default).lower()}`", f"`{by_switch[field.alias]}`"]
+        for field in policies.RulesSpec.model_fields.values()
+        if field.alias
+    ]
+    assert rows == wanted
