@@ -62,7 +62,7 @@ class Scope(enum.Enum):
 
 
 class Concern(enum.Enum):
-    """What a rule guards: the severity and category of the audit's report results of it."""
+    """What a rule guards, which gives the severity and category of the audit's results of it."""
 
     # Keeps a container from more GPU than its policy grants, or from the node's GPUs and
     # their sharing machinery.
