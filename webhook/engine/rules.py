@@ -1,9 +1,11 @@
 """The rules: one small named unit each, in one table (`RULES`).
 
-A rule says what it looks at (its scope, and the switch that turns it off), what it refuses
-or warns of (its `check`) and the patch operations it contributes (its `patch`). Its name is
-what the refusal, the metric label, the audit annotation, the `gpu-share.io/mutations`
-record and docs/security.md all use.
+A rule is its check and patch and one `Rule(...)` row, which holds everything said about it:
+what it looks at (its scope, and the switch that turns it off), what reports class it as
+(`Concern`), the line the docs' rule tables show (hack/rule-docs.py writes them), what it
+refuses or warns of (its `check`) and the patch operations it contributes (its `patch`). Its
+name is what the refusal, the metric label, the audit annotation, the `gpu-share.io/mutations`
+record and the docs all use.
 
 Both read the pod's view (`view.Pod`) and what was worked out of it before any rule runs
 (`facts.Facts`: GPU usage, the shared resource, the profile, the placement); a check only
@@ -17,9 +19,7 @@ reports every violation in one denial; only an object with none is patched. A pa
 adds what a check would accept, so the patched object passes them too (validation on the
 defaulted object, as controller-runtime does it).
 
-Adding a rule next year is: a function or two here (and, when it needs a field the view
-does not hold yet, that field in `pods`), one `Rule(...)` row in `RULES`, its name in
-`names.RULES`, one row in its test table, one line in docs/security.md.
+Adding a rule: CONTRIBUTING.md.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import bisect
 import enum
 import operator
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, TypeVar
 
@@ -48,24 +48,44 @@ from webhook.policy.policies import Policy, RulesSpec
 
 
 class Scope(enum.Enum):
-    """Which pods a rule looks at."""
+    """Which pods a rule looks at (the value: as the docs' rule tables say it)."""
 
     # Every pod that reaches the webhook in an opted-in namespace.
     EVERY_POD = "every pod"
     # Pods with a container that asks for a GPU (shared or not).
-    GPU_POD = "pods that use a GPU"
+    GPU_POD = "GPU pods"
     # Pods with a container that asks for one of the policy's shared resources.
-    SHARED_POD = "pods that use a shared GPU"
+    SHARED_POD = "shared-GPU pods"
     # ResourceClaims and ResourceClaimTemplates (`claims`), under a policy with a `dra`
     # section: no pod table holds these rules.
-    CLAIM = "resource claims and claim templates"
+    CLAIM = "claims"
+
+
+class Concern(enum.Enum):
+    """What a rule guards, which gives the severity and category of the audit's results of it."""
+
+    # Keeps a container from more GPU than its policy grants, or from the node's GPUs and
+    # their sharing machinery.
+    ISOLATION = ("high", "GPU isolation")
+    # Decides whether a pod runs where and as it should (a pod that would fail on its node,
+    # or land on the wrong one).
+    SCHEDULING = ("medium", "GPU scheduling")
+
+    @property
+    def severity(self) -> str:
+        return self.value[0]
+
+    @property
+    def category(self) -> str:
+        return self.value[1]
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
     name: str
     scope: Scope
-    # What it refuses or adds, in one line (docs/security.md lists the same).
+    concern: Concern
+    # What it refuses or adds, in one line of Markdown: what the docs' rule tables show.
     summary: str
     check: Callable[[Pass], None] | None = None
     patch: Callable[[Pass], None] | None = None
@@ -74,6 +94,8 @@ class Rule:
     found: bool = False
     # The field of a policy's `spec.rules` that turns the rule off (None: always on).
     switch: str | None = None
+    # A field of `spec.rules` that changes what the rule does without turning it off.
+    changed_by: str | None = None
     # Looks at the pod as a whole (placement, volumes, host namespaces): not run again when
     # an update only adds ephemeral containers.
     pod_level: bool = False
@@ -86,6 +108,17 @@ class Rule:
     # Left to Pod Security where the namespace enforces baseline or restricted (its webhook
     # path says so: `Policy.pod_security`).
     pod_security: bool = False
+    # Also refuses ResourceClaims and claim templates (`claims`), beside the pods of its
+    # scope.
+    claims: bool = False
+
+    @property
+    def severity(self) -> str:
+        return self.concern.severity
+
+    @property
+    def category(self) -> str:
+        return self.concern.category
 
 
 # The Python attribute of each switch (`denyPrivileged` -> `deny_privileged`).
@@ -1129,97 +1162,175 @@ def patch_visible_devices(r: Pass) -> None:
 # --------------------------------------------------------------------------- the table
 
 E, G, S, C = Scope.EVERY_POD, Scope.GPU_POD, Scope.SHARED_POD, Scope.CLAIM
+ISOLATION, SCHEDULING = Concern.ISOLATION, Concern.SCHEDULING
 
-# In the order of `names.RULES`, which is the order of what they report and add (SPEC.md's
-# for the patches: runtime class, tolerations, node selection, MPS limits, void); the order
-# they run in changes nothing (see `Pass`).
+
+def _code(items: Iterable[str], last: str = ", ") -> str:
+    """`a`, `b` and `c` (with `last` " and "): names in a summary, in Markdown."""
+    quoted = [f"`{item}`" for item in items]
+    return last.join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
+
+
+_CDI = _code((p + "*" if p.endswith("/") else p for p in names.CDI_ANNOTATION_PREFIXES), " or ")
+
+# In the order of `names.RULES`, which is the order of what they report and add (for the
+# patches: runtime class, tolerations, node selection, MPS limits, void); the order they run
+# in changes nothing (see `Pass`).
 # fmt: off
 RULES: tuple[Rule, ...] = (
-    Rule(MALFORMED, E, "a field of a type no Kubernetes object has",
-         check_malformed, always=True),
-    Rule(names.UNKNOWN_POLICY_RULE, G, "a GPU pod in a namespace whose policy label names no"
-         " policy", _unavailable(names.UNKNOWN_POLICY_RULE), always=True),
-    Rule(names.POLICY_NOT_LOADED_RULE, G, "a GPU pod in a namespace whose policy file does not"
-         " load", _unavailable(names.POLICY_NOT_LOADED_RULE), always=True),
-    Rule("invalid-quantity", E, "a GPU quantity that is not a whole number of devices",
+    Rule(MALFORMED, E, SCHEDULING,
+         "a field of a type no Kubernetes object has (the API server never sends one)",
+         check_malformed, always=True, claims=True),
+    Rule(names.UNKNOWN_POLICY_RULE, G, ISOLATION,
+         f"a namespace whose `{names.POLICY_LABEL}` label names no policy",
+         _unavailable(names.UNKNOWN_POLICY_RULE), always=True, claims=True),
+    Rule(names.POLICY_NOT_LOADED_RULE, G, ISOLATION,
+         "a namespace whose policy file does not load (the file and the error)",
+         _unavailable(names.POLICY_NOT_LOADED_RULE), always=True, claims=True),
+    Rule("invalid-quantity", E, SCHEDULING,
+         "a GPU quantity that is not a whole number of devices (`500m`, `1e999999`)",
          found=True, always=True),
-    Rule("requests-limits-mismatch", E, "requests of a shared resource that differ from limits",
+    Rule("requests-limits-mismatch", E, SCHEDULING,
+         "requests of the shared resource that differ from its limits, or requests without"
+         " limits",
          found=True),
-    Rule("resource-not-allowed", E, "a shared GPU resource the policy does not list",
+    Rule("resource-not-allowed", E, ISOLATION,
+         "a shared resource the policy does not list (`nvidia.com/mig-1g.10gb.shared`): \"not"
+         " allowed\", never \"exclusive\"",
          found=True),
-    Rule("exclusive-with-shared", S, "an exclusive GPU next to a shared one",
+    Rule("exclusive-with-shared", S, SCHEDULING,
+         "an exclusive GPU (`nvidia.com/gpu`, a MIG resource) next to a shared one",
          check_exclusive_with_shared, switch="denyExclusiveWithShared", pod_level=True),
-    Rule("exclusive-gpus", G, "whole GPUs where the policy allows none, or more per pod than"
-         " it allows", check_exclusive_gpus, pod_level=True),
-    Rule("several-shared-resources", S, "two shared resources in one pod",
+    Rule("exclusive-gpus", G, ISOLATION,
+         "a whole GPU (`nvidia.com/gpu`, MIG, `passthroughResources`) where"
+         " `exclusiveGpus.allowed` is false, or more at once than `maxPerPod`",
+         check_exclusive_gpus, pod_level=True),
+    Rule("several-shared-resources", S, SCHEDULING,
+         "two different shared resources in one pod",
          check_several_shared_resources, pod_level=True),
-    Rule("shared-with-claims", S, "resource claims in a pod that asks for a shared GPU, where"
-         " the policy has a dra section", check_shared_with_claims, pod_level=True),
-    Rule("runtime-class", S, "another runtime class; adds the policy's when absent",
+    Rule("shared-with-claims", S, SCHEDULING,
+         "resource claims in a pod that asks for a shared resource, under a policy with a `dra`"
+         " section: pinned to the device plugin's nodes, it would wait for DRA devices there"
+         " forever",
+         check_shared_with_claims, pod_level=True),
+    Rule("runtime-class", S, SCHEDULING,
+         "another `runtimeClassName`; **adds** the policy's when absent",
          check_runtime_class, patch_runtime_class, pod_level=True),
-    Rule("tolerations", S, "adds the tolerations for the GPU taints",
+    Rule("tolerations", S, SCHEDULING,
+         "**adds** the policy's tolerations (and, with `tolerateResourceTaint`, one for the"
+         " resource's own taint), each only where not already tolerated",
          None, patch_tolerations, pod_level=True),
-    Rule("profile", S, "an MPS profile the policy does not offer",
-         found=True, pod_level=True),
-    Rule("device-variables", E, "NVIDIA_VISIBLE_DEVICES (or another device variable) with a"
-         " value that does not only hide GPUs",
+    Rule("profile", S, ISOLATION,
+         f"a `{names.ANNOTATION_PROFILE}` the policy does not offer (\"unknown\" or \"not"
+         " allowed\")",
+         found=True, pod_level=True, claims=True),
+    Rule("device-variables", E, ISOLATION,
+         f"`{names.VISIBLE_DEVICES}` or another device variable"
+         f" ({_code(names.DEVICE_VARIABLES[1:])}) set to anything but exactly `{names.HIDE}` or"
+         " empty (`none` still gets the driver and the control device nodes), or from"
+         " `valueFrom` or `$(VAR)`",
          check_device_variables, switch="denyDeviceVariables", always=True),
-    Rule("env-from", G, "envFrom on a container that uses a GPU (a warning unless switched to"
-         " refuse)", check_env_from),
-    Rule("mps-directories", E, "CUDA_MPS_PIPE_DIRECTORY or CUDA_MPS_LOG_DIRECTORY set by the pod",
+    Rule("env-from", G, ISOLATION,
+         "`envFrom` on a container that uses a GPU: a warning and the audit annotation"
+         " `env-from` by default, refused with the switch on",
+         check_env_from, changed_by="denyEnvFromOnGpuContainers"),
+    Rule("mps-directories", E, ISOLATION,
+         f"{_code(names.MPS_DIRECTORIES, ' or ')} set by the pod (not on a container with an"
+         " exclusive GPU only)",
          check_mps_directories, switch="denyMpsDirectories", always=True),
-    Rule("privileged", E, "a privileged container",
+    Rule("privileged", E, ISOLATION,
+         "a privileged container (init, sidecar and ephemeral too)",
          check_privileged, switch="denyPrivileged", always=True),
-    Rule("capabilities", G, "added capabilities beyond Pod Security baseline's set",
+    Rule("capabilities", G, ISOLATION,
+         "added capabilities outside Pod Security baseline's set (`SYS_ADMIN`, `SYS_PTRACE`,"
+         " `SYS_MODULE`, `ALL`, ...; any case, with or without `CAP_`)",
          check_capabilities, switch="denyAddedCapabilities"),
-    Rule("host-namespaces", G, "hostPID or hostIPC",
+    Rule("host-namespaces", G, ISOLATION,
+         "`hostPID` or `hostIPC`",
          check_host_namespaces, switch="denyHostNamespaces", pod_level=True),
-    Rule("host-path", E, "a hostPath that reaches what hands out GPUs (device nodes, driver, MPS"
-         " pipes, kubelet plugins, CDI specs, runtimes, /sys, /proc) or holds it",
+    Rule("host-path", E, ISOLATION,
+         "a hostPath that is, is under or holds what hands out GPUs, as the node resolves it"
+         " (cleaned, `/var/run` as `/run`, all of `/proc`): device nodes, MPS pipes, the driver"
+         " and toolkit, the kubelet's state, CDI specs, container runtimes, `/sys`, the"
+         " policy's `deniedHostPaths`; a relative hostPath",
          check_host_path, switch="denyDeviceHostPaths", always=True),
-    Rule("device-list-mount", E, f"a volume mounted at or under {names.DEVICE_LIST_ROOT}",
+    Rule("device-list-mount", E, ISOLATION,
+         f"a volume mounted at or under `{names.DEVICE_LIST_ROOT}`, a relative mount path made"
+         " absolute as the kubelet does",
          check_device_list_mount, switch="denyDeviceListMounts", always=True),
-    Rule("host-access", E, "Pod Security baseline's host access (privileged, host namespaces,"
-         " hostPath, capabilities) where the namespace does not enforce it",
+    Rule("host-access", E, ISOLATION,
+         "privileged containers, `hostPID`/`hostIPC`/`hostNetwork`, hostPath volumes outside"
+         " `hostAccess.allowedHostPaths`, capabilities outside baseline's set — what a GPU"
+         " rule above already refuses is not refused twice",
          check_host_access, switch="denyHostAccess", always=True, pod_security=True),
-    Rule("cdi-annotations", E, "pod annotations that request CDI devices",
+    Rule("cdi-annotations", E, ISOLATION,
+         f"pod annotations {_CDI}; on a Pod or `pods/status` update and on a Binding (whose"
+         " annotations are copied onto the pod), those it adds or changes",
          check_cdi_annotations, switch="denyCdiAnnotations", pod_level=True, always=True),
-    Rule("resource-claims", E, "resource claims in a pod whose policy has no dra section, and"
-         " device classes asked for by extended resource name",
+    Rule("resource-claims", E, ISOLATION,
+         "`spec.resourceClaims` (dynamic resource allocation) where the policy has no `dra`"
+         f" section, and `{names.DRA_EXTENDED_RESOURCE_PREFIX}*` extended resources; there,"
+         " also the ResourceClaims and templates of GPU classes (a claim made now would serve"
+         " the namespace's pods, unreviewed, once it moves to a policy with a `dra` section)",
          check_resource_claims, found=True, switch="denyResourceClaims", pod_level=True,
-         always=True),
-    Rule("dra-class-not-allowed", C, "a claim's request of a GPU device class the policy does"
-         " not allow"),
-    Rule("dra-all-devices", C, "allocationMode All (or an unknown mode) on a GPU class"),
-    Rule("dra-admin-access", C, "adminAccess on a GPU class"),
-    Rule("dra-device-tolerations", C, "tolerations of device taints on a GPU class"),
-    Rule("dra-too-many-devices", C, "more devices in one request, or in one claim, than the"
-         " class allows"),
-    Rule("dra-capacity", C, "consumable capacity left out or above the class's ceiling"),
-    Rule("dra-config", C, "device configuration the GPU driver does not read, or of another"
-         " kind of device"),
-    Rule("dra-sharing", C, "a sharing strategy the class does not allow"),
-    Rule("dra-mps-limits", C, "MPS limits that do not parse or exceed the class's ceilings;"
-         " adds the profile's to a request with no configuration", required=True),
-    Rule("dra-whole-device", C, "a request that ends without a sharing configuration (the whole"
-         " device) where the class allows no whole device"),
-    Rule("node-selection", S, "a node selection no allowed class satisfies, or a pod not"
-         " pinned to the allowed classes at validation; pins the pod to them",
+         always=True, claims=True),
+    Rule("dra-class-not-allowed", C, ISOLATION,
+         "a claim's request of a GPU device class the policy does not allow"),
+    Rule("dra-all-devices", C, ISOLATION,
+         "`allocationMode: All` (or an unknown mode) on a GPU class"),
+    Rule("dra-admin-access", C, ISOLATION,
+         "`adminAccess` on a GPU class"),
+    Rule("dra-device-tolerations", C, ISOLATION,
+         "`tolerations` of device taints on a GPU class (devices an admin took out of use)"),
+    Rule("dra-too-many-devices", C, ISOLATION,
+         "more devices in one request, or in one claim, than the class allows"
+         " (`maxDevicesPerRequest`, `maxDevicesPerClaim`)"),
+    Rule("dra-capacity", C, ISOLATION,
+         "consumable capacity left out, not above zero, or above the class's ceiling"
+         " (`capacity`)"),
+    Rule("dra-config", C, SCHEDULING,
+         "device configuration the GPU driver does not read (judged kind by kind), or of"
+         " another kind of device"),
+    Rule("dra-sharing", C, ISOLATION,
+         "a sharing strategy the class does not allow (`sharing`)"),
+    Rule("dra-mps-limits", C, ISOLATION,
+         "MPS limits that do not parse or exceed the class's ceilings (`mps`); **adds** the"
+         " profile's to a request with no configuration, where the class says so"
+         " (`addMpsConfig`)",
+         required=True),
+    Rule("dra-whole-device", C, ISOLATION,
+         "a request that ends without a sharing configuration, so with the whole device, where"
+         " the class says `allowWholeDevice: false`"),
+    Rule("node-selection", S, SCHEDULING,
+         "a node selection no allowed class satisfies; at validation, a Pod whose required node"
+         " selection does not keep it on the classes left; **adds** the selection of the"
+         " classes left",
          patch=patch_node_selection, found=True, pod_level=True, required=True),
-    Rule("multi-replica", S, "more than one replica where the device plugin would fail it or"
-         " repeat a GPU", found=True, pod_level=True),
-    Rule("mps-limits", S, "CUDA_MPS_* values that do not parse or exceed the ceiling; adds the"
-         " profile's", patch=patch_mps_limits, found=True, pod_level=True, required=True),
-    Rule("driver-capabilities", G, "NVIDIA_DRIVER_CAPABILITIES beyond the policy's list on a"
-         " GPU container; adds the list where it sets none", check_driver_capabilities,
-         patch_driver_capabilities, required=True),
-    Rule("visible-devices", E, "adds NVIDIA_VISIBLE_DEVICES=void to containers that ask for no"
-         " GPU", None, patch_visible_devices, always=True, required=True),
+    Rule("multi-replica", S, SCHEDULING,
+         "k > 1 replicas where no class is left that takes them; **adds** the `.count` pin",
+         found=True, pod_level=True),
+    Rule("mps-limits", S, ISOLATION,
+         f"`{names.MPS_PREFIX}*` that do not parse or exceed every ceiling (or, with"
+         " `profilesAreCeilings`, the pod's profile), a profile above every ceiling; **adds**"
+         " the profile's values",
+         patch=patch_mps_limits, found=True, pod_level=True, required=True),
+    Rule("driver-capabilities", G, ISOLATION,
+         f"`{names.DRIVER_CAPABILITIES}` beyond `driverCapabilities` on a GPU container;"
+         " **adds** the list where it sets none",
+         check_driver_capabilities, patch_driver_capabilities, required=True),
+    Rule("visible-devices", E, ISOLATION,
+         f"**adds** `{names.VISIBLE_DEVICES}={names.HIDE}` to containers that ask for no GPU"
+         " (in GPU pods only, with the switch off)",
+         None, patch_visible_devices, changed_by="voidVisibleDevicesWithoutGpu", always=True,
+         required=True),
 )
 # fmt: on
 
 
 _BY_NAME = {rule.name: rule for rule in RULES}
+# The rows other modules name: a rule's name is written only here and in `names.RULES`.
+HOST_ACCESS: Final = _BY_NAME["host-access"]
+DRA_MPS_LIMITS: Final = _BY_NAME["dra-mps-limits"]
 
 
 def switched_on(rule: Rule, policy: Policy) -> bool:

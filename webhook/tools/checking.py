@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webhook.engine import placing
+from webhook.engine import placing, rules
 from webhook.errors import InputError, PolicyError
 from webhook.policy import documents, names, policies
 from webhook.tools import discovering
@@ -190,7 +190,7 @@ def mps_node_warnings(cls: policies.NodeClass, nodes: Sequence[discovering.Node]
 
 MPS = "MPS"
 TIME_SLICING = "TimeSlicing"
-MPS_RULE = "dra-mps-limits"
+MPS_RULE = rules.DRA_MPS_LIMITS.name
 # The configuration kind NVIDIA's driver applies to the devices of each of its classes (it
 # refuses another on the node: "cannot apply GpuConfig to device ... of type mig"); vGPU's is
 # not documented.
