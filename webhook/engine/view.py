@@ -358,13 +358,28 @@ def _pod(source: Source) -> tuple[list[Found], list[Problem]]:
         else:
             if _mirror(pod.metadata):
                 return [], []
-            return [Found(OBJECT, Template(pod.metadata, pod.spec), (), None, source)], []
+            template = Template(pod.metadata, pod.spec)
+            if not _unnamed(template):
+                return [Found(OBJECT, template, (), None, source)], []
     obj = source.generic
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
     if isinstance(annotations, dict) and names.MIRROR_ANNOTATION in annotations:
         return [], []
     return [read(obj, OBJECT)], []
+
+
+def _unnamed(template: Template) -> bool:
+    """Whether a container has an empty name: a shape problem only the reader reports."""
+    spec = template.spec
+    if spec is None:
+        return False
+    return any(
+        c.name == ""
+        for items in (spec.initContainers, spec.containers, spec.ephemeralContainers)
+        if items
+        for c in items
+    )
 
 
 def _mirror(meta: Meta | None) -> bool:
@@ -389,6 +404,8 @@ def _typed_workload(source: Source, kind: Kind) -> list[Found] | None:
         return None
     if spec is None or spec.template is None:
         return []
+    if _unnamed(spec.template):
+        return None
     path = kind.paths[0]
     place = Place("/" + "/".join(path), ".".join(path), "")
     return [Found(place, spec.template, (), None, source)]
@@ -455,7 +472,8 @@ def read(node: Mapping[str, Any], place: Place) -> Found:
         except msgspec.ValidationError:
             pass
         else:
-            return Found(place, template, (), node)
+            if not _unnamed(template):
+                return Found(place, template, (), node)
     r = _Reader()
     template = r.template(node)
     return Found(place, template, tuple(r.problems), node)
@@ -610,7 +628,10 @@ class _Reader:
     def container(self, raw: Mapping[str, Any], where: str) -> Container:
         get = raw.get
         name = get("name")
-        if name is not None and not isinstance(name, str):
+        if name == "":
+            # (The API server requires a name; an empty one names no container.)
+            self.problems.append(Problem(f"{where}.name", "a name", "an empty string"))
+        elif name is not None and not isinstance(name, str):
             self.wrong(f"{where}.name", "a string", name)
             name = None
         resources = None
