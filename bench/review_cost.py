@@ -1,7 +1,7 @@
 """What one review costs in process, in CPU instructions (valgrind's callgrind), per part:
 decoding the request, deciding, encoding the answer; and the bytes it allocates per body byte.
 
-    python bench/review_cost.py [--pods 400] [--policy default] [--checkout DIR]
+    python bench/review_cost.py [--pods 400] [--policy default] [--checkout DIR | --python PY]
 
 Instructions, not seconds: a count barely moves with what else the machine does, so one run
 says how much work a review is, and two checkouts can be compared on a busy machine. Each
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -33,23 +34,63 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
-PARTS = ("loop", "decode", "review")
+PARTS = ("loop", "decode", "view", "facts", "rules", "decide", "review")
+
+
+# Each part as the table shows it: what it adds to the parts above it.
+_WORDS = {
+    "decode": "decode the request (codec.parse)",
+    "view": "the view (view.templates, view.pod)",
+    "facts": "the facts (facts.gather)",
+    "rules": "checks, patches, record (reviewing.run beyond the facts)",
+    "decide": "the rest of the decision (routing, hints, warnings: codec.decide)",
+    "review": "encode the answer (codec.review)",
+}
 
 
 def _child(args: argparse.Namespace) -> None:
-    """Runs inside valgrind: the reviews, with counting on around the part measured."""
-    sys.path[:0] = [str(args.checkout), str(REPO / "bench")]
-    import server as bench  # noqa: PLC0415
-
+    """Runs inside valgrind: the reviews, with instrumentation on around the part measured."""
+    if args.checkout is not None:
+        sys.path.insert(0, str(args.checkout))
     policies, codec = _modules()
-    loaded = policies.load_directory(args.checkout / "policies")
-    bodies = bench.stream_bodies(args.pods, None, 11)
-    warm = bench.stream_bodies(args.pods, None, 12)
+    from webhook.engine import facts, reviewing, view  # noqa: PLC0415
+
+    loaded = policies.load_directory(args.policies)
+    warm, bodies = pickle.loads(args.bodies.read_bytes())
 
     def review(body: bytes) -> None:
         codec.review(body, policies=loaded, policy_name=args.policy, endpoint="mutate")
 
-    run = {"loop": lambda body: None, "decode": codec.parse, "review": review}[args.part]
+    policy = loaded.governing(args.policy)
+
+    def view_of(body: bytes) -> None:
+        found, _ = view.templates(codec.parse(body).object)
+        for template in found:
+            view.pod(template)
+
+    def facts_of(body: bytes) -> None:
+        found, _ = view.templates(codec.parse(body).object)
+        for template in found:
+            facts.gather(view.pod(template), policy)
+
+    def rules_of(body: bytes) -> None:
+        found, _ = view.templates(codec.parse(body).object)
+        for template in found:
+            reviewing.run(view.pod(template), policy, mutate=True)
+
+    def decide(body: bytes) -> None:
+        request = codec.parse(body)
+        codec.decide(request, policies=loaded, policy_name=args.policy, endpoint="mutate")
+
+    run = {
+        "loop": lambda body: None,
+        "decode": codec.parse,
+        "view": view_of,
+        "facts": facts_of,
+        "rules": rules_of,
+        "decide": decide,
+        "review": review,
+    }[args.part]
     for body in warm:
         review(body)
     control(True)
@@ -78,25 +119,27 @@ def control(on: bool) -> None:
     )
 
 
-def count(checkout: Path, part: str, pods: int, policy: str, work: Path) -> int:
-    """Instructions of `part` over `pods` reviews."""
+def count(args: argparse.Namespace, part: str, work: Path) -> int:
+    """Instructions of `part` over the reviews of `args.bodies`."""
     out = work / f"callgrind.{part}"
+    measured = ["--checkout", str(args.checkout)] if args.checkout is not None else []
     subprocess.run(
         [
             "valgrind",
             "--tool=callgrind",
             "--instr-atstart=no",
             f"--callgrind-out-file={out}",
-            sys.executable,
+            str(args.python or sys.executable),
             __file__,
             "--child",
             part,
-            "--checkout",
-            str(checkout),
-            "--pods",
-            str(pods),
+            *measured,
+            "--bodies",
+            str(args.bodies),
+            "--policies",
+            str(args.policies),
             "--policy",
-            policy,
+            args.policy,
         ],
         check=True,
         capture_output=True,
@@ -108,15 +151,16 @@ def count(checkout: Path, part: str, pods: int, policy: str, work: Path) -> int:
     return int(found.group(1))
 
 
-def memory(checkout: Path) -> None:
+def memory(args: argparse.Namespace) -> None:
     """Bytes allocated per body byte (tracemalloc's peak), for large bodies."""
-    sys.path.insert(0, str(checkout))
+    if args.checkout is not None:
+        sys.path.insert(0, str(args.checkout))
     import tracemalloc  # noqa: PLC0415
 
     import orjson  # noqa: PLC0415
 
     policies, codec = _modules()
-    loaded = policies.load_directory(checkout / "policies")
+    loaded = policies.load_directory(args.policies)
     container = {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu.shared": 1}}}
 
     def body(pod: dict[str, object]) -> bytes:
@@ -153,29 +197,51 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pods", type=int, default=400, help="distinct reviews measured")
     parser.add_argument("--policy", default="default", help="the policy path reviewed under")
-    parser.add_argument("--checkout", type=Path, default=REPO, help="the checkout measured")
+    measured = parser.add_mutually_exclusive_group()
+    measured.add_argument("--checkout", type=Path, help="a checkout's source (default: this one)")
+    measured.add_argument("--python", type=Path,
+                          help="an interpreter whose installed webhook is measured (a wheel)")
+    parser.add_argument("--policies", type=Path, default=REPO / "policies",
+                        help="the policy directory")
     parser.add_argument("--memory", action="store_true", help="allocations instead")
     parser.add_argument("--child", choices=PARTS, dest="part", help=argparse.SUPPRESS)
+    parser.add_argument("--bodies", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    args.checkout = args.checkout.resolve()
+    if args.checkout is None and args.python is None:
+        args.checkout = REPO
+    if args.checkout is not None:
+        args.checkout = args.checkout.resolve()
     if args.part:
         _child(args)
         return 0
     if args.memory:
-        memory(args.checkout)
+        if args.python is not None:
+            parser.error("--memory measures a checkout's source")
+        memory(args)
         return 0
     if shutil.which("valgrind") is None:
         print("needs valgrind (apt-get install -y valgrind)", file=sys.stderr)
         return 2
+    # The mixed stream of bench/server.py, made here: the process measured imports nothing
+    # but the webhook it measures.
+    sys.path.insert(0, str(REPO / "bench"))
+    import server as bench  # noqa: PLC0415
+
     with tempfile.TemporaryDirectory() as tmp:
-        totals = {p: count(args.checkout, p, args.pods, args.policy, Path(tmp)) for p in PARTS}
+        args.bodies = Path(tmp) / "bodies.pickle"
+        warm = bench.stream_bodies(args.pods, None, 12)
+        args.bodies.write_bytes(pickle.dumps((warm, bench.stream_bodies(args.pods, None, 11))))
+        totals = {p: count(args, p, Path(tmp)) for p in PARTS}
     per = {p: (totals[p] - totals["loop"]) / args.pods for p in PARTS if p != "loop"}
-    print(f"{args.checkout}: {args.pods} distinct pods of the mixed stream, policy {args.policy}")
+    print(f"{args.checkout or args.python}: {args.pods} distinct pods of the mixed stream,"
+          f" policy {args.policy}")
     print("| part | instructions per review |")
     print("|---|---:|")
-    print(f"| decode (codec.parse) | {per['decode']:,.0f} |")
-    print(f"| decide and encode | {per['review'] - per['decode']:,.0f} |")
-    print(f"| review (all) | {per['review']:,.0f} |")
+    before = 0.0
+    for part, words in _WORDS.items():
+        print(f"| {words} | {per[part] - before:,.0f} |")
+        before = per[part]
+    print(f"| **review (all)** | **{per['review']:,.0f}** |")
     return 0
 
 

@@ -98,8 +98,9 @@ class _Request(Struct, gc=False):
     namespace: Any = None
     name: Any = None
     subResource: Any = None
-    object: msgspec.Raw | None = None
-    oldObject: msgspec.Raw | None = None
+    # Kept as their bytes (`null` where the request has none); msgspec takes Raw in no union.
+    object: msgspec.Raw = msgspec.Raw()
+    oldObject: msgspec.Raw = msgspec.Raw()
 
 
 class _Review(Struct, gc=False):
@@ -159,10 +160,8 @@ def parse(body: bytes) -> Request:
     )
 
 
-def _source(raw: msgspec.Raw | None) -> view.Source | None:
+def _source(raw: msgspec.Raw) -> view.Source | None:
     """An object of the request: None where it is none (null, or not an object)."""
-    if raw is None:
-        return None
     data = bytes(raw)
     return view.Source(data) if data[:1] == b"{" else None
 
