@@ -14,6 +14,7 @@ a NetworkPolicy and the install's ValidatingAdmissionPolicies on a Secret
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
@@ -207,18 +208,50 @@ def ingress_admits(
 # --------------------------------------------------------------------------- CEL
 
 
-_CEL = celpy.Environment()
+# Compiling a condition costs a hundred evaluations of it, and the rendered entries repeat a
+# few long expressions: each text is compiled once per run. An evaluation is a pure function
+# of the text and the variables, and the entries of one configuration share their texts, so
+# each value is kept by (text, variables as JSON): one request through every entry evaluates
+# each text once.
+_VALUES: dict[tuple[str, str], Any] = {}
+
+
+@functools.cache
+def _environment() -> celpy.Environment:
+    return celpy.Environment()
+
+
+@functools.cache
+def program(expression: str) -> celpy.Runner:
+    """The compiled CEL `expression`, compiled once per run."""
+    environment = _environment()
+    return environment.program(environment.compile(expression))
+
+
+def _values(expressions: Sequence[str], variables: str) -> list[Any]:
+    """Each expression's value with `variables` (a JSON object of name: value)."""
+    activation: dict[str, Any] | None = None
+    out = []
+    for expression in expressions:
+        key = (expression, variables)
+        if key not in _VALUES:
+            if activation is None:
+                activation = {k: json_to_cel(v) for k, v in json.loads(variables).items()}
+            _VALUES[key] = program(expression).evaluate(activation)
+        out.append(_VALUES[key])
+    return out
 
 
 class Conditions:
-    """An entry's matchConditions, compiled once, evaluated as the API server does."""
+    """An entry's matchConditions, evaluated as the API server does."""
 
     def __init__(self, entry: Mapping[str, Any]) -> None:
         self.entry = entry["name"]
-        self.programs = [
-            (c["name"], _CEL.program(_CEL.compile(c["expression"])))
-            for c in entry.get("matchConditions") or []
+        self.expressions = [
+            (c["name"], c["expression"]) for c in entry.get("matchConditions") or []
         ]
+        for _, expression in self.expressions:
+            program(expression)
 
     def results(
         self,
@@ -233,15 +266,13 @@ class Conditions:
         CREATE, as the API server binds `oldObject`."""
         if operation == "UPDATE" and old is None:
             old = obj
-        before = json.loads(json.dumps(old)) if operation == "UPDATE" else None
-        activation = {
-            "object": json_to_cel(json.loads(json.dumps(obj))),
-            "oldObject": json_to_cel(before),
-            "request": json_to_cel(request_of(obj, operation=operation, sub_resource=sub_resource)),
-        }
+        before = old if operation == "UPDATE" else None
+        request = request_of(obj, operation=operation, sub_resource=sub_resource)
+        # Through JSON text, as the API server decodes the request: the key of the values too.
+        variables = json.dumps({"object": obj, "oldObject": before, "request": request})
+        values = _values([expression for _, expression in self.expressions], variables)
         out: dict[str, bool] = {}
-        for name, program in self.programs:
-            value = program.evaluate(activation)
+        for (name, _), value in zip(self.expressions, values, strict=True):
             assert isinstance(value, celtypes.BoolType), (
                 f"{self.entry}: condition {name} gave {value!r}, not a bool"
             )
@@ -446,8 +477,8 @@ def granting_rules(
 def cel(expression: str, **variables: Any) -> Any:
     """The value of a CEL expression with these variables (plain JSON data), as a
     ValidatingAdmissionPolicy's matchConditions and validations see `object`, `request`."""
-    activation = {k: json_to_cel(json.loads(json.dumps(v))) for k, v in variables.items()}
-    return _CEL.program(_CEL.compile(expression)).evaluate(activation)
+    (value,) = _values([expression], json.dumps(variables))
+    return value
 
 
 # --------------------------------------------------------------------------- admission policies
