@@ -14,6 +14,7 @@ a NetworkPolicy and the install's ValidatingAdmissionPolicies on a Secret
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import shutil
@@ -84,11 +85,35 @@ def run(args: Sequence[str], *, timeout: float = 300) -> subprocess.CompletedPro
     )
 
 
+# PyYAML's C parser where it has one: the installs and renders the tests read are large, and
+# the pure-Python parser was most of the cost of reading them. Both read YAML 1.1 alike (the
+# resolver is the same Python code).
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_all(text: str) -> list[Any]:
+    """The documents of a YAML stream, as yaml.safe_load_all reads them."""
+    return list(yaml.load_all(text, Loader=_LOADER))
+
+
 def kustomize(directory: Path) -> list[dict[str, Any]]:
-    """The objects `kubectl kustomize` builds from `directory`, as the docs tell admins to."""
+    """The objects `kubectl kustomize` builds from `directory`, as the docs tell admins to
+    (built once per run for a directory of the repository, which no test changes)."""
+    directory = directory.resolve()
+    if directory.is_relative_to(REPO):
+        return copy.deepcopy(list(_kustomized(directory)))
+    return list(_kustomize(directory))
+
+
+@functools.cache
+def _kustomized(directory: Path) -> tuple[dict[str, Any], ...]:
+    return _kustomize(directory)
+
+
+def _kustomize(directory: Path) -> tuple[dict[str, Any], ...]:
     done = run([tool("kubectl"), *KUSTOMIZE, str(directory)])
     assert done.returncode == 0, f"kubectl kustomize {directory} failed:\n{done.stderr}"
-    return [doc for doc in yaml.safe_load_all(done.stdout) if doc is not None]
+    return tuple(doc for doc in load_all(done.stdout) if doc is not None)
 
 
 # deploy/components/client-auth, and the file of CAs an admin puts next to it.
@@ -119,7 +144,7 @@ def site(tmp_path: Path, overlay: str, *, client_ca: str | None) -> Path:
 
 
 def load_yaml(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
+    return [doc for doc in load_all(path.read_text(encoding="utf-8")) if doc]
 
 
 def find(objects: Sequence[Mapping[str, Any]], kind: str, name: str | None = None) -> Any:
