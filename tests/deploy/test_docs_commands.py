@@ -599,7 +599,7 @@ def _chart_rules() -> dict[str, dict[str, Any]]:
     with helm_python.Chart.load(CHART) as chart:
         manifests = chart.render(values, name="gpu-share-webhook", namespace="gpu-share-system")
     objects = [
-        d for p, t in manifests.items() if p.endswith(".yaml") for d in yaml.safe_load_all(t) if d
+        d for p, t in manifests.items() if p.endswith(".yaml") for d in dh.load_all(t) if d
     ]
     return _rules(objects)
 

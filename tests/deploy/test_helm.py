@@ -197,7 +197,7 @@ def _render(
         doc
         for path in sorted(manifests)
         if path.endswith((".yaml", ".yml"))
-        for doc in yaml.safe_load_all(manifests[path])
+        for doc in dh.load_all(manifests[path])
         if doc
     ]
 
@@ -762,7 +762,7 @@ RENAME = object()
 def _broken(*edits: tuple[tuple[str | int, ...], Any]) -> dict[str, Any]:
     """SITE_POLICY with each (path, value) set; DELETE removes the key, (RENAME, new) renames
     it."""
-    doc: dict[str, Any] = yaml.safe_load(yaml.safe_dump(SITE_POLICY))
+    doc: dict[str, Any] = copy.deepcopy(SITE_POLICY)
     for path, value in edits:
         *parents, last = path
         node: Any = doc
@@ -1492,7 +1492,7 @@ ODD_VALUES = st.sampled_from(
 
 @st.composite
 def _mutated_policies(draw: st.DrawFn) -> dict[str, Any]:
-    doc: dict[str, Any] = yaml.safe_load(yaml.safe_dump(SITE_POLICY))
+    doc: dict[str, Any] = copy.deepcopy(SITE_POLICY)
     for _ in range(draw(st.integers(1, 3))):
         places = _paths(doc)
         if not places:

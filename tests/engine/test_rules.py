@@ -1,7 +1,7 @@
 """The table of rules (webhook/engine/rules.py): each rule refuses what it says, naming the
 container, the rule and the fix; every violation of a pod is reported at once; workloads are
 refused the same way; every switch turns its rule off; every rule of the table has a row in
-RULE_CASES (tests/support/corpus.py).
+RULE_CASES (tests/engine/rule_cases.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.corpus import RULE_CASES, env, lab
+from tests.engine.rule_cases import RULE_CASES, env, lab
 from tests.support.kube import (
     A10G_TS,
     PROFILES,
@@ -29,7 +29,7 @@ from tests.support.kube import (
 from webhook.engine import rules
 from webhook.policy import hostpaths, policies
 
-# The table, RULE_CASES, is tests/support/corpus.py's (other tests judge its objects too): rows of
+# The table, RULE_CASES, is tests/engine/rule_cases.py's (other tests judge its objects too): rows of
 # (object, policy, [(rule, container)], message), each message exact, the rule's name last.
 
 
