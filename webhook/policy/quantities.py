@@ -47,7 +47,7 @@ _FAST_DIGITS = 18
 # base-10 integer (strconv.ParseInt: an optional sign and at least one digit, leading zeros
 # allowed). `fullmatch` because "$" would also match before a trailing newline. The policy
 # model's pattern for a quantity is this one's text, anchored.
-GRAMMAR = re.compile(
+GRAMMAR: re.Pattern[str] = re.compile(
     r"([+-]?)([0-9]*)(?:\.([0-9]*))?"
     r"(?:[eE]([+-]?[0-9]+)|([KMGTPE]i|[numkMGTPE]))?",
     re.ASCII,
