@@ -3,10 +3,29 @@ tests/support/kube.py."""
 
 from __future__ import annotations
 
-import pytest
+import functools
 
-from tests.support import kube
+import kubernetes_validate.utils
+import pytest
+from hypothesis import settings
+
+from tests.support import kube, loop
 from webhook.policy import policies
+
+# kubernetes-validate lists its schema versions and reads the schema files (megabytes of
+# JSON) again at every call: each is read once per run. Its validation runs as it is.
+kubernetes_validate.utils.all_versions = functools.cache(kubernetes_validate.utils.all_versions)
+kubernetes_validate.utils.schema_contents = functools.cache(
+    kubernetes_validate.utils.schema_contents
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The fast loop (`-m "not slow"`) draws fewer hypothesis examples: see loop.py."""
+    loop.configure(config.getoption("markexpr") or "")
+    if loop.fast():
+        settings.register_profile("fast-loop", max_examples=loop.FAST_EXAMPLES)
+        settings.load_profile("fast-loop")
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

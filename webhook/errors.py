@@ -2,7 +2,7 @@
 
     WebhookError                 base of everything raised on purpose
     ├── PolicyError              a policy file or directory cannot be used (file, field, reason)
-    ├── InputError               a document given to the CLI cannot be read
+    ├── InputError               a file of documents cannot be read (`policy.documents`)
     ├── BadReview                a request body is not a usable AdmissionReview (HTTP 400)
     └── CertificateError         certificates cannot be made, read or installed
 
@@ -26,7 +26,7 @@ class PolicyError(WebhookError):
 
 
 class InputError(WebhookError):
-    """A document handed to the CLI cannot be read."""
+    """A file of documents (a command's input, a policy file) cannot be read."""
 
 
 class BadReview(WebhookError):

@@ -471,7 +471,7 @@ def _rendered(chart: helm_python.Chart, values: Mapping[str, Any]) -> list[dict[
         doc
         for path in sorted(manifests)
         if path.endswith((".yaml", ".yml"))
-        for doc in yaml.safe_load_all(manifests[path])
+        for doc in dh.load_all(manifests[path])
         if doc
     ]
 

@@ -41,7 +41,7 @@ from tests.support import deploy_helpers as dh
 from tests.support import dra_objects, nodes, slices
 from tests.support import server_helpers as h
 from webhook import cli, tools
-from webhook.engine import reviewing, rules
+from webhook.engine import reviewing
 from webhook.policy import kinds, names, policies
 from webhook.server import app as server
 from webhook.server import states
@@ -436,41 +436,6 @@ def test_the_readme_names_every_workload_kind_the_webhook_reviews() -> None:
     assert "webhook/policy/workload-kinds.yaml" in sentence
 
 
-# --------------------------------------------------------------------------- the rules
-
-# How docs/policies.md's rule table starts a rule's scope.
-_SCOPES = {
-    rules.Scope.EVERY_POD: "every pod",
-    rules.Scope.GPU_POD: "GPU pods",
-    rules.Scope.SHARED_POD: "shared-GPU pods",
-    rules.Scope.CLAIM: "claims",
-}
-
-
-def test_the_rule_table_of_policies_md_is_the_rules_of_the_code() -> None:
-    """docs/policies.md, "Rules and their switches": one row per rule, in the order of
-    `names.RULES` (the order refusals list them), each with its scope and the switch that
-    turns it off (or, for a rule without one, a switch of `spec.rules` that changes it, or
-    none)."""
-    text = (REPO / "docs" / "policies.md").read_text(encoding="utf-8")
-    section = text.split("\n## Rules and their switches\n", 1)[1].split("\n## ", 1)[0]
-    rows = [
-        [c.strip() for c in line.strip().strip("|").split("|")]
-        for line in section.splitlines()
-        if line.startswith("| `")
-    ]
-    assert [r[0].strip("`") for r in rows] == list(names.RULES)
-    switches = {f.alias for f in policies.RulesSpec.model_fields.values()}
-    by_name = {r.name: r for r in rules.RULES}
-    for name, scope, _, switch in rows:
-        rule = by_name[name.strip("`")]
-        assert scope.startswith(_SCOPES[rule.scope]), (name, scope)
-        if rule.switch is not None:
-            assert switch == f"`{rule.switch}`", (name, switch)
-        else:
-            assert switch == "—" or switch.strip("`") in switches, (name, switch)
-
-
 # --------------------------------------------------------------------------- quickstart
 
 
@@ -634,7 +599,7 @@ def _chart_rules() -> dict[str, dict[str, Any]]:
     with helm_python.Chart.load(CHART) as chart:
         manifests = chart.render(values, name="gpu-share-webhook", namespace="gpu-share-system")
     objects = [
-        d for p, t in manifests.items() if p.endswith(".yaml") for d in yaml.safe_load_all(t) if d
+        d for p, t in manifests.items() if p.endswith(".yaml") for d in dh.load_all(t) if d
     ]
     return _rules(objects)
 

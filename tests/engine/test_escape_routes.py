@@ -9,7 +9,7 @@
 
 A case is a request a user who wants more than their share could send, and what must come of
 it: refused by a rule, fixed (the stored object hides the GPUs), or let through with a warning;
-the cases are ROUTE_CASES (tests/support/corpus.py). docs/security.md explains each route to admins.
+the cases are ROUTE_CASES (tests/engine/route_cases.py). docs/security.md explains each route to admins.
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from tests.engine.route_cases import ROUTE_CASES, SITE_POLICIES, Fixed, Refused, RouteCase
 from tests.support import apiserver, kube
 from tests.support import deploy_helpers as dh
 from tests.support import server_helpers as h
-from tests.support.corpus import ROUTE_CASES, SITE_POLICIES, Fixed, Refused, RouteCase
 from webhook.engine import reviewing
 from webhook.policy import hostpaths, names, policies
 from webhook.server import app as server
 from webhook.tools import rendering
 
-# The table, ROUTE_CASES, is tests/support/corpus.py's (other tests judge its objects too): a name
-# -> RouteCase(route of SPEC.md, object, what must come of it: Refused, Fixed or Warned, the
+# The table, ROUTE_CASES, is tests/engine/route_cases.py's (other tests judge its objects too): a
+# name -> RouteCase(route, object, what must come of it: Refused, Fixed or Warned, the
 # namespace's policy label, the operation, ...).
 
 

@@ -22,6 +22,7 @@ import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient
 
+from tests.engine import route_cases
 from tests.support import apiserver, corpus, kube
 from tests.support import server_helpers as h
 from webhook import cli
@@ -826,7 +827,7 @@ def test_a_workloads_audit_annotation_names_what_every_template_adds(
                                     "containers": [
                                         {
                                             "name": role,
-                                            "image": corpus.CUDA,
+                                            "image": route_cases.CUDA,
                                             "envFrom": [{"configMapRef": {"name": "s"}}],
                                             "resources": {"limits": SHARED},
                                         }

@@ -116,7 +116,7 @@ def test_every_rule_of_the_table_runs_over_one_pass() -> None:
     policy = SHIPPED.policies["default"]
     obj = kube.pod(kube.shared(2, env=[{"name": "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
                                         "value": "90"}]), kube.container("log"))
-    pod = view.read(view.templates(obj)[0][0])
+    pod = view.pod(view.templates(obj)[0][0])
     known = facts.gather(pod, policy)
     assert known.findings  # (two replicas: refused)
     r = rules.Pass(known, policy, require=False)

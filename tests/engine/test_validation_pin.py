@@ -23,10 +23,10 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestClient
 
+from tests.engine.route_cases import LAB_POLICY
 from tests.support import apiserver, kube
 from tests.support import deploy_helpers as dh
 from tests.support import server_helpers as h
-from tests.support.corpus import LAB_POLICY
 from webhook.engine import reviewing
 from webhook.policy import names, policies
 from webhook.server import app as server

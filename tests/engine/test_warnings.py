@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from tests.engine.rule_cases import RULE_CASES
 from tests.support import apiserver, dra_objects, kube
 from tests.support import deploy_helpers as dh
-from tests.support.corpus import RULE_CASES
 from tests.support.kube import container, pod, shared
 from webhook.engine import decision, reviewing
 from webhook.engine.decision import MAX_LONG_WARNING, MAX_WARNING, MAX_WARNINGS_TOTAL

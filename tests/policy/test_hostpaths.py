@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.corpus import lab
+from tests.engine.rule_cases import lab
 from tests.support.kube import T4_MPS, container, make_policy, pod, review
 from webhook.engine import reviewing
 from webhook.engine.decision import shown

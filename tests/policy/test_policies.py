@@ -156,7 +156,7 @@ def test_two_policies_with_one_name_are_an_error(
     [
         pytest.param(
             "spec: [\n",
-            "not valid YAML (line 2, column 1): expected the node content,"
+            "not valid YAML or JSON at line 2, column 1: expected the node content,"
             " but found '<stream end>'",
             id="not-yaml",
         ),

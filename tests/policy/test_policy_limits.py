@@ -1,7 +1,7 @@
 """The limits an admin can write in a policy: profiles as ceilings, exclusive GPUs (allowed,
 how many per pod, which resources are GPUs) and driver capabilities. Each defaults to what
 the webhook did before it existed, so a policy file that leaves it out is judged as before.
-The refusals' exact words are rows of tests/support/corpus.py (RULE_CASES, ROUTE_CASES)."""
+The refusals' exact words are rows of tests/engine/rule_cases.py and tests/engine/route_cases.py."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.corpus import env, lab
+from tests.engine.rule_cases import env, lab
 from tests.support.kube import T4_MPS, admit, container, env_of, pod, review, shared, workload
 from webhook import cli
 from webhook.engine import facts, rules, view
@@ -76,8 +76,7 @@ def test_a_relaxed_profile_ceiling_still_pins_the_pod() -> None:
 
 
 def _usage(count: int, group: str = "containers", *, sidecar: bool = False) -> Any:
-    c = view.Container(group, 0, "c", view.EMPTY, view.EMPTY, (), False, False, False, (), (),
-                       True, False, sidecar)
+    c = view.Slot(group, 0, "c", view.Container(restartPolicy="Always" if sidecar else None), True)
     return c, facts.Usage((), ("nvidia.com/gpu",) if count else (), count)
 
 

@@ -132,13 +132,13 @@ def test_every_template_is_judged_and_mutate_shows_them_as_their_pods_will_be(
     assert not problems
     assert len(found) >= 2
     for t in found:
-        for c in t.node["spec"]["containers"]:
+        for c in t.generic()["spec"]["containers"]:
             env = {e["name"]: e["value"] for e in c.get("env") or []}
             if c["name"] == "worker":
                 assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
             else:
                 assert env == {"NVIDIA_VISIBLE_DEVICES": "void"}
-        kube.check_pod_rules(t.node)
+        kube.check_pod_rules(t.generic())
     again = reviewing.review(result, policy=default_policy, kinds=BY_NAME)
     assert again.patch == []
 
@@ -200,6 +200,10 @@ def test_in_a_cluster_the_validating_webhook_refuses_it_at_apply(
     ("text", "problem"),
     [
         pytest.param("kind: WorkloadKinds\n", "apiVersion: Field required", id="no-api-version"),
+        pytest.param("- kind: WorkloadKinds\n", "a WorkloadKinds document is a mapping, not list",
+                     id="not-a-mapping"),
+        pytest.param("kind: WorkloadKinds\n---\nkind: WorkloadKinds\n",
+                     "holds 2 documents; a WorkloadKinds file holds one", id="two-documents"),
         pytest.param("apiVersion: gpu-share.io/v1alpha1\nkind: WorkloadKinds\nspec:\n  kinds:\n"
                      "  - {group: ray.io, versions: [v1], kind: RayCluster, resource: rayclusters,"
                      " templates: ['spec.workerGroupSpecs[][]']}\n",

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from tests.engine import route_cases
 from tests.support import corpus, kube
 from webhook.policy import policies
 from webhook.server import codec
@@ -65,7 +66,7 @@ def _bodies() -> list[tuple[str, str, str]]:
         for policy in POLICY_NAMES:
             for endpoint in ("mutate", "validate"):
                 out.append((policy, endpoint, body))
-    for case in corpus.ROUTE_CASES.values():
+    for case in route_cases.ROUTE_CASES.values():
         if case.old is not None:
             body = json.dumps(
                 kube.admission_review(
@@ -95,7 +96,7 @@ def test_the_compiled_core_answers_every_review_as_the_pure_one(
     directory.mkdir()
     for path in (kube.REPO / "policies").glob("*.yaml"):
         (directory / path.name).write_text(path.read_text())
-    (directory / "lab.yaml").write_text(corpus.LAB_POLICY)
+    (directory / "lab.yaml").write_text(route_cases.LAB_POLICY)
     bodies = _bodies()
     (tmp_path / "codec.jsonl").write_text("".join(json.dumps(b) + "\n" for b in bodies))
     done = subprocess.run(

@@ -248,3 +248,22 @@ def test_a_body_that_is_not_json_is_refused_without_keeping_it() -> None:
         codec.parse(b"x" * 100_000)
     assert refused.value.__context__ is None
     assert refused.value.__cause__ is None
+
+
+@pytest.mark.parametrize("operation", ["CREATE", "UPDATE"])
+def test_a_review_as_the_api_server_sends_it_is_decoded_typed_keeping_the_objects_bytes(
+    operation: str,
+) -> None:
+    # The generic reading (`_parse_generic`) is for bodies that are not what the API server
+    # sends; it keeps the objects as dicts, the typed decode as their bytes.
+    review = admission_review(pod(shared("c", 1)), uid="u-2", operation=operation)
+    review["request"]["oldObject"] = pod() if operation == "UPDATE" else None
+    request = codec.parse(json.dumps(review).encode())
+    assert request.object is not None
+    assert isinstance(request.object.raw, bytes)
+    if operation == "UPDATE":
+        assert request.old_object is not None
+        assert isinstance(request.old_object.raw, bytes)
+    else:
+        assert request.old_object is None
+    assert (request.uid, request.kind, request.operation) == ("u-2", "Pod", operation)

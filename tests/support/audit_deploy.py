@@ -15,7 +15,6 @@ import json
 from typing import Any
 
 import helm_python
-import yaml
 
 from tests.support import deploy_helpers as dh
 
@@ -31,7 +30,7 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 REPORTS = ("policyreport", "openreports")
 
 
-@functools.lru_cache(maxsize=16)
+@functools.cache
 def _render(values_json: str, release: str, namespace: str) -> tuple[dict[str, Any], ...]:
     with helm_python.Chart.load(CHART) as chart:
         manifests = chart.render(json.loads(values_json), name=release, namespace=namespace)
@@ -39,7 +38,7 @@ def _render(values_json: str, release: str, namespace: str) -> tuple[dict[str, A
         doc
         for path in sorted(manifests)
         if path.endswith((".yaml", ".yml"))
-        for doc in yaml.safe_load_all(manifests[path])
+        for doc in dh.load_all(manifests[path])
         if doc
     )
 

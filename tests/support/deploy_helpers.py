@@ -14,6 +14,8 @@ a NetworkPolicy and the install's ValidatingAdmissionPolicies on a Secret
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import shutil
 import subprocess
@@ -83,11 +85,35 @@ def run(args: Sequence[str], *, timeout: float = 300) -> subprocess.CompletedPro
     )
 
 
+# PyYAML's C parser where it has one: the installs and renders the tests read are large, and
+# the pure-Python parser was most of the cost of reading them. Both read YAML 1.1 alike (the
+# resolver is the same Python code).
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_all(text: str) -> list[Any]:
+    """The documents of a YAML stream, as yaml.safe_load_all reads them."""
+    return list(yaml.load_all(text, Loader=_LOADER))
+
+
 def kustomize(directory: Path) -> list[dict[str, Any]]:
-    """The objects `kubectl kustomize` builds from `directory`, as the docs tell admins to."""
+    """The objects `kubectl kustomize` builds from `directory`, as the docs tell admins to
+    (built once per run for a directory of the repository, which no test changes)."""
+    directory = directory.resolve()
+    if directory.is_relative_to(REPO):
+        return copy.deepcopy(list(_kustomized(directory)))
+    return list(_kustomize(directory))
+
+
+@functools.cache
+def _kustomized(directory: Path) -> tuple[dict[str, Any], ...]:
+    return _kustomize(directory)
+
+
+def _kustomize(directory: Path) -> tuple[dict[str, Any], ...]:
     done = run([tool("kubectl"), *KUSTOMIZE, str(directory)])
     assert done.returncode == 0, f"kubectl kustomize {directory} failed:\n{done.stderr}"
-    return [doc for doc in yaml.safe_load_all(done.stdout) if doc is not None]
+    return tuple(doc for doc in load_all(done.stdout) if doc is not None)
 
 
 # deploy/components/client-auth, and the file of CAs an admin puts next to it.
@@ -118,7 +144,7 @@ def site(tmp_path: Path, overlay: str, *, client_ca: str | None) -> Path:
 
 
 def load_yaml(path: Path) -> list[dict[str, Any]]:
-    return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
+    return [doc for doc in load_all(path.read_text(encoding="utf-8")) if doc]
 
 
 def find(objects: Sequence[Mapping[str, Any]], kind: str, name: str | None = None) -> Any:
@@ -207,18 +233,50 @@ def ingress_admits(
 # --------------------------------------------------------------------------- CEL
 
 
-_CEL = celpy.Environment()
+# Compiling a condition costs a hundred evaluations of it, and the rendered entries repeat a
+# few long expressions: each text is compiled once per run. An evaluation is a pure function
+# of the text and the variables, and the entries of one configuration share their texts, so
+# each value is kept by (text, variables as JSON): one request through every entry evaluates
+# each text once.
+_VALUES: dict[tuple[str, str], Any] = {}
+
+
+@functools.cache
+def _environment() -> celpy.Environment:
+    return celpy.Environment()
+
+
+@functools.cache
+def program(expression: str) -> celpy.Runner:
+    """The compiled CEL `expression`, compiled once per run."""
+    environment = _environment()
+    return environment.program(environment.compile(expression))
+
+
+def _values(expressions: Sequence[str], variables: str) -> list[Any]:
+    """Each expression's value with `variables` (a JSON object of name: value)."""
+    activation: dict[str, Any] | None = None
+    out = []
+    for expression in expressions:
+        key = (expression, variables)
+        if key not in _VALUES:
+            if activation is None:
+                activation = {k: json_to_cel(v) for k, v in json.loads(variables).items()}
+            _VALUES[key] = program(expression).evaluate(activation)
+        out.append(_VALUES[key])
+    return out
 
 
 class Conditions:
-    """An entry's matchConditions, compiled once, evaluated as the API server does."""
+    """An entry's matchConditions, evaluated as the API server does."""
 
     def __init__(self, entry: Mapping[str, Any]) -> None:
         self.entry = entry["name"]
-        self.programs = [
-            (c["name"], _CEL.program(_CEL.compile(c["expression"])))
-            for c in entry.get("matchConditions") or []
+        self.expressions = [
+            (c["name"], c["expression"]) for c in entry.get("matchConditions") or []
         ]
+        for _, expression in self.expressions:
+            program(expression)
 
     def results(
         self,
@@ -233,15 +291,13 @@ class Conditions:
         CREATE, as the API server binds `oldObject`."""
         if operation == "UPDATE" and old is None:
             old = obj
-        before = json.loads(json.dumps(old)) if operation == "UPDATE" else None
-        activation = {
-            "object": json_to_cel(json.loads(json.dumps(obj))),
-            "oldObject": json_to_cel(before),
-            "request": json_to_cel(request_of(obj, operation=operation, sub_resource=sub_resource)),
-        }
+        before = old if operation == "UPDATE" else None
+        request = request_of(obj, operation=operation, sub_resource=sub_resource)
+        # Through JSON text, as the API server decodes the request: the key of the values too.
+        variables = json.dumps({"object": obj, "oldObject": before, "request": request})
+        values = _values([expression for _, expression in self.expressions], variables)
         out: dict[str, bool] = {}
-        for name, program in self.programs:
-            value = program.evaluate(activation)
+        for (name, _), value in zip(self.expressions, values, strict=True):
             assert isinstance(value, celtypes.BoolType), (
                 f"{self.entry}: condition {name} gave {value!r}, not a bool"
             )
@@ -446,8 +502,8 @@ def granting_rules(
 def cel(expression: str, **variables: Any) -> Any:
     """The value of a CEL expression with these variables (plain JSON data), as a
     ValidatingAdmissionPolicy's matchConditions and validations see `object`, `request`."""
-    activation = {k: json_to_cel(json.loads(json.dumps(v))) for k, v in variables.items()}
-    return _CEL.program(_CEL.compile(expression)).evaluate(activation)
+    (value,) = _values([expression], json.dumps(variables))
+    return value
 
 
 # --------------------------------------------------------------------------- admission policies

@@ -261,7 +261,7 @@ def as_served(obj: Mapping[str, Any]) -> dict[str, Any]:
 def templates_of(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The pod specs `obj` carries (the Pod itself; a workload's templates)."""
     found, _ = view.templates(obj)
-    return [t.node for t in found]  # type: ignore[misc]
+    return [t.generic() for t in found]
 
 
 def review(obj: Mapping[str, Any], policy: policies.Policy, **options: Any) -> Decision:

@@ -4,8 +4,9 @@ the property tests that draw them.
 
 tests/engine/test_properties.py, the answer cache's tests (test_answers.py),
 tests/support/fuzzing.py and bench/same_answers.py draw from here; tests/engine/test_rule_order.py
-judges the corpus under LAB too. The cases written out rather than drawn are
-tests/support/corpus.py's.
+judges the corpus under LAB too. The cases written out rather than drawn are the tables
+beside the tests that judge them (tests/engine/rule_cases.py, route_cases.py) and
+tests/support/corpus.py's manifests.
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ from tests.support.audit_dump import (
     spec,
 )
 from webhook import cli
-from webhook.engine import rules
 from webhook.policy import kinds, names, policies
 from webhook.tools import auditing, reporting
 
@@ -328,13 +327,6 @@ def test_openreports_are_the_same_results_under_another_api(
 ])
 def test_the_names_this_tool_gives_its_reports(name: str, ours: bool) -> None:
     assert reporting.is_report_name(name) is ours
-
-
-def test_the_severity_of_every_rule_is_decided() -> None:
-    """A new rule must be put in one class: the union is every rule, the two are apart."""
-    all_rules = {r.name for r in rules.RULES}
-    assert all_rules == reporting.ISOLATION | reporting.SCHEDULING
-    assert not reporting.ISOLATION & reporting.SCHEDULING
 
 
 # --------------------------------------------------------------------------- claims

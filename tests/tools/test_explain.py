@@ -13,8 +13,8 @@ from typing import Any, NamedTuple
 import pytest
 import yaml
 
+from tests.engine.route_cases import LIMITS_POLICY
 from tests.support import deploy_helpers as dh
-from tests.support.corpus import LIMITS_POLICY
 from tests.support.kube import REPO
 from webhook import cli
 from webhook.policy import names, policies

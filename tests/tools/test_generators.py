@@ -45,7 +45,7 @@ PROBE = textwrap.dedent(
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
     from hypothesis import HealthCheck, Phase, given, seed, settings
 
-    from tests import fuzzing, strategies
+    from tests.support import fuzzing, strategies
 
     sys.path.insert(0, "bench")
     import fuzz  # bench/fuzz.py
@@ -143,7 +143,7 @@ CHAIN_PROBE = textwrap.dedent(
 
     limit = int(sys.argv[1]) << 20
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
-    from tests import fuzzing
+    from tests.support import fuzzing
 
     def made(chain):
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},

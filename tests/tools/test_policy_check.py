@@ -9,15 +9,13 @@ should know. Node dumps are real Node objects (tests/support/nodes.py), valid to
 from __future__ import annotations
 
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import helm_python
 import kubernetes_validate
 import pytest
 
-from tests.support.kube import REPO, VERSIONS
+from tests.support.kube import VERSIONS
 from tests.support.nodes import L4_MPS, T4_MPS, Gpu, node, write
 from webhook import cli
 from webhook.policy import policies
@@ -91,46 +89,6 @@ def test_a_product_no_node_carries_is_an_error_the_server_shares(
     load = policies.FileLoad.of(path.read_text(), str(path))
     assert load.policies == ()
     assert load.problems == (f"{path}: {problem}",)
-
-
-@pytest.fixture(scope="module")
-def chart() -> Iterator[helm_python.Chart]:
-    with helm_python.Chart.load(REPO / "charts" / "gpu-share-webhook") as loaded:
-        yield loaded
-
-
-@pytest.mark.parametrize(
-    "spec",
-    [
-        *(pytest.param(p.values[0], id=p.id) for p in NEVER_MATCHES),
-        # Every problem of a class, as the models now say them, not the first.
-        pytest.param(
-            "nodeClasses:\n  - {name: l4, product: NVIDIA-L4-SHARED, strategy: mps,"
-            " replicas: 64, memoryMiB: 23034}\n",
-            id="every-problem-of-a-class",
-        ),
-    ],
-)
-def test_the_chart_refuses_it_in_the_words_of_policy_check(
-    chart: helm_python.Chart, tmp_path: Path, capsys: pytest.CaptureFixture[str], spec: str
-) -> None:
-    text = policy("site", spec)
-    directory, path = one_file(tmp_path, text)
-    _, _, err = check(capsys, str(directory))
-    checked = [line.removeprefix(f"error: {path}: ") for line in err[:-1]]
-    with pytest.raises(helm_python.HelmError) as refused:
-        chart.render(
-            {"policies": {"files": {"site.yaml": text}}},
-            name="gpu-share-webhook",
-            namespace="gpu-share-system",
-        )
-    charted = [
-        line.strip().removeprefix("policies.files.site.yaml: ")
-        for line in str(refused.value).splitlines()
-        if line.startswith("  policies.files.site.yaml: ")
-    ]
-    assert charted == checked
-    assert len(checked) == (2 if "replicas: 64" in spec else 1)
 
 
 # (spec, the warning). The server loads each: a warning never takes a policy out of force.
@@ -283,15 +241,15 @@ def test_every_problem_of_every_file_comes_in_one_run(
     a, b, c, d, e = (directory / n for n in files)
     assert code == 1
     assert err == [
-        f"error: {a}: not valid YAML (line 2, column 1): expected the node content, but found"
-        " '<stream end>'",
+        f"error: {a}: not valid YAML or JSON at line 2, column 1: expected the node content,"
+        " but found '<stream end>'",
+        f"error: {b}: spec.ruleModes.no-such-rule.[key]: 'no-such-rule' is not one of the names"
+        f" allowed here (they are: {', '.join(policies.names.RULES)})",
         f"error: {b}: spec.tolerations[0]: operator must be 'Exists' when key is empty",
         f"error: {b}: spec.tolerations[0]: tolerationSeconds is only allowed with effect NoExecute",
         f"error: {b}: spec.nodeClasses[0].colour: unknown field (a typo? unknown fields are"
         " refused, not ignored); the fields known here: name, resource, product, strategy,"
         " renamed, replicas, memoryMiB, gpusPerNode, failRequestsGreaterThanOne",
-        f"error: {b}: spec.ruleModes.no-such-rule: no rule has this name (rules:"
-        f" {', '.join(policies.names.RULES)})",
         f"error: {b}: spec.defaultProfile: 'full' is not one of the profiles (half)",
         f"error: {d}: spec.mode: Input should be 'enforce', 'warn' or 'dry-run'",
         f"error: {d}: spec.nodeClasses[0].replicas: 1 is not sharing; the device plugin needs"

@@ -30,11 +30,12 @@ def _checkout_without_shared(tmp_path: Path) -> Path:
     checkout = tmp_path / "checkout"
     (checkout / "tests").mkdir(parents=True)
     shutil.copy(REPO / "pyproject.toml", checkout)
-    for name in ("__init__.py", "conftest.py", "kube.py"):
-        shutil.copy(REPO / "tests" / name, checkout / "tests")
+    (checkout / "tests" / "support").mkdir()
+    for name in ("__init__.py", "conftest.py", "support/__init__.py", "support/kube.py", "support/loop.py"):
+        shutil.copy(REPO / "tests" / name, checkout / "tests" / name)
     (checkout / "tests" / "test_tiny.py").write_text("def test_tiny() -> None:\n    pass\n")
     (checkout / "tests" / "test_reads.py").write_text(
-        "from tests import kube\n\n\ndef test_reads() -> None:\n"
+        "from tests.support import kube\n\n\ndef test_reads() -> None:\n"
         "    assert kube.real_world_manifests()\n"
     )
     return checkout

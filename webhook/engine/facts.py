@@ -25,7 +25,6 @@ and not on an ephemeral-containers update (which cannot change the pod's placeme
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Final
 
 from webhook.engine import placing, view
@@ -184,8 +183,8 @@ def _usage(
     gpu = False
     out: list[Usage] = []
     for c in pod.containers:
-        limits: Mapping[str, Any] = c.limits.value
-        requests: Mapping[str, Any] = c.requests.value
+        limits = view.limits(c.c)
+        requests = view.requests(c.c)
         if not limits and not requests:
             out.append(NO_USAGE)
             continue
@@ -263,7 +262,7 @@ def _usage(
     # A container that uses a resource claim counts as a GPU container for the rules that
     # treat those apart (capabilities, host namespaces, envFrom): its claim may hold GPUs,
     # which the webhook cannot see from the pod (docs/dra.md).
-    gpu = gpu or any(c.claims for c in pod.containers)
+    gpu = gpu or any(view.uses_claims(c.c) for c in pod.containers)
     return tuple(out), tuple(sorted(requested)), gpu
 
 
@@ -272,7 +271,7 @@ _ABSENT: Final = object()
 
 
 def _dra_extended(
-    pod: view.Pod, policy: Policy, c: view.Container, name: str, *, in_limits: bool
+    pod: view.Pod, policy: Policy, c: view.Slot, name: str, *, in_limits: bool
 ) -> Finding:
     return Finding(
         "resource-claims",
@@ -294,7 +293,7 @@ def _dra_extended(
 
 
 def _invalid_quantity(
-    pod: view.Pod, c: view.Container, part: str, name: str, *, value: Any, exc: Exception
+    pod: view.Pod, c: view.Slot, part: str, name: str, *, value: Any, exc: Exception
 ) -> Finding:
     return Finding(
         "invalid-quantity",
@@ -314,7 +313,7 @@ def _invalid_quantity(
     )
 
 
-def _mismatch(pod: view.Pod, c: view.Container, detail: str) -> Finding:
+def _mismatch(pod: view.Pod, c: view.Slot, detail: str) -> Finding:
     return Finding(
         "requests-limits-mismatch",
         Violation(
@@ -328,7 +327,7 @@ def _mismatch(pod: view.Pod, c: view.Container, detail: str) -> Finding:
     )
 
 
-def _not_allowed(pod: view.Pod, policy: Policy, c: view.Container, name: str) -> Finding:
+def _not_allowed(pod: view.Pod, policy: Policy, c: view.Slot, name: str) -> Finding:
     allowed = ", ".join(sorted(policy.shared_resources))
     if allowed:
         advice = f"it allows: {allowed}). Ask for one of those, or"

@@ -169,7 +169,7 @@ def resource_warnings(pod: view.Pod, policy: Policy, budget: Budget) -> list[str
     for c in pod.containers:
         if not c.judged:
             continue
-        for part in (c.limits.value, c.requests.value):
+        for part in (view.limits(c.c), view.requests(c.c)):
             if type(part) is not dict:
                 continue
             for name in part:
@@ -232,7 +232,7 @@ def annotation_warnings(pod: view.Pod, policy: Policy, budget: Budget) -> list[s
     namespace label written on a pod, and a policy annotation the webhook will overwrite
     (the namespace's label picks the policy)."""
     out: list[str] = []
-    for key, value in pod.annotations:
+    for key, value in view.annotations_of(pod).items():
         if key in _KNOWN_SET or SUSPECT_KEY.search(key) is None:
             if key == names.ANNOTATION_POLICY and isinstance(value, str) and value != policy.name:
                 budget.put(
@@ -247,13 +247,10 @@ def annotation_warnings(pod: view.Pod, policy: Policy, budget: Budget) -> list[s
     return out
 
 
-def label_warnings(
-    node: Mapping[str, Any], pod: view.Pod, policy: Policy, budget: Budget
-) -> list[str]:
-    """Warnings for the pod's labels (`node` is the pod spec's object) that are one of the
-    webhook's annotations, or a namespace label, set in the wrong place."""
-    meta = node.get("metadata")
-    labels = meta.get("labels") if type(meta) is dict else None
+def label_warnings(pod: view.Pod, policy: Policy, budget: Budget) -> list[str]:
+    """Warnings for the pod's labels that are one of the webhook's annotations, or a
+    namespace label, set in the wrong place."""
+    labels = pod.meta.labels if pod.meta is not None else None
     if type(labels) is not dict:
         return []
     out: list[str] = []
@@ -299,14 +296,14 @@ def _profile_effect(pod: view.Pod, policy: Policy) -> str:
         return ""
     shared = policy.shared_resources
     for c in pod.containers:
-        for part in (c.limits.value, c.requests.value):
+        for part in (view.limits(c.c), view.requests(c.c)):
             if type(part) is dict and any(name in shared for name in part):
                 return f' (default profile "{policy.default_profile}" applies)'
     return ""
 
 
 def workload_warnings(
-    obj: Mapping[str, Any], found: list[view.Template], budget: Budget
+    obj: Mapping[str, Any], found: list[view.Found], budget: Budget
 ) -> list[str]:
     """`gpu-share.io/profile` (or a near miss of it) in a workload's own metadata, or in the
     metadata of a level between it and a pod template (a CronJob's `jobTemplate`): its pods
@@ -317,7 +314,8 @@ def workload_warnings(
     out: list[str] = []
     seen: set[str] = set()
     for t in found:
-        if view.annotation(view.read(t), names.ANNOTATION_PROFILE) is not None:
+        meta = t.template.metadata
+        if meta is not None and (meta.annotations or {}).get(names.ANNOTATION_PROFILE) is not None:
             continue
         for where, node in _levels(obj, t.place.field):
             if where in seen:
@@ -377,7 +375,7 @@ def unchanged(pod: view.Pod, policy: Policy) -> str:
     and `audit` say it; the server never does)."""
     wanted: list[str] = []
     for c in pod.containers:
-        for part in (c.limits.value, c.requests.value):
+        for part in (view.limits(c.c), view.requests(c.c)):
             for name in part if type(part) is dict else ():
                 if (
                     type(name) is str

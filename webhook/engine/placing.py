@@ -130,7 +130,7 @@ def _select(
         return admitted
     field = (
         "spec.nodeSelector"
-        if pod.node_terms is None
+        if view.required_terms(pod.spec) is None
         else "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
     )
     _deny(
@@ -324,27 +324,28 @@ def _mps_limits(
         if not replicas[i]:
             continue
         for variable, from_profile in ((names.MPS_THREADS, threads), (names.MPS_MEMORY, memory)):
-            var = view.variable(c, variable)
-            if var is None:
+            defined = view.variable(c.c, variable)
+            if defined is None:
                 if from_profile is not None and profile is not None:
                     limits.append(
                         Limit(c.name, variable, from_profile, f'profile "{profile.name}"', False)
                     )
                 continue
-            value = None if var.value is None else _PARSERS[variable](var.value)
+            position, var = defined[0], view.env_value(defined[1])
+            value = None if var is None else _PARSERS[variable](var)
             if value is None:
                 unreadable = True
-                if var.value is None:
+                if var is None:
                     problem = "comes from valueFrom, which cannot be read at admission"
-                elif "$(" in var.value:
+                elif "$(" in var:
                     problem = "refers to another variable, which cannot be read at admission"
                 else:
-                    problem = f'"{shown_value(var.value)}" is not {_FORMS[variable]}'
+                    problem = f'"{shown_value(var)}" is not {_FORMS[variable]}'
                 _deny(
                     findings,
                     pod,
                     "mps-limits",
-                    f"{c.field}.env[{var.position}]",
+                    f"{c.field}.env[{position}]",
                     f'container "{c.name}": {variable} (',
                     FIELD,
                     f") {problem}; MPS limits are checked against the node's ceiling before the"
@@ -357,11 +358,11 @@ def _mps_limits(
                 and policy.profiles_are_ceilings
                 and from_profile is not None
                 and profile is not None
-                and var.value is not None
+                and var is not None
             ):
                 # A device the list does not name runs with the daemon's own limit, the
                 # class's ceiling: where profiles are ceilings, each must be named.
-                named = _ordinals(var.value)
+                named = _ordinals(var)
                 seen = devices(replicas[i], policy.classes_by_resource.get(resource, ()))
                 unnamed = [n for n in range(seen) if n not in named]
                 if unnamed:
@@ -369,9 +370,9 @@ def _mps_limits(
                         findings,
                         pod,
                         "mps-limits",
-                        f"{c.field}.env[{var.position}]",
+                        f"{c.field}.env[{position}]",
                         f'container "{c.name}": MPS limit above the profile:'
-                        f" {variable}={shown_value(var.value)} (",
+                        f" {variable}={shown_value(var)} (",
                         FIELD,
                         f") does not limit device {', '.join(map(str, unnamed))} of the"
                         f" {seen} it gets (by ordinal: 0 is its first), which then has"
@@ -387,7 +388,7 @@ def _mps_limits(
             over_profile = from_profile is not None and value > from_profile
             if not (over_profile and policy.profiles_are_ceilings):
                 limits.append(
-                    Limit(c.name, variable, value, f'"{c.name}" {variable}={var.value}', True)
+                    Limit(c.name, variable, value, f'"{c.name}" {variable}={var}', True)
                 )
             if over_profile and from_profile is not None and profile is not None:
                 figure = f"{from_profile:g}{_UNIT_SUFFIX[variable]}"
@@ -399,9 +400,9 @@ def _mps_limits(
                         findings,
                         pod,
                         "mps-limits",
-                        f"{c.field}.env[{var.position}]",
+                        f"{c.field}.env[{position}]",
                         f'container "{c.name}": MPS limit above the profile: {variable}=',
-                        f"{shown_value(var.value or '')} (",
+                        f"{shown_value(var or '')} (",
                         FIELD,
                         f') is above profile "{profile.name}" ({figure}), and policy'
                         f' "{policy.name}" makes profiles ceilings. Remove it (the webhook sets'
@@ -418,7 +419,7 @@ def _mps_limits(
                 findings.append(
                     Finding(
                         "mps-limits",
-                        warning=f'container "{c.name}": {variable}={var.value} is above profile'
+                        warning=f'container "{c.name}": {variable}={var} is above profile'
                         f' "{profile.name}" ({figure})',
                     )
                 )
@@ -536,7 +537,7 @@ def pin_words(placement: Placement) -> str:
 def tolerations(pod: view.Pod, policy: Policy, resource: str) -> list[dict[str, Any]]:
     """The `tolerations` patch's values: the policy's, and the resource's own taint where it
     says so, each only when no toleration of the pod already covers it."""
-    existing = pod.tolerations.value if pod.tolerations is not None else ()
+    existing = (pod.spec.tolerations if pod.spec is not None else None) or ()
     added: list[dict[str, Any]] = []
     for items in wanted_tolerations(policy, resource):
         tol = dict(items)

@@ -28,15 +28,10 @@ def record(
     for rule, _ in ops:
         if rule not in steps:
             steps.append(rule)
-    recorded_policy = recorded_steps = None
-    has_profile = False
-    for key, value in pod.annotations:
-        if key == names.ANNOTATION_POLICY:
-            recorded_policy = view.raw(value)
-        elif key == names.ANNOTATION_PROFILE:
-            has_profile = True
-        elif key == names.ANNOTATION_MUTATIONS:
-            recorded_steps = view.raw(value)
+    annotations = view.annotations_of(pod)
+    recorded_policy = annotations.get(names.ANNOTATION_POLICY)
+    has_profile = names.ANNOTATION_PROFILE in annotations
+    recorded_steps = annotations.get(names.ANNOTATION_MUTATIONS)
     wanted: dict[str, str] = {}
     if recorded_policy != policy.name:
         wanted[names.ANNOTATION_POLICY] = policy.name
@@ -67,9 +62,9 @@ def record(
     if not wanted:
         return [], audit
     pointer = pod.place.pointer
-    if not pod.has_metadata:
+    if pod.meta is None:
         return [(ANNOTATIONS, _add(f"{pointer}/metadata", {"annotations": wanted}))], audit
-    if not pod.has_annotations:
+    if pod.meta.annotations is None:
         return [(ANNOTATIONS, _add(f"{pointer}/metadata/annotations", wanted))], audit
     base = f"{pointer}/metadata/annotations/"
     return [(ANNOTATIONS, _add(base + view.escape(k), v)) for k, v in wanted.items()], audit

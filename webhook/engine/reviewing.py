@@ -28,7 +28,7 @@ BINDING = "binding"
 
 
 def admit(
-    obj: Mapping[str, Any] | None,
+    sent: view.Object | None,
     *,
     policy: Policy,
     endpoint: Endpoint,
@@ -36,7 +36,7 @@ def admit(
     kind: str,
     operation: str,
     sub_resource: str = "",
-    old: Mapping[str, Any] | None = None,
+    old: view.Object | None = None,
     kinds: kinds.Kinds = kinds.BUILTIN,
 ) -> Decision:
     """What the webhook at `/<endpoint>/<policy>` decides about one admission request.
@@ -50,30 +50,36 @@ def admit(
     leaves every template as it was (scaling, labels, finalizers, status), which is never
     refused. Anything else passes.
     """
-    if obj is None or operation not in ("CREATE", "UPDATE"):
+    if sent is None or operation not in ("CREATE", "UPDATE"):
         return Decision()
+    obj = view.as_source(sent)
+    if old is not None:
+        old = view.as_source(old)
     mutate = endpoint == "mutate"
     if kind == "Binding" and group == "":
         # `pods/binding`, or the older `bindings` resource: its annotations become the
         # pod's, so it is judged as a Pod update that adds them.
+        generic = obj.generic
+        meta = generic.get("metadata") if isinstance(generic, dict) else None
         return annotations_update(
-            {"apiVersion": "v1", "kind": "Pod", "metadata": obj.get("metadata")},
-            {},
+            view.Source({"apiVersion": "v1", "kind": "Pod", "metadata": meta}),
+            None,
             policy=policy,
         )
     if claims.is_claim(group, kind):
         # A claim's spec (and a template's) cannot change after it is created.
         if operation != "CREATE" or sub_resource:
             return Decision()
-        decision = claims.review(obj, policy=policy, mutate=mutate, require=not mutate)
+        decision = claims.review(obj.generic, policy=policy, mutate=mutate, require=not mutate)
         _tell(decision)
         return decision
     if kind == "Pod" and group == "":
         if sub_resource == EPHEMERAL_CONTAINERS and operation == "UPDATE":
-            return review(obj, policy=policy, mutate=mutate, require=not mutate, old=old or {})
+            before = old or view.Source({})
+            return review(obj, policy=policy, mutate=mutate, require=not mutate, old=before)
         if sub_resource == STATUS:
             return (
-                annotations_update(obj, old or {}, policy=policy)
+                annotations_update(obj, old, policy=policy)
                 if operation == "UPDATE"
                 else Decision()
             )
@@ -82,7 +88,7 @@ def admit(
         if operation == "UPDATE":
             # A pod's containers, resources and scheduling are immutable once created; its
             # annotations are not, and the kubelet sends them with every container start.
-            return annotations_update(obj, old or {}, policy=policy)
+            return annotations_update(obj, old, policy=policy)
         return review(obj, policy=policy, mutate=mutate, require=not mutate)
     if mutate or sub_resource or (group, kind) not in kinds:
         return Decision()
@@ -102,7 +108,7 @@ def admit(
 
 
 def annotations_update(
-    obj: Mapping[str, Any], old: Mapping[str, Any], *, policy: Policy
+    obj: view.Source, old: view.Object | None, *, policy: Policy
 ) -> Decision:
     """A Pod update: the CDI annotations it adds or changes are judged by `cdi-annotations`
     (runtimes that pass pod annotations through read them at the next container start);
@@ -112,16 +118,19 @@ def annotations_update(
     rule = _CDI_RULE
     if not found or not rules.switched_on(rule, policy):
         return Decision()
-    before = _annotations_of(old)
-    pod = view.read(found[0])
-    changed = tuple(
-        (key, value)
-        for key, value in pod.annotations
-        if key.startswith(names.CDI_ANNOTATION_PREFIXES) and before.get(key) != _raw(value)
-    )
+    before = _annotations_of(view.as_source(old).generic if old is not None else {})
+    pod = view.pod(found[0])
+    changed = {
+        key: value
+        for key, value in view.annotations_of(pod).items()
+        if isinstance(key, str)
+        and key.startswith(names.CDI_ANNOTATION_PREFIXES)
+        and before.get(key) != value
+    }
     if not changed:
         return Decision()
-    r = rules.Pass(facts.gather(pod._replace(annotations=changed), policy), policy, require=False)
+    only = pod._replace(meta=view.Meta(changed, pod.meta.labels if pod.meta else None))
+    r = rules.Pass(facts.gather(only, policy), policy, require=False)
     assert rule.check is not None
     rule.check(r)
     r.relax()
@@ -133,24 +142,19 @@ def annotations_update(
 _CDI_RULE = next(rule for rule in rules.RULES if rule.name == "cdi-annotations")
 
 
-def _annotations_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = obj.get("metadata")
+def _annotations_of(obj: Any) -> Mapping[str, Any]:
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
     return annotations if isinstance(annotations, dict) else {}
 
 
-def _raw(value: Any) -> Any:
-    """An annotation's value as sent (the view holds a value that is not a string as Json)."""
-    return value.value if isinstance(value, view.Json) else value
-
-
 def review(
-    obj: Mapping[str, Any],
+    sent: view.Object,
     *,
     policy: Policy,
     mutate: bool = True,
     require: bool = False,
-    old: Mapping[str, Any] | None = None,
+    old: view.Object | None = None,
     kinds: kinds.Kinds = kinds.BUILTIN,
 ) -> Decision:
     """Review a Pod, or the pod templates of a workload; other kinds pass untouched.
@@ -159,15 +163,17 @@ def review(
     the policy (`Rule.required`) must be in place already. `old`: the Pod before an update
     of its ephemeral containers; only the ones it adds are judged.
     """
-    if claims.of_object(obj):
-        decision = claims.review(obj, policy=policy, mutate=mutate, require=require)
+    obj = view.as_source(sent)
+    if claims.is_claim(*view.head(obj)) and claims.of_object(obj.generic):
+        decision = claims.review(obj.generic, policy=policy, mutate=mutate, require=require)
         _tell(decision)
         return decision
     found, problems = view.templates(obj, kinds)
-    views = [view.read(template, old=old) for template in found]
+    added_to = view.old_ephemeral(view.as_source(old) if old is not None else None)
+    views = [view.pod(template, added_to) for template in found]
     decision = Decision(violations=[rules.malformed(p, OBJECT) for p in problems])
     budget = hints.Budget()
-    for template, pod in zip(found, views, strict=True):
+    for pod in views:
         r, ops = run(pod, policy, mutate=mutate, require=require)
         label = pod.place.label
         decision.violations += r.violations
@@ -193,12 +199,15 @@ def review(
             for w in (
                 hints.resource_warnings(pod, policy, budget)
                 + hints.annotation_warnings(pod, policy, budget)
-                + hints.label_warnings(template.node, pod, policy, budget)
+                + hints.label_warnings(pod, policy, budget)
             ):
                 # The place last: the advice first survives the cut at 120 characters.
                 decision.warn(f"{w} (in {label})" if label else w)
-    for w in hints.workload_warnings(obj, found, budget):
-        decision.warn(w)
+    if found and found[0].place.pointer:
+        # A workload's own metadata (and a CronJob's jobTemplate's) holds what its pods never
+        # see.
+        for w in hints.workload_warnings(obj.generic, found, budget):
+            decision.warn(w)
     if decision.violations:
         decision.patch = []
         decision.patch_rules = []
@@ -313,9 +322,9 @@ def _applies(
     return rules.switched_on(rule, policy)
 
 
-def templates_equal(old: Mapping[str, Any], new: Mapping[str, Any], kinds: kinds.Kinds) -> bool:
+def templates_equal(old: view.Object, new: view.Object, kinds: kinds.Kinds) -> bool:
     """Whether an update leaves every pod template of the object as it was (scaling, labels,
-    finalizers, status): such an update is never refused."""
+    finalizers, status), as sent: such an update is never refused."""
     old_found, _ = view.templates(old, kinds)
     new_found, _ = view.templates(new, kinds)
-    return [t.node for t in old_found] == [t.node for t in new_found]
+    return [t.generic() for t in old_found] == [t.generic() for t in new_found]

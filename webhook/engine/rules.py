@@ -1,9 +1,11 @@
 """The rules: one small named unit each, in one table (`RULES`).
 
-A rule says what it looks at (its scope, and the switch that turns it off), what it refuses
-or warns of (its `check`) and the patch operations it contributes (its `patch`). Its name is
-what the refusal, the metric label, the audit annotation, the `gpu-share.io/mutations`
-record and docs/security.md all use.
+A rule is its check and patch and one `Rule(...)` row, which holds everything said about it:
+what it looks at (its scope, and the switch that turns it off), what reports class it as
+(`Concern`), the line the docs' rule tables show (hack/rule-docs.py writes them), what it
+refuses or warns of (its `check`) and the patch operations it contributes (its `patch`). Its
+name is what the refusal, the metric label, the audit annotation, the `gpu-share.io/mutations`
+record and the docs all use.
 
 Both read the pod's view (`view.Pod`) and what was worked out of it before any rule runs
 (`facts.Facts`: GPU usage, the shared resource, the profile, the placement); a check only
@@ -17,9 +19,7 @@ reports every violation in one denial; only an object with none is patched. A pa
 adds what a check would accept, so the patched object passes them too (validation on the
 defaulted object, as controller-runtime does it).
 
-Adding a rule next year is: a function or two here (and, when it needs a field the view
-does not hold yet, that field in `pods`), one `Rule(...)` row in `RULES`, its name in
-`names.RULES`, one row in its test table, one line in docs/security.md.
+Adding a rule: CONTRIBUTING.md.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ import bisect
 import enum
 import operator
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple, TypeVar
 
@@ -48,24 +48,44 @@ from webhook.policy.policies import Policy, RulesSpec
 
 
 class Scope(enum.Enum):
-    """Which pods a rule looks at."""
+    """Which pods a rule looks at (the value: as the docs' rule tables say it)."""
 
     # Every pod that reaches the webhook in an opted-in namespace.
     EVERY_POD = "every pod"
     # Pods with a container that asks for a GPU (shared or not).
-    GPU_POD = "pods that use a GPU"
+    GPU_POD = "GPU pods"
     # Pods with a container that asks for one of the policy's shared resources.
-    SHARED_POD = "pods that use a shared GPU"
+    SHARED_POD = "shared-GPU pods"
     # ResourceClaims and ResourceClaimTemplates (`claims`), under a policy with a `dra`
     # section: no pod table holds these rules.
-    CLAIM = "resource claims and claim templates"
+    CLAIM = "claims"
+
+
+class Concern(enum.Enum):
+    """What a rule guards, which gives the severity and category of the audit's results of it."""
+
+    # Keeps a container from more GPU than its policy grants, or from the node's GPUs and
+    # their sharing machinery.
+    ISOLATION = ("high", "GPU isolation")
+    # Decides whether a pod runs where and as it should (a pod that would fail on its node,
+    # or land on the wrong one).
+    SCHEDULING = ("medium", "GPU scheduling")
+
+    @property
+    def severity(self) -> str:
+        return self.value[0]
+
+    @property
+    def category(self) -> str:
+        return self.value[1]
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
     name: str
     scope: Scope
-    # What it refuses or adds, in one line (docs/security.md lists the same).
+    concern: Concern
+    # What it refuses or adds, in one line of Markdown: what the docs' rule tables show.
     summary: str
     check: Callable[[Pass], None] | None = None
     patch: Callable[[Pass], None] | None = None
@@ -74,6 +94,8 @@ class Rule:
     found: bool = False
     # The field of a policy's `spec.rules` that turns the rule off (None: always on).
     switch: str | None = None
+    # A field of `spec.rules` that changes what the rule does without turning it off.
+    changed_by: str | None = None
     # Looks at the pod as a whole (placement, volumes, host namespaces): not run again when
     # an update only adds ephemeral containers.
     pod_level: bool = False
@@ -86,6 +108,17 @@ class Rule:
     # Left to Pod Security where the namespace enforces baseline or restricted (its webhook
     # path says so: `Policy.pod_security`).
     pod_security: bool = False
+    # Also refuses ResourceClaims and claim templates (`claims`), beside the pods of its
+    # scope.
+    claims: bool = False
+
+    @property
+    def severity(self) -> str:
+        return self.concern.severity
+
+    @property
+    def category(self) -> str:
+        return self.concern.category
 
 
 # The Python attribute of each switch (`denyPrivileged` -> `deny_privileged`).
@@ -231,7 +264,7 @@ class Pass:
     def add(self, rule: str, op: dict[str, Any]) -> None:
         _put(self._additions, (RANK[rule], rule, op))
 
-    def add_env(self, rule: str, c: view.Container, new: list[dict[str, str]], what: str) -> None:
+    def add_env(self, rule: str, c: view.Slot, new: list[dict[str, str]], what: str) -> None:
         """Add variables to a container's env (appending where the list exists). Validating a
         Pod, they must be there already: each missing one is a violation of `rule`."""
         if self.require:
@@ -249,7 +282,8 @@ class Pass:
         pointer = f"{view.container_pointer(self.pod, c)}/env"
         # Where the container has no env list, which addition comes first, and so adds the
         # list, is known at the end.
-        _put(self._additions, (RANK[rule], rule, EnvAddition(pointer, c.has_env_list, new)))
+        has_list = c.c.env is not None
+        _put(self._additions, (RANK[rule], rule, EnvAddition(pointer, has_list, new)))
 
     def operations(self) -> list[tuple[str, dict[str, Any]]]:
         """The patch operations added, in the order of the rules, each with its rule. The
@@ -322,7 +356,7 @@ def check_exclusive_with_shared(r: Pass) -> None:
     )
 
 
-def held_at_once(pairs: tuple[tuple[view.Container, facts.Usage], ...]) -> int:
+def held_at_once(pairs: tuple[tuple[view.Slot, facts.Usage], ...]) -> int:
     """The exclusive GPUs a pod holds at most at one time, as the scheduler counts a pod's
     requests: init containers run one by one before the others (with the sidecars started
     before them) and give their devices back; sidecars keep theirs beside the containers."""
@@ -331,7 +365,7 @@ def held_at_once(pairs: tuple[tuple[view.Container, facts.Usage], ...]) -> int:
         if c.group == "containers":
             regular += used.exclusive_count
         elif c.group == "initContainers":
-            if c.sidecar:
+            if c.c.restartPolicy == "Always":
                 sidecars += used.exclusive_count
                 init_peak = max(init_peak, sidecars)
             else:
@@ -391,19 +425,20 @@ def check_several_shared_resources(r: Pass) -> None:
 
 def check_runtime_class(r: Pass) -> None:
     wanted = r.policy.runtime_class_name
-    if r.pod.runtime_class not in (None, "", wanted):
+    runtime_class = r.pod.spec.runtimeClassName if r.pod.spec is not None else None
+    if runtime_class not in (None, "", wanted):
         r.deny(
             "runtime-class",
             ErrorType.NOT_SUPPORTED,
             "spec.runtimeClassName",
-            f'runtime class: runtimeClassName "{r.pod.runtime_class}" is not the one policy'
+            f'runtime class: runtimeClassName "{runtime_class}" is not the one policy'
             f' "{r.policy.name}" uses for shared GPUs ("{wanted}"). Remove runtimeClassName'
             f' (the webhook sets it) or set it to "{wanted}"',
         )
 
 
 def patch_runtime_class(r: Pass) -> None:
-    if r.facts.classes and not r.pod.runtime_class:
+    if r.facts.classes and not (r.pod.spec is not None and r.pod.spec.runtimeClassName):
         r.add(
             "runtime-class",
             {
@@ -427,31 +462,32 @@ def check_device_variables(r: Pass) -> None:
     """Route 1: a value for NVIDIA_VISIBLE_DEVICES (and the toolkit's other device variables)
     that does not only hide devices, on any container."""
     for c, used in r.facts.judged:
-        for var in c.env:
+        for position, var in enumerate(c.c.env or ()):
             if var.name not in names.DEVICE_VARIABLES:
                 continue
-            if var.value is None:
+            value = view.env_value(var)
+            if value is None:
                 what, after = f"{var.name} from valueFrom (", ") cannot be read at admission"
-            elif _reference(var.value):
-                what = f"{var.name}={shown(var.value)} ("
+            elif _reference(value):
+                what = f"{var.name}={shown(value)} ("
                 after = ") refers to another variable, which cannot be read at admission"
-            elif var.value in names.HIDING_VALUES:
+            elif value in names.HIDING_VALUES:
                 continue
-            elif var.value == "none":
-                what = f"{var.name}={shown(var.value)} ("
+            elif value == "none":
+                what = f"{var.name}={shown(value)} ("
                 after = (
                     ") does not hide everything: the NVIDIA runtime still gives the container"
                     " the driver and the GPU control device nodes (only void hides them)"
                 )
             else:
-                what, after = f"{var.name}={shown(var.value)} (", ") is not one that hides GPUs"
+                what, after = f"{var.name}={shown(value)} (", ") is not one that hides GPUs"
             if used.gpu:
                 whose = (
                     "the device plugin sets it for a container that asks for a GPU, and a"
                     " value of the pod's can widen what the NVIDIA runtime gives it"
                 )
                 fix = "Remove it"
-            elif c.claims:
+            elif view.uses_claims(c.c):
                 whose = (
                     "a container's resource claims give it its devices, and a value of the"
                     " pod's can add GPUs outside them"
@@ -469,7 +505,7 @@ def check_device_variables(r: Pass) -> None:
             r.deny(
                 "device-variables",
                 ErrorType.FORBIDDEN,
-                f"{c.field}.env[{var.position}]",
+                f"{c.field}.env[{position}]",
                 f'container "{c.name}": device variable: {what}',
                 FIELD,
                 f"{after}; {whose}. {fix}",
@@ -501,24 +537,25 @@ def check_driver_capabilities(r: Pass) -> None:
         return
     listed = ",".join(allowed)
     for c, used in r.facts.judged:
-        if not (used.gpu or c.claims):
+        if not (used.gpu or view.uses_claims(c.c)):
             continue
-        for var in c.env:
+        for position, var in enumerate(c.c.env or ()):
             if var.name != names.DRIVER_CAPABILITIES:
                 continue
-            if var.value is None:
+            value = view.env_value(var)
+            if value is None:
                 problem = "comes from valueFrom, which cannot be read at admission"
-            elif _reference(var.value):
+            elif _reference(value):
                 problem = "refers to another variable, which cannot be read at admission"
             else:
-                beyond = sorted(capabilities_of(var.value) - set(allowed))
+                beyond = sorted(capabilities_of(value) - set(allowed))
                 if not beyond:
                     continue
-                problem = f"{shown(var.value)} gives {', '.join(beyond)}"
+                problem = f"{shown(value)} gives {', '.join(beyond)}"
             r.deny(
                 "driver-capabilities",
                 ErrorType.FORBIDDEN,
-                f"{c.field}.env[{var.position}]",
+                f"{c.field}.env[{position}]",
                 f'container "{c.name}": driver capabilities: {var.name} (',
                 FIELD,
                 f') {problem}; policy "{r.policy.name}" allows {listed}. Set it to a part of'
@@ -535,7 +572,9 @@ def patch_driver_capabilities(r: Pass) -> None:
         return
     value = ",".join(allowed)
     for c, used in r.facts.judged:
-        if (used.gpu or c.claims) and view.variable(c, names.DRIVER_CAPABILITIES) is None:
+        if (used.gpu or view.uses_claims(c.c)) and (
+            view.variable(c.c, names.DRIVER_CAPABILITIES) is None
+        ):
             r.add_env(
                 "driver-capabilities",
                 c,
@@ -547,7 +586,9 @@ def patch_driver_capabilities(r: Pass) -> None:
 def check_env_from(r: Pass) -> None:
     """Route 1: envFrom on a container that uses a GPU can set the device and MPS variables
     from a ConfigMap or Secret, which admission cannot read."""
-    offenders = [c for c, used in r.facts.judged if (used.gpu or c.claims) and c.env_from]
+    offenders = [
+        c for c, used in r.facts.judged if (used.gpu or view.uses_claims(c.c)) and c.c.envFrom
+    ]
     if not offenders:
         return
     if r.policy.rules.deny_env_from_on_gpu_containers:
@@ -576,12 +617,12 @@ def check_mps_directories(r: Pass) -> None:
         if used.exclusive and not used.shared:
             # A whole GPU of its own: the pod may run its own MPS daemon on it.
             continue
-        for var in c.env:
+        for position, var in enumerate(c.c.env or ()):
             if var.name in names.MPS_DIRECTORIES:
                 r.deny(
                     "mps-directories",
                     ErrorType.FORBIDDEN,
-                    f"{c.field}.env[{var.position}]",
+                    f"{c.field}.env[{position}]",
                     f'container "{c.name}": {var.name} (',
                     FIELD,
                     ") is set by the device plugin for a container with an MPS replica; a value"
@@ -596,7 +637,7 @@ def check_mps_directories(r: Pass) -> None:
 
 def check_privileged(r: Pass) -> None:
     for c, _ in r.facts.judged:
-        if c.privileged:
+        if view.privileged(c.c):
             r.deny(
                 "privileged",
                 ErrorType.FORBIDDEN,
@@ -639,15 +680,13 @@ def _capability(name: str) -> str:
     return upper[4:] if upper.startswith("CAP_") else upper
 
 
-def beyond_baseline(c: view.Container) -> list[str]:
+def beyond_baseline(c: view.Slot) -> list[str]:
     """The capabilities a container adds beyond Pod Security baseline's set, as written."""
-    return [a for a in c.capabilities if _capability(a) not in BASELINE_CAPABILITIES]
+    return [a for a in view.capabilities(c.c) if _capability(a) not in BASELINE_CAPABILITIES]
 
 
 def check_capabilities(r: Pass) -> None:
     for c, _ in r.facts.judged:
-        if not c.capabilities:
-            continue
         wide = beyond_baseline(c)
         if wide:
             r.deny(
@@ -664,18 +703,23 @@ def check_capabilities(r: Pass) -> None:
             )
 
 
+def _flag(pod: view.Pod, name: str) -> bool:
+    """A boolean of the pod spec (hostPID, hostIPC, hostNetwork)."""
+    return pod.spec is not None and bool(getattr(pod.spec, name))
+
+
 def check_host_namespaces(r: Pass) -> None:
     pod = r.pod
     for flag, on, what in (
         (
             "hostPID",
-            pod.host_pid,
+            _flag(pod, "hostPID"),
             "see and signal every process of the node, the GPU"
             " processes of other pods and the MPS daemon included",
         ),
         (
             "hostIPC",
-            pod.host_ipc,
+            _flag(pod, "hostIPC"),
             "reach the shared memory of the node's other processes, the MPS daemon's included",
         ),
     ):
@@ -702,8 +746,8 @@ def _mounters(pod: view.Pod) -> dict[str, list[str]]:
     seconds)."""
     found: dict[str, set[str]] = {}
     for c in pod.containers:
-        for m in c.mounts:
-            found.setdefault(m.volume, set()).add(c.name)
+        for _, m in view.mounts(c.c):
+            found.setdefault(m.name or "", set()).add(c.name)
     return {volume: sorted(names) for volume, names in found.items()}
 
 
@@ -718,7 +762,7 @@ def check_host_path(r: Pass) -> None:
         _check_host_path_mounts(r)
         return
     mounters: dict[str, list[str]] | None = None
-    for v in pod.volumes:
+    for v in view.volumes(pod):
         if v.host_path is None:
             continue
         reached = host_path_classes(v.host_path, r.policy)
@@ -751,20 +795,20 @@ def _check_host_path_mounts(r: Pass) -> None:
     pod = r.pod
     reaching = {
         v.name: v
-        for v in pod.volumes
+        for v in view.volumes(pod)
         if v.host_path is not None and host_path_classes(v.host_path, r.policy)
     }
     if not reaching:
         return
     for c, _ in r.facts.judged:
-        for m in c.mounts:
-            v = reaching.get(m.volume)
+        for position, m in view.mounts(c.c):
+            v = reaching.get(m.name or "")
             if v is None:
                 continue
             r.deny(
                 "host-path",
                 ErrorType.FORBIDDEN,
-                f"{c.field}.volumeMounts[{m.position}]",
+                f"{c.field}.volumeMounts[{position}]",
                 f'container "{c.name}": volume "{v.name}" (hostPath'
                 f' {shown(v.host_path or "", keep="end")}'
                 ") reaches host paths that hand out GPUs, as the node resolves it. Mount"
@@ -781,16 +825,17 @@ def check_device_list_mount(r: Pass) -> None:
     # the root holds its last segment as written.
     marker = root.rsplit("/", 1)[1]
     for c, _ in r.facts.judged:
-        for m in c.mounts:
+        for position, m in view.mounts(c.c):
+            path = m.mountPath or ""
             # The runtime matches the destination, made absolute by the kubelet and cleaned,
             # by plain string prefix (`hostpaths.mount_destination`).
-            if marker in m.path and hostpaths.mount_destination(m.path).startswith(root):
+            if marker in path and hostpaths.mount_destination(path).startswith(root):
                 r.deny(
                     "device-list-mount",
                     ErrorType.FORBIDDEN,
-                    f"{c.field}.volumeMounts[{m.position}]",
-                    f'container "{c.name}": volume "{m.volume}" mounted at'
-                    f' {shown(m.path, keep="end")} (',
+                    f"{c.field}.volumeMounts[{position}]",
+                    f'container "{c.name}": volume "{m.name or ""}" mounted at'
+                    f' {shown(path, keep="end")} (',
                     FIELD,
                     f"): the NVIDIA runtime reads mounts under {root} (where the kubelet puts"
                     " a relative path too) as a list of GPUs to give the container. Mount it"
@@ -833,7 +878,7 @@ def check_host_access(r: Pass) -> None:
         return switched_on(_BY_NAME[rule], policy) and (gpu or not in_gpu_pods)
 
     for c, _ in r.facts.judged:
-        if c.privileged and not covered("privileged"):
+        if view.privileged(c.c) and not covered("privileged"):
             r.deny(
                 "host-access",
                 ErrorType.FORBIDDEN,
@@ -843,7 +888,7 @@ def check_host_access(r: Pass) -> None:
                 FIELD,
                 container=c.name,
             )
-        wide = beyond_baseline(c) if c.capabilities else []
+        wide = beyond_baseline(c)
         if wide and not covered("capabilities", in_gpu_pods=True):
             r.deny(
                 "host-access",
@@ -862,14 +907,14 @@ def check_host_access(r: Pass) -> None:
     read_only = {v.name: (v, a[0]) for v, a in volumes if a is not None and a[1]}
     if read_only:
         for c, _ in r.facts.judged:
-            for m in c.mounts:
-                if m.read_only or m.volume not in read_only:
+            for position, m in view.mounts(c.c):
+                if m.readOnly or (m.name or "") not in read_only:
                     continue
-                v, entry = read_only[m.volume]
+                v, entry = read_only[m.name or ""]
                 r.deny(
                     "host-access",
                     ErrorType.FORBIDDEN,
-                    f"{c.field}.volumeMounts[{m.position}].readOnly",
+                    f"{c.field}.volumeMounts[{position}].readOnly",
                     f'container "{c.name}": hostPath volume "{v.name}"'
                     f' ({shown(v.host_path or "", keep="end")})'
                     f' is mounted writable; policy "{policy.name}" allows {entry} read-only'
@@ -884,15 +929,15 @@ def check_host_access(r: Pass) -> None:
         # entry of allowedHostPaths allows.
         outside = {v.name: v for v, allowed in volumes if allowed is None}
         for c, _ in r.facts.judged if outside else ():
-            for m in c.mounts:
-                unallowed = outside.get(m.volume)
+            for position, m in view.mounts(c.c):
+                unallowed = outside.get(m.name or "")
                 if unallowed is None:
                     continue
                 listed = ", ".join(e for e, _ in policy.allowed_host_paths) or "none"
                 r.deny(
                     "host-access",
                     ErrorType.FORBIDDEN,
-                    f"{c.field}.volumeMounts[{m.position}]",
+                    f"{c.field}.volumeMounts[{position}]",
                     f'container "{c.name}": hostPath volume "{unallowed.name}"'
                     f' ({shown(unallowed.host_path or "", keep="end")}) is not under a path policy'
                     f' "{policy.name}" allows (allowedHostPaths: {listed}){_NOT_ENFORCED}.'
@@ -905,19 +950,19 @@ def check_host_access(r: Pass) -> None:
     for flag, on, what in (
         (
             "hostPID",
-            pod.host_pid and not covered("host-namespaces", in_gpu_pods=True),
+            _flag(pod, "hostPID") and not covered("host-namespaces", in_gpu_pods=True),
             "shares the node's processes with the pod: a container that may trace (SYS_PTRACE,"
             " or on nodes whose ptrace_scope is 0) reaches other pods' GPU processes and, through"
             " /proc/<pid>/root, the MPS daemon's pipes",
         ),
         (
             "hostIPC",
-            pod.host_ipc and not covered("host-namespaces", in_gpu_pods=True),
+            _flag(pod, "hostIPC") and not covered("host-namespaces", in_gpu_pods=True),
             "shares the node's shared memory with the pod, the MPS daemon's included",
         ),
         (
             "hostNetwork",
-            pod.host_network,
+            _flag(pod, "hostNetwork"),
             "shares the node's network with the pod: the node's local services (the kubelet,"
             " the GPU Operator's) answer it as the node",
         ),
@@ -952,12 +997,12 @@ def check_host_access(r: Pass) -> None:
 
 def _host_volumes(
     pod: view.Pod, policy: Policy, host_path_on: bool
-) -> list[tuple[view.Volume, tuple[str, bool] | None]]:
+) -> list[tuple[view.VolumeEntry, tuple[str, bool] | None]]:
     """The pod's hostPath volumes host-access judges (not those `host-path` refuses, when it
     is on), each with the entry of allowedHostPaths that allows it (None: none does)."""
     return [
         (v, allowed_host_path(v.host_path, policy))
-        for v in pod.volumes
+        for v in view.volumes(pod)
         if v.host_path is not None and not (host_path_on and host_path_classes(v.host_path, policy))
     ]
 
@@ -966,7 +1011,7 @@ def check_cdi_annotations(r: Pass) -> None:
     """CDI device requests in the pod's own annotations: runtimes configured to pass
     `cdi.k8s.io/*` pod annotations through (the kata and confidential-computing GPU runtime
     classes do) inject the devices they name."""
-    for key, _ in r.pod.annotations:
+    for key in view.annotations_of(r.pod):
         if isinstance(key, str) and key.startswith(names.CDI_ANNOTATION_PREFIXES):
             r.deny(
                 "cdi-annotations",
@@ -984,7 +1029,8 @@ def check_resource_claims(r: Pass) -> None:
     """Claims in a pod whose policy has no `dra` section: nothing governs what they hold.
     Where it has one, the claims the pod names were reviewed when they were created
     (`claims`), in the pod's own namespace, the only one it can name them from."""
-    if r.pod.resource_claims and r.policy.dra is None and r.policy.unavailable is None:
+    claims = r.pod.spec.resourceClaims if r.pod.spec is not None else None
+    if claims and r.policy.dra is None and r.policy.unavailable is None:
         r.deny(
             "resource-claims",
             ErrorType.FORBIDDEN,
@@ -1002,9 +1048,10 @@ def check_shared_with_claims(r: Pass) -> None:
     nodes; a resource claim of the same pod may hold GPUs only DRA's nodes have, and the pod
     would never be scheduled. Pods name claims only in their own namespace, whose policy
     reviewed them (`claims`); where it has no dra section, resource-claims refuses them."""
-    if not r.pod.resource_claims or r.policy.dra is None:
+    claimed = r.pod.spec.resourceClaims if r.pod.spec is not None else None
+    if not claimed or r.policy.dra is None:
         return
-    claims = ", ".join(shown(name) for name in r.pod.resource_claims)
+    claims = ", ".join(shown(name) for name in view.names_of(claimed))
     r.deny(
         "shared-with-claims",
         ErrorType.FORBIDDEN,
@@ -1043,7 +1090,7 @@ def patch_tolerations(r: Pass) -> None:
     if not added:
         return
     base = f"{r.pod.place.pointer}/spec/tolerations"
-    if r.pod.tolerations is not None:
+    if r.pod.spec is not None and r.pod.spec.tolerations is not None:
         for t in added:
             r.add("tolerations", {"op": "add", "path": f"{base}/-", "value": t})
     else:
@@ -1066,7 +1113,9 @@ def patch_node_selection(r: Pass) -> None:
         r.deny(
             "node-selection",
             ErrorType.REQUIRED,
-            "spec.affinity.nodeAffinity" if r.pod.node_terms is not None else "spec.nodeSelector",
+            "spec.affinity.nodeAffinity"
+            if view.required_terms(r.pod.spec) is not None
+            else "spec.nodeSelector",
             f"node selection: the pod asks for {placement.resource}, and its required node"
             " selection (",
             FIELD,
@@ -1091,7 +1140,7 @@ def patch_mps_limits(r: Pass) -> None:
         replicas = used.replicas(resource)
         if not replicas:
             continue
-        new = placing.mps_env(profile, c, placing.devices(replicas, classes))
+        new = placing.mps_env(profile, c.c, placing.devices(replicas, classes))
         if new:
             r.add_env("mps-limits", c, new, f'the MPS limits of profile "{profile.name}"')
 
@@ -1101,7 +1150,7 @@ def patch_visible_devices(r: Pass) -> None:
     if not (r.policy.rules.void_visible_devices_without_gpu or r.facts.gpu):
         return
     for c, used in r.facts.judged:
-        if not used.gpu and view.variable(c, names.VISIBLE_DEVICES) is None:
+        if not used.gpu and view.variable(c.c, names.VISIBLE_DEVICES) is None:
             r.add_env(
                 "visible-devices",
                 c,
@@ -1113,97 +1162,175 @@ def patch_visible_devices(r: Pass) -> None:
 # --------------------------------------------------------------------------- the table
 
 E, G, S, C = Scope.EVERY_POD, Scope.GPU_POD, Scope.SHARED_POD, Scope.CLAIM
+ISOLATION, SCHEDULING = Concern.ISOLATION, Concern.SCHEDULING
 
-# In the order of `names.RULES`, which is the order of what they report and add (SPEC.md's
-# for the patches: runtime class, tolerations, node selection, MPS limits, void); the order
-# they run in changes nothing (see `Pass`).
+
+def _code(items: Iterable[str], last: str = ", ") -> str:
+    """`a`, `b` and `c` (with `last` " and "): names in a summary, in Markdown."""
+    quoted = [f"`{item}`" for item in items]
+    return last.join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
+
+
+_CDI = _code((p + "*" if p.endswith("/") else p for p in names.CDI_ANNOTATION_PREFIXES), " or ")
+
+# In the order of `names.RULES`, which is the order of what they report and add (for the
+# patches: runtime class, tolerations, node selection, MPS limits, void); the order they run
+# in changes nothing (see `Pass`).
 # fmt: off
 RULES: tuple[Rule, ...] = (
-    Rule(MALFORMED, E, "a field of a type no Kubernetes object has",
-         check_malformed, always=True),
-    Rule(names.UNKNOWN_POLICY_RULE, G, "a GPU pod in a namespace whose policy label names no"
-         " policy", _unavailable(names.UNKNOWN_POLICY_RULE), always=True),
-    Rule(names.POLICY_NOT_LOADED_RULE, G, "a GPU pod in a namespace whose policy file does not"
-         " load", _unavailable(names.POLICY_NOT_LOADED_RULE), always=True),
-    Rule("invalid-quantity", E, "a GPU quantity that is not a whole number of devices",
+    Rule(MALFORMED, E, SCHEDULING,
+         "a field of a type no Kubernetes object has (the API server never sends one)",
+         check_malformed, always=True, claims=True),
+    Rule(names.UNKNOWN_POLICY_RULE, G, ISOLATION,
+         f"a namespace whose `{names.POLICY_LABEL}` label names no policy",
+         _unavailable(names.UNKNOWN_POLICY_RULE), always=True, claims=True),
+    Rule(names.POLICY_NOT_LOADED_RULE, G, ISOLATION,
+         "a namespace whose policy file does not load (the file and the error)",
+         _unavailable(names.POLICY_NOT_LOADED_RULE), always=True, claims=True),
+    Rule("invalid-quantity", E, SCHEDULING,
+         "a GPU quantity that is not a whole number of devices (`500m`, `1e999999`)",
          found=True, always=True),
-    Rule("requests-limits-mismatch", E, "requests of a shared resource that differ from limits",
+    Rule("requests-limits-mismatch", E, SCHEDULING,
+         "requests of the shared resource that differ from its limits, or requests without"
+         " limits",
          found=True),
-    Rule("resource-not-allowed", E, "a shared GPU resource the policy does not list",
+    Rule("resource-not-allowed", E, ISOLATION,
+         "a shared resource the policy does not list (`nvidia.com/mig-1g.10gb.shared`): \"not"
+         " allowed\", never \"exclusive\"",
          found=True),
-    Rule("exclusive-with-shared", S, "an exclusive GPU next to a shared one",
+    Rule("exclusive-with-shared", S, SCHEDULING,
+         "an exclusive GPU (`nvidia.com/gpu`, a MIG resource) next to a shared one",
          check_exclusive_with_shared, switch="denyExclusiveWithShared", pod_level=True),
-    Rule("exclusive-gpus", G, "whole GPUs where the policy allows none, or more per pod than"
-         " it allows", check_exclusive_gpus, pod_level=True),
-    Rule("several-shared-resources", S, "two shared resources in one pod",
+    Rule("exclusive-gpus", G, ISOLATION,
+         "a whole GPU (`nvidia.com/gpu`, MIG, `passthroughResources`) where"
+         " `exclusiveGpus.allowed` is false, or more at once than `maxPerPod`",
+         check_exclusive_gpus, pod_level=True),
+    Rule("several-shared-resources", S, SCHEDULING,
+         "two different shared resources in one pod",
          check_several_shared_resources, pod_level=True),
-    Rule("shared-with-claims", S, "resource claims in a pod that asks for a shared GPU, where"
-         " the policy has a dra section", check_shared_with_claims, pod_level=True),
-    Rule("runtime-class", S, "another runtime class; adds the policy's when absent",
+    Rule("shared-with-claims", S, SCHEDULING,
+         "resource claims in a pod that asks for a shared resource, under a policy with a `dra`"
+         " section: pinned to the device plugin's nodes, it would wait for DRA devices there"
+         " forever",
+         check_shared_with_claims, pod_level=True),
+    Rule("runtime-class", S, SCHEDULING,
+         "another `runtimeClassName`; **adds** the policy's when absent",
          check_runtime_class, patch_runtime_class, pod_level=True),
-    Rule("tolerations", S, "adds the tolerations for the GPU taints",
+    Rule("tolerations", S, SCHEDULING,
+         "**adds** the policy's tolerations (and, with `tolerateResourceTaint`, one for the"
+         " resource's own taint), each only where not already tolerated",
          None, patch_tolerations, pod_level=True),
-    Rule("profile", S, "an MPS profile the policy does not offer",
-         found=True, pod_level=True),
-    Rule("device-variables", E, "NVIDIA_VISIBLE_DEVICES (or another device variable) with a"
-         " value that does not only hide GPUs",
+    Rule("profile", S, ISOLATION,
+         f"a `{names.ANNOTATION_PROFILE}` the policy does not offer (\"unknown\" or \"not"
+         " allowed\")",
+         found=True, pod_level=True, claims=True),
+    Rule("device-variables", E, ISOLATION,
+         f"`{names.VISIBLE_DEVICES}` or another device variable"
+         f" ({_code(names.DEVICE_VARIABLES[1:])}) set to anything but exactly `{names.HIDE}` or"
+         " empty (`none` still gets the driver and the control device nodes), or from"
+         " `valueFrom` or `$(VAR)`",
          check_device_variables, switch="denyDeviceVariables", always=True),
-    Rule("env-from", G, "envFrom on a container that uses a GPU (a warning unless switched to"
-         " refuse)", check_env_from),
-    Rule("mps-directories", E, "CUDA_MPS_PIPE_DIRECTORY or CUDA_MPS_LOG_DIRECTORY set by the pod",
+    Rule("env-from", G, ISOLATION,
+         "`envFrom` on a container that uses a GPU: a warning and the audit annotation"
+         " `env-from` by default, refused with the switch on",
+         check_env_from, changed_by="denyEnvFromOnGpuContainers"),
+    Rule("mps-directories", E, ISOLATION,
+         f"{_code(names.MPS_DIRECTORIES, ' or ')} set by the pod (not on a container with an"
+         " exclusive GPU only)",
          check_mps_directories, switch="denyMpsDirectories", always=True),
-    Rule("privileged", E, "a privileged container",
+    Rule("privileged", E, ISOLATION,
+         "a privileged container (init, sidecar and ephemeral too)",
          check_privileged, switch="denyPrivileged", always=True),
-    Rule("capabilities", G, "added capabilities beyond Pod Security baseline's set",
+    Rule("capabilities", G, ISOLATION,
+         "added capabilities outside Pod Security baseline's set (`SYS_ADMIN`, `SYS_PTRACE`,"
+         " `SYS_MODULE`, `ALL`, ...; any case, with or without `CAP_`)",
          check_capabilities, switch="denyAddedCapabilities"),
-    Rule("host-namespaces", G, "hostPID or hostIPC",
+    Rule("host-namespaces", G, ISOLATION,
+         "`hostPID` or `hostIPC`",
          check_host_namespaces, switch="denyHostNamespaces", pod_level=True),
-    Rule("host-path", E, "a hostPath that reaches what hands out GPUs (device nodes, driver, MPS"
-         " pipes, kubelet plugins, CDI specs, runtimes, /sys, /proc) or holds it",
+    Rule("host-path", E, ISOLATION,
+         "a hostPath that is, is under or holds what hands out GPUs, as the node resolves it"
+         " (cleaned, `/var/run` as `/run`, all of `/proc`): device nodes, MPS pipes, the driver"
+         " and toolkit, the kubelet's state, CDI specs, container runtimes, `/sys`, the"
+         " policy's `deniedHostPaths`; a relative hostPath",
          check_host_path, switch="denyDeviceHostPaths", always=True),
-    Rule("device-list-mount", E, f"a volume mounted at or under {names.DEVICE_LIST_ROOT}",
+    Rule("device-list-mount", E, ISOLATION,
+         f"a volume mounted at or under `{names.DEVICE_LIST_ROOT}`, a relative mount path made"
+         " absolute as the kubelet does",
          check_device_list_mount, switch="denyDeviceListMounts", always=True),
-    Rule("host-access", E, "Pod Security baseline's host access (privileged, host namespaces,"
-         " hostPath, capabilities) where the namespace does not enforce it",
+    Rule("host-access", E, ISOLATION,
+         "privileged containers, `hostPID`/`hostIPC`/`hostNetwork`, hostPath volumes outside"
+         " `hostAccess.allowedHostPaths`, capabilities outside baseline's set — what a GPU"
+         " rule above already refuses is not refused twice",
          check_host_access, switch="denyHostAccess", always=True, pod_security=True),
-    Rule("cdi-annotations", E, "pod annotations that request CDI devices",
+    Rule("cdi-annotations", E, ISOLATION,
+         f"pod annotations {_CDI}; on a Pod or `pods/status` update and on a Binding (whose"
+         " annotations are copied onto the pod), those it adds or changes",
          check_cdi_annotations, switch="denyCdiAnnotations", pod_level=True, always=True),
-    Rule("resource-claims", E, "resource claims in a pod whose policy has no dra section, and"
-         " device classes asked for by extended resource name",
+    Rule("resource-claims", E, ISOLATION,
+         "`spec.resourceClaims` (dynamic resource allocation) where the policy has no `dra`"
+         f" section, and `{names.DRA_EXTENDED_RESOURCE_PREFIX}*` extended resources; there,"
+         " also the ResourceClaims and templates of GPU classes (a claim made now would serve"
+         " the namespace's pods, unreviewed, once it moves to a policy with a `dra` section)",
          check_resource_claims, found=True, switch="denyResourceClaims", pod_level=True,
-         always=True),
-    Rule("dra-class-not-allowed", C, "a claim's request of a GPU device class the policy does"
-         " not allow"),
-    Rule("dra-all-devices", C, "allocationMode All (or an unknown mode) on a GPU class"),
-    Rule("dra-admin-access", C, "adminAccess on a GPU class"),
-    Rule("dra-device-tolerations", C, "tolerations of device taints on a GPU class"),
-    Rule("dra-too-many-devices", C, "more devices in one request, or in one claim, than the"
-         " class allows"),
-    Rule("dra-capacity", C, "consumable capacity left out or above the class's ceiling"),
-    Rule("dra-config", C, "device configuration the GPU driver does not read, or of another"
-         " kind of device"),
-    Rule("dra-sharing", C, "a sharing strategy the class does not allow"),
-    Rule("dra-mps-limits", C, "MPS limits that do not parse or exceed the class's ceilings;"
-         " adds the profile's to a request with no configuration", required=True),
-    Rule("dra-whole-device", C, "a request that ends without a sharing configuration (the whole"
-         " device) where the class allows no whole device"),
-    Rule("node-selection", S, "a node selection no allowed class satisfies, or a pod not"
-         " pinned to the allowed classes at validation; pins the pod to them",
+         always=True, claims=True),
+    Rule("dra-class-not-allowed", C, ISOLATION,
+         "a claim's request of a GPU device class the policy does not allow"),
+    Rule("dra-all-devices", C, ISOLATION,
+         "`allocationMode: All` (or an unknown mode) on a GPU class"),
+    Rule("dra-admin-access", C, ISOLATION,
+         "`adminAccess` on a GPU class"),
+    Rule("dra-device-tolerations", C, ISOLATION,
+         "`tolerations` of device taints on a GPU class (devices an admin took out of use)"),
+    Rule("dra-too-many-devices", C, ISOLATION,
+         "more devices in one request, or in one claim, than the class allows"
+         " (`maxDevicesPerRequest`, `maxDevicesPerClaim`)"),
+    Rule("dra-capacity", C, ISOLATION,
+         "consumable capacity left out, not above zero, or above the class's ceiling"
+         " (`capacity`)"),
+    Rule("dra-config", C, SCHEDULING,
+         "device configuration the GPU driver does not read (judged kind by kind), or of"
+         " another kind of device"),
+    Rule("dra-sharing", C, ISOLATION,
+         "a sharing strategy the class does not allow (`sharing`)"),
+    Rule("dra-mps-limits", C, ISOLATION,
+         "MPS limits that do not parse or exceed the class's ceilings (`mps`); **adds** the"
+         " profile's to a request with no configuration, where the class says so"
+         " (`addMpsConfig`)",
+         required=True),
+    Rule("dra-whole-device", C, ISOLATION,
+         "a request that ends without a sharing configuration, so with the whole device, where"
+         " the class says `allowWholeDevice: false`"),
+    Rule("node-selection", S, SCHEDULING,
+         "a node selection no allowed class satisfies; at validation, a Pod whose required node"
+         " selection does not keep it on the classes left; **adds** the selection of the"
+         " classes left",
          patch=patch_node_selection, found=True, pod_level=True, required=True),
-    Rule("multi-replica", S, "more than one replica where the device plugin would fail it or"
-         " repeat a GPU", found=True, pod_level=True),
-    Rule("mps-limits", S, "CUDA_MPS_* values that do not parse or exceed the ceiling; adds the"
-         " profile's", patch=patch_mps_limits, found=True, pod_level=True, required=True),
-    Rule("driver-capabilities", G, "NVIDIA_DRIVER_CAPABILITIES beyond the policy's list on a"
-         " GPU container; adds the list where it sets none", check_driver_capabilities,
-         patch_driver_capabilities, required=True),
-    Rule("visible-devices", E, "adds NVIDIA_VISIBLE_DEVICES=void to containers that ask for no"
-         " GPU", None, patch_visible_devices, always=True, required=True),
+    Rule("multi-replica", S, SCHEDULING,
+         "k > 1 replicas where no class is left that takes them; **adds** the `.count` pin",
+         found=True, pod_level=True),
+    Rule("mps-limits", S, ISOLATION,
+         f"`{names.MPS_PREFIX}*` that do not parse or exceed every ceiling (or, with"
+         " `profilesAreCeilings`, the pod's profile), a profile above every ceiling; **adds**"
+         " the profile's values",
+         patch=patch_mps_limits, found=True, pod_level=True, required=True),
+    Rule("driver-capabilities", G, ISOLATION,
+         f"`{names.DRIVER_CAPABILITIES}` beyond `driverCapabilities` on a GPU container;"
+         " **adds** the list where it sets none",
+         check_driver_capabilities, patch_driver_capabilities, required=True),
+    Rule("visible-devices", E, ISOLATION,
+         f"**adds** `{names.VISIBLE_DEVICES}={names.HIDE}` to containers that ask for no GPU"
+         " (in GPU pods only, with the switch off)",
+         None, patch_visible_devices, changed_by="voidVisibleDevicesWithoutGpu", always=True,
+         required=True),
 )
 # fmt: on
 
 
 _BY_NAME = {rule.name: rule for rule in RULES}
+# The rows other modules name: a rule's name is written only here and in `names.RULES`.
+HOST_ACCESS: Final = _BY_NAME["host-access"]
+DRA_MPS_LIMITS: Final = _BY_NAME["dra-mps-limits"]
 
 
 def switched_on(rule: Rule, policy: Policy) -> bool:

@@ -42,24 +42,25 @@ class Constraints:
     """A pod's required node constraints, read defensively from its spec."""
 
     node_selector: Mapping[str, str]
-    # The raw required terms as sent (None: the pod has none), and each as a conjunction of
+    # The required terms (None: the pod has none), and each as a conjunction of
     # requirements (nodeSelector included); None for a term that can match no node.
-    raw_terms: Sequence[Any] | None
+    terms: Sequence[view.Term] | None
     conjunctions: tuple[tuple[Requirement, ...] | None, ...]
 
     @property
     def empty(self) -> bool:
-        return not self.node_selector and self.raw_terms is None
+        return not self.node_selector and self.terms is None
 
 
 NO_CONSTRAINTS: Constraints = Constraints({}, None, ((),))
 
 
 def read(pod: view.Pod) -> Constraints:
-    """A pod's constraints from its nodeSelector and required node selector terms (shapes
-    already checked by `view.read`: wrong types are skipped here)."""
-    node_selector = dict(pod.node_selector)
-    terms = None if pod.node_terms is None else pod.node_terms.value
+    """A pod's constraints from its nodeSelector and required node selector terms (what
+    the reader left of a term of another shape reads as matching no node)."""
+    spec = pod.spec
+    node_selector = dict((spec.nodeSelector if spec is not None else None) or ())
+    terms = view.required_terms(spec)
     if not node_selector and terms is None:
         return NO_CONSTRAINTS
     base = tuple((k, "In", (v,)) for k, v in node_selector.items())
@@ -72,26 +73,17 @@ def read(pod: view.Pod) -> Constraints:
     return Constraints(node_selector, terms, tuple(conjunctions))
 
 
-def _term_requirements(term: Any) -> tuple[Requirement, ...] | None:
-    if not isinstance(term, dict):
-        return None
-    exprs = term.get("matchExpressions")
-    fields = term.get("matchFields")
+def _term_requirements(term: view.Term) -> tuple[Requirement, ...] | None:
+    exprs = term.matchExpressions
     # An empty term matches no node (Kubernetes' rule); matchFields we cannot judge.
-    if not exprs and not fields:
+    if not exprs and not term.matchFields:
         return None
     reqs: list[Requirement] = []
-    for expr in exprs if isinstance(exprs, list) else ():
-        if not isinstance(expr, dict):
+    for expr in exprs or ():
+        key, op = expr.key, expr.operator
+        if key is None or op is None:
             continue
-        key = expr.get("key")
-        op = expr.get("operator")
-        values = expr.get("values") or ()
-        if not isinstance(key, str) or not isinstance(op, str):
-            continue
-        if not isinstance(values, list | tuple):
-            values = ()
-        reqs.append((key, op, tuple(str(v) for v in values)))
+        reqs.append((key, op, tuple(str(v) for v in expr.values or ())))
     return tuple(reqs)
 
 
@@ -270,11 +262,13 @@ def plan(
     path = f"{pod.place.pointer}/spec"
     if len(classes) == 1 and extra is None:
         return _pin_with_node_selector(pod, classes[0], path)
-    if constraints.raw_terms is None:
+    if constraints.terms is None:
         return _add_required_terms(pod, orjson.loads(_fresh_terms(classes, extra)), path)
     grouped = groups(classes)
     new_terms: list[Any] = []
-    for raw, conj in zip(constraints.raw_terms, constraints.conjunctions, strict=True):
+    # The terms as sent, which the patch copies.
+    raw_terms = _sent_terms(pod)
+    for raw, conj in zip(raw_terms, constraints.conjunctions, strict=True):
         if conj is None or _pins(conj, classes, extra):
             # A term that matches no node stays one; keeping it keeps the user's intent
             # visible. A term that pins already needs nothing.
@@ -298,10 +292,20 @@ def plan(
     ]
 
 
+def _sent_terms(pod: view.Pod) -> list[Any]:
+    """The pod's required node selector terms as it was sent (a term of another shape
+    too, as it is)."""
+    node = pod.found.generic()
+    for step in ("spec", _AFFINITY, _NODE_AFFINITY, _REQUIRED, _TERMS):
+        node = node.get(step) if isinstance(node, dict) else None
+    return node if isinstance(node, list) else []
+
+
 def _pin_with_node_selector(pod: view.Pod, cls: NodeClass, path: str) -> list[dict[str, Any]]:
-    if not pod.has_node_selector:
+    selector = pod.spec.nodeSelector if pod.spec is not None else None
+    if selector is None:
         return [{"op": "add", "path": f"{path}/nodeSelector", "value": dict(cls.selector)}]
-    current = dict(pod.node_selector)
+    current = dict(selector)
     return [
         {"op": "add", "path": f"{path}/nodeSelector/{view.escape(k)}", "value": v}
         for k, v in cls.selector
@@ -313,7 +317,8 @@ def _add_required_terms(
     pod: view.Pod, terms: list[dict[str, Any]], path: str
 ) -> list[dict[str, Any]]:
     required = {_TERMS: terms}
-    if pod.affinity_depth == 0:
+    depth = view.affinity_depth(pod.spec)
+    if depth == 0:
         return [
             {
                 "op": "add",
@@ -321,7 +326,7 @@ def _add_required_terms(
                 "value": {_NODE_AFFINITY: {_REQUIRED: required}},
             }
         ]
-    if pod.affinity_depth == 1:
+    if depth == 1:
         return [
             {
                 "op": "add",

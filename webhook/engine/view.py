@@ -1,40 +1,243 @@
-"""Reading a pod once: the fields the rules look at, with their places, shapes checked.
+"""The view: the fields the rules read, decoded once into typed, closed structs.
 
-`templates(obj, kinds)` finds the pod specs an object carries (a Pod's own, a workload's pod
-templates); `read(template, ...)` turns one into a `Pod` view. The view is closed: immutable
-named tuples all the way down, holding every field a rule reads and nothing of the object
-itself; a part read as it was sent (a container's limits and requests, the tolerations, the
-node selector terms, an annotation that is not a string) is a `Json` value, which keeps its
-JSON types and cannot be changed through the view. The
-rules read the view, never the object, so what a review depends on is written down here, in
-one place. Two pods with equal views get one decision, and a view equals another only when
-every field does (named tuples compare and hash field by field, `Json` by its text): the
-view itself is the key for anything that would keep decisions, and a field added for a new
-rule enters that key by construction (tests/engine/test_pod_view.py). Nothing keeps decisions
-today: bench/README.md measured the cache of decisions that keyed on a hand-written list of
-fields, and it never paid.
+A review decodes the object it is sent straight into these `msgspec` structs (`decode`, from
+the request's bytes; `convert`, from what a command read out of a file): each holds exactly
+the fields a rule reads, and whatever else the object holds is skipped without being built.
+The rules read the structs, never the object, so what a review depends on is written down
+here, in one place. A field a rule reads is typed as Kubernetes types it; every field is
+optional, as the API server's defaults may leave it out.
 
 A field of the wrong JSON type (a list where an object belongs, a number where a string
-belongs) is not an exception: it is a shape `Problem` with the field's path
-(`spec.containers[0].env: must be a list, not a number`), collected in `Pod.problems`, and
-the field counts as absent. The API server never sends such an object (it decodes the body
-into a typed Pod first); whoever else reaches the port gets a refusal that says what is wrong.
+belongs) stops the typed decode, which names the first only. The object is then read again,
+from its generic form, by `_Reader`: every such field is a shape `Problem` with its path
+(`spec.containers[0].env: must be a list, not a number`) and counts as absent, and the same
+structs are built of the rest, so the rules run as they do on any object. The API server
+never sends such an object (it decodes the body into a typed Pod first); whoever else
+reaches the port gets a refusal that says what is wrong. The typed decode is at least as
+strict as the reader: what it takes, the reader finds nothing wrong with.
+
+`templates(obj, kinds)` finds the pod specs an object carries (a Pod's own, a workload's pod
+templates), each a `Template`: its place in the object, its metadata and spec.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
-import orjson
+import msgspec
+from msgspec import Struct
 
 from webhook.engine.decision import OBJECT, Place
 from webhook.policy import names
 from webhook.policy.kinds import BUILTIN, EACH_ITEM, EACH_VALUE, Kind, Kinds, TemplatePath
 
 CONTAINER_GROUPS = ("initContainers", "containers", "ephemeralContainers")
+
+# --------------------------------------------------------------------------- the structs
+#
+# Field names are the object's own (camelCase), so that a struct reads as the YAML does.
+# `gc=False`: none of them can hold a cycle. Lists and maps of plain JSON values (a
+# container's limits, the tolerations) stay as decoded.
+
+
+class EnvVar(Struct, gc=False):
+    name: str | None = None
+    value: str | None = None
+    valueFrom: dict[str, Any] | None = None
+
+
+class VolumeMount(Struct, gc=False):
+    name: str | None = None
+    mountPath: str | None = None
+    readOnly: bool | None = None
+
+
+class Capabilities(Struct, gc=False):
+    add: list[Any] | None = None
+
+
+class SecurityContext(Struct, gc=False):
+    privileged: bool | None = None
+    capabilities: Capabilities | None = None
+
+
+class Resources(Struct, gc=False):
+    limits: dict[str, Any] | None = None
+    requests: dict[str, Any] | None = None
+    claims: list[Any] | None = None
+
+
+class Container(Struct, gc=False):
+    name: str | None = None
+    resources: Resources | None = None
+    env: list[EnvVar] | None = None
+    envFrom: list[Any] | None = None
+    securityContext: SecurityContext | None = None
+    volumeMounts: list[VolumeMount] | None = None
+    restartPolicy: str | None = None
+
+
+class HostPath(Struct, gc=False):
+    path: str
+
+
+class Volume(Struct, gc=False):
+    name: str | None = None
+    hostPath: HostPath | None = None
+
+
+class Requirement(Struct, gc=False, omit_defaults=True):
+    key: str | None = None
+    operator: str | None = None
+    values: list[str] | None = None
+
+
+class Term(Struct, gc=False, omit_defaults=True):
+    matchExpressions: list[Requirement] | None = None
+    matchFields: list[Requirement] | None = None
+
+
+class Required(Struct, gc=False):
+    nodeSelectorTerms: list[Term] | None = None
+
+
+class NodeAffinity(Struct, gc=False):
+    requiredDuringSchedulingIgnoredDuringExecution: Required | None = None
+
+
+class Affinity(Struct, gc=False):
+    nodeAffinity: NodeAffinity | None = None
+
+
+class PodSpec(Struct, gc=False):
+    initContainers: list[Container] | None = None
+    containers: list[Container] | None = None
+    ephemeralContainers: list[Container] | None = None
+    volumes: list[Volume] | None = None
+    resourceClaims: list[Any] | None = None
+    tolerations: list[dict[str, Any]] | None = None
+    hostPID: bool | None = None
+    hostIPC: bool | None = None
+    hostNetwork: bool | None = None
+    runtimeClassName: str | None = None
+    nodeSelector: dict[str, str] | None = None
+    affinity: Affinity | None = None
+
+
+class Meta(Struct, gc=False):
+    # Values that are not strings are problems the reader finds (the typed decode refuses
+    # them); the reader keeps them, as sent, so that the rules still see the keys.
+    annotations: dict[str, str] | None = None
+    labels: Any = None
+    # What names the object in logs (any type: shown as text).
+    name: Any = None
+    generateName: Any = None
+    namespace: Any = None
+
+
+class Template(Struct, gc=False):
+    """A pod spec and its metadata: a Pod's own, or a workload's pod template."""
+
+    metadata: Meta | None = None
+    spec: PodSpec | None = None
+
+
+class _PodObject(Struct, gc=False):
+    apiVersion: Any = None
+    kind: Any = None
+    metadata: Meta | None = None
+    spec: PodSpec | None = None
+
+
+class _WorkloadSpec(Struct, gc=False):
+    template: Template | None = None
+
+
+class _Workload(Struct, gc=False):
+    apiVersion: Any = None
+    kind: Any = None
+    spec: _WorkloadSpec | None = None
+
+
+class _JobSpec(Struct, gc=False):
+    spec: _WorkloadSpec | None = None
+
+
+class _CronJobSpec(Struct, gc=False):
+    jobTemplate: _JobSpec | None = None
+
+
+class _CronJob(Struct, gc=False):
+    apiVersion: Any = None
+    kind: Any = None
+    spec: _CronJobSpec | None = None
+
+
+class _Head(Struct, gc=False):
+    """What is read of any object first: what it is."""
+
+    apiVersion: Any = None
+    kind: Any = None
+
+
+class _Names(Struct, gc=False):
+    name: Any = None
+    generateName: Any = None
+    namespace: Any = None
+
+
+class _Named(Struct, gc=False):
+    metadata: _Names | None = None
+
+
+_T = TypeVar("_T")
+
+
+def _decoder(kind: type[_T]) -> Callable[[bytes], _T]:
+    return msgspec.json.Decoder(kind).decode
+
+
+_DECODE_POD = _decoder(_PodObject)
+_DECODE_WORKLOAD = _decoder(_Workload)
+_DECODE_CRONJOB = _decoder(_CronJob)
+_DECODE_HEAD = _decoder(_Head)
+_DECODE_NAMED = _decoder(_Named)
+_DECODE_ANY = msgspec.json.Decoder().decode
+
+# --------------------------------------------------------------------------- templates
+
+
+class Problem(NamedTuple):
+    """A field whose JSON type no Kubernetes object has."""
+
+    field: str  # its path, relative to the pod spec it is in (or to the object)
+    expected: str  # "a list"
+    found: str  # "a number"
+
+
+class Found(NamedTuple):
+    """A pod spec inside a reviewed object: where it stands, its metadata and spec as the
+    rules read them, and the shape problems found in them (their paths relative to it)."""
+
+    place: Place
+    template: Template
+    problems: tuple[Problem, ...]
+    # The pod spec as sent, in generic form: here when it was read from it, else made from
+    # the object's when asked for (`generic`).
+    node: Any
+    source: Source | None = None
+
+    def generic(self) -> Any:
+        """The pod spec as sent, as dicts and lists (what a patch copies of it)."""
+        if self.node is not None or self.source is None:
+            return self.node
+        node = self.source.generic
+        for step in self.place.pointer.split("/")[1:]:
+            node = node.get(step) if isinstance(node, dict) else None
+        return node
 
 
 def type_name(value: object) -> str:
@@ -62,55 +265,158 @@ def group_of(api_version: object) -> str:
     return group
 
 
-class Problem(NamedTuple):
-    """A field whose JSON type no Kubernetes object has."""
+class Source:
+    """An object under review as it came: the bytes of JSON the API server sent (the
+    server), or the value a command read from a file. Its generic form is made once, and
+    only when asked for."""
 
-    field: str  # its path, relative to the pod spec it is in (or to the object)
-    expected: str  # "a list"
-    found: str  # "a number"
+    __slots__ = ("_generic", "_made", "raw")
+
+    def __init__(self, raw: bytes | Any) -> None:
+        self.raw = raw
+        self._made = not isinstance(raw, bytes)
+        self._generic: Any = None if not self._made else raw
+
+    @property
+    def generic(self) -> Any:
+        """The object as dicts and lists (JSON values)."""
+        if not self._made:
+            self._generic = _DECODE_ANY(self.raw)
+            self._made = True
+        return self._generic
 
 
-class Template(NamedTuple):
-    """A pod spec inside a reviewed object: the node, and where it stands."""
-
-    node: Mapping[str, Any]
-    place: Place
+# What the engine takes as an object: as it came (bytes of JSON, or a value read from a
+# file), or already a Source.
+Object = Source | bytes | Mapping[str, Any]
 
 
-def templates(
-    obj: Mapping[str, Any], kinds: Kinds = BUILTIN
-) -> tuple[list[Template], list[Problem]]:
-    """The pod specs `obj` carries, and shape problems on the way to them (their fields are
-    paths in the object).
+def as_source(obj: Object) -> Source:
+    return obj if isinstance(obj, Source) else Source(obj)
 
-    None for kinds without templates, and none for mirror pods (the kubelet's copies of
-    static pods, which the API server lets nobody change; the webhook configurations keep
-    them out too).
-    """
-    kind = obj.get("kind")
-    if kind == "Pod" and group_of(obj.get("apiVersion")) == "":
-        meta = obj.get("metadata")
-        annotations = meta.get("annotations") if isinstance(meta, dict) else None
-        if isinstance(annotations, dict) and names.MIRROR_ANNOTATION in annotations:
-            return [], []
-        return [Template(obj, OBJECT)], []
-    if not isinstance(kind, str):
-        return [], []
-    found = kinds.get((group_of(obj.get("apiVersion")), kind))
+
+def meta_of(source: Source) -> _Names:
+    """What names the object (its metadata's name, generateName and namespace, as sent)."""
+    if isinstance(source.raw, bytes):
+        try:
+            meta = _DECODE_NAMED(source.raw).metadata
+        except (msgspec.DecodeError, RecursionError):
+            meta = None
+        return meta if meta is not None else _Names()
+    obj = source.raw
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return _Names()
+    return _Names(meta.get("name"), meta.get("generateName"), meta.get("namespace"))
+
+
+def head(source: Source) -> tuple[str, str]:
+    """The object's (group, kind), as its own apiVersion and kind say; ("", "") when it
+    says none."""
+    if isinstance(source.raw, bytes):
+        try:
+            found = _DECODE_HEAD(source.raw)
+            api, kind = found.apiVersion, found.kind
+        except (msgspec.DecodeError, RecursionError):
+            return "", ""
+    else:
+        obj = source.raw
+        if not isinstance(obj, Mapping):
+            return "", ""
+        api, kind = obj.get("apiVersion"), obj.get("kind")
+    return group_of(api), kind if isinstance(kind, str) else ""
+
+
+def templates(obj: Object, kinds: Kinds = BUILTIN) -> tuple[list[Found], list[Problem]]:
+    """The pod specs the object carries, and shape problems on the way to them (their
+    fields are paths in the object). None for kinds without templates, and none for mirror
+    pods (the kubelet's copies of static pods, which the API server lets nobody change; the
+    webhook configurations keep them out too)."""
+    source = as_source(obj)
+    group, kind = head(source)
+    if kind == "Pod" and group == "":
+        return _pod(source)
+    found = kinds.get((group, kind))
     if found is None:
         return [], []
-    walk = _Found(found)
+    if found.builtin and isinstance(source.raw, bytes):
+        typed = _typed_workload(source, found)
+        if typed is not None:
+            return typed, []
+    walk = _Walk(found)
     for path in found.paths:
-        walk.walk(obj, path)
-    return walk.templates, walk.problems
+        walk.walk(source.generic, path)
+    return walk.found, walk.problems
+
+
+def _pod(source: Source) -> tuple[list[Found], list[Problem]]:
+    if isinstance(source.raw, bytes):
+        try:
+            pod = _DECODE_POD(source.raw)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            pass
+        else:
+            if _mirror(pod.metadata):
+                return [], []
+            template = Template(pod.metadata, pod.spec)
+            if not _unnamed(template):
+                return [Found(OBJECT, template, (), None, source)], []
+    obj = source.generic
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
+    annotations = meta.get("annotations") if isinstance(meta, dict) else None
+    if isinstance(annotations, dict) and names.MIRROR_ANNOTATION in annotations:
+        return [], []
+    return [read(obj, OBJECT)], []
+
+
+def _unnamed(template: Template) -> bool:
+    """Whether a container has an empty name: a shape problem only the reader reports."""
+    spec = template.spec
+    if spec is None:
+        return False
+    return any(
+        c.name == ""
+        for items in (spec.initContainers, spec.containers, spec.ephemeralContainers)
+        if items
+        for c in items
+    )
+
+
+def _mirror(meta: Meta | None) -> bool:
+    return meta is not None and bool(meta.annotations) and (
+        names.MIRROR_ANNOTATION in (meta.annotations or {})
+    )
+
+
+def _typed_workload(source: Source, kind: Kind) -> list[Found] | None:
+    """The template of a built-in workload, decoded typed; None when that fails (the walk
+    and the reader say why)."""
+    raw = source.raw
+    try:
+        if kind.paths == (("spec", "template"),):
+            spec = _DECODE_WORKLOAD(raw).spec
+        elif kind.paths == (("spec", "jobTemplate", "spec", "template"),):
+            job = _DECODE_CRONJOB(raw).spec
+            spec = job.jobTemplate.spec if job is not None and job.jobTemplate else None
+        else:
+            return None
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+        return None
+    if spec is None or spec.template is None:
+        return []
+    if _unnamed(spec.template):
+        return None
+    path = kind.paths[0]
+    place = Place("/" + "/".join(path), ".".join(path), "")
+    return [Found(place, spec.template, (), None, source)]
 
 
 @dataclass(slots=True)
-class _Found:
-    """What a walk along a kind's template paths finds."""
+class _Walk:
+    """What a walk along a kind's template paths, over the generic object, finds."""
 
     kind: Kind
-    templates: list[Template] = dataclasses.field(default_factory=list)
+    found: list[Found] = dataclasses.field(default_factory=list)
     problems: list[Problem] = dataclasses.field(default_factory=list)
 
     def walk(self, node: Any, path: TemplatePath, pointer: str = "", where: str = "") -> None:
@@ -121,7 +427,7 @@ class _Found:
                 self.problems.append(Problem(where, "an object", type_name(node)))
                 return
             label = "" if self.kind.builtin else f"{self.kind.kind} {where}"
-            self.templates.append(Template(node, Place(pointer, where, label)))
+            self.found.append(read(node, Place(pointer, where, label)))
             return
         if node is None:
             return
@@ -151,182 +457,37 @@ def escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-# --------------------------------------------------------------------------- the view
+# --------------------------------------------------------------------------- reading
 
 
-class Json:
-    """A part of the object the view holds as it was sent: a container's limits and requests,
-    the tolerations, the node selector terms (which a patch copies whole), an annotation that
-    is not a string. Compared and hashed by its serialised text, made only when asked for
-    (a review never asks), so that the view tells apart what Python's equality does not and
-    the rules do: `true` is not `1`, `1.0` is not `1`, and objects whose keys come in another
-    order (which a patch would copy in that order) are not equal. `value` is for reading only
-    (`raw`); it is as true as the value is."""
+def read(node: Mapping[str, Any], place: Place) -> Found:
+    """A pod spec's generic form as the structs the rules read, and its shape problems.
 
-    __slots__ = ("_text", "_value")
-
-    def __init__(self, value: Any) -> None:
-        self._value = value
-        self._text: bytes | None = None
-
-    @property
-    def value(self) -> Any:
-        return self._value
-
-    def __bool__(self) -> bool:
-        return bool(self._value)
-
-    def text(self) -> bytes:
-        if self._text is None:
-            try:
-                self._text = orjson.dumps(self._value)
-            except TypeError:  # not JSON (a YAML file's huge integer): its repr, which
-                self._text = repr(self._value).encode()  # no JSON text equals
-        return self._text
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Json) and self.text() == other.text()
-
-    def __hash__(self) -> int:
-        return hash(self.text())
-
-    def __repr__(self) -> str:
-        return f"Json({self._value!r})"
+    What no Kubernetes object has (a field of another type) is a problem and counts as
+    absent; a list item that is not an object is left out of what the rules see but keeps
+    the others' places. Fields take the structs' defaults where the object leaves them out."""
+    if isinstance(node, dict):
+        try:
+            template = msgspec.convert(node, Template)
+        except msgspec.ValidationError:
+            pass
+        else:
+            if not _unnamed(template):
+                return Found(place, template, (), node)
+    r = _Reader()
+    template = r.template(node)
+    return Found(place, template, tuple(r.problems), node)
 
 
-# A container's limits or requests when it has none.
-EMPTY: Final = Json({})
-
-
-# Named tuples, not frozen dataclasses: a review makes a few of them per container, and a
-# frozen dataclass takes several times as long to build.
-class EnvVar(NamedTuple):
-    """One entry of a container's `env`."""
-
-    position: int  # in the container's env list
-    name: str
-    # The literal value ("" when left out); None when the value comes from `valueFrom`.
-    value: str | None
-
-
-class Mount(NamedTuple):
-    position: int
-    volume: str
-    path: str
-    read_only: bool
-
-
-class Container(NamedTuple):
-    """One container of the pod, as the rules see it."""
-
-    group: str  # "initContainers", "containers" or "ephemeralContainers"
-    position: int  # in its group's list
-    name: str
-    # Resource names and quantities as sent (validated by the rules that use them): a Json
-    # of the object (`EMPTY` when there is none), read with `.value`.
-    limits: Json
-    requests: Json
-    env: tuple[EnvVar, ...]
-    # Whether `env` is a list in the object (a patch appends to it, else adds it).
-    has_env_list: bool
-    env_from: bool
-    privileged: bool
-    capabilities: tuple[str, ...]
-    mounts: tuple[Mount, ...]
-    # Whether the rules judge this container: false for ephemeral containers that were
-    # there before an update (they were judged when added, and cannot be changed).
-    judged: bool
-    # Whether it uses a resource claim of the pod (`resources.claims`): the devices of
-    # dynamic resource allocation, GPUs among them.
-    claims: bool = False
-    # An init container that keeps running beside the others (`restartPolicy: Always`): its
-    # devices are held with theirs, not given back before they start.
-    sidecar: bool = False
-
-    @property
-    def field(self) -> str:
-        """Its field path in the pod spec: "spec.containers[0]"."""
-        return f"spec.{self.group}[{self.position}]"
-
-
-class Volume(NamedTuple):
-    position: int
-    name: str
-    host_path: str | None  # the hostPath's path, for hostPath volumes
-
-
-class Pod(NamedTuple):
-    """One pod (or pod template) under review, read once: every field a rule reads."""
-
-    place: Place
-    # Whether the pod has a metadata object, and an annotations object in it (a patch adds
-    # them, else adds to them).
-    has_metadata: bool
-    has_annotations: bool
-    annotations: tuple[tuple[str, Any], ...]
-    containers: tuple[Container, ...]
-    volumes: tuple[Volume, ...]
-    host_pid: bool
-    host_ipc: bool
-    host_network: bool
-    runtime_class: str | None
-    # The names of the pod's resource claims (`spec.resourceClaims`), in order.
-    resource_claims: tuple[str, ...]
-    # The nodeSelector's entries, and whether it is an object in the pod (a patch adds to it,
-    # else adds it).
-    node_selector: tuple[tuple[str, str], ...]
-    has_node_selector: bool
-    # How deep the pod's `affinity.nodeAffinity.requiredDuringScheduling...` goes, as objects:
-    # 0 no affinity, 1 affinity, 2 nodeAffinity, 3 the required selector (where a patch adds).
-    affinity_depth: int
-    # The required node selector terms as sent (None: none), shape-checked.
-    node_terms: Json | None
-    # The tolerations (objects) as sent, as a Json list; None when the pod has no list.
-    tolerations: Json | None
-    problems: tuple[Problem, ...]
-    # An ephemeral-containers update: only new ephemeral containers are judged, and the
-    # rules of the pod as a whole (placement, volumes, host namespaces) are not run again.
-    ephemeral_update: bool
-
-
-# Functions, not methods, for what the rules ask of the view on every review: the core is
-# compiled (hatch_build.py), and a compiled function is called natively where a method of a
-# named tuple is called through the interpreter.
-
-
-def _typed(value: Any) -> Any:
-    """A JSON value as the view holds it: a string or None as it is, anything else as Json."""
-    return value if value is None or type(value) is str else Json(value)
-
-
-def raw(value: Any) -> Any:
-    """A value of the view as it was in the object (see `Json`)."""
-    return value.value if isinstance(value, Json) else value
-
-
-def variable(c: Container, name: str) -> EnvVar | None:
-    """The definition of `name` that wins in `c` (the last one, as the kubelet reads env)."""
-    for var in reversed(c.env):
-        if var.name == name:
-            return var
-    return None
-
-
-def annotation(pod: Pod, name: str) -> Any:
-    """The value of annotation `name` as it was in the object (None when absent)."""
-    for key, value in pod.annotations:
-        if key == name:
-            return raw(value)
-    return None
-
-
-def container_pointer(pod: Pod, c: Container) -> str:
-    """The JSON Pointer of `c` in the reviewed object ("/spec/containers/0")."""
-    return f"{pod.place.pointer}/spec/{c.group}/{c.position}"
+def read_generic(node: Any) -> tuple[Template, list[Problem]]:
+    """What the reader makes of a pod spec's generic form: the structs, and every problem."""
+    r = _Reader()
+    return r.template(node), r.problems
 
 
 class _Reader:
-    """Reads fields, recording each shape problem with its path."""
+    """Reads a generic pod spec into the structs, recording each shape problem with its
+    path. A field of the wrong type counts as absent (a list item: as an empty one)."""
 
     __slots__ = ("problems",)
 
@@ -336,7 +497,7 @@ class _Reader:
     def wrong(self, where: str, expected: str, value: object) -> None:
         self.problems.append(Problem(where, expected, type_name(value)))
 
-    def obj(self, parent: Mapping[str, Any], key: str, where: str) -> Mapping[str, Any] | None:
+    def obj(self, parent: Mapping[str, Any], key: str, where: str) -> dict[str, Any] | None:
         value = parent.get(key)
         if value is None or isinstance(value, dict):
             return value
@@ -357,285 +518,462 @@ class _Reader:
         self.wrong(f"{where}.{key}", "a string", value)
         return None
 
-    def flag(self, parent: Mapping[str, Any], key: str, where: str) -> bool:
+    def flag(self, parent: Mapping[str, Any], key: str, where: str) -> bool | None:
         value = parent.get(key)
         if value is None or isinstance(value, bool):
-            return bool(value)
+            return value
         self.wrong(f"{where}.{key}", "a boolean", value)
-        return False
+        return None
 
-    def strings(self, parent: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
-        """A map of strings (labels, annotations, a nodeSelector)."""
+    def template(self, node: Any) -> Template:
+        if not isinstance(node, Mapping):
+            return Template()
+        raw_meta = node.get("metadata")
+        meta: Meta | None = None
+        if raw_meta is not None and not isinstance(raw_meta, dict):
+            self.wrong("metadata", "an object", raw_meta)
+        elif isinstance(raw_meta, dict):
+            meta = Meta(
+                self.annotations(raw_meta),
+                raw_meta.get("labels"),
+                raw_meta.get("name"),
+                raw_meta.get("generateName"),
+                raw_meta.get("namespace"),
+            )
+        raw_spec = node.get("spec")
+        spec: PodSpec | None = None
+        if raw_spec is not None and not isinstance(raw_spec, dict):
+            self.wrong("spec", "an object", raw_spec)
+        elif isinstance(raw_spec, dict):
+            spec = self.spec(raw_spec)
+        return Template(meta, spec)
+
+    def annotations(self, meta: Mapping[str, Any]) -> dict[str, Any] | None:
+        value = meta.get("annotations")
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            self.wrong("metadata.annotations", "an object", value)
+            return None
+        for k, v in value.items():
+            if not isinstance(v, str):
+                self.wrong(f"metadata.annotations.{k}", "a string", v)
+        return value
+
+    def spec(self, spec: Mapping[str, Any]) -> PodSpec:
+        groups: dict[str, list[Container] | None] = {}
+        for group in CONTAINER_GROUPS:
+            items = self.items(spec, group, "spec")
+            if items is None:
+                groups[group] = None
+                continue
+            containers = []
+            for i, raw in enumerate(items):
+                if not isinstance(raw, dict):
+                    self.wrong(f"spec.{group}[{i}]", "an object", raw)
+                    containers.append(Container(name=_LEFT_OUT))
+                    continue
+                containers.append(self.container(raw, f"spec.{group}[{i}]"))
+            groups[group] = containers
+        volumes: list[Volume] | None = None
+        raw_volumes = self.items(spec, "volumes", "spec")
+        if raw_volumes is not None:
+            volumes = []
+            for i, raw in enumerate(raw_volumes):
+                if not isinstance(raw, dict):
+                    self.wrong(f"spec.volumes[{i}]", "an object", raw)
+                    volumes.append(Volume(name=_LEFT_OUT))
+                    continue
+                volumes.append(self.volume(raw, f"spec.volumes[{i}]"))
+        claims = self.items(spec, "resourceClaims", "spec")
+        tolerations: list[dict[str, Any]] | None = None
+        raw_tolerations = self.items(spec, "tolerations", "spec")
+        if raw_tolerations is not None:
+            for i, t in enumerate(raw_tolerations):
+                if not isinstance(t, dict):
+                    self.wrong(f"spec.tolerations[{i}]", "an object", t)
+            tolerations = [t for t in raw_tolerations if isinstance(t, dict)]
+        host_pid = self.flag(spec, "hostPID", "spec")
+        host_ipc = self.flag(spec, "hostIPC", "spec")
+        host_network = self.flag(spec, "hostNetwork", "spec")
+        runtime_class = self.text(spec, "runtimeClassName", "spec")
+        node_selector = self.strings(spec, "nodeSelector", "spec")
+        affinity = self.affinity(spec)
+        return PodSpec(
+            groups["initContainers"],
+            groups["containers"],
+            groups["ephemeralContainers"],
+            volumes,
+            claims,
+            tolerations,
+            host_pid,
+            host_ipc,
+            host_network,
+            runtime_class,
+            node_selector,
+            affinity,
+        )
+
+    def strings(self, parent: Mapping[str, Any], key: str, where: str) -> dict[str, str] | None:
+        """A map of strings (a nodeSelector): its entries that are strings."""
         value = self.obj(parent, key, where)
-        if not value:
-            return {}
+        if value is None:
+            return None
         for k, v in value.items():
             if not isinstance(v, str):
                 self.wrong(f"{where}.{key}.{k}", "a string", v)
                 return {k: v for k, v in value.items() if isinstance(v, str)}
-        return value  # type: ignore[return-value]
+        return dict(value)
 
+    def container(self, raw: Mapping[str, Any], where: str) -> Container:
+        get = raw.get
+        name = get("name")
+        if name == "":
+            # (The API server requires a name; an empty one names no container.)
+            self.problems.append(Problem(f"{where}.name", "a name", "an empty string"))
+        elif name is not None and not isinstance(name, str):
+            self.wrong(f"{where}.name", "a string", name)
+            name = None
+        resources = None
+        raw_resources = get("resources")
+        # (A value that is empty or false is no resources, whatever its type.)
+        if raw_resources and not isinstance(raw_resources, dict):
+            self.wrong(f"{where}.resources", "an object", raw_resources)
+        elif isinstance(raw_resources, dict):
+            resources = Resources(
+                self.obj(raw_resources, "limits", f"{where}.resources"),
+                self.obj(raw_resources, "requests", f"{where}.resources"),
+                self.items(raw_resources, "claims", f"{where}.resources"),
+            )
+        env: list[EnvVar] | None = None
+        raw_env = self.items(raw, "env", where)
+        if raw_env is not None:
+            env = []
+            for i, var in enumerate(raw_env):
+                if not isinstance(var, dict):
+                    self.wrong(f"{where}.env[{i}]", "an object", var)
+                    env.append(EnvVar())
+                    continue
+                env.append(self.variable(var, f"{where}.env[{i}]"))
+        env_from = self.items(raw, "envFrom", where)
+        security = None
+        sc = get("securityContext")
+        if sc and not isinstance(sc, dict):
+            self.wrong(f"{where}.securityContext", "an object", sc)
+        elif isinstance(sc, dict):
+            at = f"{where}.securityContext"
+            caps = self.obj(sc, "capabilities", at)
+            # (Only a capabilities object that holds something is read further.)
+            added = self.items(caps, "add", f"{at}.capabilities") if caps else None
+            security = SecurityContext(
+                self.flag(sc, "privileged", at), Capabilities(added) if caps is not None else None
+            )
+        mounts: list[VolumeMount] | None = None
+        raw_mounts = self.items(raw, "volumeMounts", where)
+        if raw_mounts is not None:
+            mounts = []
+            for i, m in enumerate(raw_mounts):
+                if not isinstance(m, dict):
+                    self.wrong(f"{where}.volumeMounts[{i}]", "an object", m)
+                    mounts.append(VolumeMount(name=_LEFT_OUT))
+                    continue
+                at = f"{where}.volumeMounts[{i}]"
+                mounts.append(
+                    VolumeMount(
+                        self.text(m, "name", at),
+                        self.text(m, "mountPath", at),
+                        self.flag(m, "readOnly", at),
+                    )
+                )
+        restart = self.text(raw, "restartPolicy", where)
+        return Container(name, resources, env, env_from, security, mounts, restart)
 
-def read(template: Template, *, old: Mapping[str, Any] | None = None) -> Pod:
-    """The view of one pod spec. With `old` (the pod before an ephemeral-containers update),
-    only ephemeral containers that `old` does not have are judged."""
-    r = _Reader()
-    node = template.node
-    raw_meta = node.get("metadata")
-    meta = raw_meta if isinstance(raw_meta, dict) else None
-    if raw_meta is not None and meta is None:
-        r.wrong("metadata", "an object", raw_meta)
-    annotations = _annotations(r, meta) if meta is not None else ()
-    has_annotations = meta is not None and isinstance(meta.get("annotations"), dict)
-    raw_spec = node.get("spec")
-    spec: Mapping[str, Any]
-    if isinstance(raw_spec, dict):
-        spec = raw_spec
-    else:
-        if raw_spec is not None:
-            r.wrong("spec", "an object", raw_spec)
-        spec = {}
-    old_ephemeral: set[str] | None = None
-    if old is not None:
-        old_spec = old.get("spec")
-        old_items = old_spec.get("ephemeralContainers") if isinstance(old_spec, dict) else None
-        old_ephemeral = (
-            {c["name"] for c in old_items if isinstance(c, dict) and isinstance(c.get("name"), str)}
-            if isinstance(old_items, list)
-            else set()
-        )
-    containers: list[Container] = []
-    for group in CONTAINER_GROUPS:
-        items = r.items(spec, group, "spec")
-        if not items:
-            continue
-        for i, raw in enumerate(items):
-            if not isinstance(raw, dict):
-                r.wrong(f"spec.{group}[{i}]", "an object", raw)
-                continue
-            c = _container(r, raw, group=group, index=i)
-            if old_ephemeral is not None:
-                new = group == "ephemeralContainers" and c.name not in old_ephemeral
-                c = c._replace(judged=new)
-            containers.append(c)
-    volumes: list[Volume] = []
-    for i, raw in enumerate(r.items(spec, "volumes", "spec") or ()):
-        if not isinstance(raw, dict):
-            r.wrong(f"spec.volumes[{i}]", "an object", raw)
-            continue
-        name = raw.get("name")
-        host = raw.get("hostPath")
-        if not isinstance(name, str) or (host is not None and not isinstance(host, dict)):
-            where = f"spec.volumes[{i}]"
-            name = r.text(raw, "name", where) or f"volumes[{i}]"
-            host = r.obj(raw, "hostPath", where)
+    def variable(self, var: Mapping[str, Any], where: str) -> EnvVar:
+        name = var.get("name")
+        if name is not None and not isinstance(name, str):
+            self.wrong(f"{where}.name", "a string", name)
+            name = None
+        value = self.text(var, "value", where)
+        value_from = var.get("valueFrom")
+        if value_from is not None and not isinstance(value_from, dict):
+            self.wrong(f"{where}.valueFrom", "an object", value_from)
+            # Present, of an unknown shape: what it holds cannot be read at admission.
+            value_from = {}
+        return EnvVar(name, value, value_from)
+
+    def volume(self, raw: Mapping[str, Any], where: str) -> Volume:
+        name = self.text(raw, "name", where)
+        host = self.obj(raw, "hostPath", where)
         path = None
         if host is not None:
             path = host.get("path")
             if not isinstance(path, str):
-                r.wrong(f"spec.volumes[{i}].hostPath.path", "a string", path)
+                self.wrong(f"{where}.hostPath.path", "a string", path)
                 path = ""
-        volumes.append(Volume(i, name, path))
-    claims = r.items(spec, "resourceClaims", "spec")
-    raw_tolerations = r.items(spec, "tolerations", "spec")
-    tolerations: Json | None = None
-    if raw_tolerations is not None:
-        for i, t in enumerate(raw_tolerations):
-            if not isinstance(t, dict):
-                r.wrong(f"spec.tolerations[{i}]", "an object", t)
-        tolerations = Json([t for t in raw_tolerations if isinstance(t, dict)])
-    host_pid = r.flag(spec, "hostPID", "spec")
-    host_ipc = r.flag(spec, "hostIPC", "spec")
-    host_network = r.flag(spec, "hostNetwork", "spec")
-    runtime_class = r.text(spec, "runtimeClassName", "spec")
-    node_selector = r.strings(spec, "nodeSelector", "spec")
-    depth, terms = _required_terms(r, spec)
-    # Positional: the fields in their order (a review builds one per template).
-    return Pod(
-        template.place,
-        meta is not None,  # has_metadata
-        has_annotations,
-        annotations,
-        tuple(containers),
-        tuple(volumes),
-        host_pid,
-        host_ipc,
-        host_network,
-        runtime_class,
-        _claim_names(claims),  # resource_claims
-        tuple(node_selector.items()),
-        isinstance(spec.get("nodeSelector"), dict),  # has_node_selector
-        depth,  # affinity_depth
-        None if terms is None else Json(terms),  # node_terms
-        tolerations,
-        tuple(r.problems),
-        old is not None,  # ephemeral_update
+        return Volume(name, HostPath(path) if path is not None else None)
+
+    def affinity(self, spec: Mapping[str, Any]) -> Affinity | None:
+        """The pod's required node affinity, each term's expressions shape-checked; a term
+        that is not an object matches no node (an empty one)."""
+        affinity = self.obj(spec, "affinity", "spec")
+        if affinity is None:
+            return None
+        at = "spec.affinity"
+        node_affinity = self.obj(affinity, "nodeAffinity", at)
+        if node_affinity is None:
+            return Affinity()
+        at += ".nodeAffinity"
+        required = self.obj(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution", at)
+        if required is None:
+            return Affinity(NodeAffinity())
+        at += ".requiredDuringSchedulingIgnoredDuringExecution"
+        raw_terms = self.items(required, "nodeSelectorTerms", at)
+        terms: list[Term] | None = None
+        if raw_terms is not None:
+            at += ".nodeSelectorTerms"
+            terms = [self.term(term, f"{at}[{i}]") for i, term in enumerate(raw_terms)]
+        return Affinity(NodeAffinity(Required(terms)))
+
+    def term(self, term: Any, at: str) -> Term:
+        if not isinstance(term, dict):
+            self.wrong(at, "an object", term)
+            return Term()
+        parts: dict[str, list[Requirement] | None] = {}
+        for part in ("matchExpressions", "matchFields"):
+            exprs = self.items(term, part, at)
+            if exprs is None:
+                # One of another type is there, and says nothing a requirement could.
+                parts[part] = [Requirement()] if term.get(part) else None
+                continue
+            found = []
+            for j, expr in enumerate(exprs):
+                e_at = f"{at}.{part}[{j}]"
+                if not isinstance(expr, dict):
+                    self.wrong(e_at, "an object", expr)
+                    found.append(Requirement())
+                    continue
+                key = self.text(expr, "key", e_at)
+                operator = self.text(expr, "operator", e_at)
+                values = self.items(expr, "values", e_at)
+                for k, v in enumerate(values or ()):
+                    if not isinstance(v, str):
+                        self.wrong(f"{e_at}.values[{k}]", "a string", v)
+                found.append(Requirement(key, operator, values))
+            parts[part] = found
+        return Term(parts["matchExpressions"], parts["matchFields"])
+
+
+# The name of a list item that is not an object: the rules leave it out.
+_LEFT_OUT = "\0"
+
+
+def left_out(name: str | None) -> bool:
+    """Whether a container, volume or mount is an item the reader found no object in."""
+    return name == _LEFT_OUT
+
+
+# --------------------------------------------------------------------------- reading the view
+
+
+def env_value(var: EnvVar) -> str | None:
+    """A variable's literal value ("" when left out); None when it comes from `valueFrom`."""
+    return None if var.valueFrom is not None else (var.value or "")
+
+
+def variable(c: Container, name: str) -> tuple[int, EnvVar] | None:
+    """The definition of `name` that wins in `c` (the last one, as the kubelet reads env),
+    with its place in the env list."""
+    env = c.env
+    if not env:
+        return None
+    for i in range(len(env) - 1, -1, -1):
+        if env[i].name == name:
+            return i, env[i]
+    return None
+
+
+def limits(c: Container) -> Mapping[str, Any]:
+    r = c.resources
+    return (r.limits if r is not None else None) or _EMPTY
+
+
+def requests(c: Container) -> Mapping[str, Any]:
+    r = c.resources
+    return (r.requests if r is not None else None) or _EMPTY
+
+
+_EMPTY: Mapping[str, Any] = {}
+
+
+def capabilities(c: Container) -> tuple[str, ...]:
+    """The capabilities a container adds, as written (not strings: as text)."""
+    sc = c.securityContext
+    caps = sc.capabilities if sc is not None else None
+    added = caps.add if caps is not None else None
+    return tuple(str(a) for a in added) if added else ()
+
+
+def privileged(c: Container) -> bool:
+    sc = c.securityContext
+    return sc is not None and bool(sc.privileged)
+
+
+def uses_claims(c: Container) -> bool:
+    r = c.resources
+    return r is not None and bool(r.claims)
+
+
+def annotations_of(p: Pod) -> Mapping[str, Any]:
+    meta = p.meta
+    return (meta.annotations if meta is not None else None) or _EMPTY
+
+
+def annotation(p: Pod, name: str) -> Any:
+    """The value of annotation `name` as it was in the object (None when absent)."""
+    return annotations_of(p).get(name)
+
+
+def required_terms(spec: PodSpec | None) -> list[Term] | None:
+    """The pod's required node selector terms (None: none)."""
+    affinity = spec.affinity if spec is not None else None
+    node = affinity.nodeAffinity if affinity is not None else None
+    required = node.requiredDuringSchedulingIgnoredDuringExecution if node is not None else None
+    # (No terms, or an empty list of them, is no required affinity.)
+    return (required.nodeSelectorTerms or None) if required is not None else None
+
+
+def affinity_depth(spec: PodSpec | None) -> int:
+    """How deep the pod's required node affinity goes, as objects: 0 no affinity, 1
+    affinity, 2 nodeAffinity, 3 the required selector (where a patch adds)."""
+    affinity = spec.affinity if spec is not None else None
+    if affinity is None:
+        return 0
+    node = affinity.nodeAffinity
+    if node is None:
+        return 1
+    return 3 if node.requiredDuringSchedulingIgnoredDuringExecution is not None else 2
+
+
+def old_ephemeral(source: Source | None) -> frozenset[str] | None:
+    """The names of the ephemeral containers of the pod before an update; None: no update."""
+    if source is None:
+        return None
+    obj = source.generic
+    spec = obj.get("spec") if isinstance(obj, dict) else None
+    items = spec.get("ephemeralContainers") if isinstance(spec, dict) else None
+    if not isinstance(items, list):
+        return frozenset()
+    return frozenset(
+        c["name"] for c in items if isinstance(c, dict) and isinstance(c.get("name"), str)
     )
 
 
-def _claim_names(claims: list[Any] | None) -> tuple[str, ...]:
-    """The names of the pod's claims; an entry without one by its place (the API server
-    requires a name, so only hand-made input lacks it)."""
-    if not claims:
+def names_of(items: Sequence[Any] | None) -> tuple[str, ...]:
+    """The names of a pod's resource claims; an entry without one by its place."""
+    if not items:
         return ()
     return tuple(
         c["name"] if isinstance(c, dict) and isinstance(c.get("name"), str) else f"[{i}]"
-        for i, c in enumerate(claims)
+        for i, c in enumerate(items)
     )
 
 
-def _annotations(r: _Reader, meta: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
-    value = meta.get("annotations")
-    if value is None:
-        return ()
-    if not isinstance(value, dict):
-        r.wrong("metadata.annotations", "an object", value)
-        return ()
-    typed = []
-    for k, v in value.items():
-        if not isinstance(v, str):
-            r.wrong(f"metadata.annotations.{k}", "a string", v)
-        typed.append((k, _typed(v)))
-    return tuple(typed)
+# --------------------------------------------------------------------------- the pod reviewed
 
 
-def _container(r: _Reader, raw: Mapping[str, Any], *, group: str, index: int) -> Container:
-    # The common case first, each field's type checked inline; the reader records a problem
-    # (and builds its path) only when there is one.
-    where = f"spec.{group}[{index}]"
-    get = raw.get
-    name = get("name")
-    if not isinstance(name, str) or not name:
-        if name is not None:
-            r.wrong(f"{where}.name", "a string", name)
-        name = f"{group}[{index}]"
-    limits: Mapping[str, Any] = {}
-    requests: Mapping[str, Any] = {}
-    claims = False
-    resources = get("resources")
-    if resources:
-        if isinstance(resources, dict):
-            limits = r.obj(resources, "limits", f"{where}.resources") or {}
-            requests = r.obj(resources, "requests", f"{where}.resources") or {}
-            claims = bool(r.items(resources, "claims", f"{where}.resources"))
-        else:
-            r.wrong(f"{where}.resources", "an object", resources)
-    env: list[EnvVar] = []
-    raw_env = get("env")
-    if raw_env is not None and not isinstance(raw_env, list):
-        r.wrong(f"{where}.env", "a list", raw_env)
-        raw_env = None
-    for i, var in enumerate(raw_env or ()):
-        if not isinstance(var, dict):
-            r.wrong(f"{where}.env[{i}]", "an object", var)
-            continue
-        vname = var.get("name")
-        value = var.get("value")
-        value_from = var.get("valueFrom")
-        if not isinstance(vname, str):
-            if vname is not None:
-                r.wrong(f"{where}.env[{i}].name", "a string", vname)
-            continue
-        if value is not None and not isinstance(value, str):
-            r.wrong(f"{where}.env[{i}].value", "a string", value)
-            value = None
-        if value_from is not None and not isinstance(value_from, dict):
-            r.wrong(f"{where}.env[{i}].valueFrom", "an object", value_from)
-        env.append(EnvVar(i, vname, None if value_from is not None else (value or "")))
-    env_from = get("envFrom")
-    if env_from is not None and not isinstance(env_from, list):
-        r.wrong(f"{where}.envFrom", "a list", env_from)
-        env_from = None
-    privileged = False
-    capabilities: tuple[str, ...] = ()
-    sc = get("securityContext")
-    if sc:
-        if isinstance(sc, dict):
-            privileged = r.flag(sc, "privileged", f"{where}.securityContext")
-            caps = r.obj(sc, "capabilities", f"{where}.securityContext")
-            if caps:
-                added = r.items(caps, "add", f"{where}.securityContext.capabilities")
-                if added:
-                    capabilities = tuple(str(a) for a in added)
-        else:
-            r.wrong(f"{where}.securityContext", "an object", sc)
-    mounts: list[Mount] = []
-    raw_mounts = get("volumeMounts")
-    if raw_mounts is not None and not isinstance(raw_mounts, list):
-        r.wrong(f"{where}.volumeMounts", "a list", raw_mounts)
-        raw_mounts = None
-    for i, m in enumerate(raw_mounts or ()):
-        if not isinstance(m, dict):
-            r.wrong(f"{where}.volumeMounts[{i}]", "an object", m)
-            continue
-        volume = m.get("name")
-        path = m.get("mountPath")
-        read_only = m.get("readOnly")
-        if (
-            not isinstance(volume, str)
-            or not isinstance(path, str)
-            or (read_only is not None and not isinstance(read_only, bool))
+class Slot(NamedTuple):
+    """One container of the pod under review: where it stands, and whether it is judged."""
+
+    group: str  # "initContainers", "containers" or "ephemeralContainers"
+    position: int  # in its group's list
+    name: str  # its name, or "containers[1]" where it has none
+    c: Container
+    # False for ephemeral containers that were there before an update: they were judged
+    # when added, and cannot be changed.
+    judged: bool
+
+    @property
+    def field(self) -> str:
+        """Its field path in the pod spec: "spec.containers[0]"."""
+        return f"spec.{self.group}[{self.position}]"
+
+
+class Pod(NamedTuple):
+    """One pod (or pod template) under review: its template, where it stands in the
+    object, its containers in order, and the shape problems found in it."""
+
+    place: Place
+    meta: Meta | None
+    spec: PodSpec | None
+    containers: tuple[Slot, ...]
+    problems: tuple[Problem, ...]
+    # An ephemeral-containers update: only new ephemeral containers are judged, and the
+    # rules of the pod as a whole (placement, volumes, host namespaces) are not run again.
+    ephemeral_update: bool
+    found: Found
+
+    @property
+    def template(self) -> Template:
+        return Template(self.meta, self.spec)
+
+
+def pod(found: Found, old: frozenset[str] | None = None) -> Pod:
+    """The pod under review of `found`. `old`: the names of the ephemeral containers of the
+    pod before an update of them (None: no such update)."""
+    spec = found.template.spec
+    slots: list[Slot] = []
+    if spec is not None:
+        for group, items in (
+            ("initContainers", spec.initContainers),
+            ("containers", spec.containers),
+            ("ephemeralContainers", spec.ephemeralContainers),
         ):
-            at = f"{where}.volumeMounts[{i}]"
-            volume, path = r.text(m, "name", at), r.text(m, "mountPath", at)
-            read_only = r.flag(m, "readOnly", at)
-        mounts.append(Mount(i, volume or "", path or "", bool(read_only)))
-    restart = get("restartPolicy")
-    if restart is not None and not isinstance(restart, str):
-        r.wrong(f"{where}.restartPolicy", "a string", restart)
-    # Positional: the fields in their order (a review builds one per container).
-    return Container(
-        group,
-        index,  # position
-        name,
-        Json(limits) if limits else EMPTY,
-        Json(requests) if requests else EMPTY,
-        tuple(env),
-        isinstance(raw_env, list),  # has_env_list
-        bool(env_from),
-        privileged,
-        capabilities,
-        tuple(mounts),
-        True,  # judged
-        claims,
-        group == "initContainers" and restart == "Always",  # sidecar
+            if not items:
+                continue
+            for i, c in enumerate(items):
+                name = c.name
+                if name == _LEFT_OUT:
+                    continue
+                shown = name or f"{group}[{i}]"
+                judged = old is None or (group == "ephemeralContainers" and shown not in old)
+                slots.append(Slot(group, i, shown, c, judged))
+    return Pod(
+        found.place,
+        found.template.metadata,
+        spec,
+        tuple(slots),
+        found.problems,
+        old is not None,
+        found,
     )
 
 
-def _required_terms(r: _Reader, spec: Mapping[str, Any]) -> tuple[int, list[Any] | None]:
-    """How deep the pod's required node affinity goes as objects (`Pod.affinity_depth`), and
-    its node selector terms, each term's expressions shape-checked."""
-    affinity = r.obj(spec, "affinity", "spec")
-    if affinity is None:
-        return 0, None
-    at = "spec.affinity"
-    node_affinity = r.obj(affinity, "nodeAffinity", at)
-    if node_affinity is None:
-        return 1, None
-    at += ".nodeAffinity"
-    required = r.obj(node_affinity, "requiredDuringSchedulingIgnoredDuringExecution", at)
-    if required is None:
-        return 2, None
-    at += ".requiredDuringSchedulingIgnoredDuringExecution"
-    terms = r.items(required, "nodeSelectorTerms", at)
-    if not terms:
-        return 3, None
-    at += ".nodeSelectorTerms"
-    for i, term in enumerate(terms):
-        if not isinstance(term, dict):
-            r.wrong(f"{at}[{i}]", "an object", term)
-            continue
-        for part in ("matchExpressions", "matchFields"):
-            exprs = r.items(term, part, f"{at}[{i}]")
-            for j, expr in enumerate(exprs or ()):
-                e_at = f"{at}[{i}].{part}[{j}]"
-                if not isinstance(expr, dict):
-                    r.wrong(e_at, "an object", expr)
-                    continue
-                r.text(expr, "key", e_at)
-                r.text(expr, "operator", e_at)
-                values = r.items(expr, "values", e_at)
-                for k, v in enumerate(values or ()):
-                    if not isinstance(v, str):
-                        r.wrong(f"{e_at}.values[{k}]", "a string", v)
-    return 3, terms
+class VolumeEntry(NamedTuple):
+    position: int
+    name: str
+    host_path: str | None  # the hostPath's path, for hostPath volumes
+
+
+def volumes(p: Pod) -> list[VolumeEntry]:
+    """The pod's volumes, each with its place and name (`volumes[2]` where it has none)."""
+    items = p.spec.volumes if p.spec is not None else None
+    if not items:
+        return []
+    return [
+        VolumeEntry(i, v.name or f"volumes[{i}]", v.hostPath.path if v.hostPath else None)
+        for i, v in enumerate(items)
+        if v.name != _LEFT_OUT
+    ]
+
+
+def mounts(c: Container) -> list[tuple[int, VolumeMount]]:
+    """A container's volume mounts, each with its place."""
+    items = c.volumeMounts
+    if not items:
+        return []
+    return [(i, m) for i, m in enumerate(items) if m.name != _LEFT_OUT]
+
+
+def container_pointer(p: Pod, slot: Slot) -> str:
+    """The JSON Pointer of a container in the reviewed object ("/spec/containers/0")."""
+    return f"{p.place.pointer}/spec/{slot.group}/{slot.position}"

@@ -30,11 +30,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import pydantic
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from webhook.errors import PolicyError
-from webhook.policy import names
+from webhook.errors import InputError, PolicyError
+from webhook.policy import documents, names
 
 # A path to pod templates in an object: keys, and at most one "[]" (every item of a list)
 # or "{}" (every value of an object), e.g. ("spec", "replicatedJobs", "[]", "template",
@@ -142,13 +141,16 @@ def path_steps(path: str) -> TemplatePath:
 def parse(text: str, source: str) -> tuple[Kind, ...]:
     """The kinds a file's text lists; PolicyError with every problem (file: field: reason)."""
     try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise PolicyError([f"{source}: not valid YAML{where}"]) from None
+        docs = [d for d in documents.load(text, source) if d is not None]
+    except InputError as exc:
+        raise PolicyError([str(exc)]) from None
+    if not docs:
+        raise PolicyError([documents.holds_none(source, f"{KIND} document")])
+    if len(docs) > 1:
+        raise PolicyError([f"{source}: holds {len(docs)} documents; a {KIND} file holds one"])
+    (doc,) = docs
     if not isinstance(doc, dict):
-        raise PolicyError([f"{source}: a {KIND} document is a mapping"])
+        raise PolicyError([f"{source}: a {KIND} document is a mapping, not {type(doc).__name__}"])
     try:
         model = KindsDocument.model_validate(doc)
     except pydantic.ValidationError as exc:
@@ -180,9 +182,9 @@ def load(path: Path | None = None) -> tuple[Kind, ...]:
     """The extra kinds of `path` (the shipped default when None); PolicyError if unusable."""
     path = path or DEFAULT_FILE
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PolicyError([f"{path}: cannot be read: {exc}"]) from None
+        text = documents.read_file(path)
+    except InputError as exc:
+        raise PolicyError([str(exc)]) from None
     return parse(text, str(path))
 
 

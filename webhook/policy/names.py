@@ -156,9 +156,10 @@ MALFORMED_RULE = "malformed-object"
 UNKNOWN_POLICY_RULE = "unknown-policy"
 POLICY_NOT_LOADED_RULE = "policy-not-loaded"
 # Every rule's name, as refusals, metric labels, audit annotations, policies (`ruleModes`)
-# and the docs use it; webhook/engine/rules.py has one rule of each name (a test checks).
-# Their order is the order of a decision: its violations, warnings and patch operations
-# come in it, whatever order the rules run in (`rules.Pass`).
+# and the docs use it: the names of the table of rules (webhook/engine/rules.py, `RULES`),
+# in its order, for the policy layer, which cannot import the engine (tests/test_registry.py
+# holds the two equal). Their order is the order of a decision: its violations, warnings and
+# patch operations come in it, whatever order the rules run in (`rules.Pass`).
 RULES = (
     MALFORMED_RULE,
     UNKNOWN_POLICY_RULE,

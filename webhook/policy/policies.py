@@ -35,11 +35,10 @@ from types import MappingProxyType
 from typing import Annotated, Any, Literal
 
 import pydantic
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from webhook.errors import PolicyError
-from webhook.policy import hostpaths, names, quantities
+from webhook.errors import InputError, PolicyError
+from webhook.policy import documents, hostpaths, names, quantities
 
 API_VERSION = "gpu-share.io/v1alpha1"
 KIND = "SharingPolicy"
@@ -111,7 +110,8 @@ class NodeClassSpec(_Model):
     # renameByDefault: true advertises `<resource>.shared`; false keeps `<resource>` and
     # labels the product `<product>-SHARED`.
     renamed: bool = True
-    replicas: int
+    # The device plugin shares a GPU among at least 2 replicas.
+    replicas: int = Field(ge=2)
     memory_mib: int | None = Field(default=None, alias="memoryMiB", gt=0)
     gpus_per_node: int = Field(default=1, alias="gpusPerNode", ge=1)
     # Device plugin defaults: true for MPS (since v0.20), false for time-slicing.
@@ -180,19 +180,17 @@ class RulesSpec(_Model):
     deny_host_access: bool = Field(default=True, alias="denyHostAccess")
 
 
-def _host_path(value: str, what: str) -> str:
-    if not value.startswith("/"):
-        raise ValueError(f"{what} {value!r} is not an absolute path")
-    if hostpaths.clean(value) != value.rstrip("/") and value != "/":
-        raise ValueError(f"{what} {value!r} is not clean (write {hostpaths.clean(value)!r})")
-    return value.rstrip("/") or "/"
+# An absolute path that cleaning leaves as it is (but for trailing slashes): no empty, `.` or
+# `..` segment.
+_HOST_PATH = r"^(?:/|(?:/(?:[^/.][^/]*|\.[^/.][^/]*|\.\.[^/]+))+/*)$"
+HostPath = Annotated[str, StringConstraints(pattern=_HOST_PATH)]
 
 
 class AllowedHostPathSpec(_Model):
     """A host path that pods may mount where Pod Security does not enforce baseline, with what
     is under it (by whole segments: `/models` allows `/models/llama`, not `/models2`)."""
 
-    path_prefix: str = Field(alias="pathPrefix", min_length=1)
+    path_prefix: HostPath = Field(alias="pathPrefix", min_length=1)
     # Every mount of such a volume must be read-only. A writable one lets a pod leave a
     # symbolic link that another pod's hostPath under the prefix then follows anywhere on
     # the host: under a writable entry only the entry itself may be mounted.
@@ -200,7 +198,7 @@ class AllowedHostPathSpec(_Model):
 
     @model_validator(mode="after")
     def _safe(self) -> AllowedHostPathSpec:
-        path = _host_path(self.path_prefix, "pathPrefix")
+        path = self.path_prefix.rstrip("/") or "/"
         reached = hostpaths.classes_of(path)
         if reached:
             raise ValueError(
@@ -219,7 +217,7 @@ class HostAccessSpec(_Model):
     )
     # More host paths that hand out GPUs on this site's nodes (a kubelet or runtime in
     # another place), refused like the classes of docs/security.md, with their ancestors.
-    denied_host_paths: list[str] = Field(default_factory=list, alias="deniedHostPaths")
+    denied_host_paths: list[HostPath] = Field(default_factory=list, alias="deniedHostPaths")
     # Whether a namespace's Pod Security label is taken as enforcing: false where the API
     # server's PodSecurity configuration exempts users or runtime classes, so that the
     # webhook applies host-access everywhere.
@@ -227,8 +225,6 @@ class HostAccessSpec(_Model):
 
     @model_validator(mode="after")
     def _paths(self) -> HostAccessSpec:
-        for i, denied in enumerate(self.denied_host_paths):
-            _host_path(denied, f"deniedHostPaths[{i}]")
         for i, allowed in enumerate(self.allowed_host_paths):
             if any(hostpaths.classes_of(allowed.path_prefix, [d]) for d in self.denied_host_paths):
                 raise ValueError(
@@ -269,6 +265,8 @@ def _default_tolerations() -> list[TolerationSpec]:
 
 
 Mode = Literal["enforce", "warn", "dry-run"]
+# The name of a rule (a key of `ruleModes`).
+RuleName = Literal[names.RULES]  # type: ignore[valid-type]
 
 
 class DraMpsSpec(_Model):
@@ -289,6 +287,11 @@ DraConfigKind = Literal["GpuConfig", "MigDeviceConfig", "VfioDeviceConfig"]
 # optional domain and a C identifier of at most 32 characters.
 _CAPACITY_NAME = rf"^({_DNS_SUBDOMAIN}/)?[A-Za-z_][A-Za-z0-9_]{{0,31}}$"
 CapacityName = Annotated[str, StringConstraints(pattern=_CAPACITY_NAME, max_length=286)]
+# A quantity as the API server's grammar has it (whether it is in range, `quantities.parse`).
+_QUANTITY = rf"^(?:{quantities.GRAMMAR.pattern})$"
+Quantity = Annotated[
+    str, StringConstraints(pattern=_QUANTITY, min_length=1, max_length=quantities.MAX_LENGTH)
+]
 
 
 def default_config_kind(class_name: str) -> DraConfigKind:
@@ -336,9 +339,7 @@ class DraClassSpec(_Model):
     add_mps_config: bool | None = Field(default=None, alias="addMpsConfig")
     # Ceilings on consumable capacity (`exactly.capacity.requests`), by capacity name: a
     # request must name each, at most this much.
-    capacity: dict[CapacityName, Annotated[str, StringConstraints(min_length=1, max_length=64)]] = (
-        Field(default_factory=dict)
-    )
+    capacity: dict[CapacityName, Quantity] = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _coherent(self) -> DraClassSpec:
@@ -374,7 +375,7 @@ class PolicySpecModel(_Model):
     # How the policy applies its rules (names.MODES), and per-rule exceptions: roll a policy
     # out in dry-run, read the audit, warn, then enforce (docs/policies.md).
     mode: Mode = "enforce"
-    rule_modes: dict[str, Mode] = Field(default_factory=dict, alias="ruleModes")
+    rule_modes: dict[RuleName, Mode] = Field(default_factory=dict, alias="ruleModes")
     shared_resources: list[ResourceName] = Field(
         default_factory=lambda: ["nvidia.com/gpu.shared"], alias="sharedResources", min_length=1
     )
@@ -481,13 +482,6 @@ def _toleration_problems(v: View) -> list[_Refusal]:
 def _class_problems(v: View) -> list[_Refusal]:
     problems: list[_Refusal] = []
     replicas = v.get("replicas")
-    if replicas is not None and replicas < 2:
-        problems.append(
-            _Refusal(
-                f"replicas: {replicas} is not sharing; the device plugin needs at least 2",
-                ("replicas",),
-            )
-        )
     if v.get("strategy") == "mps":
         if str(v.get("resource", "")).startswith("nvidia.com/mig-"):
             problems.append(
@@ -615,10 +609,6 @@ def _spec_problems(v: View) -> list[_Refusal]:
     problems: list[str] = []
     rule_modes = v.get("rule_modes")
     if rule_modes is not None:
-        for rule in sorted(set(rule_modes) - set(names.RULES)):
-            problems.append(
-                f"ruleModes.{rule}: no rule has this name (rules: {', '.join(names.RULES)})"
-            )
         for rule in sorted(set(rule_modes) & names.ALWAYS_ENFORCED):
             problems.append(f"ruleModes.{rule}: always enforced (it refuses bad input)")
     classes: list[View] | None = v.get("node_classes")
@@ -1252,9 +1242,9 @@ def _location(loc: tuple[int | str, ...]) -> str:
     return out or "(document)"
 
 
-# What a name of each pattern is, in words, for `policy check` (pydantic says only that a
-# string should match the pattern).
-_IN_WORDS = {
+# What a value of each pattern is, in words, for `policy check` (pydantic says only that a
+# string should match the pattern) and the chart's check (its schema carries them).
+PATTERN_WORDS = {
     rf"^{_DNS_LABEL}$": "a DNS-1123 label (lower-case letters, digits and '-', starting and"
     " ending with a letter or digit, at most 63 characters)",
     rf"^{_DNS_SUBDOMAIN}$": "a DNS-1123 subdomain (lower-case letters, digits, '-' and '.',"
@@ -1268,6 +1258,8 @@ _IN_WORDS = {
     " profile's such as nvidia.com/mig-1g.5gb; renamed: true adds .shared itself)",
     rf"^{_RESOURCE_PATTERN}$": "an NVIDIA resource name, * for any characters, such as"
     " nvidia.com/GA102GL_*",
+    _HOST_PATH: "an absolute path written clean (no '//', and no '.' or '..' segment)",
+    _QUANTITY: quantities.NOT_A_QUANTITY.removeprefix("is not "),
 }
 # A MIG profile in a name, however the rest of it is misspelt: 1g.5gb, 3g.40gb, 1g.10gb+me.
 _MIG_PROFILE = re.compile(r"mig-(\d+g\.\d+gb(?:\+me)?)")
@@ -1276,7 +1268,11 @@ _MIG_PROFILE = re.compile(r"mig-(\d+g\.\d+gb(?:\+me)?)")
 def _not_matching(pattern: str, value: Any) -> str:
     """A pattern failure in words, with the valid name closest to `value` where one is."""
     shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
-    words = _IN_WORDS.get(pattern)
+    if pattern == _HOST_PATH and isinstance(value, str):
+        if not value.startswith("/"):
+            return f"{shown} is not an absolute path"
+        return f"{shown} is not clean (write {hostpaths.clean(value)!r})"
+    words = PATTERN_WORDS.get(pattern)
     if words is None:
         return f"{shown} does not match {pattern}"
     said = f"{shown} is not {words}"
@@ -1290,6 +1286,15 @@ def _not_matching(pattern: str, value: Any) -> str:
     candidates = [base + SHARED_SUFFIX, base] if resources[pattern] else [base]
     close = difflib.get_close_matches(lower, candidates, n=1, cutoff=0.6)
     return f"{said}; did you mean {close[0]}?" if close else said
+
+
+def _not_a_key(value: Any, expected: str) -> str:
+    """A mapping's key that is not one of the names it takes (`expected`, as pydantic lists
+    them: "'a', 'b' or 'c'"), with the closest of them."""
+    allowed = re.findall(r"'([^']*)'", expected)
+    close = difflib.get_close_matches(str(value), allowed, n=1, cutoff=0.6)
+    hint = f"; did you mean {close[0]}?" if close else ""
+    return f"{value!r} is not one of the names allowed here{hint} (they are: {', '.join(allowed)})"
 
 
 def _known_fields(loc: tuple[int | str, ...]) -> list[str]:
@@ -1354,6 +1359,10 @@ def _describe(exc: pydantic.ValidationError) -> list[str]:
             msg = _unknown_field(loc)
         elif err["type"] == "string_pattern_mismatch":
             msg = _not_matching(err.get("ctx", {}).get("pattern", ""), err["input"])
+        elif err["type"] == "literal_error" and loc[-1:] == ("[key]",):
+            msg = _not_a_key(err["input"], err.get("ctx", {}).get("expected", ""))
+        elif err["type"] == "greater_than_equal" and loc[-1:] == ("replicas",):
+            msg = f"{err['input']} is not sharing; the device plugin needs at least 2"
         if msg.startswith("Value error, "):
             msg = msg[len("Value error, ") :]
         problems.extend(_placed(loc, msg))
@@ -1376,18 +1385,21 @@ def _placed(loc: tuple[int | str, ...], message: str) -> list[str]:
 
 def parse_documents(text: str, source: str) -> tuple[list[Policy], list[str]]:
     """Validate and compile the policies in one file's text; returns (policies, problems)."""
+    try:
+        docs = documents.load(text, source)
+    except InputError as exc:
+        return [], [str(exc)]
+    return _compiled(docs, source)
+
+
+def _compiled(docs: list[Any], source: str) -> tuple[list[Policy], list[str]]:
+    """The policies of a file's documents (as `documents.load` reads them), and the problems
+    of those that are none."""
     policies: list[Policy] = []
     problems: list[str] = []
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        reason = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        return [], [f"{source}: not valid YAML{where}: {reason}"]
     numbered = [(i, d) for i, d in enumerate(docs, 1) if d is not None]
     if not numbered:
-        return [], [f"{source}: holds no policy document"]
+        return [], [documents.holds_none(source, "policy document")]
     for number, doc in numbered:
         label = source if len(docs) == 1 else f"{source} (document {number})"
         if not isinstance(doc, dict):
@@ -1429,9 +1441,9 @@ def load_directory(directory: str | Path) -> PolicySet:
         raise PolicyError([f"{path}: holds no *.yaml policy file"])
     for file in files:
         try:
-            text = file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            problems.append(f"{file}: cannot be read: {exc}")
+            text = documents.read_file(file)
+        except InputError as exc:
+            problems.append(str(exc))
             continue
         found, errs = parse_documents(text, str(file))
         loaded.extend(found)
@@ -1439,13 +1451,9 @@ def load_directory(directory: str | Path) -> PolicySet:
     return build_set(loaded, problems)
 
 
-def declared_names(text: str) -> list[str]:
-    """The policy names a file's text declares, read as far as it can be (for a file that
-    does not load: its namespaces are then told which file and why)."""
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError:
-        return []
+def _declared(docs: list[Any]) -> list[str]:
+    """The policy names documents declare, valid or not (for a file that does not load: its
+    namespaces are then told which file and why)."""
     found = []
     for doc in docs:
         meta = doc.get("metadata") if isinstance(doc, dict) else None
@@ -1466,10 +1474,29 @@ class FileLoad:
 
     @classmethod
     def of(cls, text: str, source: str) -> FileLoad:
-        found, problems = parse_documents(text, source)
+        """The policies of a file's text."""
+        try:
+            docs = documents.load(text, source)
+        except InputError as exc:
+            return cls.unusable(source, str(exc))
+        found, problems = _compiled(docs, source)
         if problems:
-            return cls(source, (), tuple(problems), tuple(declared_names(text)))
+            return cls(source, (), tuple(problems), tuple(_declared(docs)))
         return cls(source, tuple(found), (), tuple(p.name for p in found))
+
+    @classmethod
+    def of_bytes(cls, data: bytes, source: str) -> FileLoad:
+        """The policies of a file's bytes."""
+        try:
+            text = documents.decode(data, source)
+        except InputError as exc:
+            return cls.unusable(source, str(exc))
+        return cls.of(text, source)
+
+    @classmethod
+    def unusable(cls, source: str, problem: str) -> FileLoad:
+        """A file that holds no document to read, for `problem` (its full line)."""
+        return cls(source, (), (problem,), ())
 
 
 def assemble(files: Iterable[FileLoad]) -> tuple[PolicySet, list[str]]:

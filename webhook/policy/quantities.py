@@ -45,12 +45,14 @@ _FAST_DIGITS = 18
 # characters from "eEinumkKMGTP", an optional sign and digits; `interpret` then accepts only
 # the table of suffix.go (exact case: "1ki" and "1K" are errors) or "e"/"E" followed by a
 # base-10 integer (strconv.ParseInt: an optional sign and at least one digit, leading zeros
-# allowed). `fullmatch` because "$" would also match before a trailing newline.
-_GRAMMAR = re.compile(
+# allowed). `fullmatch` because "$" would also match before a trailing newline. The policy
+# model's pattern for a quantity is this one's text, anchored.
+GRAMMAR: re.Pattern[str] = re.compile(
     r"([+-]?)([0-9]*)(?:\.([0-9]*))?"
     r"(?:[eE]([+-]?[0-9]+)|([KMGTPE]i|[numkMGTPE]))?",
     re.ASCII,
-).fullmatch
+)
+_GRAMMAR = GRAMMAR.fullmatch
 
 # suffix.go `newSuffixer`: suffix -> (power of ten, power of two).
 _SUFFIXES = {

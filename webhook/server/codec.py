@@ -11,14 +11,13 @@ two error routes, in one place:
 from __future__ import annotations
 
 import base64
-import re
-import threading
-from collections.abc import Hashable, Mapping
 from typing import Any, NamedTuple
 
+import msgspec
 import orjson
+from msgspec import Struct
 
-from webhook.engine import namespaces, reviewing
+from webhook.engine import namespaces, reviewing, view
 from webhook.engine.decision import Decision
 from webhook.errors import BadReview
 from webhook.policy import kinds, names
@@ -33,12 +32,6 @@ BINDING = reviewing.BINDING
 Endpoint = reviewing.Endpoint
 ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate")
 
-# What an `Answers` cache holds at most, keys and answers together (a typical entry: 3-4 KB),
-# and the largest body it keeps an answer for: bounded in bytes, it takes a pod of 50
-# containers (28 KB), and still at least 128 of them.
-ANSWERS_MAX_BYTES = 8 * 1024 * 1024
-ANSWERS_MAX_BODY_BYTES = 64 * 1024
-
 _STATUS_REASONS = {400: "BadRequest", 403: "Forbidden", 500: "InternalError"}
 
 
@@ -52,8 +45,10 @@ class Request(NamedTuple):
     namespace: str
     name: str
     sub_resource: str
-    object: Mapping[str, Any] | None
-    old_object: Mapping[str, Any] | None
+    # The objects as sent (the bytes of each, or its value where the body was read in its
+    # generic form); None where the request has none (or not an object).
+    object: view.Source | None
+    old_object: view.Source | None
 
 
 class Summary(NamedTuple):
@@ -81,41 +76,98 @@ def summary(decision: Decision) -> Summary:
     )
 
 
-class Outcome:
+class Outcome(NamedTuple):
     """A review as answered: what was asked, what was decided, the response body, and the
-    summary of the decision the review line and the metrics read.
+    summary of the decision the review line and the metrics read."""
 
-    A review answered from `Answers` was neither parsed nor judged: its `request.object` is
-    None, and its `decision` is made from the kept answer when first asked for (a new one,
-    as every review makes: the server only reads `summary`).
-    """
+    request: Request
+    decision: Decision
+    body: bytes
+    summary: Summary
 
-    __slots__ = ("_answer", "_decision", "body", "request", "summary")
 
-    def __init__(
-        self,
-        request: Request,
-        decision: Decision | None,
-        body: bytes,
-        summary: Summary,
-        answer: Answer | None = None,
-    ) -> None:
-        self.request = request
-        self.body = body
-        self.summary = summary
-        self._decision = decision
-        self._answer = answer
+class _Kind(Struct, gc=False):
+    group: Any = None
+    kind: Any = None
 
-    @property
-    def decision(self) -> Decision:
-        if self._decision is None:
-            assert self._answer is not None  # an Outcome has one or the other
-            self._decision = self._answer.decision()
-        return self._decision
+
+class _Request(Struct, gc=False):
+    uid: Any = None
+    kind: _Kind | None = None
+    operation: Any = None
+    namespace: Any = None
+    name: Any = None
+    subResource: Any = None
+    # Kept as their bytes (`null` where the request has none); msgspec takes Raw in no union.
+    object: msgspec.Raw = msgspec.Raw()
+    oldObject: msgspec.Raw = msgspec.Raw()
+
+
+class _Review(Struct, gc=False):
+    apiVersion: Any = None
+    kind: Any = None
+    request: _Request | None = None
+
+
+_DECODE_REVIEW = msgspec.json.Decoder(_Review).decode
 
 
 def parse(body: bytes) -> Request:
-    """Decode an AdmissionReview v1; raise BadReview with a one-line reason."""
+    """Decode an AdmissionReview v1; raise BadReview with a one-line reason.
+
+    The envelope is decoded typed, its objects kept as their bytes (the engine decodes
+    them); a body that is not what the API server sends (not JSON, not UTF-8, another
+    shape) is read again in full by `_parse_generic`, which says what is wrong."""
+    review = None
+    try:
+        review = _DECODE_REVIEW(body)
+        # What a typed decode leaves unchecked in the fields it skips.
+        body.decode("utf-8")
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        # (Read again outside the `except`: a refusal must not keep this error, and the
+        # body it may hold, alive as its context.)
+        review = None
+    if review is None:
+        return _parse_generic(body)
+    req = review.request
+    if (
+        review.apiVersion != API_VERSION
+        or review.kind != KIND
+        or req is None
+        or not isinstance(req.uid, str)
+        or not req.uid
+    ):
+        return _parse_generic(body)
+    kind = req.kind if req.kind is not None else _Kind()
+    obj = _source(req.object)
+    name = req.name
+    namespace = req.namespace
+    if obj is not None and not (name and namespace):
+        meta = view.meta_of(obj)
+        name = name or meta.name or meta.generateName
+        namespace = namespace or meta.namespace
+    operation = req.operation
+    return Request(
+        uid=req.uid,
+        group=str(kind.group or ""),
+        kind=str(kind.kind or ""),
+        operation=operation if isinstance(operation, str) else "",
+        namespace=str(namespace or ""),
+        name=str(name or ""),
+        sub_resource=str(req.subResource or ""),
+        object=obj,
+        old_object=_source(req.oldObject),
+    )
+
+
+def _source(raw: msgspec.Raw) -> view.Source | None:
+    """An object of the request: None where it is none (null, or not an object)."""
+    data = bytes(raw)
+    return view.Source(data) if data[:1] == b"{" else None
+
+
+def _parse_generic(body: bytes) -> Request:
+    """`parse`, over the body's generic form: what is wrong with it, in one line."""
     # Raised outside the `except`: orjson's error holds the whole body as a `str`, and a
     # BadReview raised in the handler would keep it alive as its context (7 MiB a refusal,
     # piling up behind the review threads until the collector ran, found by an attack).
@@ -156,8 +208,8 @@ def parse(body: bytes) -> Request:
         namespace=str(req.get("namespace") or meta.get("namespace") or ""),
         name=str(name),
         sub_resource=str(req.get("subResource") or ""),
-        object=obj if isinstance(obj, dict) else None,
-        old_object=old if isinstance(old, dict) else None,
+        object=view.Source(obj) if isinstance(obj, dict) else None,
+        old_object=view.Source(old) if isinstance(old, dict) else None,
     )
 
 
@@ -199,10 +251,11 @@ def decide(
     )
 
 
-def _labels(obj: Mapping[str, Any] | None) -> dict[str, str]:
+def _labels(source: view.Source | None) -> dict[str, str]:
     """An object's labels, those whose key and value are strings (the API server refuses
     any other after the webhooks)."""
-    meta = obj.get("metadata") if obj is not None else None
+    obj = source.generic if source is not None else None
+    meta = obj.get("metadata") if isinstance(obj, dict) else None
     raw = meta.get("labels") if isinstance(meta, dict) else None
     if not isinstance(raw, dict):
         return {}
@@ -211,13 +264,7 @@ def _labels(obj: Mapping[str, Any] | None) -> dict[str, str]:
 
 def encode(uid: str, decision: Decision) -> bytes:
     """The AdmissionReview v1 response for `decision`."""
-    return _encoded(uid, decision)[0]
-
-
-def _encoded(uid: str, decision: Decision) -> tuple[bytes, bytes]:
-    """The response for `decision`, and its patch as JSON (b"" when it has none)."""
     response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
-    patch = b""
     if decision.allowed:
         # patch and patchType come together, and only with a non-empty patch.
         if decision.patch:
@@ -230,7 +277,7 @@ def _encoded(uid: str, decision: Decision) -> tuple[bytes, bytes]:
         response["warnings"] = decision.warnings
     if decision.audit:
         response["auditAnnotations"] = decision.audit
-    return orjson.dumps({"apiVersion": API_VERSION, "kind": KIND, "response": response}), patch
+    return orjson.dumps({"apiVersion": API_VERSION, "kind": KIND, "response": response})
 
 
 def review(
@@ -240,25 +287,8 @@ def review(
     policy_name: str,
     endpoint: Endpoint,
     kinds: kinds.Kinds = kinds.BUILTIN,
-    answers: Answers | None = None,
 ) -> Outcome:
-    """The whole exchange: parse, decide, encode. Raises BadReview for an unusable body.
-
-    `answers`: whole answers by the body's shape (`Answers`), looked up before the body is
-    even parsed.
-    """
-    if len(body) > ANSWERS_MAX_BODY_BYTES:
-        answers = None
-    found: Shape | None = None
-    policy = policies.get(policy_name) if answers is not None else None
-    if answers is not None and policy is not None:
-        # Only under a policy in force: a stand-in (`PolicySet.governing`) is made anew for
-        # each review, so its answers would only push out others.
-        found = shape(body)
-        if found is not None:
-            entry = answers.get((policy, endpoint, found.key))
-            if entry is not None:
-                return _answered(entry, found.uid)
+    """The whole exchange: parse, decide, encode. Raises BadReview for an unusable body."""
     request = parse(body)
     decision = decide(
         request,
@@ -267,13 +297,7 @@ def review(
         endpoint=endpoint,
         kinds=kinds,
     )
-    body, patch = _encoded(request.uid, decision)
-    outcome = Outcome(request, decision, body, summary(decision))
-    if answers is not None and found is not None:
-        kept = _entry(outcome, found, patch)
-        if kept is not None:
-            answers.put((policy, endpoint, found.key), kept, key_bytes=len(found.key))
-    return outcome
+    return Outcome(request, decision, encode(request.uid, decision), summary(decision))
 
 
 def _status(code: int, message: str) -> dict[str, Any]:
@@ -299,191 +323,3 @@ def uid_of(body: bytes) -> str | None:
     req = doc.get("request") if isinstance(doc, dict) else None
     uid = req.get("uid") if isinstance(req, dict) else None
     return uid if isinstance(uid, str) and uid else None
-
-
-# --------------------------------------------------------------------------- answers by shape
-#
-# The API server calls a mutating webhook before it names a pod made from `generateName`, so
-# the reviews of the pods of one ReplicaSet, Job or Deployment are the same bytes but for two
-# values: the request's uid, and the name of the service account token volume that the
-# ServiceAccount admission plugin adds before any webhook runs (`kube-api-access-` and five
-# random characters, in `spec.volumes` and in each container's `volumeMounts`). A body's
-# shape is its bytes with those values taken out; a review whose shape was answered before is
-# answered alike, with its own uid, without being parsed or judged.
-#
-# Why the answer is the one a fresh review gives. Two bodies of one shape are equal byte for
-# byte but in those places, and the values there are drawn from small alphabets that need no
-# escaping (the uid: letters, digits, "-"; a token: [a-z0-9]{5}), so one body is valid JSON
-# of a given structure exactly when the other is, and their objects differ only there. The
-# uid is the request's own (checked when an answer is kept; its place in the bytes is part of
-# the shape); no rule reads it. The tokens are renamed in the order they first appear, so two
-# bodies of one shape use them alike: where one body has one token twice, so has the other,
-# and never one where the other has two. A shape is only made when every "kube-api-access-"
-# of the body is the value of a "name" key, as volume and mount names are (not an environment
-# value, an annotation value, a `targetContainerName`, the uid), and the body has no \u escape
-# (which could spell a token some other way): a rule reads a name only to compare it with
-# another (a volume and the mounts that use it) or to show it. What it shows could hold a
-# token (a warning naming a volume or container): an answer whose patch, warnings,
-# annotations or log fields hold one is not kept. Only allowed answers with no rule relaxed
-# are kept, of Pod CREATEs under a policy in force, keyed by that Policy object: a reload
-# makes new ones.
-
-_TOKEN = b"kube-api-access-"
-_TOKEN_SUFFIX = re.compile(rb"[a-z0-9]{5}\"")
-# Where a token may stand: the value of a "name" key, in JSON with any spacing.
-_NAME_BEFORE_TOKEN = re.compile(rb'[{,][ \t\r\n]*"name"[ \t\r\n]*:[ \t\r\n]*"\Z')
-_COMPACT_NAMES = (b'{"name":"', b',"name":"')
-_UID = re.compile(rb'"uid"[ \t\r\n]*:[ \t\r\n]*"([0-9A-Za-z-]{1,128})"')
-# Marks where a value was taken out: NUL never stands in a valid JSON text.
-_TAKEN = b"\0"
-
-
-class Shape(NamedTuple):
-    """A body with its per-replica values taken out (`key`), and its request uid."""
-
-    key: bytes
-    uid: str
-
-
-def shape(body: bytes) -> Shape | None:
-    """The shape of a review body (see above), or None when it cannot be made safely."""
-    if b"\\" in body and b"\\u" in body:  # (one byte is looked for much faster than two)
-        return None
-    uid = _UID.search(body)
-    if uid is None:
-        return None
-    start, end = uid.span(1)
-    if _TOKEN in body[start:end]:
-        # A uid the API server never makes: a token must stand as a name (see above).
-        return None
-    # Split at every token: each piece after the first starts with a token's suffix.
-    pieces = (body[:start] + _TAKEN + body[end:]).split(_TOKEN)
-    renamed: dict[bytes, bytes] = {}
-    before = pieces[0]
-    for n in range(1, len(pieces)):
-        piece = pieces[n]
-        if _TOKEN_SUFFIX.match(piece) is None or not (
-            # As the API server writes it (compact), else with spacing.
-            before.endswith(_COMPACT_NAMES)
-            or _NAME_BEFORE_TOKEN.search(before, max(0, len(before) - 64)) is not None
-        ):
-            return None
-        suffix = piece[:5]
-        mark = renamed.get(suffix)
-        if mark is None:
-            mark = renamed[suffix] = _TAKEN + str(len(renamed)).encode()
-        pieces[n] = mark + piece[5:]
-        before = piece
-    return Shape(_TOKEN.join(pieces), uid.group(1).decode("ascii"))
-
-
-class Answer(NamedTuple):
-    """A kept answer: the response around its uid, what the review line and the metrics read
-    of it, and what its decision is made again from when asked for (`Outcome.decision`)."""
-
-    head: bytes
-    tail: bytes
-    summary: Summary
-    namespace: str
-    name: str
-    patch: bytes  # as JSON; b"" for none
-    warnings: tuple[str, ...]
-    audit: tuple[tuple[str, str], ...]
-    mutations: tuple[str, ...]
-    patch_rules: tuple[str, ...]
-
-    def decision(self) -> Decision:
-        """A new Decision equal to the kept one."""
-        return Decision(
-            patch=orjson.loads(self.patch) if self.patch else [],
-            warnings=list(self.warnings),
-            audit=dict(self.audit),
-            mutations=list(self.mutations),
-            patch_rules=list(self.patch_rules),
-        )
-
-
-class Answers:
-    """Whole answers of Pod reviews by their shape, the policy object and the endpoint.
-
-    Bounded in entries (`size`) and in bytes (`max_bytes`, keys and answers): past either the
-    oldest go. Writes take a lock (large reviews run on threads); reads need none.
-    """
-
-    def __init__(self, size: int, max_bytes: int = ANSWERS_MAX_BYTES) -> None:
-        self.size = size
-        self.max_bytes = max_bytes
-        self.hits = 0
-        self.bytes = 0
-        self._entries: dict[Hashable, tuple[Answer, int]] = {}
-        self._lock = threading.Lock()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: Hashable) -> Answer | None:
-        found = self._entries.get(key)
-        if found is None:
-            return None
-        self.hits += 1
-        return found[0]
-
-    def put(self, key: Hashable, answer: Answer, *, key_bytes: int) -> None:
-        """Keep `answer` under `key` (whose shape is `key_bytes` long)."""
-        size = key_bytes + len(answer.head) + len(answer.tail) + len(answer.patch)
-        if self.size <= 0 or size > self.max_bytes:
-            return
-        with self._lock:
-            if key in self._entries:
-                return
-            while self._entries and (
-                len(self._entries) >= self.size or self.bytes + size > self.max_bytes
-            ):
-                oldest = next(iter(self._entries))
-                self.bytes -= self._entries.pop(oldest)[1]
-            self._entries[key] = (answer, size)
-            self.bytes += size
-
-
-def _entry(outcome: Outcome, found: Shape, patch: bytes) -> Answer | None:
-    """What to keep of `outcome` under its shape (`patch`: its decision's patch as JSON), or
-    None when it must not be kept."""
-    request, decision = outcome.request, outcome.decision
-    if (
-        request.uid != found.uid
-        or (request.group, request.kind, request.operation) != ("", "Pod", "CREATE")
-        or request.sub_resource
-        or not decision.allowed
-        or decision.would_refuse
-    ):
-        return None
-    # The uid is written as it is (its alphabet needs no escaping): the answer is the bytes
-    # around it.
-    opening = b'"response":{"uid":"'
-    at = outcome.body.find(opening + found.uid.encode("ascii") + b'"')
-    if at == -1:
-        return None
-    head = outcome.body[: at + len(opening)]
-    tail = outcome.body[at + len(opening) + len(found.uid) :]
-    shown = (patch, head, tail, request.namespace.encode(), request.name.encode())
-    if any(_TOKEN in part for part in shown):
-        return None
-    return Answer(
-        head,
-        tail,
-        outcome.summary,
-        request.namespace,
-        request.name,
-        patch,
-        tuple(decision.warnings),
-        tuple(decision.audit.items()),
-        tuple(decision.mutations),
-        tuple(decision.patch_rules),
-    )
-
-
-def _answered(answer: Answer, uid: str) -> Outcome:
-    """A kept answer for the review with `uid` (its decision is made when asked for)."""
-    request = Request(uid, "", "Pod", "CREATE", answer.namespace, answer.name, "", None, None)
-    body = answer.head + uid.encode("ascii") + answer.tail
-    return Outcome(request, None, body, answer.summary, answer)

@@ -21,7 +21,7 @@ from typing import TypeVar
 from cryptography import x509
 
 from webhook.errors import CertificateError
-from webhook.policy import policies
+from webhook.policy import documents, policies
 from webhook.server.certificates import (
     ClientAuthority,
     PathLike,
@@ -327,7 +327,7 @@ class PolicyWatch:
                 try:
                     found.append((path.name, path.read_bytes()))
                 except OSError as exc:
-                    found.append((path.name, b"\0unreadable: " + str(exc).encode()))
+                    found.append((path.name, _UNREADABLE + documents.why_unreadable(exc).encode()))
             return tuple(found)
         except OSError:
             return None
@@ -431,13 +431,15 @@ class PolicyWatch:
 
 
 def _load(data: bytes, source: str) -> policies.FileLoad:
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return policies.FileLoad(source, (), (f"{source}: not UTF-8 text: {exc.reason}",), ())
-    if text.startswith("\0unreadable: "):
-        return policies.FileLoad(source, (), (f"{source}: cannot be read: {text[13:]}",), ())
-    return policies.FileLoad.of(text, source)
+    if data.startswith(_UNREADABLE):
+        why = data.removeprefix(_UNREADABLE).decode()
+        return policies.FileLoad.unusable(source, f"{source}: {why}")
+    return policies.FileLoad.of_bytes(data, source)
+
+
+# What `_read` keeps of a file it cannot read, before the reason (a NUL byte: no YAML text
+# holds one).
+_UNREADABLE = b"\0unreadable: "
 
 
 def _mounted_version(directory: Path) -> str | None:

@@ -65,10 +65,10 @@ from webhook.tools import (
     add_workload_kinds_argument,
     auditing,
     cluster,
-    documents,
     env_name,
     from_env,
     help_text,
+    manifests,
     namespace_name,
     policies_directory,
     rendering,
@@ -466,8 +466,8 @@ def _usage_problem(files: Sequence[str], *, cluster: bool, write: bool, output: 
 
 
 def read_objects(*paths: str) -> list[dict[str, Any]]:
-    """The objects of the dump files (`documents.read`): the step bench/audit.py times."""
-    return documents.read(paths)
+    """The objects of the dump files (`manifests.read`): the step bench/audit.py times."""
+    return manifests.read(paths)
 
 
 def _warn(report: auditing.Report, *, cluster_read: bool = False) -> None:
@@ -612,7 +612,9 @@ def _entry_text(entry: auditing.Entry) -> list[str]:
 
 
 # The heading of the section that lists them.
-WITHOUT_POD_SECURITY = "Opted-in namespaces without Pod Security baseline: host-access applies"
+WITHOUT_POD_SECURITY = (
+    f"Opted-in namespaces without Pod Security baseline: {auditing.HOST_ACCESS} applies"
+)
 
 
 def _without_pod_security_text(report: auditing.Report) -> list[str]:
@@ -624,7 +626,7 @@ def _without_pod_security_text(report: auditing.Report) -> list[str]:
     if not listed:
         return [
             "Every opted-in namespace enforces Pod Security baseline or restricted:"
-            " host-access leaves its checks to it.",
+            f" {auditing.HOST_ACCESS} leaves its checks to it.",
             "",
         ]
     out = [WITHOUT_POD_SECURITY]
@@ -637,9 +639,10 @@ def _without_pod_security_text(report: auditing.Report) -> list[str]:
             line += ", not trusted (hostAccess.trustPodSecurity: false)"
         entries = ns.host_access_entries()
         if not entries:
-            out.append(f"{line}: host-access would refuse nothing there")
+            out.append(f"{line}: {auditing.HOST_ACCESS} would refuse nothing there")
             continue
-        out.append(f"{line}: host-access would refuse {_objects(ns.host_access_refused)}")
+        refused = _objects(ns.host_access_refused)
+        out.append(f"{line}: {auditing.HOST_ACCESS} would refuse {refused}")
         for entry in entries:
             out += _entry_text(entry)
     out.append("")

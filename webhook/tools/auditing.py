@@ -100,13 +100,12 @@ _KIND_ORDER = {
 }
 # The rule that applies Pod Security baseline's host-access checks where the namespace does not
 # enforce baseline or restricted.
-HOST_ACCESS = "host-access"
+HOST_ACCESS = rules.HOST_ACCESS.name
 # Whether it judges the pods of a judged namespace (`NamespaceReport.host_access`): it does; it
 # is switched off in the namespace's policy; the namespace's webhook path leaves it to Pod
 # Security (the namespace enforces baseline or restricted, and the policy trusts the label).
 APPLIES, OFF, POD_SECURITY = "applies", "off", "left-to-pod-security"
 HOST_ACCESS_STATES = (APPLIES, OFF, POD_SECURITY)
-_HOST_ACCESS_RULE = next(r for r in rules.RULES if r.name == HOST_ACCESS)
 # A patch value shown in a report is cut to this length.
 _SHOWN = 80
 
@@ -528,26 +527,28 @@ def _host_access(ns: NamespaceReport, policy: Policy) -> None:
     if policy.pod_security:
         ns.host_access = POD_SECURITY
         ns.host_access_reason = (
-            f"Pod Security {ns.pod_security} enforced ({level}): host-access leaves its checks"
-            " to it"
+            f"Pod Security {ns.pod_security} enforced ({level}): {HOST_ACCESS} leaves its"
+            " checks to it"
         )
         return
     named = f'policy "{policy.name}"' if ns.in_force else "the catch-all entry"
-    if not rules.switched_on(_HOST_ACCESS_RULE, policy):
+    if not rules.switched_on(rules.HOST_ACCESS, policy):
         ns.host_access = OFF
         ns.host_access_reason = (
-            f"Pod Security baseline not enforced ({level}), and host-access is off in {named}"
-            f" (rules.{_HOST_ACCESS_RULE.switch}: false)"
+            f"Pod Security baseline not enforced ({level}), and {HOST_ACCESS} is off in {named}"
+            f" (rules.{rules.HOST_ACCESS.switch}: false)"
         )
         return
     ns.host_access = APPLIES
     if ns.pod_security_enforced:
         ns.host_access_reason = (
             f"Pod Security {ns.pod_security} enforced ({level}), but {named} does not trust"
-            " the label (hostAccess.trustPodSecurity: false): host-access applies"
+            f" the label (hostAccess.trustPodSecurity: false): {HOST_ACCESS} applies"
         )
     else:
-        ns.host_access_reason = f"Pod Security baseline not enforced ({level}): host-access applies"
+        ns.host_access_reason = (
+            f"Pod Security baseline not enforced ({level}): {HOST_ACCESS} applies"
+        )
 
 
 def _enforcing(policy: Policy) -> Policy:
@@ -569,13 +570,14 @@ def _judge(
     `same`: the audit's store of equal parts of verdicts, kept once (the pods of one
     controller are judged alike: their verdicts' descriptions need not be held per pod)."""
     obj = item.obj
-    decision = reviewing.review(obj, policy=enforcing, mutate=True, kinds=kinds)
+    source = view.Source(obj)
+    decision = reviewing.review(source, policy=enforcing, mutate=True, kinds=kinds)
     if decision.malformed:
         return next(v for v in decision.violations if v.rule == MALFORMED)
     if item.ref.kind in CLAIM_KINDS:
         item.verdict = _claim_verdict(obj, decision, real=real, enforcing=enforcing)
         return None
-    found, _ = view.templates(obj, kinds)
+    found, _ = view.templates(source, kinds)
     # Warnings about one template of the kinds of other projects start with its label
     # (`JobSet spec.replicatedJobs[0]...: `), which its pods' do not have.
     label = found[0].place.label + ": " if len(found) == 1 and found[0].place.label else ""
@@ -594,7 +596,7 @@ def _judge(
     )
     why = ""
     if status == UNTOUCHED and found:
-        why = "; ".join(dict.fromkeys(hints.unchanged(view.read(t), enforcing) for t in found))
+        why = "; ".join(dict.fromkeys(hints.unchanged(view.pod(t), enforcing) for t in found))
     rule_adds = tuple(
         (
             rule,
@@ -772,7 +774,7 @@ def _note(item: _Object) -> str:
 
 
 def describe_patch(
-    patch: Sequence[Mapping[str, Any]], found: Sequence[view.Template]
+    patch: Sequence[Mapping[str, Any]], found: Sequence[view.Found]
 ) -> tuple[str, ...]:
     """What a patch adds, one line per place, by container name rather than JSON Pointer:
     `env of container "log": NVIDIA_VISIBLE_DEVICES=void`."""
@@ -781,14 +783,16 @@ def describe_patch(
         path = str(op.get("path", ""))
         template = _template_of(path, found)
         tokens = [_unescape(t) for t in path[len(template.place.pointer) :].split("/")[1:]]
-        topic, items = _describe_op(tokens, op.get("value"), template.node, str(op.get("op")))
+        topic, items = _describe_op(
+            tokens, op.get("value"), template.generic() or {}, str(op.get("op"))
+        )
         if template.place.label and len(found) > 1:
             topic = f"{template.place.label}: {topic}"
         topics.setdefault(topic, []).extend(items)
     return tuple(f"{topic}: {', '.join(items)}" for topic, items in topics.items())
 
 
-def _template_of(path: str, found: Sequence[view.Template]) -> view.Template:
+def _template_of(path: str, found: Sequence[view.Found]) -> view.Found:
     best = None
     for t in found:
         pointer = t.place.pointer
@@ -798,7 +802,7 @@ def _template_of(path: str, found: Sequence[view.Template]) -> view.Template:
             best = t
     if best is None:
         # Not under a template (no patch of the core does this): name it by its path.
-        return view.Template({}, OBJECT)
+        return view.Found(OBJECT, view.Template(), (), {})
     return best
 
 
@@ -1025,9 +1029,10 @@ def claim_unchanged(obj: Mapping[str, Any], policy: Policy) -> str:
             f"no profile applies (no {names.ANNOTATION_PROFILE} annotation, and policy"
             f' "{policy.name}" has no defaultProfile)'
         )
-    if sized and policy.mode_of("dra-mps-limits") == names.DRY_RUN:
+    mps_rule = rules.DRA_MPS_LIMITS.name
+    if sized and policy.mode_of(mps_rule) == names.DRY_RUN:
         reasons.append(
-            f'rule dra-mps-limits is in dry-run mode in policy "{policy.name}": the MPS'
+            f'rule {mps_rule} is in dry-run mode in policy "{policy.name}": the MPS'
             f' configuration of profile "{profile}" is not added yet'
         )
     return "; ".join(reasons) or "it is already as the webhook leaves it"

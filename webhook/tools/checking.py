@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from webhook.engine import placing
+from webhook.engine import placing, rules
 from webhook.errors import InputError, PolicyError
-from webhook.policy import names, policies
+from webhook.policy import documents, names, policies
 from webhook.tools import discovering
 
 
@@ -67,14 +67,11 @@ def check_directory(directory: Path) -> DirectoryReport:
     loads: list[policies.FileLoad] = []
     for file in files:
         try:
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
-            unreadable.append(f"{file}: cannot be read: {exc.strerror or exc}")
+            data = documents.read_bytes(file)
+        except InputError as exc:
+            unreadable.append(str(exc))
             continue
-        except UnicodeDecodeError as exc:
-            errors.append(f"{file}: not UTF-8 text: {exc.reason}")
-            continue
-        load = policies.FileLoad.of(text, str(file))
+        load = policies.FileLoad.of_bytes(data, str(file))
         loads.append(load)
         errors.extend(load.problems)
     # What the server would put in force, as it would (a file that clashes is out whole).
@@ -193,7 +190,7 @@ def mps_node_warnings(cls: policies.NodeClass, nodes: Sequence[discovering.Node]
 
 MPS = "MPS"
 TIME_SLICING = "TimeSlicing"
-MPS_RULE = "dra-mps-limits"
+MPS_RULE = rules.DRA_MPS_LIMITS.name
 # The configuration kind NVIDIA's driver applies to the devices of each of its classes (it
 # refuses another on the node: "cannot apply GpuConfig to device ... of type mig"); vGPU's is
 # not documented.

@@ -61,10 +61,10 @@ from webhook.tools import (
     InvalidValue,
     discovering,
     dns_label,
-    documents,
     env_name,
     from_env,
     help_text,
+    manifests,
 )
 from webhook.tools.policy import NODES_OPTION
 
@@ -372,8 +372,8 @@ class _Reader:
 
     def __call__(self, path: str) -> tuple[list[dict[str, Any]], str]:
         if path not in self._read:
-            text, source = documents.read_text(path)
-            self._read[path] = (documents.parse(text, source), source)
+            text, source = manifests.read_text(path)
+            self._read[path] = (manifests.parse(text, source), source)
         return self._read[path]
 
 

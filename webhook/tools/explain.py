@@ -40,9 +40,9 @@ from webhook.tools import (
     add_policies_argument,
     add_webhook_namespace_argument,
     checking,
-    documents,
     from_env,
     help_text,
+    manifests,
     namespace_name,
     policies_directory,
     rendering,
@@ -310,8 +310,8 @@ def limits(policy: policies.Policy) -> list[str]:
 def _file_labels(path: str, namespace: str) -> dict[str, str]:
     """The labels of the Namespace `namespace` in the file; InputError when it is not there
     or its labels are not a map of strings."""
-    text, source = documents.read_text(path)
-    objects = documents.parse(text, source)
+    text, source = manifests.read_text(path)
+    objects = manifests.parse(text, source)
     for obj in objects:
         meta = obj.get("metadata")
         if obj.get("kind") != "Namespace" or not isinstance(meta, dict):

@@ -39,9 +39,9 @@ from webhook.tools import (
     add_webhook_namespace_argument,
     add_workload_kinds_argument,
     auditing,
-    documents,
     from_env,
     help_text,
+    manifests,
     namespace_name,
     policies_directory,
     rendering,
@@ -171,19 +171,21 @@ def decide(
     path = namespaces.policy_path(labels)
     if path is None:
         return Decision()
-    return reviewing.review(obj, policy=loaded.governing(path), mutate=True, kinds=workload_kinds)
+    return reviewing.review(
+        view.Source(obj), policy=loaded.governing(path), mutate=True, kinds=workload_kinds
+    )
 
 
-def _unchanged(found: list[view.Template], policy: policies.Policy) -> str:
+def _unchanged(found: list[view.Found], policy: policies.Policy) -> str:
     """Why an allowed object (its pod specs `found`) comes out as it went in, in a few words."""
-    return "; ".join(dict.fromkeys(hints.unchanged(view.read(t), policy) for t in found))
+    return "; ".join(dict.fromkeys(hints.unchanged(view.pod(t), policy) for t in found))
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         labels = _labels(args)
-        text, source = documents.read_text(args.filename)
-        objects = documents.parse(text, source)
+        text, source = manifests.read_text(args.filename)
+        objects = manifests.parse(text, source)
         loaded = policies.load_directory(policies_directory(args.policies)[0])
         all_kinds = kinds.all_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
         workload_kinds = kinds.kinds_by_name(all_kinds)
@@ -206,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     for line in namespaces.label_near_misses(labels) if namespaces.opted_in(labels) else ():
         _say(f"Warning: namespace: {line}")
     for obj in objects:
-        what = documents.describe(obj)
+        what = manifests.describe(obj)
         claim = claims.is_claim(view.group_of(obj.get("apiVersion")), str(obj.get("kind")))
         if claim and obj.get("apiVersion") != auditing.CLAIM_API_VERSION:
             # The API server converts it to v1 before the webhook sees it; its own fields
@@ -243,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
             for v in decision.violations:
                 _say(f"denied: {what}: {v.text}")
             continue
-        found = view.templates(obj, workload_kinds)[0] if not decision.patch else []
+        found = view.templates(view.Source(obj), workload_kinds)[0] if not decision.patch else []
         if found or (claim and not decision.patch):
             reviewed = True
             # Sent, so opted in: its labels name a path (`where.not_sent` above).

@@ -29,9 +29,9 @@ from webhook.tools import (
     OPTIONAL_TEXT,
     checking,
     discovering,
-    documents,
     from_env,
     help_text,
+    manifests,
     policies_directory,
 )
 
@@ -102,8 +102,8 @@ def run_check(args: argparse.Namespace) -> int:
     if args.nodes:
         # The node file first: bad input is a usage error whatever the policies say.
         try:
-            text, source = documents.read_text(args.nodes)
-            nodes, others = discovering.read_nodes(documents.parse(text, source))
+            text, source = manifests.read_text(args.nodes)
+            nodes, others = discovering.read_nodes(manifests.parse(text, source))
         except InputError as exc:
             message = str(exc)
             if source and not message.startswith(source):
@@ -114,8 +114,8 @@ def run_check(args: argparse.Namespace) -> int:
     classes_source, not_classes = "", 0
     if args.device_classes:
         try:
-            text, classes_source = documents.read_text(args.device_classes)
-            objects = documents.parse(text, classes_source)
+            text, classes_source = manifests.read_text(args.device_classes)
+            objects = manifests.parse(text, classes_source)
             device_classes, not_classes = checking.read_device_classes(objects)
         except InputError as exc:
             message = str(exc)

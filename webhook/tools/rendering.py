@@ -75,7 +75,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from webhook.engine import namespaces
+from webhook.engine import namespaces, rules
 from webhook.policy import kinds as workload_kinds
 from webhook.policy import names
 from webhook.policy.policies import DEFAULT_POLICY, PolicySet, policy_path
@@ -778,7 +778,7 @@ SENT: dict[str, str] = {
         " with `nvidia-container-devices` in it, a hostPath volume, resource claims or a CDI"
         " annotation (`cdi.k8s.io/*`, `nvidia.cdi.k8s.io/*`, `io.kubernetes.cri-o.Devices`)"
     ),
-    "host-access": (
+    rules.HOST_ACCESS.name: (
         "beyond those, a Pod create (or workload template) with hostPID, hostIPC, hostNetwork"
         " or added capabilities"
     ),
@@ -861,7 +861,7 @@ def _reach(kind: str, entry: Mapping[str, Any], workloads: set[tuple[str, str]])
     if sent & {"gpu-pods", "workloads"} and f"t.spec.{_HOST_NAMESPACE_FLAGS[0]}" in (
         expression
     ):
-        sent.add("host-access")
+        sent.add(rules.HOST_ACCESS.name)
     return Reach(
         configuration=kind,
         entry=name,

@@ -70,60 +70,10 @@ MESSAGE_CHARS = 1024
 
 PASS, FAIL, WARN, ERROR, SKIP = "pass", "fail", "warn", "error", "skip"
 RESULTS = (PASS, FAIL, WARN, ERROR, SKIP)
-HIGH, MEDIUM, LOW = "high", "medium", "low"
+# The severity of warnings; a rule's results have the severity and category of its row
+# (`rules.Concern`: high or medium).
+LOW = "low"
 
-# The rules that keep a container from more GPU than its policy grants, or from the node's
-# GPUs and their sharing machinery: what they refuse is high.
-ISOLATION = frozenset(
-    {
-        names.UNKNOWN_POLICY_RULE,
-        names.POLICY_NOT_LOADED_RULE,
-        "resource-not-allowed",
-        "exclusive-gpus",
-        "profile",
-        "device-variables",
-        "driver-capabilities",
-        "env-from",
-        "mps-directories",
-        "privileged",
-        "capabilities",
-        "host-namespaces",
-        "host-path",
-        "device-list-mount",
-        "host-access",
-        "cdi-annotations",
-        "resource-claims",
-        "dra-class-not-allowed",
-        "dra-all-devices",
-        "dra-admin-access",
-        "dra-device-tolerations",
-        "dra-too-many-devices",
-        "dra-capacity",
-        "dra-sharing",
-        "dra-mps-limits",
-        "dra-whole-device",
-        "mps-limits",
-        "visible-devices",
-    }
-)
-# The rules whose refusals and additions decide whether a pod runs where and as it should
-# (a pod that would fail on its node, or land on the wrong one): medium.
-SCHEDULING = frozenset(
-    {
-        "malformed-object",
-        "invalid-quantity",
-        "requests-limits-mismatch",
-        "exclusive-with-shared",
-        "several-shared-resources",
-        "shared-with-claims",
-        "runtime-class",
-        "tolerations",
-        "dra-config",
-        "node-selection",
-        "multi-replica",
-    }
-)
-CATEGORIES = {HIGH: "GPU isolation", MEDIUM: "GPU scheduling"}
 # The rule name of results that hold an object's warnings (near misses such as a misspelt
 # profile annotation); not a rule of the webhook.
 WARNINGS_RULE = "warnings"
@@ -138,9 +88,10 @@ _LIVE_KINDS = (auditing.POD_KIND, names.CLAIM_KIND)
 _LEAF_KINDS = (auditing.POD_KIND, *auditing.CLAIM_KINDS)
 
 
-def severity(rule: str) -> str:
-    """How much a refusal (or a missing addition) of `rule` matters."""
-    return HIGH if rule in ISOLATION else MEDIUM
+def concern(rule: str) -> rules.Concern:
+    """What `rule` guards, and so the severity and category of its results."""
+    row = _RULES.get(rule)
+    return row.concern if row is not None else rules.Concern.SCHEDULING
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,11 +340,11 @@ def _namespace_result(ns: auditing.NamespaceReport) -> dict[str, Any] | None:
         message = (
             f"{ns.host_access_reason}: nothing judges host access (privileged, host"
             " namespaces, hostPath, capabilities) there beyond the GPU rules; enforce Pod"
-            " Security baseline or switch host-access on"
+            f" Security baseline or switch {rules.HOST_ACCESS.name} on"
         )
         return _result(
             policy,
-            rule=auditing.HOST_ACCESS,
+            rule=rules.HOST_ACCESS.name,
             outcome=WARN,
             message=message,
             resource=resource,
@@ -421,10 +372,10 @@ def _result(
         if outcome != PASS:
             out["severity"] = LOW
     elif outcome in (FAIL, WARN, ERROR):
-        level = severity(rule)
-        out["category"], out["severity"] = CATEGORIES[level], level
+        guards = concern(rule)
+        out["category"], out["severity"] = guards.category, guards.severity
     elif outcome == PASS and rule:
-        out["category"] = CATEGORIES[severity(rule)]
+        out["category"] = concern(rule).category
     else:
         out["category"] = OPT_IN_CATEGORY if resource["kind"] == "Namespace" else ADMITTED_CATEGORY
     out["result"] = outcome

@@ -17,6 +17,7 @@ of .Values.policies.files are kept as given; only their names and switches are r
 */}}
 {{- define "gpu-share-webhook.policySet" -}}
 {{- $gen := .Files.Get "files/generated.yaml" | fromYaml }}
+{{- $schema := .Files.Get "files/policy-schema.yaml" | fromYaml }}
 {{- $values := .Values.policies }}
 {{- $files := dict }}
 {{- $switches := dict }}
@@ -99,7 +100,7 @@ more than comments; every separator starts one, empty or not. */}}
 {{- range $docs }}
 {{- $doc := .doc }}
 {{- $at := .label }}
-{{- $found := include "gpu-share-webhook.policyDocument" (dict "doc" $doc "root" $ "lenient" .lenient) | fromJsonArray }}
+{{- $found := include "gpu-share-webhook.policyDocument" (dict "doc" $doc "schema" $schema "gen" $gen "lenient" .lenient) | fromJsonArray }}
 {{- range $found }}
 {{- $problems = append $problems (printf "%s: %s" $at .) }}
 {{- end }}

@@ -1,5 +1,6 @@
-"""Reading the Kubernetes objects a user hands to the CLI: the one reader of `mutate`,
-`audit`, `discover` and `policy check --nodes`.
+"""Reading YAML and JSON documents: the one reader of the policy files, the workload-kinds
+file and every file a command reads (manifests, dumps, lists of nodes), and so one set of
+words for what makes a file unusable.
 
 The rules:
 
@@ -13,22 +14,31 @@ The rules:
   true, `017` is 15, `2026-11-01` a date), built ten times as fast (`_build`). One exception:
   a plain scalar shaped like a date that is none (`2026-13-45`) is a string, as kubectl reads
   it, where the safe loader fails.
-- An empty document is skipped. A document whose `kind` ends in `List` (`List`, `PodList`,
-  ...) and whose `items` is a list stands for its items (those of a `PodList` are Pods of its
-  apiVersion: the API leaves that out); any other document must be an object.
-- What cannot be used is an InputError of one line naming the file, the line and column and,
-  in a file of several documents, the document: for a JSON stream in the words of Python's
-  JSON decoder, for YAML in those of PyYAML's own (pure-Python) parser. Values nested deeper
-  than Python can follow are refused in one line too (orjson stops at 1,024 levels; no
-  Kubernetes object comes near).
+- An empty document is None: what a caller looks for in the documents (objects, Lists, a
+  policy) is its own.
+
+What cannot be used is an InputError of one line, in these words wherever it is read:
+
+    FILE: no such file | is a directory, not a file | cannot be read: REASON
+    FILE: is not UTF-8 text
+    FILE: not valid YAML or JSON at line L, column C[ of document N]: REASON
+    FILE: not valid JSON at line L, column C of document N: REASON     (a JSON stream)
+    FILE: not valid JSON in document N (line L): NaN is not JSON       (a JSON stream)
+    FILE: not valid YAML: a value its tag does not take (such as !!int abc): REASON
+    FILE: values nested deeper than can be read (no Kubernetes object is)
+    FILE: its YAML aliases make it stand for more than 1,000,000 values; ...
+    FILE: holds no WHAT                                                 (`holds_none`)
+
+A YAML error is in the words of PyYAML's own (pure-Python) parser, a JSON stream's in those of
+Python's JSON decoder; the document is named in a file of several. Nesting is bounded by
+orjson's 1,024 levels, libyaml's 1,000 and Python's recursion limit: no Kubernetes object
+comes near.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,69 +46,49 @@ from typing import Any
 import orjson
 import yaml
 
-from webhook.engine import view
 from webhook.errors import InputError
 
-STDIN = "-"
+
+def why_unreadable(exc: OSError) -> str:
+    """Why a file cannot be read, as the messages say it (after `FILE: `)."""
+    if isinstance(exc, FileNotFoundError):
+        return "no such file"
+    if isinstance(exc, IsADirectoryError):
+        return "is a directory, not a file"
+    return f"cannot be read: {exc.strerror or exc}"
 
 
-def read_text(path: str) -> tuple[str, str]:
-    """The text of `path` ("-" for standard input) and a name for messages."""
-    if path == STDIN:
-        binary = getattr(sys.stdin, "buffer", None)
-        if binary is None:  # a text stream with no bytes under it (tests, embedding)
-            return sys.stdin.read().removeprefix(_BOM), "<stdin>"
-        data, source = binary.read(), "<stdin>"
-    else:
-        source = path
-        try:
-            data = Path(path).read_bytes()
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such file") from None
-        except IsADirectoryError:
-            raise InputError(f"{path}: is a directory, not a file") from None
-        except OSError as exc:
-            raise InputError(f"{path}: cannot be read: {exc.strerror}") from None
-    return _decode(data, source), source
+def read_bytes(path: str | Path) -> bytes:
+    """The bytes of the file at `path`; InputError when it cannot be read."""
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: {why_unreadable(exc)}") from None
 
 
-_BOM = "\ufeff"
-
-
-def _decode(data: bytes, source: str) -> str:
-    """UTF-8, without the byte-order mark some Windows editors put first (kubectl drops it
-    too)."""
+def decode(data: bytes, source: str) -> str:
+    """`data` as text: UTF-8, without the byte-order mark some Windows editors put first
+    (kubectl drops it too); InputError when it is not UTF-8."""
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise InputError(f"{source}: is not UTF-8 text") from None
 
 
-def read(paths: Sequence[str]) -> list[dict[str, Any]]:
-    """Every object in the files, in order. A file with none is no error (a cluster may have
-    no pods), but files that together hold none are."""
-    objects: list[dict[str, Any]] = []
-    sources: list[str] = []
-    for path in paths:
-        text, source = read_text(path)
-        objects += _objects(load(text, source), source)
-        sources.append(source)
-    if not objects:
-        raise InputError(f"{', '.join(sources)}: holds no Kubernetes object")
-    return objects
+def read_file(path: str | Path) -> str:
+    """The text of the file at `path`; InputError when it cannot be read or is not UTF-8."""
+    return decode(read_bytes(path), str(path))
 
 
-def parse(text: str, source: str) -> list[dict[str, Any]]:
-    """Every object in `text` (see the module's rules); InputError if unusable or if there
-    is none."""
-    objects = _objects(load(text, source), source)
-    if not objects:
-        raise InputError(f"{source}: holds no Kubernetes object")
-    return objects
+def holds_none(source: str, what: str) -> str:
+    """The words for a file (or files) in which the caller finds none of `what` it looks for:
+    "a.yaml: holds no policy document"."""
+    return f"{source}: holds no {what}"
 
 
 def load(text: str, source: str) -> list[Any]:
-    """Every document in `text`, as values; InputError when it is neither JSON nor YAML."""
+    """Every document in `text` (None for an empty one), as values; InputError when it is
+    neither JSON nor YAML."""
     try:
         return [orjson.loads(text)]
     except orjson.JSONDecodeError:
@@ -111,7 +101,12 @@ def load(text: str, source: str) -> list[Any]:
             return _build(text)
         except _Unusual:
             return _bounded(list(yaml.load_all(text, Loader=_FastLoader)), source)
-    except (yaml.YAMLError, *_MISTAGGED):
+    except yaml.YAMLError as exc:
+        # libyaml stops at 1,000 levels, where the pure-Python parser, which takes time
+        # growing with the square of the depth, would stop later on Python's recursion limit.
+        if getattr(exc, "problem", None) == _LIBYAML_TOO_DEEP:
+            raise InputError(_too_deep(source)) from None
+    except _MISTAGGED:
         pass
     except RecursionError:
         raise InputError(_too_deep(source)) from None
@@ -181,47 +176,6 @@ def _bounded(docs: list[Any], source: str) -> list[Any]:
     return docs
 
 
-def describe(obj: dict[str, Any]) -> str:
-    """`Kind/name` for messages, as kubectl prints it."""
-    kind = obj.get("kind") or "object"
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
-    name = meta.get("name") or meta.get("generateName") or "(unnamed)"
-    return f"{kind}/{name}"
-
-
-def _objects(docs: list[Any], source: str) -> list[dict[str, Any]]:
-    objects: list[dict[str, Any]] = []
-    for number, doc in enumerate(docs, 1):
-        if doc is None:
-            continue
-        if not isinstance(doc, dict):
-            raise InputError(
-                f"{source}: document {number} is {view.type_name(doc)}, not a Kubernetes object"
-            )
-        kind, items = doc.get("kind"), doc.get("items")
-        if isinstance(kind, str) and kind.endswith("List") and isinstance(items, list):
-            of = _of_list(kind, doc.get("apiVersion"))
-            for i, item in enumerate(items):
-                if not isinstance(item, dict):
-                    raise InputError(f"{source}: document {number}, item {i} is not an object")
-                objects.append(item if "kind" in item or not of else {**of, **item})
-            continue
-        objects.append(doc)
-    return objects
-
-
-def _of_list(kind: str, api_version: object) -> dict[str, Any]:
-    """What the items of a list of `kind` leave out: the API's own lists (a PodList, from
-    client-go or curl) give their items no kind and no apiVersion; kubectl's List does."""
-    if kind == "List":
-        return {}
-    of: dict[str, Any] = {"kind": kind.removesuffix("List")}
-    if isinstance(api_version, str):
-        of = {"apiVersion": api_version, **of}
-    return of
-
-
 # --------------------------------------------------------------------------- JSON
 
 
@@ -275,6 +229,9 @@ def _json_stream(text: str, source: str) -> tuple[list[Any], _Stop | None]:
         values.append(value)
         position = _after_blanks(text, position)
     return values, (None if values else _Stop())
+
+
+_LIBYAML_TOO_DEEP = "exceeded maximum nesting depth"
 
 
 def _too_deep(source: str) -> str:
