@@ -12,7 +12,7 @@ sockets to different ones and the server sees different sources:
 
 - 127.0.0.2, "the API server": ordinary reviews, closed loop, on --connections keep-alive TLS
   connections, each review a pod asking for one `nvidia.com/gpu.shared` (soak.py's POD) with
-  its own uid, pod name and environment value, so the answer cache never answers one;
+  its own uid, pod name and environment value;
 - 127.0.0.1, "the flood": --flood-senders connections each sending 7 MiB reviews (just under
   the body limit, as soak.py's large ones; each with its own uid and pod name; streamed as
   the socket takes it, so an early 429 stops the upload) one after another, opened again at

@@ -3,7 +3,7 @@ server's own work that the machine's noise barely moves.
 
     python bench/instructions.py [--requests 2000] [--connections 8] [--containers 1]
                                  [--stream mixed|replicas] [--pods 5000]
-                                 [--serve-python PYTHON ...] [--cache-sizes default 0]
+                                 [--serve-python PYTHON ...]
                                  [--no-bare] [--breakdown] [--keep DIR]
 
 On a shared machine req/s drifts by a third within minutes (bench/server.py measures ratios
@@ -15,8 +15,8 @@ within about half a percent whatever else the machine does. Each server process 
 server_helpers.py's, each request in one write as the API server sends it; each answer
 checked), and counting is turned off. Rows: bench/server.py's bare aiohttp server (canned
 answer, same TLS and loop), the same parsing each body with orjson, and `gpu-share-webhook
-serve` (review log on, to a file) for each --serve-python interpreter (a build from before
-the server's values were fixed: for each --cache-sizes), all on uvloop; with --breakdown,
+serve` (review log on, to a file) for each --serve-python interpreter, all on uvloop; with
+--breakdown,
 before each serve row, the same server answering a canned review without looking at the
 body (bench/server_breakdown.py's stand-in), without and with its review line: the server's
 own machinery per request is that row less bare aiohttp's, the review line the next less it,
@@ -174,9 +174,6 @@ def main() -> int:
     parser.add_argument("--stream", choices=("mixed", "replicas"), help="instead of one body")
     parser.add_argument("--pods", type=int, default=5000, help="reviews of the stream")
     parser.add_argument("--serve-python", action="append", help="measure this one's serve")
-    parser.add_argument(
-        "--cache-sizes", nargs="+", default=["default"], help="serve's --cache-size, each a row"
-    )
     parser.add_argument("--no-bare", action="store_true", help="only the serve rows")
     parser.add_argument(
         "--breakdown",
@@ -195,7 +192,6 @@ def main() -> int:
         if shutil.which(tool) is None:
             print(f"bench/instructions.py needs {tool}: apt-get install -y valgrind")
             return 2
-    sizes = [None if n == "default" else int(n) for n in args.cache_sizes]
     rows: list[tuple[str, float]] = []
     replayed = () if args.stream else (args.containers,)
     streams = (args.stream,) if args.stream else ()
@@ -246,23 +242,15 @@ def main() -> int:
                     name, command, ready=ready, port=port, ws=ws, sent=canned, args=args
                 )
                 rows.append((name, value))
-            for size in sizes if bench.legacy(python) else [None]:
-                port, metrics_port = bench.free_port(), bench.free_port()
-                command = bench.serve_command(
-                    port,
-                    metrics_port,
-                    ws.cert_dir,
-                    event_loop="uvloop",
-                    python=python,
-                    cache_size=size,
-                )
-                name = f"{bench.SERVE}, {build}"
-                if size is not None:
-                    name += f", --cache-size {size}"
-                ready = log_says('"event_loop"')
-                sent = itertools.cycle(pairs)
-                value = measure(name, command, ready=ready, port=port, ws=ws, sent=sent, args=args)
-                rows.append((name, value))
+            port, metrics_port = bench.free_port(), bench.free_port()
+            command = bench.serve_command(
+                port, metrics_port, ws.cert_dir, event_loop="uvloop", python=python
+            )
+            name = f"{bench.SERVE}, {build}"
+            ready = log_says('"event_loop"')
+            sent = itertools.cycle(pairs)
+            value = measure(name, command, ready=ready, port=port, ws=ws, sent=sent, args=args)
+            rows.append((name, value))
     base = rows[0][1]
     print(
         f"Instructions per POST /mutate (callgrind, uvloop, TLS keep-alive,"

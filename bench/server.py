@@ -3,7 +3,7 @@ same event loop, and a Go webhook doing the same mutation.
 
     python bench/server.py [--seconds 10] [--connections 32] [--bodies 1 50]
                            [--streams replayed mixed replicas] [--pods 5000]
-                           [--deployments 10] [--cache-sizes default 0]
+                           [--deployments 10]
                            [--loops asyncio uvloop] [--no-peer] [--rounds 3]
                            [--serve-python PYTHON ...]
 
@@ -11,15 +11,13 @@ In one run, for each load (`--streams`) and each event loop, one process each (a
 peer on one thread). The loads:
 
 - replayed: one review body over and over, for each of --bodies (bench/core.py's pod(1) and
-  pod(50) as the API server sends them: 2.0 KB and 28 KB): after the first, every review
-  is a cache hit;
+  pod(50) as the API server sends them: 2.0 KB and 28 KB);
 - mixed: --pods distinct pods in turn (`deployment_pod`: the first pod of as many
   Deployments, as the API server sends it; 1-4 containers, every fifth without GPU; each
-  its own uid and service account volume): with more pods than serve's caches hold, no
-  cache ever answers;
+  its own uid and service account volume);
 - replicas: --pods pods of --deployments Deployments in turn, the same bytes within a
-  Deployment but for the uid and the service account volume's name: the answer cache
-  answers all but the first of each.
+  Deployment but for the uid and the service account volume's name (as the pods of a
+  rollout are).
 
 A stream's reviews are made once, one a line, and wrk's script (LUA_STREAM) hands out the
 requests it made of them in turn. The servers:
@@ -32,11 +30,10 @@ requests it made of them in turn. The servers:
 - gpu-share-webhook serve: the real server as the README installs it, review log on (JSON
   lines to a file, unbuffered as the image runs it: PYTHONUNBUFFERED=1), on uvloop, or on
   asyncio's loop with uvloop hidden from it; once per --serve-python interpreter, its row
-  named by the build it imports: "compiled" (mypyc) or "pure Python"; a build of before the
-  server's values were fixed (it has --cache-size) once per --cache-sizes value;
+  named by the build it imports: "compiled" (mypyc) or "pure Python";
 
-and once per body the Go peer (bench/peer: standard library, GOMAXPROCS=1, no cache: every
-review is decoded, decided and encoded afresh). Each is driven by wrk (one thread,
+and once per body the Go peer (bench/peer: standard library, GOMAXPROCS=1: every review is
+decoded, decided and encoded afresh). Each is driven by wrk (one thread,
 --connections keep-alive TLS connections) for --seconds after a --warmup. Before and after
 each measurement reviews are posted and their answers checked (the body; a stream's first
 review of each kind of pod, and for replicas the next pod of the same Deployment): our
@@ -160,7 +157,6 @@ class Result:
     server_cpu: float | None = None
     wrk_cpu: float | None = None
     cpu_us: float | None = None  # the server's CPU time per review
-    # serve: reviews answered from one of its caches, of all (its /metrics).
     round: int = 0
 
 
@@ -718,7 +714,7 @@ def workspace(
         if "replicas" in streams:
             label = f"replicas ({deployments} Deployments)"
             replicas = stream_bodies(pods, deployments, seed=2)
-            # And the next pod of the same Deployment: answered from the answer cache.
+            # And the next pod of the same Deployment.
             samples = first_of_each_kind(replicas[:deployments])
             samples += [n + deployments for n in samples]
             found["replicas"] = stream(
@@ -747,13 +743,10 @@ def serve_command(
     *,
     event_loop: str = "uvloop",
     python: str = sys.executable,
-    cache_size: int | None = None,
 ) -> list[str]:
     """`gpu-share-webhook serve` as measured: loopback, review log on, no drain; run by
-    `python` (its installed webhook package, or this checkout's when it is the one). A build
-    from before the server had fixed values (`legacy`: it has --event-loop and --cache-size)
-    is told the loop, and `cache_size` unless None; this one runs on uvloop where it is
-    installed, so it runs on asyncio's loop with uvloop hidden from it."""
+    `python` (its installed webhook package, or this checkout's when it is the one). It runs
+    on uvloop where it is installed: on asyncio's loop, uvloop is hidden from it."""
     common = [
         "serve",
         "--host=127.0.0.1",
@@ -764,29 +757,9 @@ def serve_command(
         "--drain-seconds=0",
         "--log-level=info",
     ]
-    if legacy(python):
-        sized = [f"--cache-size={cache_size}"] if cache_size is not None else []
-        return [python, "-m", "webhook", *common, f"--event-loop={event_loop}", *sized]
     if event_loop == "asyncio":
         return [python, "-c", WITHOUT_UVLOOP, *common]
     return [python, "-m", "webhook", *common]
-
-
-_LEGACY: dict[str, bool] = {}
-
-
-def legacy(python: str) -> bool:
-    """Whether `python`'s serve is of the build before fixed values (it has --cache-size)."""
-    if python not in _LEGACY:
-        found = subprocess.run(
-            [python, "-m", "webhook", "serve", "--help"],
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd=tempfile.gettempdir(),
-        )
-        _LEGACY[python] = "--cache-size" in found.stdout
-    return _LEGACY[python]
 
 
 def measure_serve(
@@ -796,17 +769,12 @@ def measure_serve(
     loop: str,
     python: str,
     label: str,
-    cache_size: int | None,
     args: argparse.Namespace,
 ) -> Result:
     """`gpu-share-webhook serve` on `loop`, its answers checked before and after."""
     port, metrics_port = free_port(), free_port()
-    command = serve_command(
-        port, metrics_port, ws.cert_dir, event_loop=loop, python=python, cache_size=cache_size
-    )
+    command = serve_command(port, metrics_port, ws.cert_dir, event_loop=loop, python=python)
     name = f"{SERVE}, {label}"
-    if cache_size is not None:
-        name += f", --cache-size {cache_size}"
     slug = re.sub(r"\W+", "-", name)
     log = ws.directory / f"serve-{loop}-{body.slug}-{slug}.log"
     log.unlink(missing_ok=True)  # an earlier round's "listening" is not this server's
@@ -873,19 +841,18 @@ def measure_peer(ws: Workspace, body: Body, binary: Path, *, args: argparse.Name
 
 
 def describe(body: Body) -> str:
-    """A stream's reviews: how many, their sizes and pods, how many answer-cache keys."""
+    """A stream's reviews: how many, their sizes and pods."""
     found = body.file.read_bytes().splitlines()
     sizes = sorted(len(data) for data in found)
     containers = collections.Counter(
         len(orjson.loads(data)["request"]["object"]["spec"]["containers"]) for data in found
     )
     gpu = sum(b'"nvidia.com/gpu.shared"' in data for data in found)
-    shapes = {getattr(codec.shape(data), "key", None) for data in found}
     counts = ", ".join(f"{n}: {containers[n] / len(found):.0%}" for n in sorted(containers))
     return (
         f"{body.label}: {len(found):,} reviews of {sizes[0]:,}-{sizes[-1]:,} bytes (median"
         f" {sizes[len(sizes) // 2]:,}); containers {counts}; {gpu / len(found):.0%} ask for"
-        f" the shared GPU; {len(shapes):,} distinct shapes (answer-cache keys)"
+        " the shared GPU"
     )
 
 
@@ -918,18 +885,11 @@ def run(args: argparse.Namespace) -> tuple[list[Result], list[str]]:
                         measure_bare(BARE_PARSE, ws, body, loop=loop, parse=True, args=args)
                     )
                     for python, label in args.builds:
-                        for size in args.cache_sizes if legacy(python) else [None]:
-                            found.append(
-                                measure_serve(
-                                    ws,
-                                    body,
-                                    loop=loop,
-                                    python=python,
-                                    label=label,
-                                    cache_size=size,
-                                    args=args,
-                                )
+                        found.append(
+                            measure_serve(
+                                ws, body, loop=loop, python=python, label=label, args=args
                             )
+                        )
                 if binary is not None:
                     found.append(measure_peer(ws, body, binary, args=args))
             for result in found:
@@ -1052,13 +1012,6 @@ def main() -> int:
     parser.add_argument(
         "--deployments", type=int, default=10, help="Deployments of the replicas stream"
     )
-    parser.add_argument(
-        "--cache-sizes",
-        nargs="+",
-        default=["default", "0"],
-        help="a build before fixed values (it has --cache-size): measure its serve with each"
-        " (default: its default, and 0: no caches)",
-    )
     parser.add_argument("--loops", nargs="+", choices=LOOPS, default=list(LOOPS))
     parser.add_argument("--no-peer", action="store_true", help="without the Go peer")
     parser.add_argument(
@@ -1112,11 +1065,6 @@ def main() -> int:
         return 2
     if args.deployments < 1 or args.pods < 2 * args.deployments:
         print("bench/server.py: --pods must be at least twice --deployments", file=sys.stderr)
-        return 2
-    try:
-        args.cache_sizes = [None if n == "default" else int(n) for n in args.cache_sizes]
-    except ValueError:
-        print("bench/server.py: --cache-sizes takes `default` and numbers", file=sys.stderr)
         return 2
     pythons = [absolute(python) for python in args.serve_python or [sys.executable]]
     builds = [build_of(python) for python in pythons]

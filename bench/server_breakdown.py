@@ -162,9 +162,8 @@ def main() -> int:
             rows.append((label, result))
         build = bench.build_of(args.serve_python)[0]
         serve = bench.measure_serve(
-            ws, body, loop=args.loop, python=args.serve_python, label=build, cache_size=None,
-            args=args,
-        )  # fmt: skip
+            ws, body, loop=args.loop, python=args.serve_python, label=build, args=args
+        )
         rows.append(("serve (review log on)", serve))
         bare = bench.measure_bare(bench.BARE, ws, body, loop=args.loop, parse=False, args=args)
         rows.insert(0, (bare.name, bare))

@@ -409,7 +409,7 @@ def _metrics_of(title: str) -> set[str]:
 
 def test_the_dashboard_shows_what_an_admin_asks_of_it() -> None:
     """Issue 23: reviews by endpoint and outcome, refusals and warnings by rule, latency
-    quantiles, answers from the cache, requests in flight and refused for limits, broken
+    quantiles, requests in flight and refused for limits, broken
     policy files, certificate expiry."""
     by_title = {p["title"]: p for p in panels()}
     reviews = read_promql(by_title["Reviews per second"]["targets"][0]["expr"])
@@ -427,7 +427,6 @@ def test_the_dashboard_shows_what_an_admin_asks_of_it() -> None:
         f"histogram_quantile({q}" for q in ("0.5", "0.9", "0.99")
     ]
     assert all("gpu_share_webhook_review_duration_seconds_bucket" in e for e in latency)
-    assert "gpu_share_webhook_decision_cache_hits" in _metrics_of("Answers from the cache")
     assert "gpu_share_webhook_reviews_in_flight" in _metrics_of("Requests in flight")
     assert _metrics_of("Requests refused for limits") == {"gpu_share_webhook_requests_shed_total"}
     assert _metrics_of("Broken policy files") == {"gpu_share_webhook_policy_files_not_loaded"}

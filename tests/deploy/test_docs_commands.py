@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -44,7 +45,7 @@ from webhook import cli, tools
 from webhook.engine import reviewing
 from webhook.policy import kinds, names, policies
 from webhook.server import app as server
-from webhook.server import states
+from webhook.server import limits, states
 from webhook.tools import rendering
 
 REPO = dh.REPO
@@ -482,23 +483,36 @@ def _options(command: str) -> dict[str, Any]:
     return {flag: a for a in sub.choices[command]._actions for flag in a.option_strings}
 
 
-_UNITS = {"s": 1, "MiB": 2**20}
+_UNITS = {"s": 1, "KiB": 2**10, "MiB": 2**20}
+# docs/operations.md's bounds table: each row's values, in order, and the fixed values they are.
+_BOUNDS = {
+    "header timeout": ("header_timeout",),
+    "body timeout": ("body_timeout",),
+    "idle timeout": ("idle_timeout",),
+    "connections": ("max_connections",),
+    "connections per source": ("max_connections_per_source",),
+    "handshakes": ("max_handshakes", "max_handshakes_per_source"),
+    "body": ("max_body_bytes",),
+    "review bytes in flight": ("max_inflight_bytes", "max_inflight_bytes_per_source"),
+}
 
 
-def test_the_bounds_operations_md_lists_are_the_defaults_of_serve() -> None:
-    """docs/operations.md, "Who can reach it": each flag's default as `serve` has it."""
-    options = _options("serve")
-    rows = re.findall(r"^\| `(--[a-z-]+)` \| ([^|]+) \|", OPERATIONS.read_text(encoding="utf-8"),
-                      flags=re.MULTILINE)
-    assert len(rows) >= 12
-    for flag, shown in rows:
-        default = options[flag].default
-        number = re.fullmatch(r"(\d+(?:\.\d+)?)(?: (s|MiB))?", shown.strip())
-        if number:
-            value = float(number.group(1)) * _UNITS.get(number.group(2) or "", 1)
-            assert value == float(str(default)), (flag, shown, default)
-        else:
-            assert shown.strip() == str(default), (flag, shown, default)
+def test_the_bounds_operations_md_lists_are_the_fixed_values_of_the_server() -> None:
+    """docs/operations.md, "Who can reach it": each bound's value as the server has it."""
+    text = OPERATIONS.read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| ([a-z' ]+) \| ([^|]+) \|", text, flags=re.MULTILINE))
+    fixed = limits.Limits()
+    for bound, fields in _BOUNDS.items():
+        numbers = re.findall(r"(\d[\d,]*(?:\.\d+)?)(?: (s|KiB|MiB)\b)?", rows[bound])
+        shown = [float(n.replace(",", "")) * _UNITS.get(unit, 1) for n, unit in numbers]
+        assert shown == [float(getattr(fixed, f)) for f in fields], (bound, rows[bound])
+    # The share of time, in words.
+    assert fixed.large_share == 0.2
+    assert "a fifth of the server's time per source" in rows["large reviews' time"]
+    assert f"bodies over {fixed.inline_bytes // limits.KIB} KiB" in text
+    # And `serve` has none of them as a flag.
+    flags = set(_options("serve"))
+    assert not {f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(fixed)} & flags
 
 
 def test_the_options_audit_md_lists_are_read_from_the_variables_it_names() -> None:

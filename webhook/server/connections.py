@@ -5,7 +5,10 @@
 
 - at most `max_connections` are open, `max_connections_per_source` from one address; one
   beyond either is closed at once, before its TLS handshake (what a flood would make the
-  server spend its time on), and counted (`refused`, `source-refused`);
+  server spend its time on), and counted (`refused`, `source-refused`). At the total, a
+  newcomer first makes room by closing the oldest connection still waiting for its
+  handshake's turn, or in a handshake for over `SLOW_HANDSHAKE_SECONDS` (`refused` too): a
+  few addresses of silent connections cannot keep the API server's new ones out;
 - at most `max_handshakes` TLS handshakes run at once, `max_handshakes_per_source` for one
   address; the others wait their turn. TLS starts with `loop.connect_accepted_socket(ssl=)`,
   with the context in force at that moment (a new serving certificate or client CA takes
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import socket
@@ -83,6 +87,9 @@ _CHUNKED = re.compile(rb"\r\ntransfer-encoding[ \t]*:[^\r]*chunked", re.IGNORECA
 MAX_HEAD_BYTES = 64 * 1024
 # At most one log line about refused client certificates this often.
 CLIENT_LOG_SECONDS = 10.0
+# A connection in its TLS handshake for longer than this may be closed to make room for a
+# newcomer at the total cap (an API server's handshake takes milliseconds).
+SLOW_HANDSHAKE_SECONDS = 1.0
 # How often the listener looks for overdue heads (a quarter of a shorter header timeout): a
 # head's timeout is kept within a second.
 SWEEP_SECONDS = 1.0
@@ -124,7 +131,9 @@ class Listener:
         self.open: set[Connection] = set()
         self._sources: dict[str, _Source] = {}
         self._handshakes = asyncio.Semaphore(limits.max_handshakes)
-        self._opening: set[asyncio.Task[None]] = set()
+        # The connections before and in their handshake, oldest first: when each began its
+        # handshake (None: waiting for its turn).
+        self._opening: dict[asyncio.Task[bool], float | None] = {}
         self._socket: socket.socket | None = None
         self._accepting: asyncio.Task[None] | None = None
         self._sweeping: asyncio.Task[None] | None = None
@@ -174,7 +183,7 @@ class Listener:
                 self.count(SOURCE_REFUSED)
                 sock.close()
                 continue
-            if len(self) >= limits.max_connections:
+            if len(self) >= limits.max_connections and not self._make_room(loop.time()):
                 self.count(REFUSED)
                 sock.close()
                 continue
@@ -182,18 +191,21 @@ class Listener:
                 source = self._sources[address] = _Source(limits.max_handshakes_per_source)
             source.open += 1
             task = asyncio.create_task(self._open(sock, address, source))
-            self._opening.add(task)
-            task.add_done_callback(self._opening.discard)
+            self._opening[task] = None
+            task.add_done_callback(functools.partial(self._opened, sock, address))
 
-    async def _open(self, sock: socket.socket, address: str, source: _Source) -> None:
-        """Start TLS on an accepted socket (in turn) and hand it to a `Connection`."""
+    async def _open(self, sock: socket.socket, address: str, source: _Source) -> bool:
+        """Start TLS on an accepted socket (in turn) and hand it to a `Connection`; whether
+        it was (if not, `_opened` closes the socket)."""
         loop = asyncio.get_running_loop()
         timeout = self.limits.header_timeout
         started = loop.time()
-        made = False
         try:
             # Its address's turn first: waiting for it holds none of the others'.
             async with asyncio.timeout(timeout), source.handshakes, self._handshakes:
+                task = asyncio.current_task()
+                if task in self._opening:
+                    self._opening[task] = loop.time()
                 await loop.connect_accepted_socket(
                     lambda: Connection(self, address),
                     sock,
@@ -203,7 +215,7 @@ class Listener:
                     else None,
                     ssl_shutdown_timeout=TLS_SHUTDOWN_SECONDS if self.tls is not None else None,
                 )
-                made = True
+                return True
         except (TimeoutError, ConnectionAbortedError):
             self.count(TLS_TIMEOUT)
         except ssl.SSLError as exc:
@@ -216,10 +228,26 @@ class Listener:
                 self.count(TLS_FAILED)
         except (OSError, EOFError):
             self.count(TLS_FAILED)
-        finally:
-            if not made:
-                sock.close()
-                self.forget(address)
+        return False
+
+    def _opened(self, sock: socket.socket, address: str, task: asyncio.Task[bool]) -> None:
+        """A connection's handshake is over: made, failed, or cancelled (perhaps before it
+        began: then its coroutine never ran)."""
+        self._opening.pop(task, None)
+        if task.cancelled() or task.exception() is not None or not task.result():
+            sock.close()
+            self.forget(address)
+
+    def _make_room(self, now: float) -> bool:
+        """Close the oldest connection waiting for its handshake's turn, or in a handshake
+        for over SLOW_HANDSHAKE_SECONDS; whether there was one."""
+        for task, since in self._opening.items():
+            if since is None or now - since > SLOW_HANDSHAKE_SECONDS:
+                del self._opening[task]
+                task.cancel()  # its socket is closed and its address forgotten as it ends
+                self.count(REFUSED)
+                return True
+        return False
 
     async def _sweep(self) -> None:
         """Once a second: close the connections whose request head is overdue."""
@@ -254,18 +282,19 @@ class Listener:
 
     async def close(self) -> None:
         """Stop accepting, and drop the connections still in their handshake."""
-        for task in (self._accepting, self._sweeping):
-            if task is not None:
-                task.cancel()
+        for running in (self._accepting, self._sweeping):
+            if running is not None:
+                running.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                    await running
         self._accepting = self._sweeping = None
         if self._socket is not None:
             self._socket.close()
             self._socket = None
-        for task in list(self._opening):
+        opening = list(self._opening)
+        for task in opening:
             task.cancel()
-        await asyncio.gather(*self._opening, return_exceptions=True)
+        await asyncio.gather(*opening, return_exceptions=True)
 
     def abort_all(self) -> None:
         """Drop every connection still open (the last step of a shutdown)."""

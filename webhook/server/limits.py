@@ -133,6 +133,11 @@ class Budget:
         self.held += size
         self.by_source[source] = self.by_source.get(source, 0) + size
 
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for room now."""
+        return len(self._waiters)
+
     def source_full(self, source: str, size: int) -> bool:
         """Whether `source`'s own bound, not the total, keeps `size` more bytes out."""
         return self.by_source.get(source, 0) + size > self.per_source
