@@ -55,7 +55,7 @@ READS: dict[str, list[str]] = {
     "batch": ["jobs", "cronjobs"],
     "resource.k8s.io": ["resourceclaims", "resourceclaimtemplates"],
 }
-# ... and on the chosen report API's two kinds (notes/reports-research.md 1.2, 2.2), the
+# ... and on the chosen report API's two kinds, the
 # verbs of server-side apply, of finding its own reports and of deleting those gone.
 REPORT_RESOURCES = {
     "policyreport": ("wgpolicyk8s.io", ["policyreports", "clusterpolicyreports"]),

@@ -129,7 +129,7 @@ BUILTIN_RESOURCES = (
     RESOURCE_CLAIM_TEMPLATES,
 )
 
-# The report kinds (CRD names and scopes: notes/reports-research.md §1.2 and §2.2).
+# The report kinds (CRD names and scopes, as the CRDs of wgpolicyk8s.io and openreports.io say).
 POLICY_REPORTS = Resource("wgpolicyk8s.io", "v1alpha2", "policyreports", "PolicyReport")
 CLUSTER_POLICY_REPORTS = Resource(
     "wgpolicyk8s.io", "v1alpha2", "clusterpolicyreports", "ClusterPolicyReport", namespaced=False
@@ -480,7 +480,7 @@ EXPIRED_CONTINUE = (
 # leaves: "By default, Server-Side Apply treats custom resources as unstructured data. All keys
 # are treated the same as struct fields, and all lists are considered atomic" (k/website
 # content/en/docs/reference/using-api/server-side-apply.md). The report CRDs mark no list
-# otherwise (notes/reports-research.md §4.1).
+# otherwise.
 
 FieldPath = tuple[str, ...]
 # Object metadata the server sets or that names the object: nobody owns it.
@@ -894,7 +894,7 @@ class KubeAPI:
 
     def _discovery(self, request: web.Request) -> web.Response:
         # Discovery needs no RBAC rule: system:discovery is bound to system:authenticated
-        # (KEP-789, notes/reports-research.md §4.2).
+        # (KEP-789).
         parts = [part for part in request.path.split("/") if part]
         served = list(self._served.values())
         if parts == ["api"]:

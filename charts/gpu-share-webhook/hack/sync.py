@@ -281,8 +281,8 @@ def generated() -> dict[str, Any]:
 
 
 # The two report APIs `audit -o` writes (the value that picks one: its group, version and the
-# plurals of its namespaced and cluster kinds). Facts of the CRDs (notes/reports-research.md,
-# 1.2 and 2.2): wgpolicyk8s.io/v1alpha2 PolicyReport, ClusterPolicyReport;
+# plurals of its namespaced and cluster kinds). The CRDs as their projects publish
+# them: wgpolicyk8s.io/v1alpha2 PolicyReport, ClusterPolicyReport;
 # openreports.io/v1alpha1 Report, ClusterReport.
 def audit_access() -> dict[str, Any]:
     """What `audit --cluster --write-reports` needs of the API: `list` on each resource of
