@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import logging
 import shutil
 import sys
 from pathlib import Path
@@ -98,7 +99,10 @@ def serve_variant(
     if loop == "asyncio":
         sys.modules["uvloop"] = None  # type: ignore[assignment]  # serve takes asyncio's loop
     review_log = logs.JsonLines(serve_tool._review_stream()) if variant == "logged" else None
-    logs.configure_logging("info")
+    logs.configure_logging("info")  # the start-up line, which the drivers wait for
+    if variant != "logged":
+        # No review line at all: without a review log, serve writes them through `logging`.
+        logging.getLogger(logs.REVIEW_LOGGER).setLevel(logging.WARNING)
     serving.run(settings, review_log=review_log)
 
 
