@@ -18,6 +18,7 @@ import pytest
 
 from tests.support import server_helpers as h
 from tests.support.kube import REPO
+from webhook import cli
 from webhook.server import certificates
 
 # Slow: every test starts `serve` (or another interpreter) and waits on it.
@@ -388,3 +389,16 @@ async def test_serve_listens_on_this_machine_only_unless_told(tmp_path: Path) ->
     finally:
         popen.send_signal(signal.SIGTERM)
         assert popen.wait(30) == 0
+
+
+def test_a_variable_of_a_retired_option_is_named_in_a_warning(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The bounds are fixed values now: a Deployment that still sets one is told so. (The
+    # same port twice stops `serve` at its first check, after the warning.)
+    monkeypatch.setenv("GPU_SHARE_WEBHOOK_WORKERS", "2")
+    monkeypatch.setenv("GPU_SHARE_WEBHOOK_MAX_BODY_BYTES", "1024")
+    assert cli.main(["serve", "--port", "9443", "--metrics-port", "9443"]) == 2
+    err = capsys.readouterr().err
+    assert "GPU_SHARE_WEBHOOK_WORKERS, GPU_SHARE_WEBHOOK_MAX_BODY_BYTES" in err
+    assert "not read, these settings are fixed now" in err

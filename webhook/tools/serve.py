@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import io
 import logging
+import os
 import socket
 import sys
 from pathlib import Path
@@ -40,6 +41,7 @@ from webhook.tools import (
     add_policies_argument,
     add_service_arguments,
     add_workload_kinds_argument,
+    env_name,
     from_env,
     help_text,
     number,
@@ -50,6 +52,27 @@ from webhook.tools import (
 
 logger = logging.getLogger(__name__)
 
+# Options `serve` had before its bounds became fixed values: a variable of one of them is
+# named in a warning at start-up (it is not read), so that a setting that no longer takes
+# effect does not go unnoticed.
+RETIRED_OPTIONS = (
+    "workers",
+    "reload-interval",
+    "header-timeout",
+    "body-timeout",
+    "idle-timeout",
+    "max-connections",
+    "max-connections-per-source",
+    "max-handshakes",
+    "max-handshakes-per-source",
+    "handshakes-per-second-per-source",
+    "max-body-bytes",
+    "max-inflight-bytes",
+    "max-inflight-bytes-per-source",
+    "large-review-share",
+    "cache-size",
+    "event-loop",
+)
 
 
 def register(subparsers: Any) -> None:
@@ -167,6 +190,12 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
+    retired = [env_name(o) for o in RETIRED_OPTIONS if env_name(o) in os.environ]
+    if retired:
+        logger.warning(
+            "not read, these settings are fixed now (docs/operations.md lists them): %s",
+            ", ".join(retired),
+        )
     problem = _usage_problem(args)
     if problem:
         logger.error("%s", problem)
