@@ -280,6 +280,21 @@ async def test_beyond_the_connections_of_one_address_it_alone_is_refused(
     assert closed(await h.scrape(server), "source-refused") == 1
 
 
+async def test_an_address_over_its_share_of_time_opens_no_connection_until_it_is_back(
+    server: serving.Running,
+) -> None:
+    # Its large reviews took the server's time: its handshakes would take more of it.
+    budget = server.state.budget
+    budget.charge(FLOOD, budget.burst + 60.0)
+    assert budget.wait(FLOOD) > 0
+    ca = h.ca_of(server)
+    await refused_before_handshake(server.port, ca, source=FLOOD)
+    async with h.connect(server.port, ca, source=API_SERVER) as other:
+        status, _, _ = await other.post("/mutate", review("uid-other"))
+        assert status == 200
+    assert closed(await h.scrape(server), "source-refused") == 1
+
+
 async def test_beyond_the_connections_in_total_a_new_one_is_refused_before_its_handshake(
     server: serving.Running,
 ) -> None:

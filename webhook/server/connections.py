@@ -9,6 +9,9 @@
   newcomer first makes room by closing the oldest connection still waiting for its
   handshake's turn, or in a handshake for over `SLOW_HANDSHAKE_SECONDS` (`refused` too): a
   few addresses of silent connections cannot keep the API server's new ones out;
+- an address whose large reviews took more than their share of the server's time lately
+  (`limits.Budget.wait`) opens no new connection until it is back within it
+  (`source-refused`): the time its handshakes would take comes out of the same share;
 - at most `max_handshakes` TLS handshakes run at once, `max_handshakes_per_source` for one
   address; the others wait their turn. TLS starts with `loop.connect_accepted_socket(ssl=)`,
   with the context in force at that moment (a new serving certificate or client CA takes
@@ -122,12 +125,14 @@ class Listener:
         tls: Callable[[], ssl.SSLContext] | None,
         check_client: Callable[[Any], str | None] | None = None,
         count: Callable[[str], object] = lambda _reason: None,
+        over_share: Callable[[str], bool] = lambda _address: False,
     ) -> None:
         self.handlers = handlers
         self.limits = limits
         self.tls = tls
         self.check_client = check_client
         self.count = count
+        self.over_share = over_share
         self.open: set[Connection] = set()
         self._sources: dict[str, _Source] = {}
         self._handshakes = asyncio.Semaphore(limits.max_handshakes)
@@ -179,7 +184,9 @@ class Listener:
                 continue
             address = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
             source = self._sources.get(address)
-            if source is not None and source.open >= limits.max_connections_per_source:
+            if (
+                source is not None and source.open >= limits.max_connections_per_source
+            ) or self.over_share(address):
                 self.count(SOURCE_REFUSED)
                 sock.close()
                 continue

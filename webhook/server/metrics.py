@@ -140,7 +140,8 @@ class Metrics:
             " complete request head within the header timeout, 10 s), refused (closed before"
             " its handshake at 4,096 connections open: the newcomer, or one still waiting for"
             " its handshake to make room), source-refused (the newcomer at 1,024 from its"
-            " address), tls-timeout (no TLS handshake within the header timeout, its wait"
+            " address, or from an address whose large reviews took more than their share of"
+            " the server's time), tls-timeout (no TLS handshake within the header timeout, its wait"
             " for a turn included), tls-failed (the handshake failed: not TLS, no common"
             " suite, the client went away), client-certificate (with --client-ca-file:"
             " missing, not signed by those CAs, or of a name not in --client-names).",

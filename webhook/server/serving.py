@@ -84,6 +84,7 @@ async def running(
         tls=(lambda: state.ssl_context) if tls else None,
         check_client=state.client_refusal if state.clients is not None else None,
         count=state.metrics.count_closed,
+        over_share=lambda address: state.budget.wait(address) > 0,
     )
     state.listener = listener
     try:
