@@ -170,7 +170,7 @@ def _parse_generic(body: bytes) -> Request:
     """`parse`, over the body's generic form: what is wrong with it, in one line."""
     # Raised outside the `except`: orjson's error holds the whole body as a `str`, and a
     # BadReview raised in the handler would keep it alive as its context (7 MiB a refusal,
-    # piling up behind the review threads until the collector ran, found by an attack).
+    # piling up behind the review threads until the collector ran).
     reason = None
     try:
         doc = orjson.loads(body)
