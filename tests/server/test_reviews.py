@@ -256,7 +256,7 @@ def test_a_review_as_the_api_server_sends_it_is_decoded_typed_keeping_the_object
 ) -> None:
     # The generic reading (`_parse_generic`) is for bodies that are not what the API server
     # sends; it keeps the objects as dicts, the typed decode as their bytes.
-    review = admission_review(pod(shared("c", 1)), uid="u-2", operation=operation)
+    review = admission_review(pod(shared(1)), uid="u-2", operation=operation)
     review["request"]["oldObject"] = pod() if operation == "UPDATE" else None
     request = codec.parse(json.dumps(review).encode())
     assert request.object is not None
@@ -267,3 +267,36 @@ def test_a_review_as_the_api_server_sends_it_is_decoded_typed_keeping_the_object
     else:
         assert request.old_object is None
     assert (request.uid, request.kind, request.operation) == ("u-2", "Pod", operation)
+
+
+def _with_number(text: str, *, read: bool) -> bytes:
+    """A Pod CREATE whose shared GPU count (`read`) or a field no rule reads is `text`, a JSON
+    number as written (json.dumps cannot write one beyond a float's range)."""
+    review = admission_review(pod(shared("NUMBER" if read else 1)), uid="u-3")
+    if not read:
+        review["request"]["object"]["spec"]["x-unread"] = "NUMBER"
+    body = json.dumps(review)
+    assert body.count('"NUMBER"') == 1
+    return body.replace('"NUMBER"', text).encode()
+
+
+def test_a_number_beyond_a_float_where_a_rule_reads_it_is_a_bad_review_not_an_error(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    # The typed decode finds it where it reads the field; the answer is a 400, as for any body
+    # that is not JSON, never an internal error.
+    with pytest.raises(BadReview) as caught:
+        codec.review(_with_number("1e400", read=True), policies=shipped_policies,
+                     policy_name="default", endpoint="mutate")
+    assert str(caught.value).startswith("body is not JSON: ")
+    assert caught.value.__context__ is None
+
+
+def test_a_number_beyond_a_float_in_a_field_no_rule_reads_is_not_read(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    # The typed decode skips what no rule reads without converting it: the API server never
+    # sends such a number (it parsed the object), and reading it would cost every review.
+    doc = answer(_with_number("1e400", read=False), shipped_policies)
+    assert doc["response"]["allowed"] is True
+    assert doc["response"]["uid"] == "u-3"

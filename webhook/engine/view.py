@@ -265,6 +265,11 @@ def group_of(api_version: object) -> str:
     return group
 
 
+class Unreadable(ValueError):
+    """The object's bytes hold what JSON readers refuse where the typed decode skipped it (a
+    number beyond a float's range): the body is not JSON, as a generic reading says."""
+
+
 class Source:
     """An object under review as it came: the bytes of JSON the API server sent (the
     server), or the value a command read from a file. Its generic form is made once, and
@@ -281,8 +286,14 @@ class Source:
     def generic(self) -> Any:
         """The object as dicts and lists (JSON values)."""
         if not self._made:
-            self._generic = _DECODE_ANY(self.raw)
-            self._made = True
+            try:
+                self._generic = _DECODE_ANY(self.raw)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                reason = str(exc)
+            else:
+                self._made = True
+                return self._generic
+            raise Unreadable(reason)
         return self._generic
 
 

@@ -290,13 +290,19 @@ def review(
 ) -> Outcome:
     """The whole exchange: parse, decide, encode. Raises BadReview for an unusable body."""
     request = parse(body)
-    decision = decide(
-        request,
-        policies=policies,
-        policy_name=policy_name,
-        endpoint=endpoint,
-        kinds=kinds,
-    )
+    reason = None
+    try:
+        decision = decide(
+            request,
+            policies=policies,
+            policy_name=policy_name,
+            endpoint=endpoint,
+            kinds=kinds,
+        )
+    except view.Unreadable as exc:
+        reason = f"body is not JSON: {exc}"
+    if reason is not None:
+        raise BadReview(reason)
     return Outcome(request, decision, encode(request.uid, decision), summary(decision))
 
 
