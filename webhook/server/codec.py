@@ -262,13 +262,18 @@ def _labels(source: view.Source | None) -> dict[str, str]:
     return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
 
 
+# msgspec, not orjson, writes the answer: orjson keeps its output's worst-case buffer (ten
+# times a large patch's size), msgspec trims it (bench/review_cost.py --memory).
+_ENCODE = msgspec.json.Encoder().encode
+
+
 def encode(uid: str, decision: Decision) -> bytes:
     """The AdmissionReview v1 response for `decision`."""
     response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
     if decision.allowed:
         # patch and patchType come together, and only with a non-empty patch.
         if decision.patch:
-            patch = orjson.dumps(decision.patch)
+            patch = _ENCODE(decision.patch)
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(patch).decode("ascii")
     else:
@@ -277,7 +282,7 @@ def encode(uid: str, decision: Decision) -> bytes:
         response["warnings"] = decision.warnings
     if decision.audit:
         response["auditAnnotations"] = decision.audit
-    return orjson.dumps({"apiVersion": API_VERSION, "kind": KIND, "response": response})
+    return _ENCODE({"apiVersion": API_VERSION, "kind": KIND, "response": response})
 
 
 def review(
