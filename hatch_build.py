@@ -1,7 +1,8 @@
 """Build hook: compile the admission core with mypyc when a wheel is built.
 
-The request path (the AdmissionReview codec and `webhook/core`) runs about twice as fast
-compiled (bench/README.md). The compiled modules are the same source, type-checked by
+The request path (the AdmissionReview codec and `webhook/engine`) takes about a quarter fewer
+instructions per review compiled, and `serve` answers 15-35 % more distinct pods a second
+(bench/README.md, "The compiled build"). The compiled modules are the same source, type-checked by
 mypy --strict; the wheel keeps the .py files beside the extensions.
 
 - Editable installs (`pip install -e .`, the development and test set-up) stay pure Python,
