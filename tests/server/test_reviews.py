@@ -6,6 +6,7 @@ import base64
 import json
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.support.kube import (
@@ -19,6 +20,7 @@ from tests.support.kube import (
     workload,
 )
 from webhook.errors import BadReview
+from webhook.engine import view
 from webhook.policy import names, policies
 from webhook.server import codec
 
@@ -56,6 +58,21 @@ def test_the_patch_is_returned_to_kubernetes_and_applies_to_the_object_as_sent(
     }
     assert "warnings" not in response
     assert "status" not in response
+
+
+def test_a_large_patch_is_answered_in_the_same_bytes_and_applies(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    # Past 64 KiB of patch another encoder writes the envelope (it trims its buffer): the
+    # answer must be the bytes the usual one writes.
+    review = admission_review(pod(*(shared(name=f"c{i}") for i in range(400))))
+    outcome = codec.review(json.dumps(review).encode(), policies=shipped_policies,
+                           policy_name="default", endpoint="mutate")
+    patch_bytes = base64.b64decode(json.loads(outcome.body)["response"]["patch"])
+    assert len(patch_bytes) > 64 * 1024
+    assert outcome.body == orjson.dumps(orjson.loads(outcome.body))
+    result = apply(review["request"]["object"], json.loads(patch_bytes))
+    assert all(c["env"] for c in result["spec"]["containers"])
 
 
 def test_an_allowed_review_without_changes_carries_neither_patch_nor_patch_type(
@@ -267,6 +284,9 @@ def test_a_review_as_the_api_server_sends_it_is_decoded_typed_keeping_the_object
     else:
         assert request.old_object is None
     assert (request.uid, request.kind, request.operation) == ("u-2", "Pod", operation)
+    # ... and the view reads the pod from those bytes typed, not through the generic reader.
+    found, problems = view.templates(request.object)
+    assert problems == [] and found[0].node is None
 
 
 def _with_number(text: str, *, read: bool) -> bytes:

@@ -262,18 +262,22 @@ def _labels(source: view.Source | None) -> dict[str, str]:
     return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-# msgspec, not orjson, writes the answer: orjson keeps its output's worst-case buffer (ten
-# times a large patch's size), msgspec trims it (bench/review_cost.py --memory).
-_ENCODE = msgspec.json.Encoder().encode
+# orjson writes an answer faster than msgspec, but keeps its worst-case buffer for a long
+# string: ten times the size of a large patch in base64. Past this size msgspec writes the
+# envelope (same bytes: it holds strings, booleans and integers only).
+_LARGE_PATCH = 64 * 1024
+_ENCODE_TRIMMED = msgspec.json.Encoder().encode
 
 
 def encode(uid: str, decision: Decision) -> bytes:
     """The AdmissionReview v1 response for `decision`."""
     response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
+    large = False
     if decision.allowed:
         # patch and patchType come together, and only with a non-empty patch.
         if decision.patch:
-            patch = _ENCODE(decision.patch)
+            patch = orjson.dumps(decision.patch)
+            large = len(patch) > _LARGE_PATCH
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(patch).decode("ascii")
     else:
@@ -282,7 +286,8 @@ def encode(uid: str, decision: Decision) -> bytes:
         response["warnings"] = decision.warnings
     if decision.audit:
         response["auditAnnotations"] = decision.audit
-    return _ENCODE({"apiVersion": API_VERSION, "kind": KIND, "response": response})
+    doc = {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+    return _ENCODE_TRIMMED(doc) if large else orjson.dumps(doc)
 
 
 def review(
