@@ -30,12 +30,13 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 # The modules of the request path. Their imports outside this list (pydantic models,
-# msgspec, orjson) stay ordinary Python. The typed view (webhook/engine/view.py) and the
-# codec's envelope are msgspec Structs, which stay uncompiled: mypyc gives the classes it
-# compiles annotations msgspec cannot read, and every review would take the generic reading.
+# msgspec, orjson) stay ordinary Python. msgspec Structs stay uncompiled (the view's in
+# webhook/engine/structs.py, the codec's envelope): mypyc gives the classes it compiles
+# annotations msgspec cannot read, and every review would take the generic reading.
 COMPILED = (
     "webhook/engine/decision.py",
     "webhook/policy/quantities.py",
+    "webhook/engine/view.py",
     "webhook/engine/selection.py",
     "webhook/engine/placing.py",
     "webhook/engine/facts.py",

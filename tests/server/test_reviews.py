@@ -19,8 +19,8 @@ from tests.support.kube import (
     shared,
     workload,
 )
-from webhook.errors import BadReview
 from webhook.engine import view
+from webhook.errors import BadReview
 from webhook.policy import names, policies
 from webhook.server import codec
 
@@ -286,7 +286,8 @@ def test_a_review_as_the_api_server_sends_it_is_decoded_typed_keeping_the_object
     assert (request.uid, request.kind, request.operation) == ("u-2", "Pod", operation)
     # ... and the view reads the pod from those bytes typed, not through the generic reader.
     found, problems = view.templates(request.object)
-    assert problems == [] and found[0].node is None
+    assert problems == []
+    assert found[0].node is None
 
 
 def _with_number(text: str, *, read: bool) -> bytes:
