@@ -39,6 +39,7 @@ from webhook.engine.structs import (
     Meta,
     Names,
     NodeAffinity,
+    PodObject,
     PodSpec,
     Required,
     Requirement,
@@ -126,14 +127,16 @@ class Unreadable(ValueError):
 class Source:
     """An object under review as it came: the bytes of JSON the API server sent (the
     server), or the value a command read from a file. Its generic form is made once, and
-    only when asked for."""
+    only when asked for; so is its typed decode (`typed_object`)."""
 
-    __slots__ = ("_generic", "_made", "raw")
+    __slots__ = ("_decoded", "_generic", "_made", "_typed", "raw")
 
     def __init__(self, raw: bytes | Any) -> None:
         self.raw = raw
         self._made = not isinstance(raw, bytes)
         self._generic: Any = None if not self._made else raw
+        self._decoded = self._made
+        self._typed: PodObject | None = None
 
     @property
     def generic(self) -> Any:
@@ -159,9 +162,27 @@ def as_source(obj: Object) -> Source:
     return obj if isinstance(obj, Source) else Source(obj)
 
 
+def typed_object(source: Source) -> PodObject | None:
+    """The object's bytes decoded once as a Pod's fields: what names it and what it is, for
+    any kind (a workload's own spec holds none of a pod spec's fields), and for a Pod its
+    template. None for an object read from a file, or one with a field of another type
+    (the slower readings say what is wrong)."""
+    if not source._decoded:
+        source._decoded = True
+        try:
+            source._typed = decode_pod(source.raw)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            source._typed = None
+    return source._typed
+
+
 def meta_of(source: Source) -> Names:
     """What names the object (its metadata's name, generateName and namespace, as sent)."""
     if isinstance(source.raw, bytes):
+        typed = typed_object(source)
+        if typed is not None:
+            m = typed.metadata
+            return Names(m.name, m.generateName, m.namespace) if m is not None else Names()
         try:
             meta = decode_named(source.raw).metadata
         except (msgspec.DecodeError, RecursionError):
@@ -178,8 +199,9 @@ def head(source: Source) -> tuple[str, str]:
     """The object's (group, kind), as its own apiVersion and kind say; ("", "") when it
     says none."""
     if isinstance(source.raw, bytes):
+        typed = typed_object(source)
         try:
-            found = decode_head(source.raw)
+            found = typed if typed is not None else decode_head(source.raw)
             api, kind = found.apiVersion, found.kind
         except (msgspec.DecodeError, RecursionError):
             return "", ""
@@ -215,11 +237,8 @@ def templates(obj: Object, kinds: Kinds = BUILTIN) -> tuple[list[Found], list[Pr
 
 def _pod(source: Source) -> tuple[list[Found], list[Problem]]:
     if isinstance(source.raw, bytes):
-        try:
-            pod = decode_pod(source.raw)
-        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-            pass
-        else:
+        pod = typed_object(source)
+        if pod is not None:
             if _mirror(pod.metadata):
                 return [], []
             template = Template(pod.metadata, pod.spec)
