@@ -121,8 +121,10 @@ def parse(body: bytes) -> Request:
     review = None
     try:
         review = _DECODE_REVIEW(body)
-        # What a typed decode leaves unchecked in the fields it skips.
-        body.decode("utf-8")
+        # What a typed decode leaves unchecked in the fields it skips (an ASCII body, most,
+        # is UTF-8 without being copied into a string).
+        if not body.isascii():
+            body.decode("utf-8")
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         # (Read again outside the `except`: a refusal must not keep this error, and the
         # body it may hold, alive as its context.)
