@@ -321,3 +321,17 @@ def test_a_number_beyond_a_float_in_a_field_no_rule_reads_is_not_read(
     doc = answer(_with_number("1e400", read=False), shipped_policies)
     assert doc["response"]["allowed"] is True
     assert doc["response"]["uid"] == "u-3"
+
+
+@pytest.mark.parametrize(
+    "field", [b'"x-unread": "\xff"', b'"x-unread": "caf\xc3"'], ids=["stray-byte", "cut-sequence"]
+)
+def test_a_body_that_is_not_utf8_where_no_rule_reads_is_a_bad_review(
+    shipped_policies: policies.PolicySet, field: bytes
+) -> None:
+    # The typed decode skips the field without reading it; JSON is UTF-8 all the same.
+    body = _with_number("1", read=False).replace(b'"x-unread": 1', field)
+    assert field in body
+    with pytest.raises(BadReview) as caught:
+        codec.review(body, policies=shipped_policies, policy_name="default", endpoint="mutate")
+    assert str(caught.value).startswith("body is not JSON: ")
