@@ -3,7 +3,7 @@ cases it says it keeps."""
 
 from __future__ import annotations
 
-import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -14,12 +14,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def functions(path: str) -> set[str]:
-    tree = ast.parse((REPO / path).read_text())
-    return {
-        node.name
-        for node in ast.walk(tree)
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name.startswith("test")
-    }
+    """The test functions the file defines at its top level."""
+    text = (REPO / path).read_text(encoding="utf-8")
+    return set(re.findall(r"^(?:async )?def (test\w+)", text, re.MULTILINE))
 
 
 @pytest.mark.parametrize("path", sorted({*fast_loop.FILES, *fast_loop.SAMPLED}))

@@ -105,8 +105,15 @@ FILES: dict[str, Part] = {
     # kustomize) with settings of its own. The fast loop keeps the default render and build,
     # read by most tests at no further cost, and one test of each kind of value.
     "tests/deploy/test_helm.py": Part(
-        "a helm render, `helm lint` or a policy check per case",
+        "a helm render, `helm lint` or a policy check per case; the one render and policy "
+        "check of every case of the chart's policy schema (`judged`)",
         slow=(
+            "test_the_chart_refuses_what_the_schema_says_where_policy_check_does",
+            "test_the_chart_leaves_the_checks_across_fields_to_policy_check",
+            "test_a_file_with_both_kinds_of_problem_gets_the_schemas_from_the_chart",
+            "test_the_chart_names_the_file_and_the_field",
+            "test_no_scrapers_closes_the_metrics_port",
+            "test_the_bootstrap_job_names_the_objects_of_its_release",
             "test_helm_lint_is_clean",
             "test_the_generated_file_and_the_policy_copies_are_current",
             "test_namespaced_objects_live_in_the_release_namespace",
@@ -135,6 +142,7 @@ FILES: dict[str, Part] = {
     "tests/deploy/test_audit_deploy.py": Part(
         "a helm render, `helm lint` or a kustomize build per case",
         slow=(
+            "test_a_cpu_limit_drops_the_checkov_skip_of_it",
             "test_the_audit_is_off_by_default",
             "test_without_network_policies_the_audit_has_none_either",
             "test_the_webhook_namespace_is_the_releases",
@@ -155,6 +163,7 @@ FILES: dict[str, Part] = {
         "a kustomize build of an overlay of its own, or the bootstrap job run on the rights "
         "its role grants",
         slow=(
+            "test_the_monitoring_objects_have_the_operators_shape",
             "test_a_site_kustomization_sets_the_image_as_the_install_guide_shows",
             "test_a_site_overlay_changes_who_may_scrape_as_the_install_guide_shows",
             "test_the_jobs_account_may_create_the_serving_secret_and_no_other",
@@ -236,10 +245,10 @@ FILES: dict[str, Part] = {
 SAMPLED: dict[str, dict[str, Sample]] = {
     "tests/engine/test_dra_claims.py": {
         "test_mutate_prints_the_refusal_with_its_rule": Sample(
-            7, "every refused claim row through `mutate`; the core judges each row"
+            12, "every refused claim row through `mutate`; the core judges each row"
         ),
         "test_mutate_prints_the_claim_as_admitted": Sample(
-            7, "every admitted claim row through `mutate`; the core judges each row"
+            12, "every admitted claim row through `mutate`; the core judges each row"
         ),
         "test_each_documented_object_is_valid": Sample(
             5, "each object of the docs against the API server's schema"
@@ -317,7 +326,27 @@ SAMPLED: dict[str, dict[str, Sample]] = {
             3, "each namespace through the rendered configurations' CEL"
         ),
     },
+    "tests/deploy/test_helm.py": {
+        "test_policy_values_the_chart_refuses": Sample(3, "a render per refused value"),
+        "test_values_the_chart_refuses": Sample(4, "a render per refused value"),
+    },
+    "tests/deploy/test_audit_deploy.py": {
+        "test_the_component_installs_what_the_chart_installs": Sample(
+            4, "a helm render and a kustomize build per way to install"
+        ),
+        "test_on_it_adds_the_audit_objects_and_changes_nothing_else": Sample(
+            2, "a helm render per report kind"
+        ),
+    },
+    "tests/tools/test_audit_cluster.py": {
+        "test_reports_are_applied_then_left_alone_then_updated_and_pruned": Sample(
+            2, "three audit runs against the API server stand-in per report kind"
+        ),
+    },
     "tests/tools/test_render.py": {
+        "test_every_pod_reaches_the_webhook_where_route_2_is_on_and_only_there": Sample(
+            2, "each plain pod through every entry's CEL"
+        ),
         "test_a_workload_nothing_can_refuse_never_reaches_the_webhook": Sample(
             5, "every plain spec in every workload kind through every entry's CEL"
         ),
