@@ -31,7 +31,8 @@ def _checkout_without_shared(tmp_path: Path) -> Path:
     (checkout / "tests").mkdir(parents=True)
     shutil.copy(REPO / "pyproject.toml", checkout)
     (checkout / "tests" / "support").mkdir()
-    for name in ("__init__.py", "conftest.py", "support/__init__.py", "support/kube.py", "support/loop.py"):
+    support = ("__init__.py", "kube.py", "loop.py", "fast_loop.py")
+    for name in ("__init__.py", "conftest.py", *(f"support/{n}" for n in support)):
         shutil.copy(REPO / "tests" / name, checkout / "tests" / name)
     (checkout / "tests" / "test_tiny.py").write_text("def test_tiny() -> None:\n    pass\n")
     (checkout / "tests" / "test_reads.py").write_text(
