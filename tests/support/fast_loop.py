@@ -195,6 +195,19 @@ FILES: dict[str, Part] = {
         slow=("test_the_builds_it_applies_hold_what_it_waits_for",),
     ),
     # The commands' own heavy cases.
+    "tests/tools/test_kube_api.py": Part(
+        "checks the API server stand-in the audit's tests use (test support, not the "
+        "product), each case through the official client on a thread; the fast loop keeps a "
+        "paged list and an apply",
+        fast=(
+            "test_a_list_pages_with_limit_and_continue_at_one_resource_version",
+            "test_apply_creates_then_updates_and_an_unchanged_apply_writes_nothing",
+        ),
+    ),
+    "tests/tools/test_cli.py": Part(
+        "the serve command's variables, read with the others'",
+        slow=("test_a_bad_variable_of_serve_does_not_disturb_the_others",),
+    ),
     "tests/tools/test_audit_reports.py": Part(
         "large reports checked against every copy of their CRD's schema",
         slow=(
@@ -237,6 +250,7 @@ FILES: dict[str, Part] = {
     "tests/engine/test_dra_claims.py": Part(
         "renders a policy's configuration for its CEL conditions",
         slow=(
+            "test_a_claim_of_no_gpu_class_is_never_sent_and_passes",
             "test_the_matchconditions_send_the_gpu_classes_of_the_policy",
             "test_a_class_another_policy_lists_is_a_gpu_class_here",
         ),
@@ -367,7 +381,25 @@ SAMPLED: dict[str, dict[str, Sample]] = {
             3, "a cluster stand-in per kind"
         ),
     },
+    "tests/server/test_server_contract.py": {
+        "test_a_body_that_is_not_a_usable_review_is_a_400_with_a_one_line_reason": Sample(
+            5, "a TLS server per body"
+        ),
+        "test_a_body_that_is_not_json_by_its_content_type_is_a_415": Sample(
+            3, "a TLS server per content type"
+        ),
+        "test_any_other_second_segment_is_not_found": Sample(3, "a TLS server per path"),
+        "test_an_unknown_policy_path_is_denied_with_a_message_that_says_so": Sample(
+            2, "a TLS server per path"
+        ),
+    },
     "tests/server/test_certificates.py": {
+        "test_tls_1_3_is_agreed_with_an_aead_suite_and_no_ticket": Sample(
+            2, "a TLS server per key type"
+        ),
+        "test_a_pair_that_cannot_be_served_is_one_line_naming_the_file": Sample(
+            3, "a server start per broken pair"
+        ),
         "test_each_offered_tls_1_2_suite_is_agreed": Sample(6, "a handshake per suite"),
         "test_tls_1_2_suites_without_ecdhe_or_aead_are_refused": Sample(8, "a handshake per suite"),
         "test_the_refused_suites_clients_work_where_the_server_allows_them": Sample(
