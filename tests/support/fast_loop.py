@@ -204,6 +204,11 @@ FILES: dict[str, Part] = {
             "test_apply_creates_then_updates_and_an_unchanged_apply_writes_nothing",
         ),
     ),
+    "tests/tools/test_exit_codes.py": Part(
+        "a `python -m webhook` subprocess per exit code: the same codes of the same main() "
+        "are held in process, command by command",
+        slow=("test_the_interpreter_exits_with_the_same_codes",),
+    ),
     "tests/tools/test_cli.py": Part(
         "the serve command's variables, read with the others'",
         slow=("test_a_bad_variable_of_serve_does_not_disturb_the_others",),
@@ -262,14 +267,21 @@ SAMPLED: dict[str, dict[str, Sample]] = {
         "test_mutate_prints_the_refusal_with_its_rule": Sample(
             12, "every refused claim row through `mutate`; the core judges each row"
         ),
+        "test_a_policy_without_dra_refuses_gpu_claims": Sample(3, "a policy set per case"),
         "test_mutate_prints_the_claim_as_admitted": Sample(
             12, "every admitted claim row through `mutate`; the core judges each row"
         ),
         "test_each_documented_object_is_valid": Sample(
-            5, "each object of the docs against the API server's schema"
+            25, "each object of the docs against the API server's schema"
         ),
         "test_each_rows_object_is_one_the_api_server_takes_or_refuses_itself": Sample(
             5, "each row's object against the API server's schema"
+        ),
+    },
+    "tests/engine/test_rules.py": {
+        "test_a_workload_whose_pods_would_break_a_rule_is_refused_the_same_way": Sample(
+            4, "every rule case in every workload kind; every case as a pod stays, and 4 is "
+            "prime to the kinds' count, so each kind still gets its share of the cases"
         ),
     },
     "tests/engine/test_near_misses.py": {
@@ -290,9 +302,6 @@ SAMPLED: dict[str, dict[str, Sample]] = {
     "tests/tools/test_exit_codes.py": {
         "test_each_command_keeps_the_exit_codes": Sample(
             3, "each command's exit codes in process; the cases go command by command"
-        ),
-        "test_the_interpreter_exits_with_the_same_codes": Sample(
-            4, "a `python -m webhook` subprocess per exit code; the fast loop keeps one"
         ),
     },
     "tests/tools/test_cli.py": {
@@ -356,6 +365,17 @@ SAMPLED: dict[str, dict[str, Sample]] = {
     "tests/tools/test_audit_cluster.py": {
         "test_reports_are_applied_then_left_alone_then_updated_and_pruned": Sample(
             2, "three audit runs against the API server stand-in per report kind"
+        ),
+    },
+    "tests/tools/test_policy_check.py": {
+        "test_taints_a_class_does_not_tolerate_keep_its_pods_off_its_nodes": Sample(
+            3, "a node file and a check per taint"
+        ),
+    },
+    "tests/policy/test_documents.py": {
+        "test_every_reader_says_one_mistake_in_the_same_words": Sample(
+            4, "every mistake through every reader; 4 is prime to the readers' count, so "
+            "each reader and each mistake still comes through"
         ),
     },
     "tests/tools/test_render.py": {
