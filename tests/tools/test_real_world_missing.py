@@ -35,6 +35,8 @@ def _checkout_without_shared(tmp_path: Path) -> Path:
     copied += ("support/loop.py",)
     for name in copied:
         shutil.copy(REPO / "tests" / name, checkout / "tests" / name)
+    # conftest.py marks slow what the fast loop's table names.
+    shutil.copy(REPO / "tests" / "support" / "fast_loop.py", checkout / "tests" / "support")
     (checkout / "tests" / "test_tiny.py").write_text("def test_tiny() -> None:\n    pass\n")
     (checkout / "tests" / "test_reads.py").write_text(
         "from tests.support import kube\n\n\ndef test_reads() -> None:\n"
