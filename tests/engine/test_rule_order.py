@@ -122,6 +122,8 @@ def test_every_rule_of_the_table_runs_over_one_pass() -> None:
     r = rules.Pass(known, policy, require=False)
     r.report(frozenset(rule.name for rule in rules.RULES if rule.found))
     for rule in rules.RULES:
+        if rule.scope is rules.Scope.CLAIM:
+            continue  # (a claim's pass)
         for step in (rule.check, rule.patch):
             if step is not None:
                 step(r)

@@ -10,16 +10,16 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.engine import view
-from webhook.engine.rules import ANNOTATIONS, Pass
+from webhook.engine.rules import ANNOTATIONS, PodPass
 from webhook.policy import names
 
 
 def record(
-    r: Pass, ops: list[tuple[str, dict[str, Any]]]
+    r: PodPass, ops: list[tuple[str, dict[str, Any]]]
 ) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, str]]:
     """The operations that write the annotations of a pod the webhook changed (merged with
     what an earlier pass recorded), and its audit annotations."""
-    pod, policy, known = r.pod, r.policy, r.facts
+    pod, policy, known = r.facts.pod, r.policy, r.facts
     classes = known.classes
     shared = classes is not None and known.resource is not None
     if not ops and (not shared or policy.mode == names.DRY_RUN):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from webhook.engine import claims, facts, hints, record, rules, view
 from webhook.engine.decision import MAX_LONG_WARNING, OBJECT, Decision, Violation, refusal_warning
@@ -70,9 +70,7 @@ def admit(
         # A claim's spec (and a template's) cannot change after it is created.
         if operation != "CREATE" or sub_resource:
             return Decision()
-        decision = claims.review(obj.generic, policy=policy, mutate=mutate, require=not mutate)
-        _tell(decision)
-        return decision
+        return review_claim(obj.generic, policy=policy, mutate=mutate, require=not mutate)
     if kind == "Pod" and group == "":
         if sub_resource == EPHEMERAL_CONTAINERS and operation == "UPDATE":
             before = old or view.Source({})
@@ -130,10 +128,8 @@ def annotations_update(
     if not changed:
         return Decision()
     only = pod._replace(meta=view.Meta(changed, pod.meta.labels if pod.meta else None))
-    r = rules.Pass(facts.gather(only, policy), policy, require=False)
-    assert rule.check is not None
-    rule.check(r)
-    r.relax()
+    table = Table(frozenset(), (rule.check,) if rule.check is not None else (), (), ())
+    r, _ = run(facts.gather(only, policy), policy, table, mutate=False)
     decision = Decision(violations=r.violations, would_refuse=r.would_refuse)
     _tell(decision)
     return decision
@@ -165,35 +161,18 @@ def review(
     """
     obj = view.as_source(sent)
     if claims.is_claim(*view.head(obj)) and claims.of_object(obj.generic):
-        decision = claims.review(obj.generic, policy=policy, mutate=mutate, require=require)
-        _tell(decision)
-        return decision
+        return review_claim(obj.generic, policy=policy, mutate=mutate, require=require)
     found, problems = view.templates(obj, kinds)
     added_to = view.old_ephemeral(view.as_source(old) if old is not None else None)
     views = [view.pod(template, added_to) for template in found]
     decision = Decision(violations=[rules.malformed(p, OBJECT) for p in problems])
     budget = hints.Budget()
     for pod in views:
-        r, ops = run(pod, policy, mutate=mutate, require=require)
+        known = facts.gather(pod, policy)
+        table = _table(policy, known.gpu, bool(known.requested), pod.ephemeral_update)
+        r, ops = run(known, policy, table, mutate=mutate, require=require, recorder=record.record)
         label = pod.place.label
-        decision.violations += r.violations
-        for w in r.warnings:
-            decision.warn(f"{label}: {w}" if label else w)
-        decision.would_refuse += r.would_refuse
-        for rule, op in ops:
-            decision.patch.append(op)
-            decision.patch_rules.append(rule)
-            if rule not in decision.mutations and rule != rules.ANNOTATIONS:
-                decision.mutations.append(rule)
-        for key, value in r.audit.items():
-            # One value per key for the whole object: a workload's templates each add theirs
-            # (rule env-from names containers of each).
-            before = decision.audit.get(key)
-            if before is None or before == value:
-                decision.audit[key] = value
-            elif len(before) < _AUDIT_VALUE and value not in before.split(","):
-                # (At most _AUDIT_VALUE characters: thousands of templates cost no more.)
-                decision.audit[key] = f"{before},{value}"
+        _take(decision, r, ops, label)
         if not require:
             # Told once: a Pod's validating review sees what the mutating one told of.
             for w in (
@@ -208,6 +187,50 @@ def review(
         # see.
         for w in hints.workload_warnings(obj.generic, found, budget):
             decision.warn(w)
+    return _finish(decision)
+
+
+def review_claim(
+    obj: Mapping[str, Any], *, policy: Policy, mutate: bool, require: bool
+) -> Decision:
+    """A ResourceClaim or ResourceClaimTemplate (`claims`), through the same runner as a pod:
+    its rules' findings, the MPS patch, the modes; nothing recorded on it."""
+    known = claims.gather(obj, policy)
+    r, ops = run(known, policy, _claim_table(policy), mutate=mutate, require=require)
+    decision = Decision()
+    _take(decision, r, ops, "")
+    if not require:
+        # Told once: the mutating review of the same claim told it.
+        for w in known.hints:
+            decision.warn(w)
+    return _finish(decision)
+
+
+def _take(decision: Decision, r: rules.Pass[Any], ops: Operations, label: str) -> None:
+    """Add what one pass found and added to `decision` (a workload's templates each have a
+    pass; `label` says which)."""
+    decision.violations += r.violations
+    for w in r.warnings:
+        decision.warn(f"{label}: {w}" if label else w)
+    decision.would_refuse += r.would_refuse
+    for rule, op in ops:
+        decision.patch.append(op)
+        decision.patch_rules.append(rule)
+        if rule not in decision.mutations and rule != rules.ANNOTATIONS:
+            decision.mutations.append(rule)
+    for key, value in r.audit.items():
+        # One value per key for the whole object: a workload's templates each add theirs
+        # (rule env-from names containers of each).
+        before = decision.audit.get(key)
+        if before is None or before == value:
+            decision.audit[key] = value
+        elif len(before) < _AUDIT_VALUE and value not in before.split(","):
+            # (At most _AUDIT_VALUE characters: thousands of templates cost no more.)
+            decision.audit[key] = f"{before},{value}"
+
+
+def _finish(decision: Decision) -> Decision:
+    """A refused object is not patched; warn-mode refusals are told (`_tell`)."""
     if decision.violations:
         decision.patch = []
         decision.patch_rules = []
@@ -241,21 +264,41 @@ def _tell(decision: Decision) -> None:
 
 
 Operations = list[tuple[str, dict[str, Any]]]
+F = TypeVar("F", bound=rules.Known)
+Step = Callable[[rules.Pass[Any]], None]
+Recorder = Callable[[rules.Pass[F], Operations], tuple[Operations, dict[str, str]]]
+
+
+class Table(NamedTuple):
+    """The rules that apply to a kind of object under a policy."""
+
+    # The names of the rules whose findings are reported (`Rule.found`).
+    found: frozenset[str]
+    checks: tuple[Step, ...]
+    patches: tuple[Step, ...]
+    # The patches that must be in place when the object reaches the validating webhook.
+    required: tuple[Step, ...]
 
 
 def run(
-    pod: view.Pod, policy: Policy, *, mutate: bool, require: bool = False
-) -> tuple[rules.Pass, Operations]:
-    """The rules over one pod, and the patch operations (each with its rule's name).
+    known: F,
+    policy: Policy,
+    table: Table,
+    *,
+    mutate: bool,
+    require: bool = False,
+    recorder: Recorder[F] | None = None,
+) -> tuple[rules.Pass[F], Operations]:
+    """The rules of `table` over one object (a pod, a claim), and the patch operations (each
+    with its rule's name).
 
-    First what is known of the pod before any rule runs (`facts.gather`); then every check;
-    then, when nothing is refused, the patches; then the record of what they did
-    (`record.record`). A rule the policy applies in warn or dry-run mode does not refuse
-    (`Pass.relax`), and in dry-run mode it patches nothing.
+    What was known of the object before any rule runs (`facts.gather`, `claims.gather`)
+    comes in as `known`: its findings are reported for the rules of `table.found`; then every
+    check; then, when nothing is refused, the patches; then (pods: `record.record`) the
+    record of what they did. A rule the policy applies in warn or dry-run mode does not
+    refuse (`Pass.relax`), and in dry-run mode it patches nothing.
     """
-    known = facts.gather(pod, policy)
     r = rules.Pass(known, policy, require=require)
-    table = _table(policy, known.gpu, bool(known.requested), pod.ephemeral_update)
     if known.findings:
         r.report(table.found)
     for check in table.checks:
@@ -271,24 +314,12 @@ def run(
     ops = r.operations()
     if policy.mode != names.ENFORCE or policy.rule_modes:
         ops = [(rule, op) for rule, op in ops if policy.mode_of(rule) != names.DRY_RUN]
-    recorded, audit = record.record(r, ops)
+    if recorder is None:
+        return r, ops
+    recorded, audit = recorder(r, ops)
     if audit:
         r.note(rules.ANNOTATIONS, audit)
     return r, ops + recorded
-
-
-Step = Callable[[rules.Pass], None]
-
-
-class Table(NamedTuple):
-    """The rules that apply to a kind of pod under a policy."""
-
-    # The names of the rules whose findings are reported (`Rule.found`).
-    found: frozenset[str]
-    checks: tuple[Step, ...]
-    patches: tuple[Step, ...]
-    # The patches that must be in place when a Pod reaches the validating webhook.
-    required: tuple[Step, ...]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -301,6 +332,27 @@ def _table(policy: Policy, gpu: bool, shared: bool, ephemeral_update: bool) -> T
         tuple(rule.check for rule in applying if rule.check is not None),
         tuple(rule.patch for rule in applying if rule.patch is not None),
         tuple(rule.patch for rule in applying if rule.patch is not None and rule.required),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _claim_table(policy: Policy) -> Table:
+    """The rules that judge claims: those of scope claims and those that also refuse claims
+    (`Rule.claims`). Their findings come from `claims.gather` (their checks are the pods');
+    the patches are the claims' own."""
+    applying = [
+        r
+        for r in rules.RULES
+        if (r.scope is rules.Scope.CLAIM or r.claims)
+        and (policy.unavailable is None or r.always)
+        and rules.switched_on(r, policy)
+    ]
+    own = [r for r in applying if r.scope is rules.Scope.CLAIM and r.patch is not None]
+    return Table(
+        frozenset(r.name for r in applying),
+        (),
+        tuple(r.patch for r in own if r.patch is not None),
+        tuple(r.patch for r in own if r.patch is not None and r.required),
     )
 
 
