@@ -50,6 +50,7 @@ from webhook.engine.decision import (
     Marker,
     Place,
     Violation,
+    added_value,
     shown,
 )
 from webhook.engine.placing import Finding
@@ -1327,6 +1328,26 @@ def patch_mps_limits(r: Pass[ClaimFacts]) -> None:
         return
     if adding.existing is not None:
         for entry in adding.entries:
-            r.add("dra-mps-limits", {"op": "add", "path": f"{adding.pointer}/-", "value": entry})
-    else:
-        r.add("dra-mps-limits", {"op": "add", "path": adding.pointer, "value": list(adding.entries)})
+            op = {"op": "add", "path": f"{adding.pointer}/-", "value": entry}
+            r.add("dra-mps-limits", op, *_entry_words(entry))
+        return
+    whole: dict[str, Any] = {"op": "add", "path": adding.pointer, "value": list(adding.entries)}
+    first, *rest = adding.entries
+    r.add("dra-mps-limits", whole, *_entry_words(first))
+    for entry in rest:
+        # (One operation adds them all; each entry is said on its own.)
+        r.words("dra-mps-limits", *_entry_words(entry))
+
+
+def _entry_words(entry: Mapping[str, Any]) -> tuple[str, str]:
+    """An MPS configuration the patch adds, in rule dra-mps-limits' words: `config of request
+    "gpu"` and `GpuConfig, sharing MPS, defaultActiveThreadPercentage=25, ...`."""
+    named = entry["requests"]
+    topic = "config of " + ", ".join(
+        f'{"subrequest" if "/" in n else "request"} "{n}"' for n in named
+    )
+    parameters = entry["opaque"]["parameters"]
+    sharing = parameters["sharing"]
+    items = [str(parameters["kind"]), f"sharing {sharing['strategy']}"]
+    items += [f"{k}={added_value(v)}" for k, v in sharing["mpsConfig"].items()]
+    return topic, ", ".join(items)

@@ -14,7 +14,14 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple, TypeVar
 
 from webhook.engine import claims, facts, hints, record, rules, view
-from webhook.engine.decision import MAX_LONG_WARNING, OBJECT, Decision, Violation, refusal_warning
+from webhook.engine.decision import (
+    MAX_LONG_WARNING,
+    OBJECT,
+    Addition,
+    Decision,
+    Violation,
+    refusal_warning,
+)
 from webhook.policy import kinds, names
 from webhook.policy.policies import Policy
 
@@ -129,7 +136,7 @@ def annotations_update(
         return Decision()
     only = pod._replace(meta=view.Meta(changed, pod.meta.labels if pod.meta else None))
     table = Table(frozenset(), (rule.check,) if rule.check is not None else (), (), ())
-    r, _ = run(facts.gather(only, policy), policy, table, mutate=False)
+    r, _, _ = run_rules(facts.gather(only, policy), policy, table, mutate=False)
     decision = Decision(violations=r.violations, would_refuse=r.would_refuse)
     _tell(decision)
     return decision
@@ -168,11 +175,10 @@ def review(
     decision = Decision(violations=[rules.malformed(p, OBJECT) for p in problems])
     budget = hints.Budget()
     for pod in views:
-        known = facts.gather(pod, policy)
-        table = _table(policy, known.gpu, bool(known.requested), pod.ephemeral_update)
-        r, ops = run(known, policy, table, mutate=mutate, require=require, recorder=record.record)
+        r, ops, additions = run(pod, policy, mutate=mutate, require=require)
         label = pod.place.label
-        _take(decision, r, ops, label)
+        # Where a workload has several templates, an addition's words say which.
+        _take(decision, r, ops, additions, label=label, where=label if len(views) > 1 else "")
         if not require:
             # Told once: a Pod's validating review sees what the mutating one told of.
             for w in (
@@ -196,9 +202,11 @@ def review_claim(
     """A ResourceClaim or ResourceClaimTemplate (`claims`), through the same runner as a pod:
     its rules' findings, the MPS patch, the modes; nothing recorded on it."""
     known = claims.gather(obj, policy)
-    r, ops = run(known, policy, _claim_table(policy), mutate=mutate, require=require)
+    r, ops, additions = run_rules(
+        known, policy, _claim_table(policy), mutate=mutate, require=require
+    )
     decision = Decision()
-    _take(decision, r, ops, "")
+    _take(decision, r, ops, additions, label="", where="")
     if not require:
         # Told once: the mutating review of the same claim told it.
         for w in known.hints:
@@ -206,9 +214,17 @@ def review_claim(
     return _finish(decision)
 
 
-def _take(decision: Decision, r: rules.Pass[Any], ops: Operations, label: str) -> None:
+def _take(
+    decision: Decision,
+    r: rules.Pass[Any],
+    ops: Operations,
+    additions: list[Addition],
+    *,
+    label: str,
+    where: str,
+) -> None:
     """Add what one pass found and added to `decision` (a workload's templates each have a
-    pass; `label` says which)."""
+    pass; `label` says which in warnings, `where` in the additions' words)."""
     decision.violations += r.violations
     for w in r.warnings:
         decision.warn(f"{label}: {w}" if label else w)
@@ -218,6 +234,8 @@ def _take(decision: Decision, r: rules.Pass[Any], ops: Operations, label: str) -
         decision.patch_rules.append(rule)
         if rule not in decision.mutations and rule != rules.ANNOTATIONS:
             decision.mutations.append(rule)
+    for a in additions:
+        decision.additions.append(a._replace(topic=f"{where}: {a.topic}") if where else a)
     for key, value in r.audit.items():
         # One value per key for the whole object: a workload's templates each add theirs
         # (rule env-from names containers of each).
@@ -235,6 +253,7 @@ def _finish(decision: Decision) -> Decision:
         decision.patch = []
         decision.patch_rules = []
         decision.mutations = []
+        decision.additions = []
     _tell(decision)
     return decision
 
@@ -266,7 +285,9 @@ def _tell(decision: Decision) -> None:
 Operations = list[tuple[str, dict[str, Any]]]
 F = TypeVar("F", bound=rules.Known)
 Step = Callable[[rules.Pass[Any]], None]
-Recorder = Callable[[rules.Pass[F], Operations], tuple[Operations, dict[str, str]]]
+Recorder = Callable[
+    [rules.Pass[F], Operations], tuple[Operations, dict[str, str], Addition | None]
+]
 
 
 class Table(NamedTuple):
@@ -281,6 +302,16 @@ class Table(NamedTuple):
 
 
 def run(
+    pod: view.Pod, policy: Policy, *, mutate: bool, require: bool = False
+) -> tuple[rules.PodPass, Operations, list[Addition]]:
+    """The rules over one pod (`run_rules`), with what is known of it before they run
+    (`facts.gather`) and the record of what they did (`record.record`)."""
+    known = facts.gather(pod, policy)
+    table = _table(policy, known.gpu, bool(known.requested), pod.ephemeral_update)
+    return run_rules(known, policy, table, mutate=mutate, require=require, recorder=record.record)
+
+
+def run_rules(
     known: F,
     policy: Policy,
     table: Table,
@@ -288,9 +319,10 @@ def run(
     mutate: bool,
     require: bool = False,
     recorder: Recorder[F] | None = None,
-) -> tuple[rules.Pass[F], Operations]:
-    """The rules of `table` over one object (a pod, a claim), and the patch operations (each
-    with its rule's name).
+) -> tuple[rules.Pass[F], Operations, list[Addition]]:
+    """The rules of `table` over one object (a pod, a claim): the pass (what they found,
+    refused and warned of), the patch operations (each with its rule's name), and what they
+    add in the rules' words (`Addition`).
 
     What was known of the object before any rule runs (`facts.gather`, `claims.gather`)
     comes in as `known`: its findings are reported for the rules of `table.found`; then every
@@ -305,21 +337,25 @@ def run(
         check(r)
     r.relax()
     if r.refused or not (mutate or require):
-        return r, []
+        return r, [], []
     for patch in table.patches if mutate else table.required:
         patch(r)
     r.relax()
     if not mutate or r.refused:
-        return r, []
+        return r, [], []
     ops = r.operations()
+    additions = r.additions()
     if policy.mode != names.ENFORCE or policy.rule_modes:
         ops = [(rule, op) for rule, op in ops if policy.mode_of(rule) != names.DRY_RUN]
+        additions = [a for a in additions if policy.mode_of(a.rule) != names.DRY_RUN]
     if recorder is None:
-        return r, ops
-    recorded, audit = recorder(r, ops)
+        return r, ops, additions
+    recorded, audit, words = recorder(r, ops)
     if audit:
         r.note(rules.ANNOTATIONS, audit)
-    return r, ops + recorded
+    if words is not None:
+        additions.append(words)
+    return r, ops + recorded, additions
 
 
 @functools.lru_cache(maxsize=1024)

@@ -32,18 +32,20 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Generic, NamedTuple, Protocol, TypeVar
 
-from webhook.engine import claims, facts, placing, view
-from webhook.engine.placing import Finding
+from webhook.engine import claims, facts, placing, selection, view
 from webhook.engine.decision import (
     FIELD,
     MALFORMED,
+    Addition,
     ErrorType,
     Marker,
     Place,
     Violation,
+    added_value,
     short_warning,
     shown,
 )
+from webhook.engine.placing import Finding
 from webhook.policy import hostpaths, names, policies
 from webhook.policy.policies import Policy, RulesSpec
 
@@ -192,8 +194,11 @@ class Pass(Generic[F]):
         self._would_refuse: list[tuple[str, Violation]] = []
         self._warnings: list[tuple[int, str]] = []
         self._audit: list[tuple[int, Mapping[str, str]]] = []
-        # What patches add: each an operation, or variables for a container's env.
-        self._additions: list[tuple[int, str, dict[str, Any] | EnvAddition]] = []
+        # What patches add: each an operation, or variables for a container's env; with
+        # its words (`Addition`).
+        self._additions: list[
+            tuple[int, str, dict[str, Any] | EnvAddition | None, str, str]
+        ] = []
 
     # -- what checks report
 
@@ -277,8 +282,10 @@ class Pass(Generic[F]):
 
     # -- what patches add
 
-    def add(self, rule: str, op: dict[str, Any]) -> None:
-        _put(self._additions, (RANK[rule], rule, op))
+    def add(self, rule: str, op: dict[str, Any], topic: str, text: str) -> None:
+        """Add `op` to the patch; `topic` and `text` say what it adds, and where, in the
+        rule's words (`Addition`)."""
+        _put(self._additions, (RANK[rule], rule, op, topic, text))
 
     def add_env(self, rule: str, c: view.Slot, new: list[dict[str, str]], what: str) -> None:
         """Add variables to a container's env (appending where the list exists). Validating a
@@ -299,14 +306,21 @@ class Pass(Generic[F]):
         # Where the container has no env list, which addition comes first, and so adds the
         # list, is known at the end.
         has_list = c.c.env is not None
-        _put(self._additions, (RANK[rule], rule, EnvAddition(pointer, has_list, new)))
+        topic = f'env of {_CONTAINER_WORDS.get(c.group, c.group)} "{c.name}"'
+        text = ", ".join(f"{v['name']}={v['value']}" for v in new)
+        _put(
+            self._additions,
+            (RANK[rule], rule, EnvAddition(pointer, has_list, new), topic, text),
+        )
 
     def operations(self) -> list[tuple[str, dict[str, Any]]]:
         """The patch operations added, in the order of the rules, each with its rule. The
         first addition to a container without an env list adds the list; the others append."""
         ops: list[tuple[str, dict[str, Any]]] = []
         made: set[str] = set()
-        for _, rule, added in self._additions:
+        for _, rule, added, _, _ in self._additions:
+            if added is None:
+                continue
             if not isinstance(added, EnvAddition):
                 ops.append((rule, added))
             elif added.has_list or added.pointer in made:
@@ -318,9 +332,24 @@ class Pass(Generic[F]):
         return ops
 
 
+    def words(self, rule: str, topic: str, text: str) -> None:
+        """Words of an addition made by an operation `add` was given already (one operation
+        that adds a list of things said one by one)."""
+        _put(self._additions, (RANK[rule], rule, None, topic, text))
+
+    def additions(self) -> list[Addition]:
+        """What the patch adds, in the rules' words, in the order of the rules."""
+        return [Addition(rule, topic, text) for _, rule, _, topic, text in self._additions]
+
+
 # The pass of the pod rules' checks and patches.
 PodPass = Pass[facts.Facts]
 
+_CONTAINER_WORDS: Final = {
+    "containers": "container",
+    "initContainers": "init container",
+    "ephemeralContainers": "ephemeral container",
+}
 _RANK_OF = operator.itemgetter(0)
 
 
@@ -457,14 +486,14 @@ def check_runtime_class(r: PodPass) -> None:
 
 
 def patch_runtime_class(r: PodPass) -> None:
-    if r.facts.classes and not (r.facts.pod.spec is not None and r.facts.pod.spec.runtimeClassName):
+    pod = r.facts.pod
+    if r.facts.classes and not (pod.spec is not None and pod.spec.runtimeClassName):
+        name = r.policy.runtime_class_name
         r.add(
             "runtime-class",
-            {
-                "op": "add",
-                "path": f"{r.facts.pod.place.pointer}/spec/runtimeClassName",
-                "value": r.policy.runtime_class_name,
-            },
+            {"op": "add", "path": f"{pod.place.pointer}/spec/runtimeClassName", "value": name},
+            "runtimeClassName",
+            added_value(name),
         )
 
 
@@ -1111,9 +1140,11 @@ def patch_tolerations(r: PodPass) -> None:
     base = f"{r.facts.pod.place.pointer}/spec/tolerations"
     if r.facts.pod.spec is not None and r.facts.pod.spec.tolerations is not None:
         for t in added:
-            r.add("tolerations", {"op": "add", "path": f"{base}/-", "value": t})
+            op = {"op": "add", "path": f"{base}/-", "value": t}
+            r.add("tolerations", op, "tolerations", placing.toleration_words(t))
     else:
-        r.add("tolerations", {"op": "add", "path": base, "value": added})
+        words = ", ".join(placing.toleration_words(t) for t in added)
+        r.add("tolerations", {"op": "add", "path": base, "value": added}, "tolerations", words)
 
 
 def patch_node_selection(r: PodPass) -> None:
@@ -1145,7 +1176,7 @@ def patch_node_selection(r: PodPass) -> None:
         )
         return
     for op in ops:
-        r.add("node-selection", op)
+        r.add("node-selection", op, *selection.pin_words(op))
 
 
 def patch_mps_limits(r: PodPass) -> None:
