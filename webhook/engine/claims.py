@@ -1351,3 +1351,164 @@ def _entry_words(entry: Mapping[str, Any]) -> tuple[str, str]:
     items = [str(parameters["kind"]), f"sharing {sharing['strategy']}"]
     items += [f"{k}={added_value(v)}" for k, v in sharing["mpsConfig"].items()]
     return topic, ", ".join(items)
+
+
+# --------------------------------------------------------------------------- untouched
+
+# The rule of the MPS patch, as its row names it.
+_MPS_RULE: Final = "dra-mps-limits"
+
+
+def unchanged(obj: Mapping[str, Any], policy: Policy) -> str:
+    """Why a review of a claim or template that refused nothing left it as it was, in a few
+    words (`mutate` and `audit` say it): the counterpart of `hints.unchanged`. It counts
+    a configuration as the request's own as `gather` does (`_counted`)."""
+    if policy.unavailable is not None:
+        # The catch-all entry, like the entry of a policy with no dra section, is sent no claim.
+        if policy.name == names.UNKNOWN_POLICY_PATH:
+            label = names.POLICY_LABEL
+            return f"claims are not reviewed: the namespace's label {label} names no policy"
+        if policy.unavailable[0] == names.UNKNOWN_POLICY_RULE:
+            return f'claims are not reviewed: no policy is named "{policy.name}"'
+        return f'claims are not reviewed under policy "{policy.name}": it is not in force'
+    dra = policy.dra
+    if dra is None:
+        return (
+            f'claims are not reviewed under policy "{policy.name}" (no dra section); its pods'
+            " may not use claims"
+        )
+    devices = _devices_of(obj)
+    requests = _requests_of(devices)
+    targets = [(name, c, cls) for name, c in requests if (cls := policy.dra_class(c)) is not None]
+    if not targets:
+        other = sorted({class_name for _, class_name in requests})
+        if not other:
+            return "it asks for no device"
+        return (
+            f'it asks only for devices of classes policy "{policy.name}" does not govern'
+            f" ({', '.join(other)}): the webhook leaves them alone"
+        )
+    if policy.mode == names.DRY_RUN:
+        return f'policy "{policy.name}" is in dry-run mode: it changes nothing'
+    configs = _configs_of(devices)
+    profile = _profile_named(obj, policy)
+    configured: list[str] = []
+    without_mps: list[str] = []
+    not_added: list[str] = []
+    unsized = sized = False
+    for name, class_name, cls in targets:
+        if any(_counted(c, name, cls) for c in configs):
+            configured.append(f'{_request_word(name)} "{name}" ({cls.config_kind})')
+        elif MPS not in cls.sharing:
+            shared = " or ".join(cls.sharing) or "no sharing"
+            without_mps.append(f'class "{class_name}" ({shared})')
+        elif not cls.add_mps:
+            why = "its devices are shared by capacity" if cls.capacity else "addMpsConfig: false"
+            not_added.append(f'class "{class_name}" ({why})')
+        elif profile is None:
+            unsized = True
+        else:
+            sized = True  # the review adds its configuration, unless the rule is in dry-run
+    reasons = []
+    if configured:
+        reasons.append(f"it is already configured: {', '.join(configured)}")
+    if without_mps:
+        reasons.append(
+            f'policy "{policy.name}" shares no device of {", ".join(dict.fromkeys(without_mps))}'
+            " with MPS, so it adds no MPS configuration"
+        )
+    if not_added:
+        reasons.append(
+            f'policy "{policy.name}" adds no MPS configuration to requests of'
+            f" {', '.join(dict.fromkeys(not_added))}"
+        )
+    if unsized:
+        reasons.append(
+            f"no profile applies (no {names.ANNOTATION_PROFILE} annotation, and policy"
+            f' "{policy.name}" has no defaultProfile)'
+        )
+    mps_rule = _MPS_RULE
+    if sized and policy.mode_of(mps_rule) == names.DRY_RUN:
+        reasons.append(
+            f'rule {mps_rule} is in dry-run mode in policy "{policy.name}": the MPS'
+            f' configuration of profile "{profile}" is not added yet'
+        )
+    return "; ".join(reasons) or "it is already as the webhook leaves it"
+
+
+def _request_word(name: str) -> str:
+    return "subrequest" if "/" in name else "request"
+
+
+def _devices_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = obj.get("spec")
+    if obj.get("kind") == names.CLAIM_TEMPLATE_KIND and isinstance(spec, dict):
+        spec = spec.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    return devices if isinstance(devices, dict) else {}
+
+
+def _requests_of(devices: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(name, device class) of each request and each `firstAvailable` subrequest
+    (`req/sub`)."""
+    out: list[tuple[str, str]] = []
+    requests = devices.get("requests")
+    for request in requests if isinstance(requests, list) else ():
+        if not isinstance(request, dict) or not isinstance(request.get("name"), str):
+            continue
+        name = request["name"]
+        exactly = request.get("exactly")
+        if isinstance(exactly, dict) and isinstance(exactly.get("deviceClassName"), str):
+            out.append((name, exactly["deviceClassName"]))
+        first = request.get("firstAvailable")
+        for sub in first if isinstance(first, list) else ():
+            if isinstance(sub, dict) and isinstance(sub.get("deviceClassName"), str):
+                out.append((f"{name}/{sub.get('name')}", sub["deviceClassName"]))
+    return out
+
+
+# (driver, requests, parameters' kind) of an opaque configuration.
+_Said = tuple[str, tuple[str, ...], str | None]
+
+
+def _configs_of(devices: Mapping[str, Any]) -> list[_Said]:
+    """(driver, requests, parameters' kind) of each opaque configuration."""
+    out: list[_Said] = []
+    raw = devices.get("config")
+    for entry in raw if isinstance(raw, list) else ():
+        opaque = entry.get("opaque") if isinstance(entry, dict) else None
+        if not isinstance(opaque, dict):
+            continue
+        requests = entry.get("requests")
+        named = tuple(str(r) for r in requests) if isinstance(requests, list) else ()
+        parameters = opaque.get("parameters")
+        kind = parameters.get("kind") if isinstance(parameters, dict) else None
+        out.append((str(opaque.get("driver")), named, kind if isinstance(kind, str) else None))
+    return out
+
+
+def _counted(config: _Said, name: str, cls: DraClass) -> bool:
+    """Whether a configuration counts as the request's own, as `gather` counts it: one
+    of the class's driver that names the request (or, for a subrequest, its request), or
+    names none and is of the class's kind."""
+    driver, requests, kind = config
+    if driver != cls.driver:
+        return False
+    if not requests:
+        return kind == cls.config_kind
+    return name in requests or name.partition("/")[0] in requests
+
+
+def _profile_named(obj: Mapping[str, Any], policy: Policy) -> str | None:
+    """The profile that sizes the claim's MPS configuration: its annotation (a template's in
+    spec.metadata, else its own), else the policy's default."""
+    key = names.ANNOTATION_PROFILE
+    wanted = _annotations(obj).get(key)
+    spec = obj.get("spec")
+    if obj.get("kind") == names.CLAIM_TEMPLATE_KIND and isinstance(spec, dict):
+        inner = _annotations(spec)
+        if key in inner:
+            wanted = inner[key]
+    if wanted is None:
+        return policy.default_profile
+    return str(wanted)

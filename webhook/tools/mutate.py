@@ -250,7 +250,7 @@ def run(args: argparse.Namespace) -> int:
             reviewed = True
             # Sent, so opted in: its labels name a path (`where.not_sent` above).
             policy = loaded.governing(namespaces.policy_path(seen) or names.DEFAULT_POLICY)
-            why = auditing.claim_unchanged(obj, policy) if claim else _unchanged(found, policy)
+            why = claims.unchanged(obj, policy) if claim else _unchanged(found, policy)
             _say(f"no change: {what}: {why}")
         elif decision.patch:
             reviewed = True
