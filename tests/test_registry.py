@@ -86,7 +86,7 @@ def _claims_reviewed() -> Iterator[tuple[str, str, str]]:
     objects |= {"unknown-profile": unknown_profile, "malformed": malformed}
     for policy_name, policy in governing.items():
         for name, obj in objects.items():
-            for v in reviewing.review(obj, policy=policy).violations:
+            for v in reviewing.review_object(obj, policy=policy).violations:
                 yield policy_name, name, v.rule
 
 

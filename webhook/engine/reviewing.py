@@ -1,14 +1,19 @@
-"""Running the rules: an object and a compiled policy in, a `Decision` out.
+"""Running the rules: an admission request (or an object) and a compiled policy in, a
+`Decision` out.
 
-`review(obj, policy=...)` finds the pod specs the object carries (a Pod's own; a workload's
-pod templates), runs the table of `rules.RULES` over each, and assembles one decision: every
-violation (each naming its container and rule), or the JSON Patch. A workload's template is
-reviewed as its pods will be (`mutate=False` for the validating webhook, which only refuses);
-`mutate -f` shows the template as its pods will be admitted.
+`admit` is the one entry: the server, `mutate -f` and `audit` (with `preview`) call it, and
+`route` is what it decides to look at by kind and sub-resource (`explain` tells it).
+`review_object` finds the pod specs the object carries (a Pod's own; a workload's pod
+templates) and `review_claim` takes a claim; both run the table (`run_rules`: findings,
+checks, modes, patches) and assemble one decision: every violation (each naming its
+container and rule), or the JSON Patch with what it adds in the rules' words. A workload's
+template is reviewed as its pods will be (`mutate=False` for the validating webhook, which
+only refuses); `mutate -f` shows the template as its pods will be admitted.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple, TypeVar
@@ -34,6 +39,62 @@ STATUS = "status"
 BINDING = "binding"
 
 
+class Route(enum.Enum):
+    """What the webhook does with a request, by its kind, sub-resource and operation (the
+    value: in words, as `explain` tells it)."""
+
+    # A Pod CREATE: the table (the mutating endpoint patches and refuses; the validating one
+    # refuses, also where the parts of the patch that guard the policy are missing).
+    POD = "the rules: patched at /mutate, refused at /validate"
+    # `kubectl debug` (an update of pods/ephemeralcontainers): the containers it adds.
+    EPHEMERAL = "the rules over the ephemeral containers it adds"
+    # Another Pod update, a pods/status update: the CDI annotations it adds or changes.
+    POD_UPDATE = "the CDI annotations it adds or changes"
+    # A Binding (`pods/binding`, or the older `bindings`): its annotations become the pod's.
+    BINDING = "the CDI annotations it copies onto the pod"
+    # A ResourceClaim or template CREATE (its spec cannot change after).
+    CLAIM = "the claim rules: its MPS configuration added at /mutate, refused at /validate"
+    # A workload's pod templates, at the validating endpoint; or previewed as its pods will
+    # be admitted (the offline commands).
+    TEMPLATES = "its pod templates, refused at /validate as their pods would be"
+    NONE = "passes"
+
+
+def route(
+    group: str,
+    kind: str,
+    operation: str,
+    sub_resource: str = "",
+    *,
+    endpoint: Endpoint,
+    kinds: kinds.Kinds = kinds.BUILTIN,
+    preview: bool = False,
+) -> Route:
+    """What `admit` does with a request of `kind` (in `group`) and `sub_resource`, for
+    `operation`, at `endpoint` (`preview`: see `admit`)."""
+    if operation not in ("CREATE", "UPDATE"):
+        return Route.NONE
+    if kind == "Binding" and group == "":
+        return Route.BINDING
+    if claims.is_claim(group, kind):
+        return Route.CLAIM if operation == "CREATE" and not sub_resource else Route.NONE
+    if kind == "Pod" and group == "":
+        if sub_resource == EPHEMERAL_CONTAINERS and operation == "UPDATE":
+            return Route.EPHEMERAL
+        if sub_resource == STATUS:
+            return Route.POD_UPDATE if operation == "UPDATE" else Route.NONE
+        if sub_resource:
+            return Route.NONE
+        # A pod's containers, resources and scheduling are immutable once created; its
+        # annotations are not, and the kubelet sends them with every container start.
+        return Route.POD_UPDATE if operation == "UPDATE" else Route.POD
+    if sub_resource or (group, kind) not in kinds:
+        return Route.NONE
+    if endpoint == "mutate" and not preview:
+        return Route.NONE
+    return Route.TEMPLATES
+
+
 def admit(
     sent: view.Object | None,
     *,
@@ -45,27 +106,28 @@ def admit(
     sub_resource: str = "",
     old: view.Object | None = None,
     kinds: kinds.Kinds = kinds.BUILTIN,
+    preview: bool = False,
 ) -> Decision:
-    """What the webhook at `/<endpoint>/<policy>` decides about one admission request.
+    """What the webhook at `/<endpoint>/<policy>` decides about one admission request (what
+    it looks at: `route`).
 
-    Pods on CREATE, and updates of a pod's ephemeral containers (`kubectl debug`): the
-    mutating endpoint patches and refuses; the validating one refuses, also when the parts
-    of the patch that guard the policy are missing. Other Pod updates (of the pod or its
-    status) and Bindings: only a CDI annotation they add or change is refused
-    (`annotations_update`). Workloads (`kinds`): the validating
-    endpoint refuses a template its pods would be refused for, except on an update that
-    leaves every template as it was (scaling, labels, finalizers, status), which is never
-    refused. Anything else passes.
+    Workloads (`kinds`): the validating endpoint refuses a template its pods would be
+    refused for, except on an update that leaves every template as it was (scaling, labels,
+    finalizers, status), which is never refused. `preview` (the offline commands, `mutate -f`
+    and `audit`, at the mutating endpoint): a workload's templates are patched as its pods
+    will be admitted, where the server leaves workloads to the validating endpoint.
     """
-    if sent is None or operation not in ("CREATE", "UPDATE"):
+    way = route(
+        group, kind, operation, sub_resource, endpoint=endpoint, kinds=kinds, preview=preview
+    )
+    if sent is None or way is Route.NONE:
         return Decision()
     obj = view.as_source(sent)
     if old is not None:
         old = view.as_source(old)
     mutate = endpoint == "mutate"
-    if kind == "Binding" and group == "":
-        # `pods/binding`, or the older `bindings` resource: its annotations become the
-        # pod's, so it is judged as a Pod update that adds them.
+    if way is Route.BINDING:
+        # Judged as a Pod update that adds its annotations.
         generic = obj.generic
         meta = generic.get("metadata") if isinstance(generic, dict) else None
         return annotations_update(
@@ -73,31 +135,18 @@ def admit(
             None,
             policy=policy,
         )
-    if claims.is_claim(group, kind):
-        # A claim's spec (and a template's) cannot change after it is created.
-        if operation != "CREATE" or sub_resource:
-            return Decision()
+    if way is Route.CLAIM:
+        if preview and not claims.of_object(obj.generic):
+            return Decision()  # (the offline commands say so of other versions)
         return review_claim(obj.generic, policy=policy, mutate=mutate, require=not mutate)
-    if kind == "Pod" and group == "":
-        if sub_resource == EPHEMERAL_CONTAINERS and operation == "UPDATE":
-            before = old or view.Source({})
-            return review(obj, policy=policy, mutate=mutate, require=not mutate, old=before)
-        if sub_resource == STATUS:
-            return (
-                annotations_update(obj, old, policy=policy)
-                if operation == "UPDATE"
-                else Decision()
-            )
-        if sub_resource:
-            return Decision()
-        if operation == "UPDATE":
-            # A pod's containers, resources and scheduling are immutable once created; its
-            # annotations are not, and the kubelet sends them with every container start.
-            return annotations_update(obj, old, policy=policy)
-        return review(obj, policy=policy, mutate=mutate, require=not mutate)
-    if mutate or sub_resource or (group, kind) not in kinds:
-        return Decision()
-    decision = review(obj, policy=policy, mutate=False, kinds=kinds)
+    if way is Route.EPHEMERAL:
+        before = old or view.Source({})
+        return review_object(obj, policy=policy, mutate=mutate, require=not mutate, old=before)
+    if way is Route.POD_UPDATE:
+        return annotations_update(obj, old, policy=policy)
+    if way is Route.POD:
+        return review_object(obj, policy=policy, mutate=mutate, require=not mutate)
+    decision = review_object(obj, policy=policy, mutate=mutate, kinds=kinds)
     if (
         decision.violations
         and operation == "UPDATE"
@@ -151,7 +200,7 @@ def _annotations_of(obj: Any) -> Mapping[str, Any]:
     return annotations if isinstance(annotations, dict) else {}
 
 
-def review(
+def review_object(
     sent: view.Object,
     *,
     policy: Policy,
@@ -160,7 +209,9 @@ def review(
     old: view.Object | None = None,
     kinds: kinds.Kinds = kinds.BUILTIN,
 ) -> Decision:
-    """Review a Pod, or the pod templates of a workload; other kinds pass untouched.
+    """Run the rules over an object as it is: a Pod, the pod templates of a workload, or a
+    claim (`review_claim`); other kinds pass untouched. `admit` says which way a request
+    goes; the tests judge objects here directly.
 
     `mutate`: build the patch. `require`: validating a Pod, the parts of the patch that guard
     the policy (`Rule.required`) must be in place already. `old`: the Pod before an update

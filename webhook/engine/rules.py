@@ -14,7 +14,7 @@ reports (`Pass.deny`, `Pass.warn`, `Pass.note`), a patch only adds (`Pass.add`,
 and add in the order of `names.RULES`, whatever the order they ran in, so the order of the
 table changes no answer (a test runs it shuffled).
 
-`reviewing.run` runs every check over every container (init, sidecar, ephemeral) and
+`reviewing.run_rules` runs every check over every container (init, sidecar, ephemeral) and
 reports every violation in one denial; only an object with none is patched. A patch only
 adds what a check would accept, so the patched object passes them too (validation on the
 defaulted object, as controller-runtime does it).

@@ -19,7 +19,7 @@ were created now:
   A Pod is judged as the mutating webhook judges it at CREATE; a workload's templates as
   its new pods will be (which also holds what the validating webhook refuses: its checks
   are the same); a claim or claim template as the mutating webhook judges it at CREATE
-  (`claims.review`: its requests against the policy's `dra` section, the MPS configuration
+  (`claims.gather`: its requests against the policy's `dra` section, the MPS configuration
   of its profile added). Claims made before the namespace opted in are what this finds.
   Claims of another `resource.k8s.io` version are not judged (counted as ignored): the
   webhook is sent v1 only, and reads its shape.
@@ -73,7 +73,7 @@ NAMESPACE_KIND = "Namespace"
 POD_KIND = "Pod"
 CLAIM_KINDS = (names.CLAIM_TEMPLATE_KIND, names.CLAIM_KIND)
 # The only version of claims the webhook is sent (`matchPolicy: Equivalent` converts the
-# others first), and the only shape `claims.review` reads: v1beta1's requests are flat.
+# others first), and the only shape `claims.gather` reads: v1beta1's requests are flat.
 CLAIM_API_VERSION = f"{names.DRA_GROUP}/{names.DRA_VERSION}"
 # Set by kube-controller-manager on a claim it makes from a ResourceClaimTemplate for a pod
 # (which is its controller owner): the name of the pod's entry in spec.resourceClaims
@@ -568,7 +568,17 @@ def _judge(
     controller are judged alike: their verdicts' descriptions need not be held per pod)."""
     obj = item.obj
     source = view.Source(obj)
-    decision = reviewing.review(source, policy=enforcing, mutate=True, kinds=kinds)
+    group, kind = view.head(source)
+    decision = reviewing.admit(
+        source,
+        policy=enforcing,
+        endpoint="mutate",
+        group=group,
+        kind=kind,
+        operation="CREATE",
+        kinds=kinds,
+        preview=True,
+    )
     if decision.malformed:
         return next(v for v in decision.violations if v.rule == MALFORMED)
     if item.ref.kind in CLAIM_KINDS:
@@ -773,7 +783,7 @@ def describe_additions(additions: Sequence[Addition]) -> tuple[str, ...]:
 
 
 def claim_label(obj: Mapping[str, Any]) -> str:
-    """How `claims.review` names a claim or template at the start of its messages."""
+    """How `claims.gather` names a claim or template at the start of its messages."""
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     name = meta.get("name") or meta.get("generateName") or ""
