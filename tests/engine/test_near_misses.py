@@ -273,7 +273,8 @@ def test_no_published_manifest_or_example_is_taken_for_a_near_miss(
     for name in loaded.names:
         policy = loaded.governing(name)
         for obj in objects:
-            found = _ours(list(reviewing.review_object(kube.as_served(obj), policy=policy).warnings))
+            served = kube.as_served(obj)
+            found = _ours(list(reviewing.review_object(served, policy=policy).warnings))
             assert found == [], (obj["metadata"].get("name"), found)
 
 
@@ -671,7 +672,8 @@ UNPRINTABLE = {
 @pytest.mark.parametrize("name", sorted(UNPRINTABLE))
 def test_what_is_echoed_is_printable(name: str, loaded: policies.PolicySet) -> None:
     key = UNPRINTABLE[name]
-    decision = reviewing.review_object(_pod(SHARED, {key: "small"}), policy=loaded.governing("default"))
+    decision = reviewing.review_object(
+        _pod(SHARED, {key: "small"}), policy=loaded.governing("default"))
     assert decision.warnings
     for warning in decision.warnings:
         assert warning.isprintable(), warning
@@ -842,7 +844,8 @@ def test_a_workloads_audit_annotation_names_what_every_template_adds(
         },
     }
     found = workload_kinds.kinds_by_name(workload_kinds.all_kinds())
-    decision = reviewing.review_object(job, policy=loaded.governing("default"), mutate=False, kinds=found)
+    decision = reviewing.review_object(
+        job, policy=loaded.governing("default"), mutate=False, kinds=found)
     assert decision.audit["env-from"] == "trainer,evaluator,logger"
 
 

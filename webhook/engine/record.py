@@ -11,7 +11,7 @@ from typing import Any
 
 from webhook.engine import view
 from webhook.engine.decision import Addition
-from webhook.engine.rules import ANNOTATIONS, PodPass
+from webhook.engine.rules import ANNOTATIONS, MPS_LIMITS, PodPass
 from webhook.policy import names
 
 
@@ -42,7 +42,7 @@ def record(
         shared
         and profile is not None
         and not has_profile
-        and policy.mode_of("mps-limits") != names.DRY_RUN
+        and policy.mode_of(MPS_LIMITS.name) != names.DRY_RUN
     ):
         wanted[names.ANNOTATION_PROFILE] = profile.name
     if steps:

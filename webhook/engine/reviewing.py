@@ -169,7 +169,7 @@ def annotations_update(
     nothing else of the pod is, and nothing is patched. One it keeps as it was (the pod was
     admitted with it, before the rule or the namespace's opt-in) is not refused again."""
     found, _ = view.templates(obj, kinds.BUILTIN)
-    rule = _CDI_RULE
+    rule = rules.CDI_ANNOTATIONS
     if not found or not rules.switched_on(rule, policy):
         return Decision()
     before = _annotations_of(view.as_source(old).generic if old is not None else {})
@@ -189,9 +189,6 @@ def annotations_update(
     decision = Decision(violations=r.violations, would_refuse=r.would_refuse)
     _tell(decision)
     return decision
-
-
-_CDI_RULE = next(rule for rule in rules.RULES if rule.name == "cdi-annotations")
 
 
 def _annotations_of(obj: Any) -> Mapping[str, Any]:

@@ -1381,6 +1381,8 @@ _BY_NAME = {rule.name: rule for rule in RULES}
 # The rows other modules name: a rule's name is written only here and in `names.RULES`.
 HOST_ACCESS: Final = _BY_NAME["host-access"]
 DRA_MPS_LIMITS: Final = _BY_NAME["dra-mps-limits"]
+MPS_LIMITS: Final = _BY_NAME["mps-limits"]
+CDI_ANNOTATIONS: Final = _BY_NAME["cdi-annotations"]
 
 
 def switched_on(rule: Rule, policy: Policy) -> bool:
