@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.support import dra_objects as dra
 from tests.support import kube
 from webhook.engine import claims, reviewing, rules
 from webhook.engine.decision import Decision
