@@ -34,6 +34,12 @@ The mutating review adds, to each GPU request of an allowed class that says so
 kind, the MPS configuration of the claim's profile (annotation `gpu-share.io/profile`, else
 the policy's default): the DRA counterpart of the MPS env limits. The validating review
 requires it in place.
+
+`gather` finds all of this before any rule runs (`ClaimFacts`: the findings of the claim
+rules, which have no check of their own, and what the MPS configuration would add);
+`patch_mps_limits` is rule dra-mps-limits' patch; `reviewing.run_rules` runs them as it runs
+a pod's rules (the same modes, the same order of the rules). The near misses are warnings,
+told when the claim is not being validated.
 """
 
 from __future__ import annotations
