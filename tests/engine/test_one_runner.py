@@ -167,3 +167,16 @@ def test_the_templates_of_a_workload_say_which_template_gets_what() -> None:
     _every_addition_is_said(decision)
     assert decision.additions
     assert all(a.topic.startswith("RayCluster spec.") for a in decision.additions)
+
+
+def test_the_server_sends_the_patch_alone_and_a_preview_says_what_it_adds() -> None:
+    """`admit` for the server makes no words (its answer is the patch); with `preview` (the
+    offline commands) the same patch comes with them."""
+    obj = kube.pod(kube.shared(1), kube.container("log"))
+    request = {"policy": _policy("default"), "endpoint": "mutate", "group": "", "kind": "Pod",
+               "operation": "CREATE"}
+    served = reviewing.admit(obj, **request)
+    previewed = reviewing.admit(obj, **request, preview=True)
+    assert served.patch == previewed.patch
+    assert served.additions == []
+    _every_addition_is_said(previewed)

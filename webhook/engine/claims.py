@@ -1342,7 +1342,7 @@ def patch_mps_limits(r: Pass[ClaimFacts]) -> None:
     r.add("dra-mps-limits", whole, *_entry_words(first))
     for entry in rest:
         # (One operation adds them all; each entry is said on its own.)
-        r.words("dra-mps-limits", *_entry_words(entry))
+        r.say("dra-mps-limits", *_entry_words(entry))
 
 
 def _entry_words(entry: Mapping[str, Any]) -> tuple[str, str]:

@@ -225,7 +225,8 @@ class Decision:
     # The rule of each operation of `patch`, index by index (the record of what was added,
     # `gpu-share.io/mutations`, is rules.ANNOTATIONS): what `audit` says each rule adds.
     patch_rules: list[str] = field(default_factory=list)
-    # What `patch` adds, in its rules' words.
+    # What `patch` adds, in its rules' words (where the review was asked for them: the
+    # offline commands; the server sends the patch alone).
     additions: list[Addition] = field(default_factory=list)
     # Violations the policy does not enforce (its mode, or the rule's, is warn or dry-run):
     # (mode, violation). Warn ones are also among `warnings` and `audit`.

@@ -62,7 +62,10 @@ def record(
         audit["mutations"] = ",".join(steps)
     if not wanted:
         return [], audit, None
-    words = Addition(ANNOTATIONS, "annotations", ", ".join(f"{k}={v}" for k, v in wanted.items()))
+    words = None
+    if r.in_words:
+        said = ", ".join(f"{k}={v}" for k, v in wanted.items())
+        words = Addition(ANNOTATIONS, "annotations", said)
     pointer = pod.place.pointer
     if pod.meta is None:
         op = _add(f"{pointer}/metadata", {"annotations": wanted})

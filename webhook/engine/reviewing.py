@@ -138,15 +138,21 @@ def admit(
     if way is Route.CLAIM:
         if preview and not claims.of_object(obj.generic):
             return Decision()  # (the offline commands say so of other versions)
-        return review_claim(obj.generic, policy=policy, mutate=mutate, require=not mutate)
+        return review_claim(
+            obj.generic, policy=policy, mutate=mutate, require=not mutate, in_words=preview
+        )
     if way is Route.EPHEMERAL:
         before = old or view.Source({})
-        return review_object(obj, policy=policy, mutate=mutate, require=not mutate, old=before)
+        return review_object(
+            obj, policy=policy, mutate=mutate, require=not mutate, old=before, in_words=preview
+        )
     if way is Route.POD_UPDATE:
         return annotations_update(obj, old, policy=policy)
     if way is Route.POD:
-        return review_object(obj, policy=policy, mutate=mutate, require=not mutate)
-    decision = review_object(obj, policy=policy, mutate=mutate, kinds=kinds)
+        return review_object(
+            obj, policy=policy, mutate=mutate, require=not mutate, in_words=preview
+        )
+    decision = review_object(obj, policy=policy, mutate=mutate, kinds=kinds, in_words=preview)
     if (
         decision.violations
         and operation == "UPDATE"
@@ -205,6 +211,7 @@ def review_object(
     require: bool = False,
     old: view.Object | None = None,
     kinds: kinds.Kinds = kinds.BUILTIN,
+    in_words: bool = True,
 ) -> Decision:
     """Run the rules over an object as it is: a Pod, the pod templates of a workload, or a
     claim (`review_claim`); other kinds pass untouched. `admit` says which way a request
@@ -212,18 +219,23 @@ def review_object(
 
     `mutate`: build the patch. `require`: validating a Pod, the parts of the patch that guard
     the policy (`Rule.required`) must be in place already. `old`: the Pod before an update
-    of its ephemeral containers; only the ones it adds are judged.
+    of its ephemeral containers; only the ones it adds are judged. `in_words`: say what the
+    patch adds (`Decision.additions`).
     """
     obj = view.as_source(sent)
     if claims.is_claim(*view.head(obj)) and claims.of_object(obj.generic):
-        return review_claim(obj.generic, policy=policy, mutate=mutate, require=require)
+        return review_claim(
+            obj.generic, policy=policy, mutate=mutate, require=require, in_words=in_words
+        )
     found, problems = view.templates(obj, kinds)
     added_to = view.old_ephemeral(view.as_source(old) if old is not None else None)
     views = [view.pod(template, added_to) for template in found]
     decision = Decision(violations=[rules.malformed(p, OBJECT) for p in problems])
     budget = hints.Budget()
     for pod in views:
-        r, ops, additions = run(pod, policy, mutate=mutate, require=require)
+        r, ops, additions = run(
+            pod, policy, mutate=mutate, require=require, in_words=in_words
+        )
         label = pod.place.label
         # Where a workload has several templates, an addition's words say which.
         _take(decision, r, ops, additions, label=label, where=label if len(views) > 1 else "")
@@ -245,13 +257,13 @@ def review_object(
 
 
 def review_claim(
-    obj: Mapping[str, Any], *, policy: Policy, mutate: bool, require: bool
+    obj: Mapping[str, Any], *, policy: Policy, mutate: bool, require: bool, in_words: bool = True
 ) -> Decision:
     """A ResourceClaim or ResourceClaimTemplate (`claims`), through the same runner as a pod:
     its rules' findings, the MPS patch, the modes; nothing recorded on it."""
     known = claims.gather(obj, policy)
     r, ops, additions = run_rules(
-        known, policy, _claim_table(policy), mutate=mutate, require=require
+        known, policy, _claim_table(policy), mutate=mutate, require=require, in_words=in_words
     )
     decision = Decision()
     _take(decision, r, ops, additions, label="", where="")
@@ -350,13 +362,21 @@ class Table(NamedTuple):
 
 
 def run(
-    pod: view.Pod, policy: Policy, *, mutate: bool, require: bool = False
+    pod: view.Pod, policy: Policy, *, mutate: bool, require: bool = False, in_words: bool = True
 ) -> tuple[rules.PodPass, Operations, list[Addition]]:
     """The rules over one pod (`run_rules`), with what is known of it before they run
     (`facts.gather`) and the record of what they did (`record.record`)."""
     known = facts.gather(pod, policy)
     table = _table(policy, known.gpu, bool(known.requested), pod.ephemeral_update)
-    return run_rules(known, policy, table, mutate=mutate, require=require, recorder=record.record)
+    return run_rules(
+        known,
+        policy,
+        table,
+        mutate=mutate,
+        require=require,
+        recorder=record.record,
+        in_words=in_words,
+    )
 
 
 def run_rules(
@@ -367,6 +387,7 @@ def run_rules(
     mutate: bool,
     require: bool = False,
     recorder: Recorder[F] | None = None,
+    in_words: bool = True,
 ) -> tuple[rules.Pass[F], Operations, list[Addition]]:
     """The rules of `table` over one object (a pod, a claim): the pass (what they found,
     refused and warned of), the patch operations (each with its rule's name), and what they
@@ -376,9 +397,10 @@ def run_rules(
     comes in as `known`: its findings are reported for the rules of `table.found`; then every
     check; then, when nothing is refused, the patches; then (pods: `record.record`) the
     record of what they did. A rule the policy applies in warn or dry-run mode does not
-    refuse (`Pass.relax`), and in dry-run mode it patches nothing.
+    refuse (`Pass.relax`), and in dry-run mode it patches nothing. `in_words`: what the
+    patches add is also said in their rules' words (the offline commands).
     """
-    r = rules.Pass(known, policy, require=require)
+    r = rules.Pass(known, policy, require=require, in_words=in_words)
     if known.findings:
         r.report(table.found)
     for check in table.checks:
@@ -392,7 +414,7 @@ def run_rules(
     if not mutate or r.refused:
         return r, [], []
     ops = r.operations()
-    additions = r.additions()
+    additions = r.additions() if in_words else []
     if policy.mode != names.ENFORCE or policy.rule_modes:
         ops = [(rule, op) for rule, op in ops if policy.mode_of(rule) != names.DRY_RUN]
         additions = [a for a in additions if policy.mode_of(a.rule) != names.DRY_RUN]

@@ -176,12 +176,15 @@ class Pass(Generic[F]):
         "_warnings",
         "_would_refuse",
         "facts",
+        "in_words",
         "place",
         "policy",
         "require",
     )
 
-    def __init__(self, known: F, policy: Policy, *, require: bool) -> None:
+    def __init__(
+        self, known: F, policy: Policy, *, require: bool, in_words: bool = True
+    ) -> None:
         # What the rules read (Final: no rule may change it for another; see `facts`).
         self.facts: Final = known
         self.place: Final = known.place
@@ -189,6 +192,9 @@ class Pass(Generic[F]):
         # Validating: the parts of the patch that guard the policy must be in place already
         # (`add_env` refuses where they are not).
         self.require: Final = require
+        # Whether the patches say what they add (`additions`): the offline commands ask;
+        # the server sends the patch alone, and its reviews skip the words.
+        self.in_words: Final = in_words
         self._violations: list[tuple[int, Violation]] = []
         # Violations of rules the policy does not enforce: (mode, violation).
         self._would_refuse: list[tuple[str, Violation]] = []
@@ -282,9 +288,9 @@ class Pass(Generic[F]):
 
     # -- what patches add
 
-    def add(self, rule: str, op: dict[str, Any], topic: str, text: str) -> None:
+    def add(self, rule: str, op: dict[str, Any], topic: str = "", text: str = "") -> None:
         """Add `op` to the patch; `topic` and `text` say what it adds, and where, in the
-        rule's words (`Addition`)."""
+        rule's words (`Addition`; made where `in_words`)."""
         _put(self._additions, (RANK[rule], rule, op, topic, text))
 
     def add_env(self, rule: str, c: view.Slot, new: list[dict[str, str]], what: str) -> None:
@@ -306,8 +312,10 @@ class Pass(Generic[F]):
         # Where the container has no env list, which addition comes first, and so adds the
         # list, is known at the end.
         has_list = c.c.env is not None
-        topic = f'env of {_CONTAINER_WORDS.get(c.group, c.group)} "{c.name}"'
-        text = ", ".join(f"{v['name']}={v['value']}" for v in new)
+        topic = text = ""
+        if self.in_words:
+            topic = f'env of {_CONTAINER_WORDS.get(c.group, c.group)} "{c.name}"'
+            text = ", ".join(f"{v['name']}={v['value']}" for v in new)
         _put(
             self._additions,
             (RANK[rule], rule, EnvAddition(pointer, has_list, new), topic, text),
@@ -332,7 +340,7 @@ class Pass(Generic[F]):
         return ops
 
 
-    def words(self, rule: str, topic: str, text: str) -> None:
+    def say(self, rule: str, topic: str, text: str) -> None:
         """Words of an addition made by an operation `add` was given already (one operation
         that adds a list of things said one by one)."""
         _put(self._additions, (RANK[rule], rule, None, topic, text))
@@ -1141,10 +1149,11 @@ def patch_tolerations(r: PodPass) -> None:
     if r.facts.pod.spec is not None and r.facts.pod.spec.tolerations is not None:
         for t in added:
             op = {"op": "add", "path": f"{base}/-", "value": t}
-            r.add("tolerations", op, "tolerations", placing.toleration_words(t))
+            said = placing.toleration_words(t) if r.in_words else ""
+            r.add("tolerations", op, "tolerations", said)
     else:
-        words = ", ".join(placing.toleration_words(t) for t in added)
-        r.add("tolerations", {"op": "add", "path": base, "value": added}, "tolerations", words)
+        said = ", ".join(placing.toleration_words(t) for t in added) if r.in_words else ""
+        r.add("tolerations", {"op": "add", "path": base, "value": added}, "tolerations", said)
 
 
 def patch_node_selection(r: PodPass) -> None:
@@ -1176,7 +1185,10 @@ def patch_node_selection(r: PodPass) -> None:
         )
         return
     for op in ops:
-        r.add("node-selection", op, *selection.pin_words(op))
+        if r.in_words:
+            r.add("node-selection", op, *selection.pin_words(op))
+        else:
+            r.add("node-selection", op)
 
 
 def patch_mps_limits(r: PodPass) -> None:
