@@ -362,7 +362,7 @@ class Table(NamedTuple):
 
 
 def run(
-    pod: view.Pod, policy: Policy, *, mutate: bool, require: bool = False, in_words: bool = True
+    pod: view.Pod, policy: Policy, *, mutate: bool, require: bool = False, in_words: bool = False
 ) -> tuple[rules.PodPass, Operations, list[Addition]]:
     """The rules over one pod (`run_rules`), with what is known of it before they run
     (`facts.gather`) and the record of what they did (`record.record`)."""
@@ -387,7 +387,7 @@ def run_rules(
     mutate: bool,
     require: bool = False,
     recorder: Recorder[F] | None = None,
-    in_words: bool = True,
+    in_words: bool = False,
 ) -> tuple[rules.Pass[F], Operations, list[Addition]]:
     """The rules of `table` over one object (a pod, a claim): the pass (what they found,
     refused and warned of), the patch operations (each with its rule's name), and what they

@@ -183,7 +183,7 @@ class Pass(Generic[F]):
     )
 
     def __init__(
-        self, known: F, policy: Policy, *, require: bool, in_words: bool = True
+        self, known: F, policy: Policy, *, require: bool, in_words: bool = False
     ) -> None:
         # What the rules read (Final: no rule may change it for another; see `facts`).
         self.facts: Final = known
