@@ -546,6 +546,16 @@ def tolerations(pod: view.Pod, policy: Policy, resource: str) -> list[dict[str, 
     return added
 
 
+def toleration_words(t: Mapping[str, Any]) -> str:
+    """A toleration the `tolerations` patch adds, in its words: `key Operator [value]
+    effect`."""
+    parts = [str(t.get("key") or "(every key)"), str(t.get("operator") or "Equal")]
+    if t.get("value"):
+        parts.append(str(t["value"]))
+    parts.append(str(t.get("effect") or "(every effect)"))
+    return " ".join(parts)
+
+
 @functools.lru_cache(maxsize=256)
 def wanted_tolerations(policy: Policy, resource: str) -> tuple[tuple[tuple[str, Any], ...], ...]:
     """The policy's tolerations and, where it says so, the one for the resource's own taint,
