@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
-from webhook.engine import selection, view
+from webhook.engine import selection, structs, view
 from webhook.engine.decision import FIELD, ErrorType, Marker, Violation
 from webhook.policy import names
 from webhook.policy.policies import NodeClass, Policy, Profile
@@ -597,7 +597,7 @@ def covers(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
     return True
 
 
-def mps_env(profile: Profile, c: view.Container, devices: int) -> list[dict[str, str]]:
+def mps_env(profile: Profile, c: structs.Container, devices: int) -> list[dict[str, str]]:
     """The `mps-limits` patch's variables for a container with `devices` replicas: the
     profile's values it does not set itself."""
     new: list[dict[str, str]] = []

@@ -18,7 +18,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any, Literal, NamedTuple, TypeVar
 
-from webhook.engine import claims, facts, hints, record, rules, view
+from webhook.engine import claims, facts, hints, record, rules, structs, view
 from webhook.engine.decision import (
     MAX_LONG_WARNING,
     OBJECT,
@@ -189,7 +189,7 @@ def annotations_update(
     }
     if not changed:
         return Decision()
-    only = pod._replace(meta=view.Meta(changed, pod.meta.labels if pod.meta else None))
+    only = pod._replace(meta=structs.Meta(changed, pod.meta.labels if pod.meta else None))
     table = Table(frozenset(), (rule.check,) if rule.check is not None else (), (), ())
     r, _, _ = run_rules(facts.gather(only, policy), policy, table, mutate=False)
     decision = Decision(violations=r.violations, would_refuse=r.would_refuse)

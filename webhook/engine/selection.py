@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from webhook.engine import view
+from webhook.engine import structs, view
 from webhook.engine.decision import added_value
 from webhook.policy.policies import NodeClass
 
@@ -45,7 +45,7 @@ class Constraints:
     node_selector: Mapping[str, str]
     # The required terms (None: the pod has none), and each as a conjunction of
     # requirements (nodeSelector included); None for a term that can match no node.
-    terms: Sequence[view.Term] | None
+    terms: Sequence[structs.Term] | None
     conjunctions: tuple[tuple[Requirement, ...] | None, ...]
 
     @property
@@ -74,7 +74,7 @@ def read(pod: view.Pod) -> Constraints:
     return Constraints(node_selector, terms, tuple(conjunctions))
 
 
-def _term_requirements(term: view.Term) -> tuple[Requirement, ...] | None:
+def _term_requirements(term: structs.Term) -> tuple[Requirement, ...] | None:
     exprs = term.matchExpressions
     # An empty term matches no node (Kubernetes' rule); matchFields we cannot judge.
     if not exprs and not term.matchFields:
