@@ -9,7 +9,7 @@ import kubernetes_validate.utils
 import pytest
 from hypothesis import settings
 
-from tests.support import kube, loop
+from tests.support import fast_loop, kube, loop
 from webhook.policy import policies
 
 # kubernetes-validate lists its schema versions and reads the schema files (megabytes of
@@ -26,6 +26,16 @@ def pytest_configure(config: pytest.Config) -> None:
     if loop.fast():
         settings.register_profile("fast-loop", max_examples=loop.FAST_EXAMPLES)
         settings.load_profile("fast-loop")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks slow what tests/support/fast_loop.py's table leaves to the full run, before
+    `-m` deselects by marks."""
+    slow = fast_loop.slow_items(item.nodeid for item in items)
+    for item in items:
+        if item.nodeid in slow:
+            item.add_marker(pytest.mark.slow)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

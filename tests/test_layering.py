@@ -14,6 +14,7 @@ it is found.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,8 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path) -> set[str]:
+@functools.cache  # each module parsed once per run, for every test that asks
+def imports(path: Path) -> frozenset[str]:
     """The project's modules `path` imports, anywhere in it (type checking too)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     found: set[str] = set()
@@ -48,7 +50,7 @@ def imports(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             # `from webhook.engine import rules` imports the module webhook.engine.rules.
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
-    return {name for name in found if name.startswith("webhook.")}
+    return frozenset(name for name in found if name.startswith("webhook."))
 
 
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if "_embedded" not in p.parts)

@@ -454,7 +454,7 @@ def test_the_quickstart_names_everything_the_webhook_adds_to_its_pod(tmp_path: P
     policy = policies.load_directory(site).governing("default")
     pod = next(o for o in dh.load_yaml(REPO / "examples" / "allowed" / "runtime-class.yaml")
                if o["kind"] == "Pod")
-    decision = reviewing.review(pod, policy=policy)
+    decision = reviewing.review_object(pod, policy=policy)
     assert decision.allowed
     result = jsonpatch.apply_patch(pod, decision.patch)
     text = (REPO / "docs" / "quickstart.md").read_text(encoding="utf-8")

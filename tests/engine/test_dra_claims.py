@@ -1568,14 +1568,14 @@ async def test_a_claim_update_is_never_sent_and_the_core_passes_it(
 def test_subrequests_are_judged_one_by_one(loaded: policies.PolicySet) -> None:
     """Each subrequest by its own class: the closed one is refused, the open one not."""
     obj = dra.obj("first-available-template")
-    decision = reviewing.review(obj, policy=loaded.governing("dra-gpu-only"))
+    decision = reviewing.review_object(obj, policy=loaded.governing("dra-gpu-only"))
     assert [v.field for v in decision.violations] == [
         "devices.requests[0].firstAvailable[1].deviceClassName"
     ]
     # Both open, each too many: both told, each by its name.
     for sub in _spec(obj)["devices"]["requests"][0]["firstAvailable"]:
         sub["count"] = 2
-    decision = reviewing.review(obj, policy=loaded.governing("dra"))
+    decision = reviewing.review_object(obj, policy=loaded.governing("dra"))
     assert [(v.rule, v.message.split(":")[0]) for v in decision.violations] == [
         ("dra-too-many-devices", 'claim template "a100-or-mig" subrequest "gpu/full"'),
         ("dra-too-many-devices", 'claim template "a100-or-mig" subrequest "gpu/mig"'),

@@ -9,7 +9,8 @@
 
 A case is a request a user who wants more than their share could send, and what must come of
 it: refused by a rule, fixed (the stored object hides the GPUs), or let through with a warning;
-the cases are ROUTE_CASES (tests/engine/route_cases.py). docs/security.md explains each route to admins.
+the cases are ROUTE_CASES (tests/engine/route_cases.py). docs/security.md explains each route
+to admins.
 """
 
 from __future__ import annotations

@@ -273,7 +273,8 @@ def test_no_published_manifest_or_example_is_taken_for_a_near_miss(
     for name in loaded.names:
         policy = loaded.governing(name)
         for obj in objects:
-            found = _ours(list(reviewing.review(kube.as_served(obj), policy=policy).warnings))
+            served = kube.as_served(obj)
+            found = _ours(list(reviewing.review_object(served, policy=policy).warnings))
             assert found == [], (obj["metadata"].get("name"), found)
 
 
@@ -634,7 +635,7 @@ def test_near_misses_cost_a_bounded_number_of_matches_and_warnings(
 
     # A spy, not a stand-in: every match is the real one, counted.
     monkeypatch.setattr(difflib, "get_close_matches", counted)
-    decision = reviewing.review(HOSTILE[name], policy=loaded.governing("default"))
+    decision = reviewing.review_object(HOSTILE[name], policy=loaded.governing("default"))
     assert len(calls) <= hints.LOOKS
     ours = _ours(decision.warnings)
     assert len(ours) + decision.warnings.count(hints.MORE) <= hints.LINES + 1
@@ -671,7 +672,8 @@ UNPRINTABLE = {
 @pytest.mark.parametrize("name", sorted(UNPRINTABLE))
 def test_what_is_echoed_is_printable(name: str, loaded: policies.PolicySet) -> None:
     key = UNPRINTABLE[name]
-    decision = reviewing.review(_pod(SHARED, {key: "small"}), policy=loaded.governing("default"))
+    decision = reviewing.review_object(
+        _pod(SHARED, {key: "small"}), policy=loaded.governing("default"))
     assert decision.warnings
     for warning in decision.warnings:
         assert warning.isprintable(), warning
@@ -681,7 +683,7 @@ def test_what_is_echoed_is_printable(name: str, loaded: policies.PolicySet) -> N
     refused = _pod({"nvidia.com/gpu.shared": 2})
     unprintable = "".join(c for c in key if not c.isprintable())
     refused["spec"]["containers"][0]["name"] = f"cuda{unprintable}"
-    decision = reviewing.review(refused, policy=loaded.governing("default"))
+    decision = reviewing.review_object(refused, policy=loaded.governing("default"))
     assert not decision.allowed
     assert decision.message.isprintable()
     assert f"cuda\\u{ord(unprintable[0]):04x}" in decision.message
@@ -762,7 +764,7 @@ def test_a_policy_that_does_not_load_is_not_called_missing_and_no_policy_is_name
 def test_a_policy_like_pod_annotation_is_sent_to_the_namespace_label(
     loaded: policies.PolicySet,
 ) -> None:
-    decision = reviewing.review(
+    decision = reviewing.review_object(
         _pod(SHARED, {"gpu-share.io/polciy": "gold"}), policy=loaded.governing("default")
     )
     assert decision.warnings == [
@@ -775,7 +777,7 @@ def test_a_policy_like_pod_annotation_is_sent_to_the_namespace_label(
 def test_no_default_profile_is_claimed_where_none_applies(
     limits: dict[str, Any], loaded: policies.PolicySet
 ) -> None:
-    decision = reviewing.review(
+    decision = reviewing.review_object(
         _pod(limits, {"gpu-share.io/profle": "small"}), policy=loaded.governing("default")
     )
     assert decision.warnings == [
@@ -788,7 +790,7 @@ def test_the_advice_survives_the_cut_of_a_long_warning(loaded: policies.PolicySe
     pod["spec"]["containers"][0]["name"] = (
         "a-container-with-a-name-of-sixty-characters-for-the-test-xx"
     )
-    (warning,) = _ours(reviewing.review(pod, policy=loaded.governing("default")).warnings)
+    (warning,) = _ours(reviewing.review_object(pod, policy=loaded.governing("default")).warnings)
     assert warning.startswith("did you mean nvidia.com/gpu.shared? nvidia.com/gpu-shared")
     assert len(warning) <= 120
 
@@ -800,7 +802,7 @@ def test_warnings_are_capped_with_a_count(loaded: policies.PolicySet) -> None:
         {**template, "name": f"c{i}", "envFrom": [{"configMapRef": {"name": "settings"}}]}
         for i in range(100)
     ]
-    warnings = reviewing.review(pod, policy=loaded.governing("default")).warnings
+    warnings = reviewing.review_object(pod, policy=loaded.governing("default")).warnings
     # At most 30, and 2,000 characters in all (the API server keeps 4,096 of a request's).
     kept = warnings[:-1]
     assert 20 <= len(kept) <= 30
@@ -842,7 +844,8 @@ def test_a_workloads_audit_annotation_names_what_every_template_adds(
         },
     }
     found = workload_kinds.kinds_by_name(workload_kinds.all_kinds())
-    decision = reviewing.review(job, policy=loaded.governing("default"), mutate=False, kinds=found)
+    decision = reviewing.review_object(
+        job, policy=loaded.governing("default"), mutate=False, kinds=found)
     assert decision.audit["env-from"] == "trainer,evaluator,logger"
 
 

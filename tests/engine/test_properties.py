@@ -54,7 +54,7 @@ def test_a_workload_is_refused_exactly_when_its_pods_would_be(
     case: tuple[policies.Policy, dict[str, Any]], kind: str
 ) -> None:
     policy, pod = case
-    pod_decision = reviewing.review(pod, policy=policy, mutate=False)
+    pod_decision = reviewing.review_object(pod, policy=policy, mutate=False)
     obj = workload(kind, pod)
     decision, result = admit(obj, policy)
     assert [(v.rule, v.container, v.message) for v in decision.violations] == [
@@ -79,7 +79,7 @@ def test_the_validating_pass_accepts_what_the_mutating_pass_produced(
     policy, pod = case
     _, result = admit(pod, policy)
     if result is not None:
-        assert reviewing.review(result, policy=policy, mutate=False, require=True).allowed
+        assert reviewing.review_object(result, policy=policy, mutate=False, require=True).allowed
 
 
 json_values = st.recursive(
@@ -118,7 +118,7 @@ def mangled(draw: st.DrawFn) -> dict[str, Any]:
 @settings(max_examples=300, deadline=None)
 @given(obj=mangled(), policy=st.sampled_from(strategies.POLICIES))
 def test_the_core_never_raises_whatever_the_object(obj: Any, policy: policies.Policy) -> None:
-    decision = reviewing.review(obj, policy=policy)
+    decision = reviewing.review_object(obj, policy=policy)
     assert isinstance(decision.allowed, bool)
 
 

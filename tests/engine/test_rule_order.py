@@ -84,10 +84,10 @@ def test_every_order_of_the_rule_table_gives_the_same_answers(
 _MEDDLING = """
 from webhook.engine import rules
 
-def check_meddling(r: rules.Pass) -> None:
+def check_meddling(r: rules.PodPass) -> None:
     r.facts.resource = "nvidia.com/gpu"
     r.facts.containers[0][1].shared = ()
-    r.pod.containers[0].env = ()
+    r.facts.pod.containers[0].c.env = ()
     r.require = False
     r.would_refuse = []
 """
@@ -122,6 +122,8 @@ def test_every_rule_of_the_table_runs_over_one_pass() -> None:
     r = rules.Pass(known, policy, require=False)
     r.report(frozenset(rule.name for rule in rules.RULES if rule.found))
     for rule in rules.RULES:
+        if rule.scope is rules.Scope.CLAIM:
+            continue  # (a claim's pass)
         for step in (rule.check, rule.patch):
             if step is not None:
                 step(r)

@@ -29,8 +29,9 @@ from tests.support.kube import (
 from webhook.engine import rules
 from webhook.policy import hostpaths, policies
 
-# The table, RULE_CASES, is tests/engine/rule_cases.py's (other tests judge its objects too): rows of
-# (object, policy, [(rule, container)], message), each message exact, the rule's name last.
+# The table, RULE_CASES, is tests/engine/rule_cases.py's (other tests judge its objects too):
+# rows of (object, policy, [(rule, container)], message), each message exact, the rule's name
+# last.
 
 
 def _rules(decision: Any) -> list[tuple[str, str | None]]:

@@ -286,5 +286,5 @@ def test_a_pod_a_relaxed_rule_admits_is_still_pinned(name: str) -> None:
     assert decision.allowed, decision.message
     assert stored is not None
     assert stored["spec"].get("nodeSelector") or stored["spec"].get("affinity"), stored["spec"]
-    validated = reviewing.review(_unpin(stored), policy=policy, mutate=False, require=True)
+    validated = reviewing.review_object(_unpin(stored), policy=policy, mutate=False, require=True)
     assert "(rule node-selection)" in validated.message, validated.message

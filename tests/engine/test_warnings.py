@@ -53,10 +53,10 @@ def test_the_bounds_are_within_what_the_api_server_keeps() -> None:
 def test_a_refusal_in_warn_mode_is_told_with_its_start_and_its_fix(
     obj: dict[str, Any], policy: policies.Policy, found: Any, message: str
 ) -> None:
-    refused = reviewing.review(obj, policy=policy)
+    refused = reviewing.review_object(obj, policy=policy)
     assert refused.violations
     warn = _warned(policy)
-    warned = reviewing.review(obj, policy=warn)
+    warned = reviewing.review_object(obj, policy=warn)
     told = [w for w in warned.warnings if PREFIX.match(w)]
     # (malformed-object is always enforced.)
     for v in [v for v in refused.violations if warn.mode_of(v.rule) == "warn"]:
@@ -87,9 +87,9 @@ def test_the_fix_of_a_long_refusal_ends_its_warning(
     path = kube.REPO / "examples" / "denied" / example
     obj = dh.load_yaml(path)[0]
     policy = shipped_policies.governing("default")
-    message = reviewing.review(obj, policy=policy).message
+    message = reviewing.review_object(obj, policy=policy).message
     assert len(message) > MAX_LONG_WARNING
-    warnings = reviewing.review(obj, policy=_warned(policy)).warnings
+    warnings = reviewing.review_object(obj, policy=_warned(policy)).warnings
     assert warnings[0].startswith("would be refused (rule ")
     assert warnings[0].endswith(fix)
     assert " ... " in warnings[0]
@@ -102,8 +102,8 @@ def test_a_claims_refusal_in_warn_mode_keeps_its_fix(
 ) -> None:
     claim = dra_objects.obj(name)
     policy = shipped_policies.governing("dra")
-    refused = reviewing.review(claim, policy=policy, mutate=False, require=True)
-    warned = reviewing.review(claim, policy=_warned(policy), mutate=False, require=True)
+    refused = reviewing.review_object(claim, policy=policy, mutate=False, require=True)
+    warned = reviewing.review_object(claim, policy=_warned(policy), mutate=False, require=True)
     for v in refused.violations:
         assert any(
             w.startswith(f"would be refused (rule {v.rule}): ") and w.endswith(_fix(v.message))
@@ -134,7 +134,7 @@ def test_plain_warnings_stay_short(shipped_policies: policies.PolicySet) -> None
     is longer."""
     name = "a-container-whose-name-is-long-enough-to-push-the-warning-past-its-cut-xx"
     obj = pod(container(name, limits={"nvidia.com/gpu-shared": 1}))
-    warnings = reviewing.review(obj, policy=shipped_policies.governing("default")).warnings
+    warnings = reviewing.review_object(obj, policy=shipped_policies.governing("default")).warnings
     assert warnings
     assert all(len(w) <= MAX_WARNING for w in warnings)
 
@@ -153,7 +153,7 @@ def test_an_answer_never_exceeds_its_share_of_the_warnings(
     shipped_policies: policies.PolicySet,
 ) -> None:
     policy = _warned(shipped_policies.governing("default"))
-    decision = reviewing.review(_many_refusals(), policy=policy)
+    decision = reviewing.review_object(_many_refusals(), policy=policy)
     assert decision.allowed
     assert len(decision.would_refuse) >= 120
     warnings = decision.warnings
@@ -211,7 +211,7 @@ def test_the_answer_sends_the_warnings_as_decided(shipped_policies: policies.Pol
         policy_name="default", endpoint="mutate",
     )
     sent = json.loads(outcome.body)["response"]["warnings"]
-    decided = reviewing.review(obj, policy=_warned(shipped_policies.governing("default")))
+    decided = reviewing.review_object(obj, policy=_warned(shipped_policies.governing("default")))
     assert sent == decided.warnings
 
 
@@ -223,9 +223,9 @@ def test_a_refusal_is_told_before_the_plain_warnings(shipped_policies: policies.
         annotations={"gpu-share.io/profle": "small"},
     )
     policy = shipped_policies.governing("default")
-    plain = reviewing.review(obj, policy=policy)
+    plain = reviewing.review_object(obj, policy=policy)
     assert plain.rules == ["privileged"]
-    warnings = reviewing.review(obj, policy=_warned(policy)).warnings
+    warnings = reviewing.review_object(obj, policy=_warned(policy)).warnings
     assert len(warnings) >= 2
     assert warnings[0].startswith("would be refused (rule privileged): ")
     assert all(not PREFIX.match(w) for w in warnings[1:])

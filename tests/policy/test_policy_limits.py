@@ -13,7 +13,7 @@ import pytest
 from tests.engine.rule_cases import env, lab
 from tests.support.kube import T4_MPS, admit, container, env_of, pod, review, shared, workload
 from webhook import cli
-from webhook.engine import facts, rules, view
+from webhook.engine import facts, rules, structs, view
 
 CAPS = "NVIDIA_DRIVER_CAPABILITIES"
 
@@ -76,7 +76,8 @@ def test_a_relaxed_profile_ceiling_still_pins_the_pod() -> None:
 
 
 def _usage(count: int, group: str = "containers", *, sidecar: bool = False) -> Any:
-    c = view.Slot(group, 0, "c", view.Container(restartPolicy="Always" if sidecar else None), True)
+    container = structs.Container(restartPolicy="Always" if sidecar else None)
+    c = view.Slot(group, 0, "c", container, True)
     return c, facts.Usage((), ("nvidia.com/gpu",) if count else (), count)
 
 

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from tests.support import loop
 from webhook.policy import quantities as q
 from webhook.policy.quantities import QuantityError, count, parse
 
@@ -345,7 +346,7 @@ def _parse_or_error(value: object) -> Fraction | None:
     return got
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=loop.examples(500), deadline=None)
 @given(st.text())
 @example("1e999999")
 @example("1e9999999999999999999")
@@ -371,7 +372,7 @@ def test_quantity_like_text_parses_or_raises(text: str) -> None:
                 count(text)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=loop.examples(300), deadline=None)
 @given(_json)
 def test_any_json_value_parses_or_raises(value: Any) -> None:
     _parse_or_error(value)
@@ -417,7 +418,7 @@ def _small_quantities(draw: st.DrawFn) -> tuple[str, Fraction]:
     return text, nanos / 10**9
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=loop.examples(500), deadline=None)
 @given(_small_quantities())
 def test_value_matches_plain_arithmetic(case: tuple[str, Fraction]) -> None:
     text, expected = case

@@ -111,7 +111,7 @@ def test_a_bad_template_is_refused_naming_the_kind_its_path_and_the_container(
     kind: str, default_policy: policies.Policy
 ) -> None:
     build, where = KINDS[kind]
-    decision = reviewing.review(build(TWO_REPLICAS), policy=default_policy, mutate=False,
+    decision = reviewing.review_object(build(TWO_REPLICAS), policy=default_policy, mutate=False,
                                 kinds=BY_NAME)
     assert decision.rules == ["multi-replica"]
     assert decision.message.startswith(
@@ -125,7 +125,7 @@ def test_every_template_is_judged_and_mutate_shows_them_as_their_pods_will_be(
 ) -> None:
     build, _ = KINDS[kind]
     obj = build(shared(name="worker"))
-    decision = reviewing.review(obj, policy=default_policy, kinds=BY_NAME)
+    decision = reviewing.review_object(obj, policy=default_policy, kinds=BY_NAME)
     assert decision.allowed, decision.message
     result = kube.apply(obj, decision.patch)
     found, problems = view.templates(result, BY_NAME)
@@ -139,14 +139,14 @@ def test_every_template_is_judged_and_mutate_shows_them_as_their_pods_will_be(
             else:
                 assert env == {"NVIDIA_VISIBLE_DEVICES": "void"}
         kube.check_pod_rules(t.generic())
-    again = reviewing.review(result, policy=default_policy, kinds=BY_NAME)
+    again = reviewing.review_object(result, policy=default_policy, kinds=BY_NAME)
     assert again.patch == []
 
 
 def test_an_unlisted_kind_passes_untouched(default_policy: policies.Policy) -> None:
     tfjob = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "t"},
              "spec": {"tfReplicaSpecs": {"Worker": {"template": _template(TWO_REPLICAS)}}}}
-    decision = reviewing.review(tfjob, policy=default_policy, kinds=BY_NAME)
+    decision = reviewing.review_object(tfjob, policy=default_policy, kinds=BY_NAME)
     assert (decision.allowed, decision.patch) == (True, [])
 
 
@@ -155,7 +155,7 @@ def test_a_template_of_the_wrong_shape_is_a_malformed_object(
 ) -> None:
     obj = raycluster(TWO_REPLICAS)
     obj["spec"]["workerGroupSpecs"] = {"gpu": obj["spec"]["workerGroupSpecs"][1]}
-    decision = reviewing.review(obj, policy=default_policy, mutate=False, kinds=BY_NAME)
+    decision = reviewing.review_object(obj, policy=default_policy, mutate=False, kinds=BY_NAME)
     assert decision.rules == ["malformed-object"]
     assert decision.message.startswith("spec.workerGroupSpecs: must be a list, not an object")
 

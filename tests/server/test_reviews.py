@@ -6,6 +6,7 @@ import base64
 import json
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.support.kube import (
@@ -18,6 +19,7 @@ from tests.support.kube import (
     shared,
     workload,
 )
+from webhook.engine import view
 from webhook.errors import BadReview
 from webhook.policy import names, policies
 from webhook.server import codec
@@ -56,6 +58,21 @@ def test_the_patch_is_returned_to_kubernetes_and_applies_to_the_object_as_sent(
     }
     assert "warnings" not in response
     assert "status" not in response
+
+
+def test_a_large_patch_is_answered_in_the_same_bytes_and_applies(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    # Past 64 KiB of patch another encoder writes the envelope (it trims its buffer): the
+    # answer must be the bytes the usual one writes.
+    review = admission_review(pod(*(shared(name=f"c{i}") for i in range(400))))
+    outcome = codec.review(json.dumps(review).encode(), policies=shipped_policies,
+                           policy_name="default", endpoint="mutate")
+    patch_bytes = base64.b64decode(json.loads(outcome.body)["response"]["patch"])
+    assert len(patch_bytes) > 64 * 1024
+    assert outcome.body == orjson.dumps(orjson.loads(outcome.body))
+    result = apply(review["request"]["object"], json.loads(patch_bytes))
+    assert all(c["env"] for c in result["spec"]["containers"])
 
 
 def test_an_allowed_review_without_changes_carries_neither_patch_nor_patch_type(
@@ -256,7 +273,7 @@ def test_a_review_as_the_api_server_sends_it_is_decoded_typed_keeping_the_object
 ) -> None:
     # The generic reading (`_parse_generic`) is for bodies that are not what the API server
     # sends; it keeps the objects as dicts, the typed decode as their bytes.
-    review = admission_review(pod(shared("c", 1)), uid="u-2", operation=operation)
+    review = admission_review(pod(shared(1)), uid="u-2", operation=operation)
     review["request"]["oldObject"] = pod() if operation == "UPDATE" else None
     request = codec.parse(json.dumps(review).encode())
     assert request.object is not None
@@ -267,3 +284,54 @@ def test_a_review_as_the_api_server_sends_it_is_decoded_typed_keeping_the_object
     else:
         assert request.old_object is None
     assert (request.uid, request.kind, request.operation) == ("u-2", "Pod", operation)
+    # ... and the view reads the pod from those bytes typed, not through the generic reader.
+    found, problems = view.templates(request.object)
+    assert problems == []
+    assert found[0].node is None
+
+
+def _with_number(text: str, *, read: bool) -> bytes:
+    """A Pod CREATE whose shared GPU count (`read`) or a field no rule reads is `text`, a JSON
+    number as written (json.dumps cannot write one beyond a float's range)."""
+    review = admission_review(pod(shared("NUMBER" if read else 1)), uid="u-3")
+    if not read:
+        review["request"]["object"]["spec"]["x-unread"] = "NUMBER"
+    body = json.dumps(review)
+    assert body.count('"NUMBER"') == 1
+    return body.replace('"NUMBER"', text).encode()
+
+
+def test_a_number_beyond_a_float_where_a_rule_reads_it_is_a_bad_review_not_an_error(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    # The typed decode finds it where it reads the field; the answer is a 400, as for any body
+    # that is not JSON, never an internal error.
+    with pytest.raises(BadReview) as caught:
+        codec.review(_with_number("1e400", read=True), policies=shipped_policies,
+                     policy_name="default", endpoint="mutate")
+    assert str(caught.value).startswith("body is not JSON: ")
+    assert caught.value.__context__ is None
+
+
+def test_a_number_beyond_a_float_in_a_field_no_rule_reads_is_not_read(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    # The typed decode skips what no rule reads without converting it: the API server never
+    # sends such a number (it parsed the object), and reading it would cost every review.
+    doc = answer(_with_number("1e400", read=False), shipped_policies)
+    assert doc["response"]["allowed"] is True
+    assert doc["response"]["uid"] == "u-3"
+
+
+@pytest.mark.parametrize(
+    "field", [b'"x-unread": "\xff"', b'"x-unread": "caf\xc3"'], ids=["stray-byte", "cut-sequence"]
+)
+def test_a_body_that_is_not_utf8_where_no_rule_reads_is_a_bad_review(
+    shipped_policies: policies.PolicySet, field: bytes
+) -> None:
+    # The typed decode skips the field without reading it; JSON is UTF-8 all the same.
+    body = _with_number("1", read=False).replace(b'"x-unread": 1', field)
+    assert field in body
+    with pytest.raises(BadReview) as caught:
+        codec.review(body, policies=shipped_policies, policy_name="default", endpoint="mutate")
+    assert str(caught.value).startswith("body is not JSON: ")

@@ -153,7 +153,7 @@ def admitted(pod_spec: dict[str, Any], policy: policies.Policy) -> dict[str, Any
     spec and annotations."""
     obj = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
            "spec": copy.deepcopy(pod_spec)}
-    decision = reviewing.review(obj, policy=policy)
+    decision = reviewing.review_object(obj, policy=policy)
     assert decision.allowed
     assert decision.patch
     patched: dict[str, Any] = jsonpatch.apply_patch(obj, decision.patch)

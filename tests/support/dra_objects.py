@@ -2,12 +2,13 @@
 use them, written after the documented examples of NVIDIA's GPU DRA driver.
 
 Each object says in a comment which documented example it follows (the examples are in
-`NVIDIA/k8s-dra-driver-gpu` `demo/specs/quickstart/v1/` and `kubernetes-sigs/dra-driver-nvidia-gpu`
-`site/content/docs/` and `demo/specs/`). Where an example is written for `resource.k8s.io/v1beta1` (the flat
-request fields), it is written here as v1 writes it (`exactly`), the form the webhook
-receives (its rules name v1 only; the API server converts older versions). Every object is
-valid to the API server's schema (`kubernetes-validate`, strict; tests/engine/test_dra_claims.py
-checks each), so what the webhook says of it is what it says of a real `kubectl apply`.
+`NVIDIA/k8s-dra-driver-gpu` `demo/specs/quickstart/v1/` and
+`kubernetes-sigs/dra-driver-nvidia-gpu` `site/content/docs/` and `demo/specs/`). Where an
+example is written for `resource.k8s.io/v1beta1` (the flat request fields), it is written here
+as v1 writes it (`exactly`), the form the webhook receives (its rules name v1 only; the API
+server converts older versions). Every object is valid to the API server's schema
+(`kubernetes-validate`, strict; tests/engine/test_dra_claims.py checks each), so what the
+webhook says of it is what it says of a real `kubectl apply`.
 
 `obj(name)` returns a fresh copy: a test may change it freely.
 """

@@ -266,7 +266,7 @@ def templates_of(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def review(obj: Mapping[str, Any], policy: policies.Policy, **options: Any) -> Decision:
     """The core's decision for `obj` (a fresh one, as every review makes)."""
-    return reviewing.review(obj, policy=policy, **options)
+    return reviewing.review_object(obj, policy=policy, **options)
 
 
 def same_decision(a: Decision, b: Decision) -> None:
@@ -320,18 +320,18 @@ def admit(
 ) -> tuple[Decision, dict[str, Any] | None]:
     """Review `obj` and, when allowed, apply the patch, validate the result and check that a
     second pass (reinvocation) wants nothing more. Returns the decision and the result."""
-    decision = reviewing.review(obj, policy=policy)
+    decision = reviewing.review_object(obj, policy=policy)
     if not decision.allowed:
         assert decision.patch == [], "a denial carries no patch"
         return decision, None
     result = apply(obj, decision.patch)
     check_valid(result)
-    again = reviewing.review(result, policy=policy)
+    again = reviewing.review_object(result, policy=policy)
     assert again.allowed, again.message
     assert again.patch == [], f"not idempotent: second pass wants {again.patch}"
     if result.get("kind") == "Pod" or claims.of_object(result):
         # What the validating webhook sees after the mutating one: nothing missing.
-        checked = reviewing.review(result, policy=policy, mutate=False, require=True)
+        checked = reviewing.review_object(result, policy=policy, mutate=False, require=True)
         assert checked.allowed, checked.message
     return decision, result
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import copy
+import functools
 import hashlib
 import io
 import json
@@ -174,10 +176,16 @@ async def connect(
 
 
 def real_pods() -> list[dict[str, Any]]:
-    """The pods of a real manifest (four pods asking for `nvidia.com/gpu.shared: 1`)."""
+    """The pods of a real manifest (four pods asking for `nvidia.com/gpu.shared: 1`): a
+    copy the caller may change."""
+    return copy.deepcopy(list(_real_pods()))
+
+
+@functools.cache  # read once per run: most server tests send one of them
+def _real_pods() -> tuple[dict[str, Any], ...]:
     pods = [doc for doc in yaml.safe_load_all((kube.real_world() / REAL_PODS).read_text()) if doc]
     assert len(pods) == 4
-    return pods
+    return tuple(pods)
 
 
 def shared_pod(count: int = 1, name: str = "gpu-shared-test") -> dict[str, Any]:

@@ -448,9 +448,9 @@ def test_runtime_class_and_tolerations_would_do_nothing_for_pods_with_claims(
     pod = copy.deepcopy(CLAIM_POD)
     del pod["spec"]["tolerations"]
     for obj in (pod, CLAIM_POD):
-        decision = reviewing.review(obj, policy=left_out, mutate=True)
+        decision = reviewing.review_object(obj, policy=left_out, mutate=True)
         assert decision.violations == []
-        assert decision.patch == reviewing.review(obj, policy=written, mutate=True).patch
+        assert decision.patch == reviewing.review_object(obj, policy=written, mutate=True).patch
         patched = {op["path"] for op in decision.patch}
         assert not {p for p in patched if "runtimeClassName" in p or "tolerations" in p}
 

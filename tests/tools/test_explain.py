@@ -17,6 +17,7 @@ from tests.engine.route_cases import LIMITS_POLICY
 from tests.support import deploy_helpers as dh
 from tests.support.kube import REPO
 from webhook import cli
+from webhook.engine import reviewing
 from webhook.policy import names, policies
 from webhook.tools import explain, rendering
 
@@ -317,6 +318,27 @@ def test_the_text_names_the_entries_the_policy_file_its_classes_and_profiles(
     assert "default.yaml" in out
     assert "class t4-mps: nvidia.com/gpu.shared on Tesla-T4, mps, 4 replicas per GPU" in out
     assert "profiles: small, medium (default medium)" in out
+
+
+def test_what_each_entry_sends_is_told_as_admit_routes_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The routing is admit's (`reviewing.route`): pods are patched, workloads go to the
+    validating entry only, claims on CREATE; and no entry sends what the server passes
+    untouched."""
+    code, found = as_json(capsys, "namespace", "team-a", "-l", ON, "--policies", SHIPPED)
+    assert code == 0
+    said = {(r["endpoint"], r["resource"], r["operation"]): r["review"] for r in found["reviews"]}
+    assert said[("mutate", "pods", "CREATE")] == reviewing.Route.POD.value
+    assert said[("validate", "pods/ephemeralcontainers", "UPDATE")] == (
+        reviewing.Route.EPHEMERAL.value)
+    assert said[("validate", "bindings", "CREATE")] == reviewing.Route.BINDING.value
+    assert said[("mutate", "resourceclaims", "CREATE")] == reviewing.Route.CLAIM.value
+    assert said[("validate", "deployments", "UPDATE")] == reviewing.Route.TEMPLATES.value
+    assert ("mutate", "deployments", "CREATE") not in said
+    assert reviewing.Route.NONE.value not in said.values()
+    code, out, _ = run(capsys, "namespace", "team-a", "-l", ON, "--policies", SHIPPED)
+    assert f"/validate: pods CREATE: {reviewing.Route.POD.value}" in out
 
 
 def test_the_labels_come_from_a_namespace_dump_and_l_wins(

@@ -31,8 +31,12 @@ def _checkout_without_shared(tmp_path: Path) -> Path:
     (checkout / "tests").mkdir(parents=True)
     shutil.copy(REPO / "pyproject.toml", checkout)
     (checkout / "tests" / "support").mkdir()
-    for name in ("__init__.py", "conftest.py", "support/__init__.py", "support/kube.py", "support/loop.py"):
+    copied = ("__init__.py", "conftest.py", "support/__init__.py", "support/kube.py")
+    copied += ("support/loop.py",)
+    for name in copied:
         shutil.copy(REPO / "tests" / name, checkout / "tests" / name)
+    # conftest.py marks slow what the fast loop's table names.
+    shutil.copy(REPO / "tests" / "support" / "fast_loop.py", checkout / "tests" / "support")
     (checkout / "tests" / "test_tiny.py").write_text("def test_tiny() -> None:\n    pass\n")
     (checkout / "tests" / "test_reads.py").write_text(
         "from tests.support import kube\n\n\ndef test_reads() -> None:\n"

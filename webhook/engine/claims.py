@@ -34,6 +34,12 @@ The mutating review adds, to each GPU request of an allowed class that says so
 kind, the MPS configuration of the claim's profile (annotation `gpu-share.io/profile`, else
 the policy's default): the DRA counterpart of the MPS env limits. The validating review
 requires it in place.
+
+`gather` finds all of this before any rule runs (`ClaimFacts`: the findings of the claim
+rules, which have no check of their own, and what the MPS configuration would add);
+`patch_mps_limits` is rule dra-mps-limits' patch; `reviewing.run_rules` runs them as it runs
+a pod's rules (the same modes, the same order of the rules). The near misses are warnings,
+told when the claim is not being validated.
 """
 
 from __future__ import annotations
@@ -41,20 +47,24 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from fractions import Fraction
-from typing import Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from webhook.engine.decision import (
     FIELD,
     MALFORMED,
-    Decision,
     ErrorType,
     Marker,
     Place,
     Violation,
+    added_value,
     shown,
 )
+from webhook.engine.placing import Finding
 from webhook.policy import names, quantities
 from webhook.policy.policies import DraClass, DraPolicy, Policy, Profile
+
+if TYPE_CHECKING:
+    from webhook.engine.rules import Pass
 
 MIB: Final = 1024 * 1024
 MPS: Final = "MPS"
@@ -138,8 +148,42 @@ class Config(NamedTuple):
     parameters: Any
 
 
-class _Review:
-    """One claim (or template) under review: what is refused, warned of and added."""
+class MpsAddition(NamedTuple):
+    """The MPS configurations the claim is given (rule dra-mps-limits' patch,
+    `patch_mps_limits`): one entry per request of `missing` within the class's ceilings."""
+
+    profile: str
+    entries: tuple[dict[str, Any], ...]
+    # Each request that has no configuration of its kind: (its field, how messages name it).
+    missing: tuple[tuple[str, str], ...]
+    label: str  # how messages name the claim
+    pointer: str  # of `devices.config`
+    existing: int | None  # how many entries `devices.config` has (None: no list)
+
+
+class ClaimFacts:
+    """What is known of one claim (or template) under one policy before the rules run: what
+    its rules find (`findings`: they have no check of their own), where its spec stands
+    (`place`), what the MPS patch would add (`mps`), and the near misses told when it is
+    not being validated (`hints`)."""
+
+    __slots__ = ("findings", "hints", "mps", "place")
+
+    def __init__(
+        self,
+        place: Place,
+        findings: tuple[Finding, ...] = (),
+        hints: tuple[str, ...] = (),
+        mps: MpsAddition | None = None,
+    ) -> None:
+        self.place: Final = place
+        self.findings: Final = findings
+        self.hints: Final = hints
+        self.mps: Final = mps
+
+
+class _Reading:
+    """One claim (or template) being read: what is found and warned of."""
 
     def __init__(self, obj: Mapping[str, Any], policy: Policy, dra: DraPolicy) -> None:
         self.policy: Final = policy
@@ -151,16 +195,21 @@ class _Review:
         name = meta.get("name") or meta.get("generateName") or ""
         what = "claim template" if template else "claim"
         self.label: Final = f"{what} {shown(name if isinstance(name, str) else '')}"
-        self.place: Final = (
-            Place("/spec/spec", "spec.spec", "") if template else Place("/spec", "spec", "")
-        )
+        self.place: Final = _place(obj)
         self.violations: list[Violation] = []
         self.warnings: list[str] = []
-        self.patch: list[dict[str, Any]] = []
-        self.added: list[str] = []  # the rules that added operations
+        self.mps: MpsAddition | None = None
         self.meta: Final[Mapping[str, Any]] = meta
         # Where the claim names its profile (None: the policy's default applies).
         self.profile_field: str | None = None
+
+    def facts(self) -> ClaimFacts:
+        return ClaimFacts(
+            self.place,
+            tuple(Finding(v.rule, v) for v in self.violations),
+            tuple(self.warnings),
+            self.mps,
+        )
 
     def deny(self, rule: str, type: ErrorType, field: str, *words: str | Marker) -> None:
         self.violations.append(Violation(rule, type, field, words, None, self.place))
@@ -210,17 +259,19 @@ def _type_name(value: object) -> str:
     return "an object"
 
 
-def review(
-    obj: Mapping[str, Any], *, policy: Policy, mutate: bool = True, require: bool = False
-) -> Decision:
-    """Review a ResourceClaim or ResourceClaimTemplate (see the module). `mutate`: build the
-    patch; `require`: the validating review, where what the patch adds must be in place."""
+def gather(obj: Mapping[str, Any], policy: Policy) -> ClaimFacts:
+    """What the rules find in a ResourceClaim or ResourceClaimTemplate (see the module), and
+    what the MPS patch would add.
+
+    A claim is read from the generic dict, not a typed view: claims are rare beside pods, and
+    the typed view is kept for the hot path."""
+    place = _place(obj)
     if policy.unavailable is not None:
         return _ungoverned(obj, policy, policy.unavailable)
     dra = policy.dra
     if dra is None and not policy.rules.deny_resource_claims:
         # The policy's own choice (`denyResourceClaims: false`): claims pass, ungoverned.
-        return Decision()
+        return ClaimFacts(place)
     if dra is None:
         return _ungoverned(
             obj,
@@ -233,20 +284,20 @@ def review(
                 " that governs DRA",
             ),
         )
-    r = _Review(obj, policy, dra)
+    r = _Reading(obj, policy, dra)
     spec = _claim_spec(r, obj)
     if spec is None:
-        return _decision(r)
+        return r.facts()
     devices = spec.get("devices")
     if devices is None:
-        return _decision(r)
+        return r.facts()
     if not isinstance(devices, dict):
         r.wrong("devices", "an object", devices)
-        return _decision(r)
+        return r.facts()
     targets = _targets(r, devices)
     configs = _configs(r, devices, {t.cls.driver for t in targets})
     if r.violations and any(v.rule == MALFORMED for v in r.violations):
-        return _decision(r)
+        return r.facts()
     _near_misses(r, devices, targets, configs)
     # The profile matters where a request may be given its MPS configuration.
     profile = _profile(r, obj) if any(t.cls.allowed and _sized(t) for t in targets) else None
@@ -276,7 +327,7 @@ def review(
         if not kinds and _sized(t) and profile is not None:
             missing.append(t)
     if missing and profile is not None:
-        _add_profile(r, devices, configs, missing, profile, mutate=mutate, require=require)
+        _add_profile(r, devices, missing, profile)
     _judge_claim_total(r, opened)
     # What the review adds (or, validating, requires) ends those requests with MPS; unless
     # the rule is in dry-run, where nothing is added.
@@ -289,13 +340,17 @@ def review(
         if profile_refused and _sized(t):
             continue  # the unknown profile is the one thing to fix
         _judge_whole(r, t, configs)
-    if require:
-        # Told once: the mutating review of the same claim told it.
-        r.warnings.clear()
-    return _decision(r)
+    return r.facts()
 
 
-def _ungoverned(obj: Mapping[str, Any], policy: Policy, why: tuple[str, str]) -> Decision:
+def _place(obj: Mapping[str, Any]) -> Place:
+    """Where the claim's spec stands: a template's is `spec.spec`."""
+    if obj.get("kind") == names.CLAIM_TEMPLATE_KIND:
+        return Place("/spec/spec", "spec.spec", "")
+    return Place("/spec", "spec", "")
+
+
+def _ungoverned(obj: Mapping[str, Any], policy: Policy, why: tuple[str, str]) -> ClaimFacts:
     """A claim where nothing judges claims: the namespace's policy has no `dra` section, or
     is not in force (its file does not load, or the label names none). A claim of a GPU
     class made now would serve pods once the namespace's policy governs DRA, unreviewed: it
@@ -307,7 +362,7 @@ def _ungoverned(obj: Mapping[str, Any], policy: Policy, why: tuple[str, str]) ->
     devices = spec.get("devices") if isinstance(spec, dict) else None
     requests = devices.get("requests") if isinstance(devices, dict) else None
     if not isinstance(requests, list):
-        return Decision()
+        return ClaimFacts(_place(obj))
     classes = policy.gpu_claim_classes
     for request in requests[: names.DRA_MAX_REQUESTS]:
         if not isinstance(request, dict):
@@ -322,11 +377,11 @@ def _ungoverned(obj: Mapping[str, Any], policy: Policy, why: tuple[str, str]) ->
             name = meta.get("name") if isinstance(meta, dict) else None
             what = f"{'claim template' if template else 'claim'} {shown(name or '')}"
             v = Violation(rule, ErrorType.FORBIDDEN, "metadata.namespace", (f"{what}: {message}",))
-            return Decision(violations=[v])
-    return Decision()
+            return ClaimFacts(_place(obj), (Finding(rule, v),))
+    return ClaimFacts(_place(obj))
 
 
-def _claim_spec(r: _Review, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def _claim_spec(r: _Reading, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     spec = obj.get("spec")
     if spec is None:
         return None
@@ -357,7 +412,7 @@ def _claim_spec(r: _Review, obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 
 def _objects(
-    r: _Review, node: Mapping[str, Any], key: str, where: str, most: int
+    r: _Reading, node: Mapping[str, Any], key: str, where: str, most: int
 ) -> list[tuple[int, str, Mapping[str, Any]]]:
     """The objects of the list `node[key]` with their field paths; what is not an object,
     and a list of more than `most` (which the API server refuses, after the mutating
@@ -381,7 +436,7 @@ def _objects(
     return out
 
 
-def _too_many(r: _Review, field: str, found: int, most: int) -> None:
+def _too_many(r: _Reading, field: str, found: int, most: int) -> None:
     r.violations.append(
         Violation(
             MALFORMED,
@@ -399,7 +454,7 @@ def _too_many(r: _Review, field: str, found: int, most: int) -> None:
     )
 
 
-def _targets(r: _Review, devices: Mapping[str, Any]) -> list[Target]:
+def _targets(r: _Reading, devices: Mapping[str, Any]) -> list[Target]:
     """The requests and subrequests of governed classes, in their order."""
     out: list[Target] = []
     for _, where, request in _objects(r, devices, "requests", "devices", names.DRA_MAX_REQUESTS):
@@ -433,7 +488,7 @@ def _is_label(name: str) -> bool:
     return len(name) <= 63 and _LABEL.fullmatch(name) is not None
 
 
-def _not_a_label(r: _Review, field: str, value: object) -> None:
+def _not_a_label(r: _Reading, field: str, value: object) -> None:
     """A request's name that is no DNS label: the API server refuses it (it is how pods and
     configurations name the request); bad input, as a field of the wrong type is."""
     if not isinstance(value, str):
@@ -457,7 +512,7 @@ def _not_a_label(r: _Review, field: str, value: object) -> None:
 
 
 def _target(
-    r: _Review, spec: Mapping[str, Any], name: str, request: str, field: str, *, subrequest: bool
+    r: _Reading, spec: Mapping[str, Any], name: str, request: str, field: str, *, subrequest: bool
 ) -> Target | None:
     class_name = spec.get("deviceClassName")
     if not isinstance(class_name, str):
@@ -471,7 +526,7 @@ def _target(
     return Target(name, request, field, pointer, spec, cls, subrequest)
 
 
-def _configs(r: _Review, devices: Mapping[str, Any], drivers: set[str]) -> list[Config]:
+def _configs(r: _Reading, devices: Mapping[str, Any], drivers: set[str]) -> list[Config]:
     """The entries of `devices.config` for the drivers of the governed classes."""
     out: list[Config] = []
     for i, where, entry in _objects(r, devices, "config", "devices", names.DRA_MAX_CONFIGS):
@@ -536,12 +591,12 @@ def _kind_of(parameters: Any) -> str | None:
     return kind if isinstance(kind, str) else None
 
 
-def _what(r: _Review, t: Target) -> str:
+def _what(r: _Reading, t: Target) -> str:
     which = "subrequest" if t.subrequest else "request"
     return f'{r.label} {which} "{t.name}": '
 
 
-def _judge_request(r: _Review, t: Target) -> bool:
+def _judge_request(r: _Reading, t: Target) -> bool:
     """The request's own fields; False when its class is not allowed (nothing else said)."""
     cls, spec, what = t.cls, t.spec, _what(r, t)
     if not cls.allowed:
@@ -621,7 +676,7 @@ def _judge_request(r: _Review, t: Target) -> bool:
     return True
 
 
-def _forbidden(r: _Review, t: Target, key: str, kind: type, *, rule: str, words: str) -> None:
+def _forbidden(r: _Reading, t: Target, key: str, kind: type, *, rule: str, words: str) -> None:
     """A field of the request that a GPU request may not set (true, or not empty)."""
     value = t.spec.get(key)
     if value is not None and not isinstance(value, kind):
@@ -630,7 +685,7 @@ def _forbidden(r: _Review, t: Target, key: str, kind: type, *, rule: str, words:
         r.deny(rule, ErrorType.FORBIDDEN, f"{t.field}.{key}", _what(r, t), FIELD, words)
 
 
-def _judge_capacity(r: _Review, t: Target) -> None:
+def _judge_capacity(r: _Reading, t: Target) -> None:
     cls, what = t.cls, _what(r, t)
     capacity = t.spec.get("capacity")
     asked: Mapping[str, Any] = {}
@@ -699,7 +754,7 @@ def _judge_capacity(r: _Review, t: Target) -> None:
                 )
 
 
-def _judge_config(r: _Review, t: Target, c: Config) -> None:
+def _judge_config(r: _Reading, t: Target, c: Config) -> None:
     """One configuration that applies to `t` (see the module)."""
     cls, what = t.cls, _what(r, t)
     base = f"devices.config[{c.position}].opaque.parameters"
@@ -810,7 +865,7 @@ def _judge_config(r: _Review, t: Target, c: Config) -> None:
     _judge_mps(r, t, mps, f"{at}.mpsConfig")
 
 
-def _judge_iommu(r: _Review, t: Target, iommu: Any, at: str) -> None:
+def _judge_iommu(r: _Reading, t: Target, iommu: Any, at: str) -> None:
     """A passthrough device's `iommu` section, as the driver decodes and checks it."""
     if iommu is None:
         return
@@ -834,7 +889,7 @@ def _judge_iommu(r: _Review, t: Target, iommu: Any, at: str) -> None:
 
 
 def _known_fields(
-    r: _Review, t: Target, node: Mapping[str, Any], known: frozenset[str], at: str
+    r: _Reading, t: Target, node: Mapping[str, Any], known: frozenset[str], at: str
 ) -> bool:
     unknown = sorted(k for k in node if k not in known)
     if not unknown:
@@ -848,7 +903,7 @@ def _known_fields(
     return False
 
 
-def _bad_config(r: _Review, t: Target, field: str, words: str) -> None:
+def _bad_config(r: _Reading, t: Target, field: str, words: str) -> None:
     r.deny(
         "dra-config",
         ErrorType.INVALID,
@@ -859,7 +914,7 @@ def _bad_config(r: _Review, t: Target, field: str, words: str) -> None:
     )
 
 
-def _judge_mps(r: _Review, t: Target, mps: Mapping[str, Any], at: str) -> None:
+def _judge_mps(r: _Reading, t: Target, mps: Mapping[str, Any], at: str) -> None:
     cls, what = t.cls, _what(r, t)
     threads = mps.get(THREADS)
     ceiling = cls.max_thread_percentage
@@ -910,7 +965,7 @@ def _judge_mps(r: _Review, t: Target, mps: Mapping[str, Any], at: str) -> None:
 
 
 def _judge_pinned(
-    r: _Review, t: Target, value: Any, field: str, limit: int | None, *, required: bool
+    r: _Reading, t: Target, value: Any, field: str, limit: int | None, *, required: bool
 ) -> None:
     cls, what = t.cls, _what(r, t)
     if value is None:
@@ -985,7 +1040,7 @@ def _shares(parameters: Any) -> bool:
     return isinstance(sharing, dict) and sharing.get("strategy") in STRATEGIES
 
 
-def _judge_whole(r: _Review, t: Target, configs: list[Config]) -> None:
+def _judge_whole(r: _Reading, t: Target, configs: list[Config]) -> None:
     """A request of a class that allows no whole device must end with a sharing
     configuration (`allowWholeDevice: false`, rule dra-whole-device)."""
     cls = t.cls
@@ -1036,7 +1091,7 @@ def _count(t: Target) -> int | None:
     return count if count >= 1 else None
 
 
-def _judge_claim_total(r: _Review, opened: list[Target]) -> None:
+def _judge_claim_total(r: _Reading, opened: list[Target]) -> None:
     """The devices of each class one claim takes across its requests, at most the class's
     `maxDevicesPerClaim` (rule dra-too-many-devices). A firstAvailable request counts, per
     class, its largest subrequest: the one the scheduler may choose."""
@@ -1067,7 +1122,7 @@ def _judge_claim_total(r: _Review, opened: list[Target]) -> None:
 
 
 def _near_misses(
-    r: _Review, devices: Mapping[str, Any], targets: list[Target], configs: list[Config]
+    r: _Reading, devices: Mapping[str, Any], targets: list[Target], configs: list[Config]
 ) -> None:
     """Configurations that look meant for a GPU request but that the driver will not apply
     to it, warned of: one for NVIDIA's driver by its old name (or of NVIDIA's kinds, for
@@ -1123,7 +1178,7 @@ def _annotations(node: Mapping[str, Any]) -> Mapping[str, Any]:
     return annotations if isinstance(annotations, dict) else {}
 
 
-def _profile(r: _Review, obj: Mapping[str, Any]) -> Profile | None:
+def _profile(r: _Reading, obj: Mapping[str, Any]) -> Profile | None:
     """The claim's profile (its annotation; a template's in `spec.metadata`, which the
     claims made from it carry, else its own), else the policy's default."""
     key = names.ANNOTATION_PROFILE
@@ -1167,17 +1222,11 @@ def _profile(r: _Review, obj: Mapping[str, Any]) -> Profile | None:
 
 
 def _add_profile(
-    r: _Review,
-    devices: Mapping[str, Any],
-    configs: list[Config],
-    missing: list[Target],
-    profile: Profile,
-    *,
-    mutate: bool,
-    require: bool,
+    r: _Reading, devices: Mapping[str, Any], missing: list[Target], profile: Profile
 ) -> None:
-    """Give each request in `missing` the MPS configuration of `profile` (one entry per
-    request: the subrequests of one request may be of classes of different kinds)."""
+    """What giving each request in `missing` the MPS configuration of `profile` adds (one
+    entry per request: the subrequests of one request may be of classes of different kinds);
+    a profile above the class's ceilings is refused instead."""
     entries: list[dict[str, Any]] = []
     for t in missing:
         cls = t.cls
@@ -1239,64 +1288,233 @@ def _add_profile(
                 },
             }
         )
-    if not entries or any(r.policy.mode_of(v.rule) == names.ENFORCE for v in r.violations):
-        # (A rule the policy does not enforce leaves the claim admitted: it is still sized.)
+    if not entries:
         return
-    if require:
-        for t in missing:
+    existing = devices.get("config")
+    r.mps = MpsAddition(
+        profile.name,
+        tuple(entries),
+        tuple((t.field, _what(r, t)) for t in missing),
+        r.label,
+        f"{r.place.pointer}/devices/config",
+        len(existing) if isinstance(existing, list) else None,
+    )
+
+
+def patch_mps_limits(r: Pass[ClaimFacts]) -> None:
+    """Add the MPS configuration of the claim's profile (`MpsAddition`). Validating, it must
+    be in place already: each request without it is refused."""
+    adding = r.facts.mps
+    if adding is None:
+        return
+    if r.require:
+        for field, what in adding.missing:
             r.deny(
                 "dra-mps-limits",
                 ErrorType.REQUIRED,
-                t.field,
-                _what(r, t),
+                field,
+                what,
                 FIELD,
-                f': no MPS configuration, where profile "{profile.name}" applies; the mutating'
+                f': no MPS configuration, where profile "{adding.profile}" applies; the mutating'
                 " webhook adds it: it did not run, or a later change took it away. Create the"
                 " claim again",
             )
         return
-    if not mutate:
-        return
-    existing = devices.get("config")
-    count = len(existing) if isinstance(existing, list) else 0
-    if count + len(entries) > names.DRA_MAX_CONFIGS:
+    count = adding.existing or 0
+    if count + len(adding.entries) > names.DRA_MAX_CONFIGS:
         r.deny(
             "dra-mps-limits",
             ErrorType.FORBIDDEN,
             "devices.config",
-            f"{r.label}: ",
+            f"{adding.label}: ",
             FIELD,
-            f': no room for the MPS configuration of profile "{profile.name}" (a claim has at'
+            f': no room for the MPS configuration of profile "{adding.profile}" (a claim has at'
             f" most {names.DRA_MAX_CONFIGS}). Write one MPS configuration for the GPU requests",
         )
         return
-    base = f"{r.place.pointer}/devices/config"
-    if isinstance(existing, list):
-        for entry in entries:
-            r.patch.append({"op": "add", "path": f"{base}/-", "value": entry})
-    else:
-        r.patch.append({"op": "add", "path": base, "value": entries})
-    r.added.append("dra-mps-limits")
+    if adding.existing is not None:
+        for entry in adding.entries:
+            op = {"op": "add", "path": f"{adding.pointer}/-", "value": entry}
+            r.add("dra-mps-limits", op, *_entry_words(entry))
+        return
+    whole: dict[str, Any] = {"op": "add", "path": adding.pointer, "value": list(adding.entries)}
+    first, *rest = adding.entries
+    r.add("dra-mps-limits", whole, *_entry_words(first))
+    for entry in rest:
+        # (One operation adds them all; each entry is said on its own.)
+        r.say("dra-mps-limits", *_entry_words(entry))
 
 
-def _decision(r: _Review) -> Decision:
-    """The decision: violations (those of rules the policy does not enforce told, or kept
-    silent, by its mode), or the patch."""
-    policy = r.policy
-    decision = Decision(warnings=[], audit={})
-    for v in r.violations:
-        mode = policy.mode_of(v.rule)
-        if mode == names.ENFORCE:
-            decision.violations.append(v)
+def _entry_words(entry: Mapping[str, Any]) -> tuple[str, str]:
+    """An MPS configuration the patch adds, in rule dra-mps-limits' words: `config of request
+    "gpu"` and `GpuConfig, sharing MPS, defaultActiveThreadPercentage=25, ...`."""
+    named = entry["requests"]
+    topic = "config of " + ", ".join(
+        f'{"subrequest" if "/" in n else "request"} "{n}"' for n in named
+    )
+    parameters = entry["opaque"]["parameters"]
+    sharing = parameters["sharing"]
+    items = [str(parameters["kind"]), f"sharing {sharing['strategy']}"]
+    items += [f"{k}={added_value(v)}" for k, v in sharing["mpsConfig"].items()]
+    return topic, ", ".join(items)
+
+
+# --------------------------------------------------------------------------- untouched
+
+# The rule of the MPS patch, as its row names it.
+_MPS_RULE: Final = "dra-mps-limits"
+
+
+def unchanged(obj: Mapping[str, Any], policy: Policy) -> str:
+    """Why a review of a claim or template that refused nothing left it as it was, in a few
+    words (`mutate` and `audit` say it): the counterpart of `hints.unchanged`. It counts
+    a configuration as the request's own as `gather` does (`_counted`)."""
+    if policy.unavailable is not None:
+        # The catch-all entry, like the entry of a policy with no dra section, is sent no claim.
+        if policy.name == names.UNKNOWN_POLICY_PATH:
+            label = names.POLICY_LABEL
+            return f"claims are not reviewed: the namespace's label {label} names no policy"
+        if policy.unavailable[0] == names.UNKNOWN_POLICY_RULE:
+            return f'claims are not reviewed: no policy is named "{policy.name}"'
+        return f'claims are not reviewed under policy "{policy.name}": it is not in force'
+    dra = policy.dra
+    if dra is None:
+        return (
+            f'claims are not reviewed under policy "{policy.name}" (no dra section); its pods'
+            " may not use claims"
+        )
+    devices = _devices_of(obj)
+    requests = _requests_of(devices)
+    targets = [(name, c, cls) for name, c in requests if (cls := policy.dra_class(c)) is not None]
+    if not targets:
+        other = sorted({class_name for _, class_name in requests})
+        if not other:
+            return "it asks for no device"
+        return (
+            f'it asks only for devices of classes policy "{policy.name}" does not govern'
+            f" ({', '.join(other)}): the webhook leaves them alone"
+        )
+    if policy.mode == names.DRY_RUN:
+        return f'policy "{policy.name}" is in dry-run mode: it changes nothing'
+    configs = _configs_of(devices)
+    profile = _profile_named(obj, policy)
+    configured: list[str] = []
+    without_mps: list[str] = []
+    not_added: list[str] = []
+    unsized = sized = False
+    for name, class_name, cls in targets:
+        if any(_counted(c, name, cls) for c in configs):
+            configured.append(f'{_request_word(name)} "{name}" ({cls.config_kind})')
+        elif MPS not in cls.sharing:
+            shared = " or ".join(cls.sharing) or "no sharing"
+            without_mps.append(f'class "{class_name}" ({shared})')
+        elif not cls.add_mps:
+            why = "its devices are shared by capacity" if cls.capacity else "addMpsConfig: false"
+            not_added.append(f'class "{class_name}" ({why})')
+        elif profile is None:
+            unsized = True
         else:
-            decision.would_refuse.append((mode, v))
-    for w in r.warnings:
-        decision.warn(w)
-    if decision.violations:
-        return decision
-    if r.patch and policy.mode_of("dra-mps-limits") != names.DRY_RUN:
-        decision.patch = r.patch
-        decision.mutations = r.added
-        # Every operation of a claim's patch is the one rule's (its MPS configuration).
-        decision.patch_rules = ["dra-mps-limits"] * len(r.patch)
-    return decision
+            sized = True  # the review adds its configuration, unless the rule is in dry-run
+    reasons = []
+    if configured:
+        reasons.append(f"it is already configured: {', '.join(configured)}")
+    if without_mps:
+        reasons.append(
+            f'policy "{policy.name}" shares no device of {", ".join(dict.fromkeys(without_mps))}'
+            " with MPS, so it adds no MPS configuration"
+        )
+    if not_added:
+        reasons.append(
+            f'policy "{policy.name}" adds no MPS configuration to requests of'
+            f" {', '.join(dict.fromkeys(not_added))}"
+        )
+    if unsized:
+        reasons.append(
+            f"no profile applies (no {names.ANNOTATION_PROFILE} annotation, and policy"
+            f' "{policy.name}" has no defaultProfile)'
+        )
+    mps_rule = _MPS_RULE
+    if sized and policy.mode_of(mps_rule) == names.DRY_RUN:
+        reasons.append(
+            f'rule {mps_rule} is in dry-run mode in policy "{policy.name}": the MPS'
+            f' configuration of profile "{profile}" is not added yet'
+        )
+    return "; ".join(reasons) or "it is already as the webhook leaves it"
+
+
+def _request_word(name: str) -> str:
+    return "subrequest" if "/" in name else "request"
+
+
+def _devices_of(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    spec = obj.get("spec")
+    if obj.get("kind") == names.CLAIM_TEMPLATE_KIND and isinstance(spec, dict):
+        spec = spec.get("spec")
+    devices = spec.get("devices") if isinstance(spec, dict) else None
+    return devices if isinstance(devices, dict) else {}
+
+
+def _requests_of(devices: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(name, device class) of each request and each `firstAvailable` subrequest
+    (`req/sub`)."""
+    out: list[tuple[str, str]] = []
+    requests = devices.get("requests")
+    for request in requests if isinstance(requests, list) else ():
+        if not isinstance(request, dict) or not isinstance(request.get("name"), str):
+            continue
+        name = request["name"]
+        exactly = request.get("exactly")
+        if isinstance(exactly, dict) and isinstance(exactly.get("deviceClassName"), str):
+            out.append((name, exactly["deviceClassName"]))
+        first = request.get("firstAvailable")
+        for sub in first if isinstance(first, list) else ():
+            if isinstance(sub, dict) and isinstance(sub.get("deviceClassName"), str):
+                out.append((f"{name}/{sub.get('name')}", sub["deviceClassName"]))
+    return out
+
+
+# (driver, requests, parameters' kind) of an opaque configuration.
+_Said = tuple[str, tuple[str, ...], str | None]
+
+
+def _configs_of(devices: Mapping[str, Any]) -> list[_Said]:
+    """(driver, requests, parameters' kind) of each opaque configuration."""
+    out: list[_Said] = []
+    raw = devices.get("config")
+    for entry in raw if isinstance(raw, list) else ():
+        opaque = entry.get("opaque") if isinstance(entry, dict) else None
+        if not isinstance(opaque, dict):
+            continue
+        requests = entry.get("requests")
+        named = tuple(str(r) for r in requests) if isinstance(requests, list) else ()
+        parameters = opaque.get("parameters")
+        kind = parameters.get("kind") if isinstance(parameters, dict) else None
+        out.append((str(opaque.get("driver")), named, kind if isinstance(kind, str) else None))
+    return out
+
+
+def _counted(config: _Said, name: str, cls: DraClass) -> bool:
+    """Whether a configuration counts as the request's own, as `gather` counts it: one
+    of the class's driver that names the request (or, for a subrequest, its request), or
+    names none and is of the class's kind."""
+    driver, requests, kind = config
+    if driver != cls.driver:
+        return False
+    if not requests:
+        return kind == cls.config_kind
+    return name in requests or name.partition("/")[0] in requests
+
+
+def _profile_named(obj: Mapping[str, Any], policy: Policy) -> str | None:
+    """The profile that sizes the claim's MPS configuration: its annotation (a template's in
+    spec.metadata, else its own), else the policy's default."""
+    key = names.ANNOTATION_PROFILE
+    wanted = _annotations(obj).get(key)
+    spec = obj.get("spec")
+    if obj.get("kind") == names.CLAIM_TEMPLATE_KIND and isinstance(spec, dict):
+        inner = _annotations(spec)
+        if key in inner:
+            wanted = inner[key]
+    if wanted is None:
+        return policy.default_profile
+    return str(wanted)

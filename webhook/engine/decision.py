@@ -8,6 +8,7 @@ the container it concerns, and the words. The message a user reads is built from
 from __future__ import annotations
 
 import enum
+import json
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -180,6 +181,27 @@ class Violation:
         return f"{self.message} (rule {self.rule})"
 
 
+class Addition(NamedTuple):
+    """What a rule's patch adds, in the rule's words, made where the operation is made: the
+    place (`env of container "log"`, `tolerations`, `config of request "gpu"`) and what
+    (`NVIDIA_VISIBLE_DEVICES=void`). `audit` says it."""
+
+    rule: str
+    topic: str
+    text: str
+
+
+# What an addition's words show of a value at most.
+_SHOWN_VALUE: Final = 80
+
+
+def added_value(value: object) -> str:
+    """A value a patch adds, in an addition's words: a string as it is, others as compact
+    JSON; cut at `_SHOWN_VALUE` characters."""
+    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
+    return text if len(text) <= _SHOWN_VALUE else text[: _SHOWN_VALUE - 3] + "..."
+
+
 # How many violations a denial's message shows in full.
 SHOWN_PROBLEMS = 20
 
@@ -203,6 +225,9 @@ class Decision:
     # The rule of each operation of `patch`, index by index (the record of what was added,
     # `gpu-share.io/mutations`, is rules.ANNOTATIONS): what `audit` says each rule adds.
     patch_rules: list[str] = field(default_factory=list)
+    # What `patch` adds, in its rules' words (where the review was asked for them: the
+    # offline commands; the server sends the patch alone).
+    additions: list[Addition] = field(default_factory=list)
     # Violations the policy does not enforce (its mode, or the rule's, is warn or dry-run):
     # (mode, violation). Warn ones are also among `warnings` and `audit`.
     would_refuse: list[tuple[str, Violation]] = field(default_factory=list)

@@ -86,6 +86,7 @@ class Facts:
         "findings",
         "gpu",
         "judged",
+        "place",
         "placement",
         "pod",
         "profile",
@@ -106,6 +107,7 @@ class Facts:
         findings: tuple[Finding, ...],
     ) -> None:
         self.pod: Final = pod
+        self.place: Final = pod.place
         # Whether any container asks for a GPU: shared, exclusive, or a `.shared` resource
         # the policy does not list (which `Usage` leaves out); or uses a resource claim.
         self.gpu: Final = gpu

@@ -321,8 +321,9 @@ def workload_warnings(
             if where in seen:
                 continue
             seen.add(where)
-            meta = node.get("metadata")
-            own = meta.get("annotations") if type(meta) is dict else None
+            # (Another name than `meta` above: the compiled core types a name once.)
+            level = node.get("metadata")
+            own = level.get("annotations") if type(level) is dict else None
             if type(own) is not dict:
                 continue
             for key in own:

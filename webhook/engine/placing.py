@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
-from webhook.engine import selection, view
+from webhook.engine import selection, structs, view
 from webhook.engine.decision import FIELD, ErrorType, Marker, Violation
 from webhook.policy import names
 from webhook.policy.policies import NodeClass, Policy, Profile
@@ -546,6 +546,16 @@ def tolerations(pod: view.Pod, policy: Policy, resource: str) -> list[dict[str, 
     return added
 
 
+def toleration_words(t: Mapping[str, Any]) -> str:
+    """A toleration the `tolerations` patch adds, in its words: `key Operator [value]
+    effect`."""
+    parts = [str(t.get("key") or "(every key)"), str(t.get("operator") or "Equal")]
+    if t.get("value"):
+        parts.append(str(t["value"]))
+    parts.append(str(t.get("effect") or "(every effect)"))
+    return " ".join(parts)
+
+
 @functools.lru_cache(maxsize=256)
 def wanted_tolerations(policy: Policy, resource: str) -> tuple[tuple[tuple[str, Any], ...], ...]:
     """The policy's tolerations and, where it says so, the one for the resource's own taint,
@@ -587,7 +597,7 @@ def covers(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
     return True
 
 
-def mps_env(profile: Profile, c: view.Container, devices: int) -> list[dict[str, str]]:
+def mps_env(profile: Profile, c: structs.Container, devices: int) -> list[dict[str, str]]:
     """The `mps-limits` patch's variables for a container with `devices` replicas: the
     profile's values it does not set itself."""
     new: list[dict[str, str]] = []

@@ -10,20 +10,21 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.engine import view
-from webhook.engine.rules import ANNOTATIONS, Pass
+from webhook.engine.decision import Addition
+from webhook.engine.rules import ANNOTATIONS, MPS_LIMITS, PodPass
 from webhook.policy import names
 
 
 def record(
-    r: Pass, ops: list[tuple[str, dict[str, Any]]]
-) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, str]]:
+    r: PodPass, ops: list[tuple[str, dict[str, Any]]]
+) -> tuple[list[tuple[str, dict[str, Any]]], dict[str, str], Addition | None]:
     """The operations that write the annotations of a pod the webhook changed (merged with
-    what an earlier pass recorded), and its audit annotations."""
-    pod, policy, known = r.pod, r.policy, r.facts
+    what an earlier pass recorded), its audit annotations, and what they add in words."""
+    pod, policy, known = r.facts.pod, r.policy, r.facts
     classes = known.classes
     shared = classes is not None and known.resource is not None
     if not ops and (not shared or policy.mode == names.DRY_RUN):
-        return [], {}
+        return [], {}, None
     steps: list[str] = []
     for rule, _ in ops:
         if rule not in steps:
@@ -41,7 +42,7 @@ def record(
         shared
         and profile is not None
         and not has_profile
-        and policy.mode_of("mps-limits") != names.DRY_RUN
+        and policy.mode_of(MPS_LIMITS.name) != names.DRY_RUN
     ):
         wanted[names.ANNOTATION_PROFILE] = profile.name
     if steps:
@@ -60,14 +61,20 @@ def record(
     if steps:
         audit["mutations"] = ",".join(steps)
     if not wanted:
-        return [], audit
+        return [], audit, None
+    words = None
+    if r.in_words:
+        said = ", ".join(f"{k}={v}" for k, v in wanted.items())
+        words = Addition(ANNOTATIONS, "annotations", said)
     pointer = pod.place.pointer
     if pod.meta is None:
-        return [(ANNOTATIONS, _add(f"{pointer}/metadata", {"annotations": wanted}))], audit
+        op = _add(f"{pointer}/metadata", {"annotations": wanted})
+        return [(ANNOTATIONS, op)], audit, words
     if pod.meta.annotations is None:
-        return [(ANNOTATIONS, _add(f"{pointer}/metadata/annotations", wanted))], audit
+        return [(ANNOTATIONS, _add(f"{pointer}/metadata/annotations", wanted))], audit, words
     base = f"{pointer}/metadata/annotations/"
-    return [(ANNOTATIONS, _add(base + view.escape(k), v)) for k, v in wanted.items()], audit
+    recorded = [(ANNOTATIONS, _add(base + view.escape(k), v)) for k, v in wanted.items()]
+    return recorded, audit, words
 
 
 _RULES = frozenset(names.RULES)

@@ -14,7 +14,7 @@ reports (`Pass.deny`, `Pass.warn`, `Pass.note`), a patch only adds (`Pass.add`,
 and add in the order of `names.RULES`, whatever the order they ran in, so the order of the
 table changes no answer (a test runs it shuffled).
 
-`reviewing.run` runs every check over every container (init, sidecar, ephemeral) and
+`reviewing.run_rules` runs every check over every container (init, sidecar, ephemeral) and
 reports every violation in one denial; only an object with none is patched. A patch only
 adds what a check would accept, so the patched object passes them too (validation on the
 defaulted object, as controller-runtime does it).
@@ -30,19 +30,22 @@ import operator
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple, TypeVar
+from typing import Any, Final, Generic, NamedTuple, Protocol, TypeVar
 
-from webhook.engine import facts, placing, view
+from webhook.engine import claims, facts, placing, selection, view
 from webhook.engine.decision import (
     FIELD,
     MALFORMED,
+    Addition,
     ErrorType,
     Marker,
     Place,
     Violation,
+    added_value,
     short_warning,
     shown,
 )
+from webhook.engine.placing import Finding
 from webhook.policy import hostpaths, names, policies
 from webhook.policy.policies import Policy, RulesSpec
 
@@ -87,8 +90,8 @@ class Rule:
     concern: Concern
     # What it refuses or adds, in one line of Markdown: what the docs' rule tables show.
     summary: str
-    check: Callable[[Pass], None] | None = None
-    patch: Callable[[Pass], None] | None = None
+    check: Callable[[Pass[Any]], None] | None = None
+    patch: Callable[[Pass[Any]], None] | None = None
     # What it refuses or warns of is found by `facts.gather` (its Findings), and reported as
     # found: it has no check of its own.
     found: bool = False
@@ -143,8 +146,23 @@ class EnvAddition(NamedTuple):
     variables: list[dict[str, str]]
 
 
-class Pass:
-    """One pass of the rules over one pod: what the checks report and the patches add.
+class Known(Protocol):
+    """What a pass reads of the object before any rule runs: a pod's `facts.Facts`, a
+    claim's `claims.ClaimFacts`."""
+
+    @property
+    def findings(self) -> tuple[Finding, ...]: ...
+
+    @property
+    def place(self) -> Place: ...
+
+
+F = TypeVar("F", bound=Known)
+
+
+class Pass(Generic[F]):
+    """One pass of the rules over one object (a pod, a claim): what the checks report and
+    the patches add.
 
     Everything is kept in the order of its rule's rank (`_put`), and handed out in that
     order (`violations`, `warnings`, `audit`, `operations`), so that the order the rules ran
@@ -158,26 +176,35 @@ class Pass:
         "_warnings",
         "_would_refuse",
         "facts",
-        "pod",
+        "in_words",
+        "place",
         "policy",
         "require",
     )
 
-    def __init__(self, known: facts.Facts, policy: Policy, *, require: bool) -> None:
+    def __init__(
+        self, known: F, policy: Policy, *, require: bool, in_words: bool = False
+    ) -> None:
         # What the rules read (Final: no rule may change it for another; see `facts`).
         self.facts: Final = known
-        self.pod: Final = known.pod
+        self.place: Final = known.place
         self.policy: Final = policy
-        # Validating a Pod: the parts of the patch that guard the policy must be in place
-        # already (`add_env` refuses where they are not).
+        # Validating: the parts of the patch that guard the policy must be in place already
+        # (`add_env` refuses where they are not).
         self.require: Final = require
+        # Whether the patches say what they add (`additions`): the offline commands ask;
+        # the server sends the patch alone, and its reviews skip the words.
+        self.in_words: Final = in_words
         self._violations: list[tuple[int, Violation]] = []
         # Violations of rules the policy does not enforce: (mode, violation).
         self._would_refuse: list[tuple[str, Violation]] = []
         self._warnings: list[tuple[int, str]] = []
         self._audit: list[tuple[int, Mapping[str, str]]] = []
-        # What patches add: each an operation, or variables for a container's env.
-        self._additions: list[tuple[int, str, dict[str, Any] | EnvAddition]] = []
+        # What patches add: each an operation, or variables for a container's env; with
+        # its words (`Addition`).
+        self._additions: list[
+            tuple[int, str, dict[str, Any] | EnvAddition | None, str, str]
+        ] = []
 
     # -- what checks report
 
@@ -191,7 +218,7 @@ class Pass:
     ) -> None:
         """Refuse the pod by `rule`: `field` (relative to the pod) is at fault, `words` say
         what and the fix (`FIELD` where the field's path is shown)."""
-        self.refuse(Violation(rule, type, field, words, container, self.pod.place))
+        self.refuse(Violation(rule, type, field, words, container, self.place))
 
     def refuse(self, violation: Violation) -> None:
         _put(self._violations, (RANK[violation.rule], violation))
@@ -261,8 +288,10 @@ class Pass:
 
     # -- what patches add
 
-    def add(self, rule: str, op: dict[str, Any]) -> None:
-        _put(self._additions, (RANK[rule], rule, op))
+    def add(self, rule: str, op: dict[str, Any], topic: str = "", text: str = "") -> None:
+        """Add `op` to the patch; `topic` and `text` say what it adds, and where, in the
+        rule's words (`Addition`; made where `in_words`)."""
+        _put(self._additions, (RANK[rule], rule, op, topic, text))
 
     def add_env(self, rule: str, c: view.Slot, new: list[dict[str, str]], what: str) -> None:
         """Add variables to a container's env (appending where the list exists). Validating a
@@ -279,18 +308,27 @@ class Pass:
                 container=c.name,
             )
             return
-        pointer = f"{view.container_pointer(self.pod, c)}/env"
+        pointer = f"{self.place.pointer}/spec/{c.group}/{c.position}/env"
         # Where the container has no env list, which addition comes first, and so adds the
         # list, is known at the end.
         has_list = c.c.env is not None
-        _put(self._additions, (RANK[rule], rule, EnvAddition(pointer, has_list, new)))
+        topic = text = ""
+        if self.in_words:
+            topic = f'env of {_CONTAINER_WORDS.get(c.group, c.group)} "{c.name}"'
+            text = ", ".join(f"{v['name']}={v['value']}" for v in new)
+        _put(
+            self._additions,
+            (RANK[rule], rule, EnvAddition(pointer, has_list, new), topic, text),
+        )
 
     def operations(self) -> list[tuple[str, dict[str, Any]]]:
         """The patch operations added, in the order of the rules, each with its rule. The
         first addition to a container without an env list adds the list; the others append."""
         ops: list[tuple[str, dict[str, Any]]] = []
         made: set[str] = set()
-        for _, rule, added in self._additions:
+        for _, rule, added, _, _ in self._additions:
+            if added is None:
+                continue
             if not isinstance(added, EnvAddition):
                 ops.append((rule, added))
             elif added.has_list or added.pointer in made:
@@ -302,6 +340,24 @@ class Pass:
         return ops
 
 
+    def say(self, rule: str, topic: str, text: str) -> None:
+        """Words of an addition made by an operation `add` was given already (one operation
+        that adds a list of things said one by one)."""
+        _put(self._additions, (RANK[rule], rule, None, topic, text))
+
+    def additions(self) -> list[Addition]:
+        """What the patch adds, in the rules' words, in the order of the rules."""
+        return [Addition(rule, topic, text) for _, rule, _, topic, text in self._additions]
+
+
+# The pass of the pod rules' checks and patches.
+PodPass = Pass[facts.Facts]
+
+_CONTAINER_WORDS: Final = {
+    "containers": "container",
+    "initContainers": "init container",
+    "ephemeralContainers": "ephemeral container",
+}
 _RANK_OF = operator.itemgetter(0)
 
 
@@ -334,12 +390,12 @@ def malformed(problem: view.Problem, place: Place) -> Violation:
     )
 
 
-def check_malformed(r: Pass) -> None:
-    for problem in r.pod.problems:
-        r.refuse(malformed(problem, r.pod.place))
+def check_malformed(r: PodPass) -> None:
+    for problem in r.facts.pod.problems:
+        r.refuse(malformed(problem, r.facts.pod.place))
 
 
-def check_exclusive_with_shared(r: Pass) -> None:
+def check_exclusive_with_shared(r: PodPass) -> None:
     exclusive = [(c, u) for c, u in r.facts.containers if u.exclusive]
     if not exclusive:
         return
@@ -373,7 +429,7 @@ def held_at_once(pairs: tuple[tuple[view.Slot, facts.Usage], ...]) -> int:
     return max(regular + sidecars, init_peak)
 
 
-def check_exclusive_gpus(r: Pass) -> None:
+def check_exclusive_gpus(r: PodPass) -> None:
     """Whole GPUs (not a shared replica): allowed by the policy or not, and how many."""
     users = [(c, u) for c, u in r.facts.containers if u.exclusive]
     if not users:
@@ -412,7 +468,7 @@ def check_exclusive_gpus(r: Pass) -> None:
         )
 
 
-def check_several_shared_resources(r: Pass) -> None:
+def check_several_shared_resources(r: PodPass) -> None:
     if len(r.facts.requested) > 1:
         r.deny(
             "several-shared-resources",
@@ -423,9 +479,9 @@ def check_several_shared_resources(r: Pass) -> None:
         )
 
 
-def check_runtime_class(r: Pass) -> None:
+def check_runtime_class(r: PodPass) -> None:
     wanted = r.policy.runtime_class_name
-    runtime_class = r.pod.spec.runtimeClassName if r.pod.spec is not None else None
+    runtime_class = r.facts.pod.spec.runtimeClassName if r.facts.pod.spec is not None else None
     if runtime_class not in (None, "", wanted):
         r.deny(
             "runtime-class",
@@ -437,15 +493,15 @@ def check_runtime_class(r: Pass) -> None:
         )
 
 
-def patch_runtime_class(r: Pass) -> None:
-    if r.facts.classes and not (r.pod.spec is not None and r.pod.spec.runtimeClassName):
+def patch_runtime_class(r: PodPass) -> None:
+    pod = r.facts.pod
+    if r.facts.classes and not (pod.spec is not None and pod.spec.runtimeClassName):
+        name = r.policy.runtime_class_name
         r.add(
             "runtime-class",
-            {
-                "op": "add",
-                "path": f"{r.pod.place.pointer}/spec/runtimeClassName",
-                "value": r.policy.runtime_class_name,
-            },
+            {"op": "add", "path": f"{pod.place.pointer}/spec/runtimeClassName", "value": name},
+            "runtimeClassName",
+            added_value(name),
         )
 
 
@@ -458,7 +514,7 @@ def _reference(value: str) -> bool:
     return "$(" in value
 
 
-def check_device_variables(r: Pass) -> None:
+def check_device_variables(r: PodPass) -> None:
     """Route 1: a value for NVIDIA_VISIBLE_DEVICES (and the toolkit's other device variables)
     that does not only hide devices, on any container."""
     for c, used in r.facts.judged:
@@ -528,7 +584,7 @@ def capabilities_of(value: str) -> frozenset[str]:
 _KNOWN_CAPABILITIES = typing.get_args(policies.DriverCapability)
 
 
-def check_driver_capabilities(r: Pass) -> None:
+def check_driver_capabilities(r: PodPass) -> None:
     """A GPU container's NVIDIA_DRIVER_CAPABILITIES within the policy's list: `graphics` and
     `display` mount device nodes of their own, beyond what the device plugin gave. A
     container that uses a resource claim counts as one (its claim may hold GPUs)."""
@@ -564,7 +620,7 @@ def check_driver_capabilities(r: Pass) -> None:
             )
 
 
-def patch_driver_capabilities(r: Pass) -> None:
+def patch_driver_capabilities(r: PodPass) -> None:
     """The policy's capabilities on every GPU container that sets none: the image's own
     value would hold there, which admission cannot see."""
     allowed = r.policy.driver_capabilities
@@ -583,7 +639,7 @@ def patch_driver_capabilities(r: Pass) -> None:
             )
 
 
-def check_env_from(r: Pass) -> None:
+def check_env_from(r: PodPass) -> None:
     """Route 1: envFrom on a container that uses a GPU can set the device and MPS variables
     from a ConfigMap or Secret, which admission cannot read."""
     offenders = [
@@ -611,7 +667,7 @@ def check_env_from(r: Pass) -> None:
         )
 
 
-def check_mps_directories(r: Pass) -> None:
+def check_mps_directories(r: PodPass) -> None:
     """Route 4: the MPS daemon's directories are the device plugin's to set."""
     for c, used in r.facts.judged:
         if used.exclusive and not used.shared:
@@ -635,7 +691,7 @@ def check_mps_directories(r: Pass) -> None:
 # --------------------------------------------------------------------------- host access
 
 
-def check_privileged(r: Pass) -> None:
+def check_privileged(r: PodPass) -> None:
     for c, _ in r.facts.judged:
         if view.privileged(c.c):
             r.deny(
@@ -685,7 +741,7 @@ def beyond_baseline(c: view.Slot) -> list[str]:
     return [a for a in view.capabilities(c.c) if _capability(a) not in BASELINE_CAPABILITIES]
 
 
-def check_capabilities(r: Pass) -> None:
+def check_capabilities(r: PodPass) -> None:
     for c, _ in r.facts.judged:
         wide = beyond_baseline(c)
         if wide:
@@ -708,8 +764,8 @@ def _flag(pod: view.Pod, name: str) -> bool:
     return pod.spec is not None and bool(getattr(pod.spec, name))
 
 
-def check_host_namespaces(r: Pass) -> None:
-    pod = r.pod
+def check_host_namespaces(r: PodPass) -> None:
+    pod = r.facts.pod
     for flag, on, what in (
         (
             "hostPID",
@@ -756,8 +812,8 @@ def _mounted_by(mounters: dict[str, list[str]], volume: str) -> str:
     return f" (mounted by {', '.join(mounted)})" if mounted else ""
 
 
-def check_host_path(r: Pass) -> None:
-    pod = r.pod
+def check_host_path(r: PodPass) -> None:
+    pod = r.facts.pod
     if pod.ephemeral_update:
         _check_host_path_mounts(r)
         return
@@ -788,11 +844,11 @@ def check_host_path(r: Pass) -> None:
         )
 
 
-def _check_host_path_mounts(r: Pass) -> None:
+def _check_host_path_mounts(r: PodPass) -> None:
     """An ephemeral-containers update: the pod's volumes were judged when it was created, but
     it may have been admitted before the namespace opted in or while the rule was not
     enforced. A container the update adds may not mount such a volume."""
-    pod = r.pod
+    pod = r.facts.pod
     reaching = {
         v.name: v
         for v in view.volumes(pod)
@@ -819,7 +875,7 @@ def _check_host_path_mounts(r: Pass) -> None:
             )
 
 
-def check_device_list_mount(r: Pass) -> None:
+def check_device_list_mount(r: PodPass) -> None:
     root = names.DEVICE_LIST_ROOT
     # Cleaning a path drops segments, never joins them: a path whose cleaned form starts with
     # the root holds its last segment as written.
@@ -866,13 +922,13 @@ _NOT_ENFORCED = (
 )
 
 
-def check_host_access(r: Pass) -> None:
+def check_host_access(r: PodPass) -> None:
     """Pod Security baseline's host-access checks, in a namespace that does not enforce
     baseline or restricted (`Policy.pod_security` is false there): privileged containers,
     host namespaces, hostPath volumes beyond the policy's `allowedHostPaths`, capabilities
     beyond baseline's set. What a GPU rule in force already refuses for this pod is left to
     it, so that nothing is refused twice."""
-    pod, policy, gpu = r.pod, r.policy, r.facts.gpu
+    pod, policy, gpu = r.facts.pod, r.policy, r.facts.gpu
 
     def covered(rule: str, in_gpu_pods: bool = False) -> bool:
         return switched_on(_BY_NAME[rule], policy) and (gpu or not in_gpu_pods)
@@ -1007,11 +1063,11 @@ def _host_volumes(
     ]
 
 
-def check_cdi_annotations(r: Pass) -> None:
+def check_cdi_annotations(r: PodPass) -> None:
     """CDI device requests in the pod's own annotations: runtimes configured to pass
     `cdi.k8s.io/*` pod annotations through (the kata and confidential-computing GPU runtime
     classes do) inject the devices they name."""
-    for key in view.annotations_of(r.pod):
+    for key in view.annotations_of(r.facts.pod):
         if isinstance(key, str) and key.startswith(names.CDI_ANNOTATION_PREFIXES):
             r.deny(
                 "cdi-annotations",
@@ -1025,11 +1081,11 @@ def check_cdi_annotations(r: Pass) -> None:
             )
 
 
-def check_resource_claims(r: Pass) -> None:
+def check_resource_claims(r: PodPass) -> None:
     """Claims in a pod whose policy has no `dra` section: nothing governs what they hold.
     Where it has one, the claims the pod names were reviewed when they were created
     (`claims`), in the pod's own namespace, the only one it can name them from."""
-    claims = r.pod.spec.resourceClaims if r.pod.spec is not None else None
+    claims = r.facts.pod.spec.resourceClaims if r.facts.pod.spec is not None else None
     if claims and r.policy.dra is None and r.policy.unavailable is None:
         r.deny(
             "resource-claims",
@@ -1043,12 +1099,12 @@ def check_resource_claims(r: Pass) -> None:
         )
 
 
-def check_shared_with_claims(r: Pass) -> None:
+def check_shared_with_claims(r: PodPass) -> None:
     """A pod that asks for a device plugin's shared GPU is pinned to the device plugin's
     nodes; a resource claim of the same pod may hold GPUs only DRA's nodes have, and the pod
     would never be scheduled. Pods name claims only in their own namespace, whose policy
     reviewed them (`claims`); where it has no dra section, resource-claims refuses them."""
-    claimed = r.pod.spec.resourceClaims if r.pod.spec is not None else None
+    claimed = r.facts.pod.spec.resourceClaims if r.facts.pod.spec is not None else None
     if not claimed or r.policy.dra is None:
         return
     claims = ", ".join(shown(name) for name in view.names_of(claimed))
@@ -1066,11 +1122,11 @@ def check_shared_with_claims(r: Pass) -> None:
     )
 
 
-def _unavailable(name: str) -> Callable[[Pass], None]:
+def _unavailable(name: str) -> Callable[[PodPass], None]:
     """A GPU pod in a namespace whose policy is not in force (`Policy.unavailable`) is
     refused, saying why; the rules that do not depend on the policy still apply."""
 
-    def check(r: Pass) -> None:
+    def check(r: PodPass) -> None:
         if r.policy.unavailable is not None and r.policy.unavailable[0] == name:
             r.deny(name, ErrorType.FORBIDDEN, "metadata.namespace", r.policy.unavailable[1])
 
@@ -1081,23 +1137,26 @@ def _unavailable(name: str) -> Callable[[Pass], None]:
 # --------------------------------------------------------------------------- placement
 
 
-def patch_tolerations(r: Pass) -> None:
+def patch_tolerations(r: PodPass) -> None:
     placement = r.facts.placement
     if not r.facts.classes or placement is None:
         return
     resource = placement.resource
-    added = placing.tolerations(r.pod, r.policy, resource)
+    added = placing.tolerations(r.facts.pod, r.policy, resource)
     if not added:
         return
-    base = f"{r.pod.place.pointer}/spec/tolerations"
-    if r.pod.spec is not None and r.pod.spec.tolerations is not None:
+    base = f"{r.facts.pod.place.pointer}/spec/tolerations"
+    if r.facts.pod.spec is not None and r.facts.pod.spec.tolerations is not None:
         for t in added:
-            r.add("tolerations", {"op": "add", "path": f"{base}/-", "value": t})
+            op = {"op": "add", "path": f"{base}/-", "value": t}
+            said = placing.toleration_words(t) if r.in_words else ""
+            r.add("tolerations", op, "tolerations", said)
     else:
-        r.add("tolerations", {"op": "add", "path": base, "value": added})
+        said = ", ".join(placing.toleration_words(t) for t in added) if r.in_words else ""
+        r.add("tolerations", {"op": "add", "path": base, "value": added}, "tolerations", said)
 
 
-def patch_node_selection(r: Pass) -> None:
+def patch_node_selection(r: PodPass) -> None:
     """Pin the pod to the classes left. Validating a Pod, it must be pinned already: a later
     mutating webhook may have dropped or widened the pin, and an unpinned pod can land on
     another policy's class (a larger MPS share) or, where shared GPUs are not renamed, on a
@@ -1106,7 +1165,7 @@ def patch_node_selection(r: Pass) -> None:
     placement = known.placement
     if placement is None or placement.pinned_to is None:
         return
-    ops = placing.pin(r.pod, placement)
+    ops = placing.pin(r.facts.pod, placement)
     if not ops:
         return
     if r.require:
@@ -1114,7 +1173,7 @@ def patch_node_selection(r: Pass) -> None:
             "node-selection",
             ErrorType.REQUIRED,
             "spec.affinity.nodeAffinity"
-            if view.required_terms(r.pod.spec) is not None
+            if view.required_terms(r.facts.pod.spec) is not None
             else "spec.nodeSelector",
             f"node selection: the pod asks for {placement.resource}, and its required node"
             " selection (",
@@ -1126,10 +1185,13 @@ def patch_node_selection(r: Pass) -> None:
         )
         return
     for op in ops:
-        r.add("node-selection", op)
+        if r.in_words:
+            r.add("node-selection", op, *selection.pin_words(op))
+        else:
+            r.add("node-selection", op)
 
 
-def patch_mps_limits(r: Pass) -> None:
+def patch_mps_limits(r: PodPass) -> None:
     """The profile's values on every container that uses the shared GPU and does not set
     them, where the pod may land on an MPS class."""
     known = r.facts
@@ -1145,7 +1207,7 @@ def patch_mps_limits(r: Pass) -> None:
             r.add_env("mps-limits", c, new, f'the MPS limits of profile "{profile.name}"')
 
 
-def patch_visible_devices(r: Pass) -> None:
+def patch_visible_devices(r: PodPass) -> None:
     """Route 2: containers that ask for no GPU see none, whatever their image sets."""
     if not (r.policy.rules.void_visible_devices_without_gpu or r.facts.gpu):
         return
@@ -1297,7 +1359,7 @@ RULES: tuple[Rule, ...] = (
          "MPS limits that do not parse or exceed the class's ceilings (`mps`); **adds** the"
          " profile's to a request with no configuration, where the class says so"
          " (`addMpsConfig`)",
-         required=True),
+         patch=claims.patch_mps_limits, required=True),
     Rule("dra-whole-device", C, ISOLATION,
          "a request that ends without a sharing configuration, so with the whole device, where"
          " the class says `allowWholeDevice: false`"),
@@ -1331,6 +1393,8 @@ _BY_NAME = {rule.name: rule for rule in RULES}
 # The rows other modules name: a rule's name is written only here and in `names.RULES`.
 HOST_ACCESS: Final = _BY_NAME["host-access"]
 DRA_MPS_LIMITS: Final = _BY_NAME["dra-mps-limits"]
+MPS_LIMITS: Final = _BY_NAME["mps-limits"]
+CDI_ANNOTATIONS: Final = _BY_NAME["cdi-annotations"]
 
 
 def switched_on(rule: Rule, policy: Policy) -> bool:

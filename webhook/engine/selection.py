@@ -23,7 +23,8 @@ from typing import Any
 
 import orjson
 
-from webhook.engine import view
+from webhook.engine import structs, view
+from webhook.engine.decision import added_value
 from webhook.policy.policies import NodeClass
 
 # A requirement: (key, operator, values). nodeSelector entries become (key, "In", (value,)).
@@ -44,7 +45,7 @@ class Constraints:
     node_selector: Mapping[str, str]
     # The required terms (None: the pod has none), and each as a conjunction of
     # requirements (nodeSelector included); None for a term that can match no node.
-    terms: Sequence[view.Term] | None
+    terms: Sequence[structs.Term] | None
     conjunctions: tuple[tuple[Requirement, ...] | None, ...]
 
     @property
@@ -73,7 +74,7 @@ def read(pod: view.Pod) -> Constraints:
     return Constraints(node_selector, terms, tuple(conjunctions))
 
 
-def _term_requirements(term: view.Term) -> tuple[Requirement, ...] | None:
+def _term_requirements(term: structs.Term) -> tuple[Requirement, ...] | None:
     exprs = term.matchExpressions
     # An empty term matches no node (Kubernetes' rule); matchFields we cannot judge.
     if not exprs and not term.matchFields:
@@ -290,6 +291,44 @@ def plan(
             "value": new_terms,
         }
     ]
+
+
+def pin_words(op: Mapping[str, Any]) -> tuple[str, str]:
+    """What an operation `plan` made adds, in rule node-selection's words: (topic, text),
+    as `Pass.add` takes them."""
+    path, value = str(op["path"]), op["value"]
+    if "/nodeSelector" in path:
+        if path.endswith("/nodeSelector"):
+            pairs = value.items() if isinstance(value, dict) else ()
+            return "nodeSelector", ", ".join(f"{k}={v}" for k, v in pairs)
+        key = path.rsplit("/", 1)[1].replace("~1", "/").replace("~0", "~")
+        return "nodeSelector", f"{key}={value}"
+    terms = _term_words(value)
+    topic = "required node affinity" + (" (terms rewritten)" if op["op"] == "replace" else "")
+    if len(terms) > 1:
+        return topic, " or ".join(f"({t})" for t in terms)
+    return topic, terms[0] if terms else added_value(value)
+
+
+def _term_words(value: Any) -> list[str]:
+    """Node selector terms anywhere in `value`, each as `key Op values & ...`."""
+    out: list[str] = []
+    if isinstance(value, dict):
+        exprs = value.get("matchExpressions")
+        if isinstance(exprs, list):
+            out.append(" & ".join(_expression_words(e) for e in exprs if isinstance(e, dict)))
+            return out
+        for v in value.values():
+            out += _term_words(v)
+    elif isinstance(value, list):
+        for v in value:
+            out += _term_words(v)
+    return out
+
+
+def _expression_words(e: Mapping[str, Any]) -> str:
+    values = ",".join(map(str, e.get("values") or []))
+    return f"{e.get('key')} {e.get('operator')} {values}".rstrip()
 
 
 def _sent_terms(pod: view.Pod) -> list[Any]:

@@ -23,189 +23,43 @@ templates), each a `Template`: its place in the object, its metadata and spec.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple
 
 import msgspec
-from msgspec import Struct
 
 from webhook.engine.decision import OBJECT, Place
+from webhook.engine.structs import (
+    Affinity,
+    Capabilities,
+    Container,
+    EnvVar,
+    HostPath,
+    Meta,
+    Names,
+    NodeAffinity,
+    PodObject,
+    PodSpec,
+    Required,
+    Requirement,
+    Resources,
+    SecurityContext,
+    Template,
+    Term,
+    Volume,
+    VolumeMount,
+    decode_any,
+    decode_cronjob,
+    decode_head,
+    decode_named,
+    decode_pod,
+    decode_workload,
+)
 from webhook.policy import names
 from webhook.policy.kinds import BUILTIN, EACH_ITEM, EACH_VALUE, Kind, Kinds, TemplatePath
 
 CONTAINER_GROUPS = ("initContainers", "containers", "ephemeralContainers")
-
-# --------------------------------------------------------------------------- the structs
-#
-# Field names are the object's own (camelCase), so that a struct reads as the YAML does.
-# `gc=False`: none of them can hold a cycle. Lists and maps of plain JSON values (a
-# container's limits, the tolerations) stay as decoded.
-
-
-class EnvVar(Struct, gc=False):
-    name: str | None = None
-    value: str | None = None
-    valueFrom: dict[str, Any] | None = None
-
-
-class VolumeMount(Struct, gc=False):
-    name: str | None = None
-    mountPath: str | None = None
-    readOnly: bool | None = None
-
-
-class Capabilities(Struct, gc=False):
-    add: list[Any] | None = None
-
-
-class SecurityContext(Struct, gc=False):
-    privileged: bool | None = None
-    capabilities: Capabilities | None = None
-
-
-class Resources(Struct, gc=False):
-    limits: dict[str, Any] | None = None
-    requests: dict[str, Any] | None = None
-    claims: list[Any] | None = None
-
-
-class Container(Struct, gc=False):
-    name: str | None = None
-    resources: Resources | None = None
-    env: list[EnvVar] | None = None
-    envFrom: list[Any] | None = None
-    securityContext: SecurityContext | None = None
-    volumeMounts: list[VolumeMount] | None = None
-    restartPolicy: str | None = None
-
-
-class HostPath(Struct, gc=False):
-    path: str
-
-
-class Volume(Struct, gc=False):
-    name: str | None = None
-    hostPath: HostPath | None = None
-
-
-class Requirement(Struct, gc=False, omit_defaults=True):
-    key: str | None = None
-    operator: str | None = None
-    values: list[str] | None = None
-
-
-class Term(Struct, gc=False, omit_defaults=True):
-    matchExpressions: list[Requirement] | None = None
-    matchFields: list[Requirement] | None = None
-
-
-class Required(Struct, gc=False):
-    nodeSelectorTerms: list[Term] | None = None
-
-
-class NodeAffinity(Struct, gc=False):
-    requiredDuringSchedulingIgnoredDuringExecution: Required | None = None
-
-
-class Affinity(Struct, gc=False):
-    nodeAffinity: NodeAffinity | None = None
-
-
-class PodSpec(Struct, gc=False):
-    initContainers: list[Container] | None = None
-    containers: list[Container] | None = None
-    ephemeralContainers: list[Container] | None = None
-    volumes: list[Volume] | None = None
-    resourceClaims: list[Any] | None = None
-    tolerations: list[dict[str, Any]] | None = None
-    hostPID: bool | None = None
-    hostIPC: bool | None = None
-    hostNetwork: bool | None = None
-    runtimeClassName: str | None = None
-    nodeSelector: dict[str, str] | None = None
-    affinity: Affinity | None = None
-
-
-class Meta(Struct, gc=False):
-    # Values that are not strings are problems the reader finds (the typed decode refuses
-    # them); the reader keeps them, as sent, so that the rules still see the keys.
-    annotations: dict[str, str] | None = None
-    labels: Any = None
-    # What names the object in logs (any type: shown as text).
-    name: Any = None
-    generateName: Any = None
-    namespace: Any = None
-
-
-class Template(Struct, gc=False):
-    """A pod spec and its metadata: a Pod's own, or a workload's pod template."""
-
-    metadata: Meta | None = None
-    spec: PodSpec | None = None
-
-
-class _PodObject(Struct, gc=False):
-    apiVersion: Any = None
-    kind: Any = None
-    metadata: Meta | None = None
-    spec: PodSpec | None = None
-
-
-class _WorkloadSpec(Struct, gc=False):
-    template: Template | None = None
-
-
-class _Workload(Struct, gc=False):
-    apiVersion: Any = None
-    kind: Any = None
-    spec: _WorkloadSpec | None = None
-
-
-class _JobSpec(Struct, gc=False):
-    spec: _WorkloadSpec | None = None
-
-
-class _CronJobSpec(Struct, gc=False):
-    jobTemplate: _JobSpec | None = None
-
-
-class _CronJob(Struct, gc=False):
-    apiVersion: Any = None
-    kind: Any = None
-    spec: _CronJobSpec | None = None
-
-
-class _Head(Struct, gc=False):
-    """What is read of any object first: what it is."""
-
-    apiVersion: Any = None
-    kind: Any = None
-
-
-class _Names(Struct, gc=False):
-    name: Any = None
-    generateName: Any = None
-    namespace: Any = None
-
-
-class _Named(Struct, gc=False):
-    metadata: _Names | None = None
-
-
-_T = TypeVar("_T")
-
-
-def _decoder(kind: type[_T]) -> Callable[[bytes], _T]:
-    return msgspec.json.Decoder(kind).decode
-
-
-_DECODE_POD = _decoder(_PodObject)
-_DECODE_WORKLOAD = _decoder(_Workload)
-_DECODE_CRONJOB = _decoder(_CronJob)
-_DECODE_HEAD = _decoder(_Head)
-_DECODE_NAMED = _decoder(_Named)
-_DECODE_ANY = msgspec.json.Decoder().decode
 
 # --------------------------------------------------------------------------- templates
 
@@ -265,24 +119,37 @@ def group_of(api_version: object) -> str:
     return group
 
 
+class Unreadable(ValueError):
+    """The object's bytes hold what JSON readers refuse where the typed decode skipped it (a
+    number beyond a float's range): the body is not JSON, as a generic reading says."""
+
+
 class Source:
     """An object under review as it came: the bytes of JSON the API server sent (the
     server), or the value a command read from a file. Its generic form is made once, and
-    only when asked for."""
+    only when asked for; so is its typed decode (`typed_object`)."""
 
-    __slots__ = ("_generic", "_made", "raw")
+    __slots__ = ("_decoded", "_generic", "_made", "_typed", "raw")
 
     def __init__(self, raw: bytes | Any) -> None:
         self.raw = raw
         self._made = not isinstance(raw, bytes)
         self._generic: Any = None if not self._made else raw
+        self._decoded = self._made
+        self._typed: PodObject | None = None
 
     @property
     def generic(self) -> Any:
         """The object as dicts and lists (JSON values)."""
         if not self._made:
-            self._generic = _DECODE_ANY(self.raw)
-            self._made = True
+            try:
+                self._generic = decode_any(self.raw)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                reason = str(exc)
+            else:
+                self._made = True
+                return self._generic
+            raise Unreadable(reason)
         return self._generic
 
 
@@ -295,27 +162,46 @@ def as_source(obj: Object) -> Source:
     return obj if isinstance(obj, Source) else Source(obj)
 
 
-def meta_of(source: Source) -> _Names:
+def typed_object(source: Source) -> PodObject | None:
+    """The object's bytes decoded once as a Pod's fields: what names it and what it is, for
+    any kind (a workload's own spec holds none of a pod spec's fields), and for a Pod its
+    template. None for an object read from a file, or one with a field of another type
+    (the slower readings say what is wrong)."""
+    if not source._decoded:
+        source._decoded = True
+        try:
+            source._typed = decode_pod(source.raw)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            source._typed = None
+    return source._typed
+
+
+def meta_of(source: Source) -> Names:
     """What names the object (its metadata's name, generateName and namespace, as sent)."""
     if isinstance(source.raw, bytes):
+        typed = typed_object(source)
+        if typed is not None:
+            m = typed.metadata
+            return Names(m.name, m.generateName, m.namespace) if m is not None else Names()
         try:
-            meta = _DECODE_NAMED(source.raw).metadata
+            meta = decode_named(source.raw).metadata
         except (msgspec.DecodeError, RecursionError):
             meta = None
-        return meta if meta is not None else _Names()
+        return meta if meta is not None else Names()
     obj = source.raw
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     if not isinstance(meta, Mapping):
-        return _Names()
-    return _Names(meta.get("name"), meta.get("generateName"), meta.get("namespace"))
+        return Names()
+    return Names(meta.get("name"), meta.get("generateName"), meta.get("namespace"))
 
 
 def head(source: Source) -> tuple[str, str]:
     """The object's (group, kind), as its own apiVersion and kind say; ("", "") when it
     says none."""
     if isinstance(source.raw, bytes):
+        typed = typed_object(source)
         try:
-            found = _DECODE_HEAD(source.raw)
+            found = typed if typed is not None else decode_head(source.raw)
             api, kind = found.apiVersion, found.kind
         except (msgspec.DecodeError, RecursionError):
             return "", ""
@@ -351,11 +237,8 @@ def templates(obj: Object, kinds: Kinds = BUILTIN) -> tuple[list[Found], list[Pr
 
 def _pod(source: Source) -> tuple[list[Found], list[Problem]]:
     if isinstance(source.raw, bytes):
-        try:
-            pod = _DECODE_POD(source.raw)
-        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
-            pass
-        else:
+        pod = typed_object(source)
+        if pod is not None:
             if _mirror(pod.metadata):
                 return [], []
             template = Template(pod.metadata, pod.spec)
@@ -394,9 +277,9 @@ def _typed_workload(source: Source, kind: Kind) -> list[Found] | None:
     raw = source.raw
     try:
         if kind.paths == (("spec", "template"),):
-            spec = _DECODE_WORKLOAD(raw).spec
+            spec = decode_workload(raw).spec
         elif kind.paths == (("spec", "jobTemplate", "spec", "template"),):
-            job = _DECODE_CRONJOB(raw).spec
+            job = decode_cronjob(raw).spec
             spec = job.jobTemplate.spec if job is not None and job.jobTemplate else None
         else:
             return None

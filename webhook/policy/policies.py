@@ -1001,7 +1001,7 @@ class Policy:
     driver_capabilities: tuple[str, ...] | None = None
     # The DRA device classes of GPUs in the set this policy is in (NVIDIA's, and every class
     # a policy lists): claims of them are sent to every entry, and refused where the policy
-    # does not govern DRA (`claims.review`).
+    # does not govern DRA (`claims.gather`).
     gpu_claim_classes: frozenset[str] = frozenset(names.DRA_NVIDIA_CLASSES)
 
     def dra_class(self, class_name: str) -> DraClass | None:

@@ -121,8 +121,10 @@ def parse(body: bytes) -> Request:
     review = None
     try:
         review = _DECODE_REVIEW(body)
-        # What a typed decode leaves unchecked in the fields it skips.
-        body.decode("utf-8")
+        # What a typed decode leaves unchecked in the fields it skips (an ASCII body, most,
+        # is UTF-8 without being copied into a string).
+        if not body.isascii():
+            body.decode("utf-8")
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
         # (Read again outside the `except`: a refusal must not keep this error, and the
         # body it may hold, alive as its context.)
@@ -170,7 +172,7 @@ def _parse_generic(body: bytes) -> Request:
     """`parse`, over the body's generic form: what is wrong with it, in one line."""
     # Raised outside the `except`: orjson's error holds the whole body as a `str`, and a
     # BadReview raised in the handler would keep it alive as its context (7 MiB a refusal,
-    # piling up behind the review threads until the collector ran, found by an attack).
+    # piling up behind the review threads until the collector ran).
     reason = None
     try:
         doc = orjson.loads(body)
@@ -262,13 +264,22 @@ def _labels(source: view.Source | None) -> dict[str, str]:
     return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
 
 
+# orjson writes an answer faster than msgspec, but keeps its worst-case buffer for a long
+# string: ten times the size of a large patch in base64. Past this size msgspec writes the
+# envelope (same bytes: it holds strings, booleans and integers only).
+_LARGE_PATCH = 64 * 1024
+_ENCODE_TRIMMED = msgspec.json.Encoder().encode
+
+
 def encode(uid: str, decision: Decision) -> bytes:
     """The AdmissionReview v1 response for `decision`."""
     response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
+    large = False
     if decision.allowed:
         # patch and patchType come together, and only with a non-empty patch.
         if decision.patch:
             patch = orjson.dumps(decision.patch)
+            large = len(patch) > _LARGE_PATCH
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(patch).decode("ascii")
     else:
@@ -277,7 +288,8 @@ def encode(uid: str, decision: Decision) -> bytes:
         response["warnings"] = decision.warnings
     if decision.audit:
         response["auditAnnotations"] = decision.audit
-    return orjson.dumps({"apiVersion": API_VERSION, "kind": KIND, "response": response})
+    doc = {"apiVersion": API_VERSION, "kind": KIND, "response": response}
+    return _ENCODE_TRIMMED(doc) if large else orjson.dumps(doc)
 
 
 def review(
@@ -290,13 +302,19 @@ def review(
 ) -> Outcome:
     """The whole exchange: parse, decide, encode. Raises BadReview for an unusable body."""
     request = parse(body)
-    decision = decide(
-        request,
-        policies=policies,
-        policy_name=policy_name,
-        endpoint=endpoint,
-        kinds=kinds,
-    )
+    reason = None
+    try:
+        decision = decide(
+            request,
+            policies=policies,
+            policy_name=policy_name,
+            endpoint=endpoint,
+            kinds=kinds,
+        )
+    except view.Unreadable as exc:
+        reason = f"body is not JSON: {exc}"
+    if reason is not None:
+        raise BadReview(reason)
     return Outcome(request, decision, encode(request.uid, decision), summary(decision))
 
 

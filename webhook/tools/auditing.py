@@ -19,7 +19,7 @@ were created now:
   A Pod is judged as the mutating webhook judges it at CREATE; a workload's templates as
   its new pods will be (which also holds what the validating webhook refuses: its checks
   are the same); a claim or claim template as the mutating webhook judges it at CREATE
-  (`claims.review`: its requests against the policy's `dra` section, the MPS configuration
+  (`claims.gather`: its requests against the policy's `dra` section, the MPS configuration
   of its profile added). Claims made before the namespace opted in are what this finds.
   Claims of another `resource.k8s.io` version are not judged (counted as ignored): the
   webhook is sent v1 only, and reads its shape.
@@ -45,7 +45,6 @@ Pure: no I/O. The command (`commands/audit.py`) reads the files and prints the r
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -53,10 +52,10 @@ from types import MappingProxyType
 from typing import Any
 
 from webhook.engine import claims, hints, namespaces, reviewing, rules, view
-from webhook.engine.decision import MALFORMED, OBJECT, Decision, Violation, Words, shown
+from webhook.engine.decision import MALFORMED, Addition, Decision, Violation, Words, shown
 from webhook.policy import hostpaths, names
 from webhook.policy import kinds as workload_kinds
-from webhook.policy.policies import DraClass, Policy, PolicySet
+from webhook.policy.policies import Policy, PolicySet
 from webhook.tools import rendering
 
 # What the webhook would do to an object.
@@ -74,7 +73,7 @@ NAMESPACE_KIND = "Namespace"
 POD_KIND = "Pod"
 CLAIM_KINDS = (names.CLAIM_TEMPLATE_KIND, names.CLAIM_KIND)
 # The only version of claims the webhook is sent (`matchPolicy: Equivalent` converts the
-# others first), and the only shape `claims.review` reads: v1beta1's requests are flat.
+# others first), and the only shape `claims.gather` reads: v1beta1's requests are flat.
 CLAIM_API_VERSION = f"{names.DRA_GROUP}/{names.DRA_VERSION}"
 # Set by kube-controller-manager on a claim it makes from a ResourceClaimTemplate for a pod
 # (which is its controller owner): the name of the pod's entry in spec.resourceClaims
@@ -106,8 +105,6 @@ HOST_ACCESS = rules.HOST_ACCESS.name
 # Security (the namespace enforces baseline or restricted, and the policy trusts the label).
 APPLIES, OFF, POD_SECURITY = "applies", "off", "left-to-pod-security"
 HOST_ACCESS_STATES = (APPLIES, OFF, POD_SECURITY)
-# A patch value shown in a report is cut to this length.
-_SHOWN = 80
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,7 +568,17 @@ def _judge(
     controller are judged alike: their verdicts' descriptions need not be held per pod)."""
     obj = item.obj
     source = view.Source(obj)
-    decision = reviewing.review(source, policy=enforcing, mutate=True, kinds=kinds)
+    group, kind = view.head(source)
+    decision = reviewing.admit(
+        source,
+        policy=enforcing,
+        endpoint="mutate",
+        group=group,
+        kind=kind,
+        operation="CREATE",
+        kinds=kinds,
+        preview=True,
+    )
     if decision.malformed:
         return next(v for v in decision.violations if v.rule == MALFORMED)
     if item.ref.kind in CLAIM_KINDS:
@@ -583,7 +590,7 @@ def _judge(
     label = found[0].place.label + ": " if len(found) == 1 and found[0].place.label else ""
     refusals = tuple(Refusal(v, real.mode_of(v.rule)) for v in decision.violations)
     # A refusal comes without a patch.
-    adds = describe_patch(decision.patch, found) if decision.patch else ()
+    adds = describe_additions(decision.additions)
     status = REFUSED if refusals else CHANGED if decision.patch else UNTOUCHED
     mutations = tuple((rule, real.mode_of(rule)) for rule in decision.mutations)
     warnings = tuple(decision.warnings)
@@ -598,17 +605,7 @@ def _judge(
     if status == UNTOUCHED and found:
         why = "; ".join(dict.fromkeys(hints.unchanged(view.pod(t), enforcing) for t in found))
     rule_adds = tuple(
-        (
-            rule,
-            describe_patch(
-                [
-                    op
-                    for op, by in zip(decision.patch, decision.patch_rules, strict=True)
-                    if by == rule
-                ],
-                found,
-            ),
-        )
+        (rule, describe_additions([a for a in decision.additions if a.rule == rule]))
         for rule, _ in mutations
     )
     item.verdict = Verdict(
@@ -632,11 +629,11 @@ def _claim_verdict(
     made for the pods of one controller differ in nothing else."""
     label = claim_label(obj)
     refusals = tuple(Refusal(v, real.mode_of(v.rule)) for v in decision.violations)
-    adds = describe_claim_patch(decision.patch)
+    adds = describe_additions(decision.additions)
     status = REFUSED if refusals else CHANGED if decision.patch else UNTOUCHED
     mutations = tuple((rule, real.mode_of(rule)) for rule in decision.mutations)
     warnings = tuple(decision.warnings)
-    why = claim_unchanged(obj, enforcing) if status == UNTOUCHED else ""
+    why = claims.unchanged(obj, enforcing) if status == UNTOUCHED else ""
     key = (
         status,
         tuple(_claim_refusal_key(f, label) for f in refusals),
@@ -773,148 +770,20 @@ def _note(item: _Object) -> str:
 # --------------------------------------------------------------------------- additions
 
 
-def describe_patch(
-    patch: Sequence[Mapping[str, Any]], found: Sequence[view.Found]
-) -> tuple[str, ...]:
-    """What a patch adds, one line per place, by container name rather than JSON Pointer:
-    `env of container "log": NVIDIA_VISIBLE_DEVICES=void`."""
+def describe_additions(additions: Sequence[Addition]) -> tuple[str, ...]:
+    """What a decision's patch adds, one line per place, in its rules' words
+    (`decision.Addition`): `env of container "log": NVIDIA_VISIBLE_DEVICES=void`."""
     topics: dict[str, list[str]] = {}
-    for op in patch:
-        path = str(op.get("path", ""))
-        template = _template_of(path, found)
-        tokens = [_unescape(t) for t in path[len(template.place.pointer) :].split("/")[1:]]
-        topic, items = _describe_op(
-            tokens, op.get("value"), template.generic() or {}, str(op.get("op"))
-        )
-        if template.place.label and len(found) > 1:
-            topic = f"{template.place.label}: {topic}"
-        topics.setdefault(topic, []).extend(items)
+    for a in additions:
+        topics.setdefault(a.topic, []).append(a.text)
     return tuple(f"{topic}: {', '.join(items)}" for topic, items in topics.items())
-
-
-def _template_of(path: str, found: Sequence[view.Found]) -> view.Found:
-    best = None
-    for t in found:
-        pointer = t.place.pointer
-        if (path == pointer or path.startswith(pointer + "/")) and (
-            best is None or len(pointer) > len(best.place.pointer)
-        ):
-            best = t
-    if best is None:
-        # Not under a template (no patch of the core does this): name it by its path.
-        return view.Found(OBJECT, view.Template(), (), {})
-    return best
-
-
-def _unescape(token: str) -> str:
-    return token.replace("~1", "/").replace("~0", "~")
-
-
-_CONTAINER_WORDS = {
-    "containers": "container",
-    "initContainers": "init container",
-    "ephemeralContainers": "ephemeral container",
-}
-
-
-def _describe_op(
-    tokens: list[str], value: Any, node: Mapping[str, Any], op: str
-) -> tuple[str, list[str]]:
-    if tokens[:1] == ["metadata"]:
-        rest = tokens[1:]
-        if not rest:
-            value = value.get("annotations") if isinstance(value, dict) else value
-        elif len(rest) == 2:
-            value = {rest[1]: value}
-        return "annotations", _pairs(value)
-    if tokens[:1] != ["spec"] or len(tokens) < 2:
-        return "/".join(tokens) or "(object)", [_shown(value)]
-    spec = node.get("spec")
-    spec = spec if isinstance(spec, dict) else {}
-    what = tokens[1]
-    if what in _CONTAINER_WORDS and len(tokens) >= 4 and tokens[3] == "env":
-        name = _container_name(spec, what, tokens[2])
-        variables = value if isinstance(value, list) else [value]
-        return f'env of {_CONTAINER_WORDS[what]} "{name}"', [_variable(v) for v in variables]
-    if what == "runtimeClassName":
-        return what, [_shown(value)]
-    if what == "tolerations":
-        tolerations = value if isinstance(value, list) else [value]
-        return what, [_toleration(t) for t in tolerations]
-    if what == "nodeSelector":
-        return what, _pairs(value if len(tokens) == 2 else {tokens[2]: value})
-    if what == "affinity":
-        terms = _terms(value)
-        topic = "required node affinity" + (" (terms rewritten)" if op == "replace" else "")
-        if len(terms) > 1:
-            return topic, [" or ".join(f"({t})" for t in terms)]
-        return topic, [terms[0] if terms else _shown(value)]
-    return ".".join(tokens), [_shown(value)]
-
-
-def _container_name(spec: Mapping[str, Any], group: str, index: str) -> str:
-    containers = spec.get(group)
-    try:
-        c = containers[int(index)] if isinstance(containers, list) else None
-    except (ValueError, IndexError):
-        c = None
-    return str(c.get("name")) if isinstance(c, dict) else f"{group}[{index}]"
-
-
-def _variable(v: Any) -> str:
-    if isinstance(v, dict) and "name" in v:
-        return f"{v['name']}={v.get('value', '')}"
-    return _shown(v)
-
-
-def _pairs(value: Any) -> list[str]:
-    if not isinstance(value, dict):
-        return [_shown(value)]
-    return [f"{k}={v}" for k, v in value.items()]
-
-
-def _toleration(t: Any) -> str:
-    if not isinstance(t, dict):
-        return _shown(t)
-    parts = [str(t.get("key") or "(every key)"), str(t.get("operator") or "Equal")]
-    if t.get("value"):
-        parts.append(str(t["value"]))
-    parts.append(str(t.get("effect") or "(every effect)"))
-    return " ".join(parts)
-
-
-def _terms(value: Any) -> list[str]:
-    """Node selector terms anywhere in `value`, each as `key Op values & ...`."""
-    out: list[str] = []
-    if isinstance(value, dict):
-        if "matchExpressions" in value and isinstance(value["matchExpressions"], list):
-            out.append(
-                " & ".join(_expression(e) for e in value["matchExpressions"] if isinstance(e, dict))
-            )
-            return out
-        for v in value.values():
-            out += _terms(v)
-    elif isinstance(value, list):
-        for v in value:
-            out += _terms(v)
-    return out
-
-
-def _expression(e: Mapping[str, Any]) -> str:
-    values = ",".join(map(str, e.get("values") or []))
-    return f"{e.get('key')} {e.get('operator')} {values}".rstrip()
-
-
-def _shown(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
-    return text if len(text) <= _SHOWN else text[: _SHOWN - 3] + "..."
 
 
 # --------------------------------------------------------------------------- claims
 
 
 def claim_label(obj: Mapping[str, Any]) -> str:
-    """How `claims.review` names a claim or template at the start of its messages."""
+    """How `claims.gather` names a claim or template at the start of its messages."""
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     name = meta.get("name") or meta.get("generateName") or ""
@@ -925,198 +794,3 @@ def claim_words(kind: str, name: str) -> str:
     """`claim "x"` or `claim template "x"`: how messages name a claim of that kind and name."""
     what = "claim template" if kind == names.CLAIM_TEMPLATE_KIND else "claim"
     return f"{what} {shown(name)}"
-
-
-def describe_claim_patch(patch: Sequence[Mapping[str, Any]]) -> tuple[str, ...]:
-    """What a claim's patch adds, one line per request, whatever the object (a claim's
-    `/spec/devices/config` or a template's `/spec/spec/devices/config`, one list or one entry
-    at a time): `config of request "gpu": GpuConfig, sharing MPS,
-    defaultActiveThreadPercentage=25, defaultPinnedDeviceMemoryLimit=3840Mi`."""
-    out: list[str] = []
-    for op in patch:
-        value = op.get("value")
-        for entry in value if isinstance(value, list) else [value]:
-            out.append(_config_entry(entry))
-    return tuple(out)
-
-
-def _config_entry(entry: Any) -> str:
-    if not isinstance(entry, dict):
-        return f"devices.config: {_shown(entry)}"
-    requests = entry.get("requests")
-    named = [str(r) for r in requests] if isinstance(requests, list) else []
-    words = [f'{"subrequest" if "/" in r else "request"} "{r}"' for r in named]
-    topic = "config of " + (", ".join(words) if words else "every request")
-    opaque = entry.get("opaque")
-    parameters = opaque.get("parameters") if isinstance(opaque, dict) else None
-    if not isinstance(parameters, dict):
-        return f"{topic}: {_shown(opaque)}"
-    items = [str(parameters.get("kind"))]
-    sharing = parameters.get("sharing")
-    if isinstance(sharing, dict):
-        items.append(f"sharing {sharing.get('strategy')}")
-        mps = sharing.get("mpsConfig")
-        if isinstance(mps, dict):
-            items += [f"{k}={_shown(v)}" for k, v in mps.items()]
-    return f"{topic}: {', '.join(items)}"
-
-
-def claim_unchanged(obj: Mapping[str, Any], policy: Policy) -> str:
-    """Why a review of a claim or template that refused nothing left it as it was, in a few
-    words (`mutate` and `audit` say it): the counterpart of `hints.unchanged`. It reads
-    the requests and configurations as `claims.review` does."""
-    if policy.unavailable is not None:
-        # The catch-all entry, like the entry of a policy with no dra section, is sent no claim.
-        if policy.name == names.UNKNOWN_POLICY_PATH:
-            label = names.POLICY_LABEL
-            return f"claims are not reviewed: the namespace's label {label} names no policy"
-        if policy.unavailable[0] == names.UNKNOWN_POLICY_RULE:
-            return f'claims are not reviewed: no policy is named "{policy.name}"'
-        return f'claims are not reviewed under policy "{policy.name}": it is not in force'
-    dra = policy.dra
-    if dra is None:
-        return (
-            f'claims are not reviewed under policy "{policy.name}" (no dra section); its pods'
-            " may not use claims"
-        )
-    devices = _devices(obj)
-    requests = _requests(devices)
-    targets = [(name, c, cls) for name, c in requests if (cls := policy.dra_class(c)) is not None]
-    if not targets:
-        other = sorted({class_name for _, class_name in requests})
-        if not other:
-            return "it asks for no device"
-        return (
-            f'it asks only for devices of classes policy "{policy.name}" does not govern'
-            f" ({', '.join(other)}): the webhook leaves them alone"
-        )
-    if policy.mode == names.DRY_RUN:
-        return f'policy "{policy.name}" is in dry-run mode: it changes nothing'
-    configs = _configs(devices)
-    profile = _profile_name(obj, policy)
-    configured: list[str] = []
-    without_mps: list[str] = []
-    not_added: list[str] = []
-    unsized = sized = False
-    for name, class_name, cls in targets:
-        if any(_applies(c, name, cls) for c in configs):
-            configured.append(f'{_request_word(name)} "{name}" ({cls.config_kind})')
-        elif claims.MPS not in cls.sharing:
-            shared = " or ".join(cls.sharing) or "no sharing"
-            without_mps.append(f'class "{class_name}" ({shared})')
-        elif not cls.add_mps:
-            why = "its devices are shared by capacity" if cls.capacity else "addMpsConfig: false"
-            not_added.append(f'class "{class_name}" ({why})')
-        elif profile is None:
-            unsized = True
-        else:
-            sized = True  # the review adds its configuration, unless the rule is in dry-run
-    reasons = []
-    if configured:
-        reasons.append(f"it is already configured: {', '.join(configured)}")
-    if without_mps:
-        reasons.append(
-            f'policy "{policy.name}" shares no device of {", ".join(dict.fromkeys(without_mps))}'
-            " with MPS, so it adds no MPS configuration"
-        )
-    if not_added:
-        reasons.append(
-            f'policy "{policy.name}" adds no MPS configuration to requests of'
-            f" {', '.join(dict.fromkeys(not_added))}"
-        )
-    if unsized:
-        reasons.append(
-            f"no profile applies (no {names.ANNOTATION_PROFILE} annotation, and policy"
-            f' "{policy.name}" has no defaultProfile)'
-        )
-    mps_rule = rules.DRA_MPS_LIMITS.name
-    if sized and policy.mode_of(mps_rule) == names.DRY_RUN:
-        reasons.append(
-            f'rule {mps_rule} is in dry-run mode in policy "{policy.name}": the MPS'
-            f' configuration of profile "{profile}" is not added yet'
-        )
-    return "; ".join(reasons) or "it is already as the webhook leaves it"
-
-
-def _request_word(name: str) -> str:
-    return "subrequest" if "/" in name else "request"
-
-
-def _devices(obj: Mapping[str, Any]) -> Mapping[str, Any]:
-    spec = obj.get("spec")
-    if obj.get("kind") == names.CLAIM_TEMPLATE_KIND and isinstance(spec, dict):
-        spec = spec.get("spec")
-    devices = spec.get("devices") if isinstance(spec, dict) else None
-    return devices if isinstance(devices, dict) else {}
-
-
-def _requests(devices: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(name, device class) of each request and each `firstAvailable` subrequest
-    (`req/sub`)."""
-    out: list[tuple[str, str]] = []
-    requests = devices.get("requests")
-    for request in requests if isinstance(requests, list) else ():
-        if not isinstance(request, dict) or not isinstance(request.get("name"), str):
-            continue
-        name = request["name"]
-        exactly = request.get("exactly")
-        if isinstance(exactly, dict) and isinstance(exactly.get("deviceClassName"), str):
-            out.append((name, exactly["deviceClassName"]))
-        first = request.get("firstAvailable")
-        for sub in first if isinstance(first, list) else ():
-            if isinstance(sub, dict) and isinstance(sub.get("deviceClassName"), str):
-                out.append((f"{name}/{sub.get('name')}", sub["deviceClassName"]))
-    return out
-
-
-# (driver, requests, parameters' kind) of an opaque configuration.
-_Config = tuple[str, tuple[str, ...], str | None]
-
-
-def _configs(devices: Mapping[str, Any]) -> list[_Config]:
-    """(driver, requests, parameters' kind) of each opaque configuration."""
-    out: list[_Config] = []
-    raw = devices.get("config")
-    for entry in raw if isinstance(raw, list) else ():
-        opaque = entry.get("opaque") if isinstance(entry, dict) else None
-        if not isinstance(opaque, dict):
-            continue
-        requests = entry.get("requests")
-        named = tuple(str(r) for r in requests) if isinstance(requests, list) else ()
-        parameters = opaque.get("parameters")
-        kind = parameters.get("kind") if isinstance(parameters, dict) else None
-        out.append((str(opaque.get("driver")), named, kind if isinstance(kind, str) else None))
-    return out
-
-
-def _applies(config: _Config, name: str, cls: DraClass) -> bool:
-    """Whether a configuration counts as the request's own, as `claims.review` counts it: one
-    of the class's driver that names the request (or, for a subrequest, its request), or
-    names none and is of the class's kind."""
-    driver, requests, kind = config
-    if driver != cls.driver:
-        return False
-    if not requests:
-        return kind == cls.config_kind
-    return name in requests or name.partition("/")[0] in requests
-
-
-def _profile_name(obj: Mapping[str, Any], policy: Policy) -> str | None:
-    """The profile that sizes the claim's MPS configuration: its annotation (a template's in
-    spec.metadata, else its own), else the policy's default."""
-    key = names.ANNOTATION_PROFILE
-    wanted = _annotations(obj).get(key)
-    spec = obj.get("spec")
-    if obj.get("kind") == names.CLAIM_TEMPLATE_KIND and isinstance(spec, dict):
-        inner = _annotations(spec)
-        if key in inner:
-            wanted = inner[key]
-    if wanted is None:
-        return policy.default_profile
-    return str(wanted)
-
-
-def _annotations(node: Mapping[str, Any]) -> Mapping[str, Any]:
-    meta = node.get("metadata")
-    annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    return annotations if isinstance(annotations, dict) else {}

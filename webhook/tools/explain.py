@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from webhook.engine import namespaces
+from webhook.engine import namespaces, reviewing
 from webhook.errors import InputError, PolicyError
 from webhook.policy import kinds, names, policies
 from webhook.tools import (
@@ -135,6 +135,9 @@ class Explanation:
     # What the policy's limits say, each in a line (none: none is set).
     limits: list[str] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)
+    # What the server does with what each entry sends (`reviewing.route`): (endpoint,
+    # resource, operation, in words), in the entries' order.
+    reviews: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -154,6 +157,10 @@ class Explanation:
             "defaultProfile": self.default_profile,
             "limits": self.limits,
             "hints": self.hints,
+            "reviews": [
+                {"endpoint": e, "resource": r, "operation": o, "review": w}
+                for e, r, o, w in self.reviews
+            ],
         }
 
 
@@ -196,6 +203,39 @@ def _class(node_class: policies.NodeClass) -> dict[str, Any]:
     }
 
 
+def _reviews(
+    endpoint: reviewing.Endpoint, entry: Mapping[str, Any], workload_kinds: Sequence[kinds.Kind]
+) -> list[tuple[str, str, str, str]]:
+    """What the server does with each resource and operation `entry` sends it: the routing
+    of `reviewing.admit` (`reviewing.route`), asked as a request of that kind would ask it."""
+    by_resource = {(k.group, k.resource): k.kind for k in workload_kinds}
+    by_resource |= {
+        ("", "pods"): "Pod",
+        ("", "bindings"): "Binding",
+        (names.DRA_GROUP, names.CLAIM_RESOURCES[0]): names.CLAIM_KIND,
+        (names.DRA_GROUP, names.CLAIM_RESOURCES[1]): names.CLAIM_TEMPLATE_KIND,
+    }
+    out: list[tuple[str, str, str, str]] = []
+    for rule in entry.get("rules") or ():
+        for group in rule.get("apiGroups") or ():
+            for resource in rule.get("resources") or ():
+                base, _, sub_resource = str(resource).partition("/")
+                kind = by_resource.get((group, base), "")
+                if (group, base, sub_resource) == ("", "pods", reviewing.BINDING):
+                    kind = "Binding"  # (the API server sends the Binding it is given)
+                for operation in rule.get("operations") or ():
+                    way = reviewing.route(
+                        group,
+                        kind,
+                        operation,
+                        sub_resource,
+                        endpoint=endpoint,
+                        kinds=kinds.kinds_by_name(workload_kinds),
+                    )
+                    out.append((endpoint, str(resource), str(operation), way.value))
+    return out
+
+
 def _near_misses(labels: Mapping[str, str], loaded: policies.PolicySet) -> list[str]:
     """What the labels may have meant: those of `namespaces.label_near_misses` (an opt-in
     value that looks like yes, a key close to one of the webhook's), an opt-in value the API
@@ -224,9 +264,11 @@ def explain(
     configurations: Sequence[Mapping[str, Any]],
     *,
     webhook_namespace: str,
+    workload_kinds: Sequence[kinds.Kind] = kinds.BUILTIN_KINDS,
 ) -> Explanation:
     """What the API server and the server do with the pods of `namespace` (whose `labels`
-    include its name label) under the rendered `configurations` of `loaded`."""
+    include its name label) under the rendered `configurations` of `loaded` (and what the
+    server does with each thing they send it: `reviews`)."""
     by_kind = {c["kind"]: c for c in configurations}
     mutating = _selecting(by_kind[rendering.MUTATING_KIND], labels)
     validating = _selecting(by_kind[rendering.VALIDATING_KIND], labels)
@@ -257,6 +299,9 @@ def explain(
             found.reason = "no entry of the webhook configurations selects it"
         return found
     found.path = _entry_path(entry)
+    found.reviews = _reviews("mutate", mutating, workload_kinds) + _reviews(
+        "validate", validating, workload_kinds
+    )
     wanted = labels.get(names.POLICY_LABEL) or names.DEFAULT_POLICY
     name, _ = policies.split_path(found.path)
     # A policy whose file does not load has no entry of its own here (the configurations are
@@ -362,13 +407,14 @@ def run(args: argparse.Namespace) -> int:
         loaded = checked.loaded
         for problem in checked.errors:
             print(f"warning: not in force: {problem}", file=sys.stderr)
+        all_kinds = kinds.all_kinds()
         try:
             configurations = rendering.render(
                 loaded,
                 service=names.DEFAULT_SERVICE,
                 namespace=args.webhook_namespace,
                 name=names.DEFAULT_WEBHOOK_NAME,
-                kinds=kinds.all_kinds(),
+                kinds=all_kinds,
             )
         except ValueError as exc:
             raise InputError(f"--webhook-namespace: {exc}") from None
@@ -383,7 +429,12 @@ def run(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
     found = explain(
-        args.name, labels, loaded, configurations, webhook_namespace=args.webhook_namespace
+        args.name,
+        labels,
+        loaded,
+        configurations,
+        webhook_namespace=args.webhook_namespace,
+        workload_kinds=all_kinds,
     )
     if args.output == "json":
         sys.stdout.write(orjson.dumps(found.as_json(), option=orjson.OPT_INDENT_2).decode())
@@ -406,6 +457,13 @@ def _text(found: Explanation) -> str:
             else "  pod security: enforces neither baseline nor restricted: the webhook checks"
             " host access itself"
         )
+        # One line per endpoint and way (`reviewing.Route`): the resources it takes that way.
+        ways: dict[tuple[str, str], dict[str, list[str]]] = {}
+        for endpoint, resource, operation, words in found.reviews:
+            ways.setdefault((endpoint, words), {}).setdefault(resource, []).append(operation)
+        for (endpoint, words), taken in ways.items():
+            what = ", ".join(f"{r} {'/'.join(ops)}" for r, ops in taken.items())
+            lines.append(f"  /{endpoint}: {what}: {words}")
     if found.governed:
         lines.append(f"  policy file: {found.policy_source}")
         for c in found.classes:

@@ -171,8 +171,25 @@ def decide(
     path = namespaces.policy_path(labels)
     if path is None:
         return Decision()
-    return reviewing.review(
-        view.Source(obj), policy=loaded.governing(path), mutate=True, kinds=workload_kinds
+    return preview(obj, policy=loaded.governing(path), kinds=workload_kinds)
+
+
+def preview(
+    obj: dict[str, Any], *, policy: policies.Policy, kinds: kinds.Kinds = kinds.BUILTIN
+) -> Decision:
+    """What the mutating webhook makes of `obj` when it is created (`reviewing.admit`), a
+    workload's pod templates as its pods will be admitted."""
+    source = view.Source(obj)
+    group, kind = view.head(source)
+    return reviewing.admit(
+        source,
+        policy=policy,
+        endpoint="mutate",
+        group=group,
+        kind=kind,
+        operation="CREATE",
+        kinds=kinds,
+        preview=True,
     )
 
 
@@ -250,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
             reviewed = True
             # Sent, so opted in: its labels name a path (`where.not_sent` above).
             policy = loaded.governing(namespaces.policy_path(seen) or names.DEFAULT_POLICY)
-            why = auditing.claim_unchanged(obj, policy) if claim else _unchanged(found, policy)
+            why = claims.unchanged(obj, policy) if claim else _unchanged(found, policy)
             _say(f"no change: {what}: {why}")
         elif decision.patch:
             reviewed = True
