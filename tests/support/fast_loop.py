@@ -69,12 +69,23 @@ FILES: dict[str, Part] = {
         ),
     ),
     "tests/server/test_limits.py": Part(
-        "each waits out a timeout or fills the server's limits over TLS; the fast loop keeps "
-        "one timeout, one connection limit, and the probes under abuse",
+        "each fills the server's budget of review bytes over TLS or waits out the body "
+        "timeout; the fast loop keeps the body timeout, the bound of one address and the total",
         fast=(
-            "test_a_connection_that_sends_nothing_is_closed",
-            "test_beyond_max_connections_with_none_idle_a_new_one_is_closed_before_its_handshake",
-            "test_probes_and_reviews_answer_while_connections_are_abused",
+            "test_a_body_that_stops_arriving_is_a_408_and_closes",
+            "test_one_address_holds_no_more_than_its_review_bytes_others_go_on",
+            "test_beyond_the_review_bytes_in_total_a_large_request_is_a_429_a_small_one_is_not",
+            "test_a_budget_lets_each_address_go_in_order_and_others_past_it",
+            "test_an_address_whose_large_reviews_took_their_share_waits_and_no_other_does",
+        ),
+    ),
+    "tests/server/test_connections.py": Part(
+        "a TLS server per case, the header timeout's cases wait it out; the fast loop keeps "
+        "one header timeout, the caps, the handshake turns and the adapter's contract",
+        slow=(
+            "test_a_head_sent_a_byte_at_a_time_does_not_keep_a_connection",
+            "test_a_connection_that_sends_nothing_after_its_handshake_is_closed",
+            "test_connections_opened_at_once_wait_their_handshake_turn_and_are_all_served",
         ),
     ),
     "tests/server/test_server_contract.py": Part(
@@ -82,25 +93,14 @@ FILES: dict[str, Part] = {
         slow=(
             "test_a_body_of_exactly_7_mib_is_reviewed",
             "test_a_chunked_body_over_7_mib_is_a_413",
-            "test_a_large_review_returns_freed_memory_and_a_small_one_does_not",
             "test_a_large_review_that_outlasts_the_timeout_is_answered_before_the_deadline",
         ),
     ),
-    "tests/server/test_listener_loops.py": Part(
-        "a server with two listener loops per case, handshakes held back",
-        fast=("test_client_certificates_are_asked_for_on_both_loops",),
-    ),
-    "tests/server/test_memory.py": Part("subprocesses that measure the allocator"),
     "tests/server/test_server_reload.py": Part(
         "a certificate rotation under load; the fast loop keeps the policy reload",
         slow=("test_a_rotated_certificate_is_served_to_new_handshakes_with_no_failed_request",),
     ),
     "tests/server/test_fuzz.py": Part("bodies of megabytes around the limit, over TLS"),
-    "tests/deploy/test_sources.py": Part(
-        "each fills one address's share of the server's limits over TLS; the fast loop keeps "
-        "one connection limit",
-        fast=("test_beyond_the_connections_of_one_address_with_none_idle_it_is_refused_alone",),
-    ),
     # The installs: each renders the chart (helm template) or builds deploy/ (kubectl
     # kustomize) with settings of its own. The fast loop keeps the default render and build,
     # read by most tests at no further cost, and one test of each kind of value.
