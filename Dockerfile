@@ -61,9 +61,12 @@ LABEL org.opencontainers.image.title="gpu-share-webhook" \
       org.opencontainers.image.description="Kubernetes admission webhook for shared NVIDIA GPUs" \
       org.opencontainers.image.licenses="Apache-2.0"
 
+# glibc's allocator: two arenas, and blocks of 256 KiB and more mapped on their own, so that
+# the memory a flood of large reviews took goes back (docs/operations.md).
 ENV PATH=/opt/gpu-share-webhook/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    GLIBC_TUNABLES=glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=262144
 
 COPY --from=builder /opt/gpu-share-webhook /opt/gpu-share-webhook
 

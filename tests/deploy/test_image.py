@@ -258,3 +258,16 @@ def test_the_base_images_are_one_exact_python_release(steps: list[tuple[str, str
     assert None not in releases, images
     assert len({m[1] for m in releases if m}) == 1, images
     assert all(m[1].startswith(PYTHON + ".") for m in releases if m), images
+
+
+def test_the_image_sets_the_allocator_that_returns_a_floods_memory(
+    steps: list[tuple[str, str]],
+) -> None:
+    # Without it a flood of large reviews from several addresses took a replica past its
+    # 384 MiB limit (docs/operations.md); glibc reads it at start-up, in the final stage.
+    final = steps[max(i for i, (word, _) in enumerate(steps) if word == "FROM"):]
+    env = " ".join(args for word, args in final if word == "ENV")
+    tunables = re.search(r"GLIBC_TUNABLES=(\S+)", env)
+    assert tunables is not None, env
+    settings = dict(part.split("=") for part in tunables[1].split(":"))
+    assert settings == {"glibc.malloc.arena_max": "2", "glibc.malloc.mmap_threshold": "262144"}
