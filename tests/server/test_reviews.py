@@ -335,3 +335,47 @@ def test_a_body_that_is_not_utf8_where_no_rule_reads_is_a_bad_review(
     with pytest.raises(BadReview) as caught:
         codec.review(body, policies=shipped_policies, policy_name="default", endpoint="mutate")
     assert str(caught.value).startswith("body is not JSON: ")
+
+
+def _privileged_pod_review() -> dict[str, Any]:
+    return admission_review(pod(container(securityContext={"privileged": True})), uid="u-4")
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        pytest.param(lambda r: r["request"].update(operation="create"),
+                     "the request's operation must be one of", id="lowercase-operation"),
+        pytest.param(lambda r: r["request"].pop("operation"),
+                     "the request's operation must be one of", id="no-operation"),
+        pytest.param(lambda r: r["request"].update(object=None),
+                     "the CREATE request has no object", id="create-without-object"),
+        pytest.param(lambda r: r["request"]["object"].update(kind="Deployment"),
+                     "the object is Deployment, the request's kind is Pod", id="object-kind"),
+        pytest.param(lambda r: r["request"]["object"].pop("kind"),
+                     "the object is of no kind", id="object-without-kind"),
+        pytest.param(lambda r: r["request"]["object"].update(apiVersion="apps/v1"),
+                     "the object is apps/Pod", id="object-group"),
+        pytest.param(lambda r: r["request"]["kind"].update(kind="pod"),
+                     "the request's kind is pod", id="request-kind-case"),
+    ],
+)
+def test_a_request_the_api_server_never_sends_is_a_bad_review_not_an_allowed_pod(
+    shipped_policies: policies.PolicySet, change: Any, reason: str
+) -> None:
+    # The engine routes by the request's kind and reads the object: they must agree, or a
+    # privileged pod sent as something else would be let through unreviewed.
+    review = _privileged_pod_review()
+    change(review)
+    for endpoint in ("mutate", "validate"):
+        with pytest.raises(BadReview) as caught:
+            codec.review(json.dumps(review).encode(), policies=shipped_policies,
+                         policy_name="default", endpoint=endpoint)
+        assert reason in str(caught.value)
+
+
+def test_the_same_privileged_pod_sent_as_the_api_server_sends_it_is_refused(
+    shipped_policies: policies.PolicySet,
+) -> None:
+    doc = answer(_privileged_pod_review(), shipped_policies, endpoint="validate")
+    assert doc["response"]["allowed"] is False

@@ -112,12 +112,38 @@ class _Review(Struct, gc=False):
 _DECODE_REVIEW = msgspec.json.Decoder(_Review).decode
 
 
+# What AdmissionRequest.operation may be.
+OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
+
+
 def parse(body: bytes) -> Request:
     """Decode an AdmissionReview v1; raise BadReview with a one-line reason.
 
     The envelope is decoded typed, its objects kept as their bytes (the engine decodes
     them); a body that is not what the API server sends (not JSON, not UTF-8, another
-    shape) is read again in full by `_parse_generic`, which says what is wrong."""
+    shape) is read again in full by `_parse_generic`, which says what is wrong. A request
+    the API server would never send is refused too: an operation it does not have, a
+    CREATE or UPDATE without an object, or an object of another kind than the request
+    names (the engine routes by the request and reads the object)."""
+    request = _parse(body)
+    operation = request.operation
+    if operation not in OPERATIONS:
+        raise BadReview(
+            f"the request's operation must be one of {', '.join(OPERATIONS)}, not"
+            f" {_shown(operation)}"
+        )
+    if operation in ("CREATE", "UPDATE"):
+        if request.object is None:
+            raise BadReview(f"the {operation} request has no object")
+        group, kind = view.head(request.object)
+        if (group, kind) != (request.group, request.kind):
+            said = f"{group}/{kind}" if group else kind or "of no kind"
+            asked = f"{request.group}/{request.kind}" if request.group else request.kind
+            raise BadReview(f"the object is {_shown(said)}, the request's kind is {_shown(asked)}")
+    return request
+
+
+def _parse(body: bytes) -> Request:
     review = None
     try:
         review = _DECODE_REVIEW(body)
