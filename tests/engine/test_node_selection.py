@@ -190,7 +190,7 @@ REFUSED = [
                  "affinity nvidia.com/gpu.product In (H100, B200)", "", id="other-products"),
     pytest.param([T4_MPS], {"affinity": {"nodeAffinity": {
         "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{}]}}}},
-                 "its node affinity", "", id="empty-term-matches-nothing"),
+                 "node affinity", "", id="empty-term-matches-nothing"),
 ]
 
 

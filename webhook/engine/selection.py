@@ -397,7 +397,7 @@ def describe(constraints: Constraints, classes: Sequence[NodeClass]) -> str:
             ):
                 seen.add(req)
                 parts.append(f"affinity {k} {op} ({', '.join(values)})")
-    return ", ".join(parts) or "its node affinity"
+    return ", ".join(parts) or "node affinity"
 
 
 def describe_class(cls: NodeClass) -> str:
