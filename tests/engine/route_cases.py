@@ -348,7 +348,7 @@ ROUTE_CASES = {
         5, pod(container(resources={"claims": [{"name": "g"}]}),
                resourceClaims=[{"name": "g", "resourceClaimTemplateName": "full-gpu"}]),
         Refused("resource-claims")),
-    # 5, issue 19: paths as the node resolves them (in namespaces that enforce Pod Security
+    # 5: paths as the node resolves them (in namespaces that enforce Pod Security
     # baseline too: the webhook refuses them before Pod Security runs).
     "host-path-through-proc-self-root": RouteCase(
         5, _host_path("/proc/self/root/run/nvidia/mps", "/mps"), Refused("host-path"),

@@ -1,4 +1,4 @@
-"""ResourceClaims and ResourceClaimTemplates under a policy's `dra` section (issue 22), each
+"""ResourceClaims and ResourceClaimTemplates under a policy's `dra` section, each
 rule through three doors.
 
 1. the core: `reviewing.admit` with group resource.k8s.io, mutate then validate, as the

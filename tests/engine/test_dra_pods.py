@@ -1,4 +1,4 @@
-"""Pods that use resource claims (issue 22, "Pods with claims").
+"""Pods that use resource claims.
 
 A pod names claims (`spec.resourceClaims`) and its containers use them
 (`resources.claims`); the webhook cannot see what a claim holds from the pod. Under a policy

@@ -1,4 +1,4 @@
-"""Every escape route of SPEC.md, each case through three doors.
+"""Every escape route of docs/security.md, each case through three doors.
 
 1. the pure core (`reviewing.admit`, mutate then validate, as the endpoints run it);
 2. both HTTP endpoints of the real application over TLS: `/mutate/<policy>`, the patch

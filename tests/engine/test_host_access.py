@@ -1,4 +1,4 @@
-"""Rule host-access (issue 19): Pod Security baseline's host-access checks in namespaces that
+"""Rule host-access: Pod Security baseline's host-access checks in namespaces that
 do not enforce baseline or restricted, left to Pod Security where they do; nothing refused
 twice; the policy's allowedHostPaths (read-only, and no path below a writable entry);
 the policy's own checks of its host paths; Pod updates that add CDI annotations.

@@ -1,6 +1,6 @@
 """Near misses: what looks like something the webhook reads, but is not, is told.
 
-Each near miss of issue 21 is a case of `NEAR_MISSES`, with the warning a user must read.
+Each near miss is a case of `NEAR_MISSES`, with the warning a user must read.
 Three doors: the core (`reviewing.admit`, both endpoints), the HTTP server (the real app over
 TLS, through the rendered configurations: a near miss the API server never sends is one the
 server cannot tell), and `mutate` (stderr). Then the other side: none of the published

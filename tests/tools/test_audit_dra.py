@@ -2,7 +2,7 @@
 (`resource.k8s.io/v1`) of a cluster dump that the webhook would refuse or change if they were
 created now: the claims made before their namespace opted in. Through the real command line,
 text and JSON, on a dump of valid objects written after NVIDIA's documented examples
-(/work/dra-research.md section 3.6) and after the claims kube-controller-manager makes from a
+(the GPU DRA driver's quickstart) and after the claims kube-controller-manager makes from a
 template for a pod (owned by the Pod, annotation `resource.kubernetes.io/pod-claim-name`:
 the Kubernetes docs' "Well-Known Labels, Annotations and Taints").
 

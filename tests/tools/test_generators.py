@@ -1,4 +1,4 @@
-"""The case generators take bounded memory, whatever the seed (issue 20).
+"""The case generators take bounded memory, whatever the seed.
 
 tests/support/fuzzing.py's "many" mangling made a list of up to 10,000 copies of whatever node it
 picked: a node holding a 1 MB string (another mangling's, or a hostile pod's) gave bodies of

@@ -412,7 +412,7 @@ REAL = {
     "03-pre6g-shared-gpu-runtimeclass-job.yaml": ("mutated", "denied: (rule resource-not-allowed)"),
     "05-pre6g-yolo26-user-job.yaml": ("mutated", "denied: (rule resource-not-allowed)"),
     # A model cache mounted from the node (hostPath): where the namespace does not enforce
-    # Pod Security baseline, not allowed unless the policy lists the path (issue 19).
+    # Pod Security baseline, not allowed unless the policy lists the path.
     "07-tokenlabs-qwen36-vllm-anchors.yaml": ("denied: (rule host-access)",
                                               "denied: (rule host-access)"),
     "08-iet-transformers-mps.yaml": ("denied: (rule host-access)",
@@ -439,7 +439,7 @@ REAL = {
 
 
 # In a namespace that enforces Pod Security baseline, host-access leaves hostPaths to Pod
-# Security: the model caches come out as they did before issue 19.
+# Security: the model caches come out as they would without host-access.
 REAL_UNDER_BASELINE = {
     "07-tokenlabs-qwen36-vllm-anchors.yaml": "mutated",
     "08-iet-transformers-mps.yaml": "mutated",

@@ -8,7 +8,7 @@ shipped file turns it off, so that NVIDIA's quickstart passes unchanged on a dri
 its MPS gate: the tests that say so read the shipped file itself).
 
 The objects are written after NVIDIA's documented examples (the v1 MPS template of the GPU
-DRA driver's quickstart, /work/dra-research.md section 3.6) and each is valid against the
+DRA driver's quickstart) and each is valid against the
 v1 schema of Kubernetes 1.34 and the newest one kubernetes-validate has: the API server
 would take every one of them, so what refuses or changes them is the webhook.
 """

@@ -1,5 +1,5 @@
-"""tests/support/report_schemas.py: the transcribed report CRDs hold the facts the research notes
-state (notes/reports-research.md on branch reports-research), and its validator accepts what
+"""tests/support/report_schemas.py: the transcribed report CRDs hold the facts their projects
+publish (names, scopes, required fields), and its validator accepts what
 the API server accepts and refuses what it refuses or would prune."""
 
 from __future__ import annotations

@@ -149,7 +149,8 @@ def _select(
 
 
 def _product_hint(constraints: selection.Constraints, classes: tuple[NodeClass, ...]) -> str:
-    """Name the -SHARED mix-up DOMAIN.md warns about, the commonest cause of this denial."""
+    """Name the -SHARED mix-up (a product label written with the suffix the plugin adds to
+    renamed replicas), the commonest cause of this denial."""
     for cls in classes:
         values = {
             v

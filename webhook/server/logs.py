@@ -246,8 +246,8 @@ class MalformedRequests(logging.Filter):
     """aiohttp's lines about requests it could not parse (a bad Content-Length, a header too
     long, not HTTP at all): one warning without the trace, at most one every `seconds`, with
     how many were left out. aiohttp logs each as an error with a traceback, so any client that
-    reaches the port could fill the log with them (found by an attack: 300 requests, 300
-    traces). Installed on the `aiohttp.server` logger by `configure_logging`."""
+    reaches the port could fill the log with them (300 such requests: 300 tracebacks).
+    Installed on the `aiohttp.server` logger by `configure_logging`."""
 
     def __init__(self, seconds: float = 10.0) -> None:
         super().__init__()

@@ -370,7 +370,7 @@ def _entry(
         "matchConditions": [not_mirror_condition(), condition],
     }
     if settings.endpoint == "mutate":
-        # The webhook is idempotent (SPEC.md), so it may see a pod again after later
+        # The webhook is idempotent, so it may see a pod again after later
         # mutating webhooks changed it, and re-check what they added.
         entry["reinvocationPolicy"] = "IfNeeded"
     return entry
