@@ -1,4 +1,4 @@
-"""What reviewing ResourceClaims and ResourceClaimTemplates costs (issue 22): the admission
+"""What reviewing ResourceClaims and ResourceClaimTemplates costs: the admission
 codec in process (`codec.review`, AdmissionReview bytes in, response bytes out) under the
 shipped policy `dra`, both endpoints, on one core (the process pins itself to one CPU).
 
@@ -6,7 +6,7 @@ shipped policy `dra`, both endpoints, on one core (the process pins itself to on
 
 Prints three markdown tables:
 
-1. ordinary objects: NVIDIA's MPS template (dra-research.md §3.6), the same with no
+1. ordinary objects: NVIDIA's MPS template (the GPU DRA driver's quickstart), the same with no
    config (the mutating endpoint adds the profile's), a claim of four requests, two of them
    `firstAvailable`, and a claim of a NIC class (not governed), next to bench/core.py's
    one-container GPU pod as the reference; reviews/s (best batch of 200, as bench/core.py)
@@ -174,7 +174,7 @@ def gpu_config(
 
 
 def mps_template(*, config: bool = True) -> dict[str, Any]:
-    """NVIDIA's MPS template (dra-research.md §3.6, demo/specs/quickstart/v1/
+    """NVIDIA's MPS template (demo/specs/quickstart/v1/
     gpu-test-mps.yaml); without `config`, as a user writes it for the webhook to size."""
     devices: dict[str, Any] = {
         "requests": [{"name": "mps-gpu", "exactly": {"deviceClassName": GPU}}],
@@ -196,7 +196,7 @@ def selector(expression: str) -> list[dict[str, Any]]:
 def four_requests() -> dict[str, Any]:
     """A claim of four requests: two whole GPUs (one chosen by product), a MIG device of the
     first profile available, and an A100 else any GPU; selectors as NVIDIA documents them
-    (dra-research.md §3.6), no config (the mutating endpoint adds one per request)."""
+    (the quickstart's), no config (the mutating endpoint adds one per request)."""
     product = "device.attributes['gpu.nvidia.com'].productName.lowerAscii().matches('^.*{}.*$')"
     mig_profile = "device.attributes['gpu.nvidia.com'].profile == '{}'"
     return claim(

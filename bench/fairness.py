@@ -1,5 +1,5 @@
 """One source flooding the admission port, another reviewing: does the flood take the server
-from the other source? (issue 20)
+from the other source?
 
     python bench/fairness.py [--seconds 20] [--flood-senders 40] [--handshakes 2000]
                              [--connections 4] [--handshake-concurrency N]

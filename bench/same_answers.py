@@ -172,7 +172,7 @@ def answers(data_file: Path, checkout: Path, out: Path) -> None:
     from webhook.errors import BadReview
 
     # The checkout's codec, policies and workload kinds, wherever its layout keeps them
-    # (before issue 32 they were webhook/reviews.py, webhook/policies.py, webhook/kinds.py).
+    # (in the older flat layout: webhook/reviews.py, webhook/policies.py, webhook/kinds.py).
     if (checkout / "webhook" / "server" / "codec.py").exists():
         from webhook.policy import kinds as workload_kinds
         from webhook.policy import policies
@@ -212,7 +212,7 @@ def answers(data_file: Path, checkout: Path, out: Path) -> None:
         return outcome.body.decode("utf-8", "backslashreplace")
 
     fresh: dict[str, str] = {}
-    # A checkout with an answer cache (before issue 32) answers through it too.
+    # A checkout with an answer cache (an older one) answers through it too.
     kept = reviews.Answers(4096) if hasattr(reviews, "Answers") else None
     cached_differs: list[str] = []
     for i, body in enumerate(data["bodies"]):
