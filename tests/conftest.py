@@ -4,6 +4,8 @@ tests/support/kube.py."""
 from __future__ import annotations
 
 import functools
+import logging
+from collections.abc import Iterator
 
 import kubernetes_validate.utils
 import pytest
@@ -72,3 +74,14 @@ def default_policy(shipped_policies: policies.PolicySet) -> policies.Policy:
     policy = shipped_policies.get("default")
     assert policy is not None
     return policy
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """`serve` run in process points the root logger at the stderr of its test (capsys's,
+    closed after it): every test gives the next one the root logger it had."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -1,4 +1,5 @@
-"""The six mutation steps (README.md, "What it does"), one table per step, on the exact patch operations."""
+"""The six mutation steps (README.md, "What it does"), one table per step, on the exact
+patch operations."""
 
 from __future__ import annotations
 

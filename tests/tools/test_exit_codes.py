@@ -7,14 +7,12 @@ Ctrl-C, a signal to `serve`."""
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -612,17 +610,6 @@ CASES = [
         id="serve-bad-host",
     ),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _logging_as_it_was() -> Iterator[None]:
-    """`serve` points the root logger at the stderr of its run (capsys's, here): give the
-    next test the handlers it had."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.mark.parametrize("c", CASES)
