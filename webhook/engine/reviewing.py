@@ -95,6 +95,24 @@ def route(
     return Route.TEMPLATES
 
 
+def as_created(obj: view.Object, *, policy: Policy, kinds: kinds.Kinds = kinds.BUILTIN) -> Decision:
+    """What the mutating webhook makes of `obj` when it is created, a workload's pod
+    templates as its pods will be admitted: `admit` for the offline commands (`mutate -f`,
+    `audit`)."""
+    source = view.as_source(obj)
+    group, kind = view.head(source)
+    return admit(
+        source,
+        policy=policy,
+        endpoint="mutate",
+        group=group,
+        kind=kind,
+        operation="CREATE",
+        kinds=kinds,
+        preview=True,
+    )
+
+
 def admit(
     sent: view.Object | None,
     *,

@@ -568,17 +568,7 @@ def _judge(
     controller are judged alike: their verdicts' descriptions need not be held per pod)."""
     obj = item.obj
     source = view.Source(obj)
-    group, kind = view.head(source)
-    decision = reviewing.admit(
-        source,
-        policy=enforcing,
-        endpoint="mutate",
-        group=group,
-        kind=kind,
-        operation="CREATE",
-        kinds=kinds,
-        preview=True,
-    )
+    decision = reviewing.as_created(source, policy=enforcing, kinds=kinds)
     if decision.malformed:
         return next(v for v in decision.violations if v.rule == MALFORMED)
     if item.ref.kind in CLAIM_KINDS:

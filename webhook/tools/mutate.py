@@ -171,26 +171,7 @@ def decide(
     path = namespaces.policy_path(labels)
     if path is None:
         return Decision()
-    return preview(obj, policy=loaded.governing(path), kinds=workload_kinds)
-
-
-def preview(
-    obj: dict[str, Any], *, policy: policies.Policy, kinds: kinds.Kinds = kinds.BUILTIN
-) -> Decision:
-    """What the mutating webhook makes of `obj` when it is created (`reviewing.admit`), a
-    workload's pod templates as its pods will be admitted."""
-    source = view.Source(obj)
-    group, kind = view.head(source)
-    return reviewing.admit(
-        source,
-        policy=policy,
-        endpoint="mutate",
-        group=group,
-        kind=kind,
-        operation="CREATE",
-        kinds=kinds,
-        preview=True,
-    )
+    return reviewing.as_created(obj, policy=loaded.governing(path), kinds=workload_kinds)
 
 
 def _unchanged(found: list[view.Found], policy: policies.Policy) -> str:
