@@ -45,7 +45,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -64,7 +64,6 @@ from webhook.tools import (
     add_webhook_namespace_argument,
     add_workload_kinds_argument,
     auditing,
-    cluster,
     env_name,
     from_env,
     help_text,
@@ -77,6 +76,9 @@ from webhook.tools import (
     whole_number,
 )
 
+if TYPE_CHECKING:
+    from webhook.tools import cluster
+
 # Not GPU_SHARE_WEBHOOK_OUTPUT: `mutate -o` reads that one, with other formats.
 FILES_OPTION = "audit-files"
 OUTPUT_OPTION = "audit-output"
@@ -85,6 +87,7 @@ OUTPUTS = ("text", "json", *reporting.APIS)
 CLUSTER_OPTION = "audit-cluster"
 WRITE_OPTION = "audit-write-reports"
 PAGE_SIZE_OPTION = "audit-page-size"
+DEFAULT_PAGE_SIZE = 500  # objects per list request with --cluster
 CONTEXT_OPTION = "audit-context"
 KUBECONFIG_OPTION = "kubeconfig"
 EXCLUDE_OPTION = "audit-exclude-namespaces"
@@ -197,7 +200,7 @@ def register(subparsers: Any) -> None:
         "--page-size",
         metavar="N",
         type=whole_number(1, 10_000),
-        default=from_env(PAGE_SIZE_OPTION, cluster.DEFAULT_PAGE_SIZE),
+        default=from_env(PAGE_SIZE_OPTION, DEFAULT_PAGE_SIZE),
         help=help_text("objects per list request with --cluster", PAGE_SIZE_OPTION),
     )
     parser.add_argument(
@@ -256,6 +259,9 @@ def _run(args: argparse.Namespace) -> int:
     api_client = None
     previous: list[cluster.Existing] = []
     if args.cluster:
+        # The Kubernetes client takes half a second to import: only --cluster needs it.
+        from webhook.tools import cluster  # noqa: PLC0415
+
         try:
             api_client = cluster.connect(args.kubeconfig, args.context)
             excluded = frozenset(args.exclude_namespaces)
@@ -351,6 +357,8 @@ def _cluster_output(
     api = reporting.APIS[args.output]
     kept = {k: v for old in previous for k, v in old.stamps.items()}
     items = reporting.iter_reports(report, api, now=_now(), kept=kept)
+    from webhook.tools import cluster  # noqa: PLC0415 - as above
+
     try:
         done = cluster.write_reports(api_client, api, items, previous)
     except cluster.ClusterError as exc:

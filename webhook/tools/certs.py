@@ -22,6 +22,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from webhook.errors import CertificateError
@@ -35,7 +36,6 @@ from webhook.tools import (
     FLAG,
     OPTIONAL_TEXT,
     add_service_arguments,
-    cabundle,
     from_env,
     help_text,
     object_name,
@@ -152,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         # No usable configuration (a kubeconfig that is no kubeconfig) is bad input: nothing
         # was tried yet. What fails after it (the API, the files) is a failed step.
-        api = cabundle.connect(request.kubeconfig) if request.needs_cluster else None
+        api = _cabundle().connect(request.kubeconfig) if request.needs_cluster else None
     except CertificateError as exc:
         return _fail(exc, EXIT_USAGE)
     try:
@@ -197,6 +197,14 @@ def _request(args: argparse.Namespace) -> _Request:
     return request
 
 
+def _cabundle() -> ModuleType:
+    """The cluster half of the command: the Kubernetes client takes half a second to import,
+    and only --secret and --inject-ca need it."""
+    from webhook.tools import cabundle  # noqa: PLC0415
+
+    return cabundle
+
+
 def _carry_out(request: _Request, api: Any) -> None:
     """Every step, with `api` (a `cabundle.connect` client) where the request needs the
     cluster."""
@@ -207,7 +215,7 @@ def _carry_out(request: _Request, api: Any) -> None:
         return
     previous = local
     if request.secret:
-        stored = cabundle.read_secret(api, namespace=request.namespace, name=request.secret)
+        stored = _cabundle().read_secret(api, namespace=request.namespace, name=request.secret)
         candidates.insert(0, (f"in {_secret_name(request)}", stored))
         # The CA to keep trusting is that of the certificate the servers present now,
         # which is the Secret's.
@@ -217,7 +225,7 @@ def _carry_out(request: _Request, api: Any) -> None:
     if request.secret and bundle != previous:
         _store(request, api, bundle)
     if request.inject_ca:
-        for installed in cabundle.install_ca_bundle(
+        for installed in _cabundle().install_ca_bundle(
             api, bundle.ca_pem, mutating=request.mutating, validating=request.validating
         ):
             _say(str(installed))
@@ -225,7 +233,7 @@ def _carry_out(request: _Request, api: Any) -> None:
 
 def _store(request: _Request, api: Any, bundle: certificates.Bundle) -> None:
     assert request.secret is not None
-    outcome = cabundle.store_secret(
+    outcome = _cabundle().store_secret(
         api,
         namespace=request.namespace,
         name=request.secret,

@@ -49,7 +49,6 @@ from urllib3.exceptions import HTTPError
 from webhook.policy import kinds, names
 from webhook.tools import kubeclient, reporting
 
-DEFAULT_PAGE_SIZE = 500
 # A page of more bytes than this is asked for again with fewer objects (`_pages`).
 PAGE_BYTES = 4 * 1024 * 1024
 # Reports per list request: a report holds up to about 1 MB (reporting.REPORT_BYTES), and a
@@ -160,7 +159,7 @@ def read(
     api_client: Any,
     listed: Sequence[Resource],
     *,
-    page_size: int = DEFAULT_PAGE_SIZE,
+    page_size: int,
     reviewed: Callable[[Sequence[Mapping[str, Any]]], Collection[str]] | None = None,
 ) -> Read:
     """Every object of `listed` in the cluster (see the module docstring).
@@ -239,7 +238,7 @@ class Existing:
 
 
 def existing_reports(
-    api_client: Any, api: reporting.ReportApi, *, page_size: int = DEFAULT_PAGE_SIZE
+    api_client: Any, api: reporting.ReportApi, *, page_size: int
 ) -> list[Existing]:
     """The reports of `api` this tool wrote before, both kinds: those with its label and a
     name it gives (`reporting.is_report_name`). The label alone is not enough: whoever may

@@ -29,7 +29,7 @@ from typing import Any, BinaryIO
 
 from webhook.errors import CertificateError, PolicyError
 from webhook.policy import kinds
-from webhook.server import certificates, logs, serving
+from webhook.server import certificates, logs
 from webhook.server.configuration import Settings
 from webhook.server.logs import LOG_FORMATS, LOG_LEVELS, configure_logging
 from webhook.tools import (
@@ -275,6 +275,9 @@ def _serve(settings: Settings, *, log_level: str, log_format: str) -> int:
     review_log = None
     if log_format == "json" and logging.getLevelName(log_level.upper()) <= logging.INFO:
         review_log = logs.JsonLines(_review_stream())
+    # aiohttp takes a fifth of a second to import: only a server that starts needs it.
+    from webhook.server import serving  # noqa: PLC0415
+
     try:
         serving.run(settings, review_log=review_log)
     except (PolicyError, CertificateError) as exc:
