@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support import kube
 from tests.support import nodes as n
 from tests.support import server_helpers as h
 from webhook import cli
@@ -35,19 +36,10 @@ NAMESPACE = {
 
 
 def pod(env: list[dict[str, str]] | None = None) -> dict[str, object]:
-    container: dict[str, object] = {
-        "name": "train",
-        "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
-        "resources": {"limits": {"nvidia.com/gpu.shared": "1"}},
-    }
-    if env:
-        container["env"] = env
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "train", "namespace": "ml"},
-        "spec": {"containers": [container]},
-    }
+    """A pod in namespace ml asking for one shared GPU, with `env` in its container."""
+    made = kube.pod(kube.shared("1", name="train", env=env), name="train")
+    made["metadata"]["namespace"] = "ml"
+    return made
 
 
 GOOD_POD = pod()

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.support import kube
 from tests.support import nodes as n
 from webhook import cli
 from webhook.errors import InputError
@@ -154,20 +155,10 @@ def _api_list(kind: str, api_version: str, *items: dict[str, Any]) -> dict[str, 
 
 
 def _gpu_pod(name: str, env: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    container: dict[str, Any] = {
-        "name": "main",
-        "image": "nvcr.io/nvidia/cuda:12.4.1-base",
-        "resources": {"limits": {"nvidia.com/gpu.shared": "1"}},
-    }
-    if env:
-        container["env"] = env
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
-        "spec": {"containers": [container]},
-        "status": {"phase": "Pending"},
-    }
+    """A pending pod of namespace ml, as `kubectl get -o json` lists one."""
+    made = kube.pod(kube.shared("1", env=env, image="nvcr.io/nvidia/cuda:12.4.1-base"), name=name)
+    made["metadata"] |= {"namespace": "ml", "uid": f"uid-{name}"}
+    return made | {"status": {"phase": "Pending"}}
 
 
 _NAMESPACE = {
