@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -114,8 +115,17 @@ def test_the_core_closes_the_route(name: str, loaded: policies.PolicySet) -> Non
 # --------------------------------------------------------------------------- door 2: HTTP
 
 
+@pytest.fixture(scope="module")
+def serving_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA and a serving certificate of it, made once: each case's server serves a copy."""
+    directory = tmp_path_factory.mktemp("certs")
+    h.write_pair(directory, h.make_ca())
+    return directory
+
+
 @pytest.fixture
-def app(tmp_path: Path) -> web.Application:
+def app(tmp_path: Path, serving_pair: Path) -> web.Application:
+    shutil.copytree(serving_pair, tmp_path / "certs")
     settings = h.settings(tmp_path)
     for name, text in SITE_POLICIES.items():
         (settings.policies_dir / f"{name}.yaml").write_text(text)
@@ -154,14 +164,19 @@ async def test_both_endpoints_close_the_route(
 # --------------------------------------------------------------------------- door 3: routing
 
 
+@pytest.fixture(scope="module")
+def configurations(loaded: policies.PolicySet) -> list[dict[str, Any]]:
+    """The webhook configurations of `loaded`, rendered once (the cluster only reads them)."""
+    return rendering.render(loaded, service="gpu-share-webhook", namespace="gpu-share-system",
+                            name="gpu-share-webhook")
+
+
 @pytest.mark.slow  # every route through rendered entries' CEL
 @pytest.mark.parametrize("name", IDS)
 async def test_the_rendered_configuration_routes_the_request_to_the_webhook(
-    name: str, loaded: policies.PolicySet
+    name: str, loaded: policies.PolicySet, configurations: list[dict[str, Any]]
 ) -> None:
     case = ROUTE_CASES[name]
-    configurations = rendering.render(loaded, service="gpu-share-webhook",
-                                      namespace="gpu-share-system", name="gpu-share-webhook")
     cluster = apiserver.ApiServer(configurations, apiserver.in_process(loaded))
     outcome = await cluster.admit(copy.deepcopy(case.obj), labels=_labels(case),
                                   operation=case.operation, old=case.old,
