@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -910,8 +911,17 @@ def test_the_core_refuses(name: str, loaded: policies.PolicySet) -> None:
 # --------------------------------------------------------------------------- door 2: HTTP
 
 
+@pytest.fixture(scope="module")
+def serving_pair(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA and a serving certificate of it, made once: each case's server serves a copy."""
+    directory = tmp_path_factory.mktemp("certs")
+    h.write_pair(directory, h.make_ca())
+    return directory
+
+
 @pytest.fixture
-def app(tmp_path: Path) -> web.Application:
+def app(tmp_path: Path, serving_pair: Path) -> web.Application:
+    shutil.copytree(serving_pair, tmp_path / "certs")
     settings = h.settings(tmp_path)
     _write_lab(settings.policies_dir)
     return server.create_app(settings)
@@ -924,10 +934,21 @@ def _labels(obj: dict[str, Any], policy: str | None) -> dict[str, str]:
     return labels
 
 
+# Each policy set's configurations as JSON, rendered once (by the set's identity, the set
+# kept with them): the tests are handed copies to change.
+_RENDERED: dict[int, tuple[policies.PolicySet, str]] = {}
+
+
 def _configurations(loaded: policies.PolicySet) -> list[dict[str, Any]]:
-    return rendering.render(
-        loaded, service="gpu-share-webhook", namespace="gpu-share-system", name="gpu-share-webhook"
-    )
+    if id(loaded) not in _RENDERED:
+        configurations = rendering.render(
+            loaded,
+            service="gpu-share-webhook",
+            namespace="gpu-share-system",
+            name="gpu-share-webhook",
+        )
+        _RENDERED[id(loaded)] = (loaded, json.dumps(configurations))
+    return json.loads(_RENDERED[id(loaded)][1])  # type: ignore[no-any-return]
 
 
 async def _cluster(
