@@ -1,9 +1,13 @@
-"""The core compiled with mypyc (what a wheel install runs, hatch_build.py) answers every
+"""The wheel pip builds is compiled with mypyc (hatch_build.py), and its core answers every
 review byte for byte as the pure-Python core (what the rest of the suite tests) does.
 
 The reviews: every published manifest, every example and every case of the rule and route
 tables, as Pods and as workloads, to both endpoints of every policy (a name that does not
 exist included).
+
+One wheel for the module, built as `pip install .` builds it (tests/support/wheel.py), or the
+one GPU_SHARE_WHEEL names (.ci/run builds it before `pytest`, so the compile is timed apart);
+the other interpreters import the core from it, unpacked.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +25,15 @@ import pytest
 
 from tests.engine import route_cases
 from tests.support import corpus, kube
+from tests.support import wheel as wheels
 from webhook.policy import policies
 from webhook.server import codec
 
 sys.path.insert(0, str(kube.REPO))
 import hatch_build
 
-# Slow: mypyc compiles the core, then another interpreter answers the corpus.
+# Slow: pip builds the wheel (mypyc compiles the core) unless GPU_SHARE_WHEEL names one,
+# then another interpreter answers the corpus.
 pytestmark = pytest.mark.slow
 
 POLICY_NAMES = ("default", "not-renamed", "lab", "no-such-policy")
@@ -92,11 +99,29 @@ def _bodies() -> list[tuple[str, str, str]]:
 
 
 @pytest.fixture(scope="module")
-def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel GPU_SHARE_WHEEL names, which must be of this checkout's sources; else one
+    built here."""
+    named = os.environ.get(wheels.VARIABLE)
+    if named:
+        built = Path(named)
+        assert built.is_file(), f"{wheels.VARIABLE}={named}: no such file"
+        stale = wheels.sources_not_of_this_checkout(built)
+        assert not stale, f"{wheels.VARIABLE}={named} is not of this checkout's sources: {stale}"
+        return built
+    directory = tmp_path_factory.mktemp("wheel")
+    made = wheels.build(directory)
+    if made is None:
+        pytest.fail(f"pip made no wheel:\n{wheels.log_tail(directory)}")
+    return made
+
+
+@pytest.fixture(scope="module")
+def compiled(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel unpacked: a directory to put first on another interpreter's path."""
     work = tmp_path_factory.mktemp("compiled")
-    built, output = hatch_build.compile_core(kube.REPO, work)
-    assert built, f"mypyc could not compile the core:\n{output[-3000:]}"
-    assert {p.name.split(".")[0] for p in built} >= {Path(m).stem for m in hatch_build.COMPILED}
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(work)
     return work
 
 
@@ -168,25 +193,17 @@ def test_the_compiled_core_refuses_a_change_of_the_facts(compiled: Path) -> None
     assert done.stdout.strip() == "refused"
 
 
-def test_a_wheel_built_as_pip_and_the_image_build_it_is_compiled(tmp_path: Path) -> None:
+def test_a_wheel_built_as_pip_and_the_image_build_it_is_compiled(wheel: Path) -> None:
     """`pip install .` and the Dockerfile build the wheel in an isolated environment, with
     only the build-system requirements: mypyc's type check there must pass as it does in the
     development environment (without pydantic among them, the policy models were Any to it
     and the compile fell back to a pure-Python wheel, which the image build refuses)."""
-    env = {k: v for k, v in os.environ.items() if k != "GPU_SHARE_WEBHOOK_PURE_PYTHON"}
-    # A fresh environment, as on a new machine or in the image's builder: mypy looks for the
-    # packages it checks against in the environment of the interpreter that runs pip, so
-    # this suite's own (which has pydantic) would hide the fault.
-    fresh = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(fresh)], check=True, timeout=300)
-    dist = tmp_path / "dist"
-    command = [str(fresh / "bin" / "python"), "-m", "pip", "wheel", "--no-deps"]
-    command += ["--no-cache-dir", "-w", str(dist), str(kube.REPO)]
-    done = subprocess.run(
-        command, capture_output=True, text=True, check=False, env=env, timeout=900
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    (wheel,) = dist.glob("gpu_share_webhook-*.whl")
     assert not wheel.name.endswith("-none-any.whl"), (
-        "mypyc did not compile the core in an isolated build:\n" + done.stderr[-3000:]
+        "mypyc did not compile the core in an isolated build:\n" + wheels.log_tail(wheel)
     )
+    with zipfile.ZipFile(wheel) as archive:
+        extensions = [Path(name) for name in archive.namelist() if name.endswith(".so")]
+    # Each module of the request path, and the library they share at the top.
+    compiled = {p.with_suffix("").with_suffix("").as_posix() + ".py" for p in extensions}
+    assert compiled >= set(hatch_build.COMPILED), wheels.log_tail(wheel)
+    assert any(len(p.parts) == 1 and "__mypyc" in p.name for p in extensions), extensions
