@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -42,6 +43,19 @@ def chart_rules(api: reporting.ReportApi) -> list[dict[str, Any]]:
     return audit_deploy.audit_cluster_role_rules(api.output)
 
 
+@functools.cache
+def _dump_json() -> str:
+    c = cluster()
+    return json.dumps({"namespaces": c.namespaces, "objects": c.objects})
+
+
+def _dump() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The dump's namespaces and objects (`audit_dump.cluster`): built once, a copy each time
+    (the same every time: its uids are counted, not drawn)."""
+    dump = json.loads(_dump_json())
+    return dump["namespaces"], dump["objects"]
+
+
 @pytest.fixture
 def files(tmp_path: Path) -> dict[str, Path]:
     policy_dir = tmp_path / "policies"
@@ -50,11 +64,11 @@ def files(tmp_path: Path) -> dict[str, Path]:
         (policy_dir / name).write_text((REPO / "policies" / name).read_text())
     (policy_dir / "rollout.yaml").write_text(ROLLOUT_POLICY)
     (tmp_path / "jobset.yaml").write_text(JOBSET_ONLY)
-    c = cluster()
+    namespaces, objects = _dump()
     (tmp_path / "namespaces.yaml").write_text(
-        yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": c.namespaces}))
+        yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": namespaces}))
     (tmp_path / "cluster.json").write_text(
-        json.dumps({"apiVersion": "v1", "kind": "List", "items": c.objects}))
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
     return {"root": tmp_path, "policies": policy_dir, "jobset": tmp_path / "jobset.yaml",
             "namespaces": tmp_path / "namespaces.yaml", "cluster": tmp_path / "cluster.json"}
 
@@ -69,12 +83,12 @@ def seeded(rules: list[dict[str, Any]] | None = None) -> kube_api.KubeAPI:
     for resource in (kube_api.POLICY_REPORTS, kube_api.CLUSTER_POLICY_REPORTS,
                      kube_api.REPORTS, kube_api.CLUSTER_REPORTS):
         kube.serve(resource)
-    c = cluster()
-    kube.add(*c.namespaces)
+    namespaces, objects = _dump()
+    kube.add(*namespaces)
     # A namespace's objects exist only in a namespace that exists: the dump's "ghost" pod
     # (whose Namespace is left out of the files) is not in the cluster.
-    exist = {ns["metadata"]["name"] for ns in c.namespaces}
-    kube.add(*(o for o in c.objects
+    exist = {ns["metadata"]["name"] for ns in namespaces}
+    kube.add(*(o for o in objects
                if o["kind"] != "Service" and o["metadata"]["namespace"] in exist))
     return kube
 
