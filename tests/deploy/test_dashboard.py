@@ -476,7 +476,10 @@ def _rendered(chart: helm_python.Chart, values: Mapping[str, Any]) -> list[dict[
 
 
 def _dashboards(chart: helm_python.Chart, values: Mapping[str, Any]) -> list[dict[str, Any]]:
-    objects = _rendered(chart, values)
+    return _dashboards_in(_rendered(chart, values))
+
+
+def _dashboards_in(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [o for o in objects if o["kind"] == "ConfigMap" and KEY in o.get("data", {})]
 
 
@@ -661,9 +664,13 @@ MONITORING_VALUES = {"monitoring": {"serviceMonitor": {"enabled": True},
                                     "prometheusRule": {"enabled": True}}}  # fmt: skip
 
 
-def _installs(chart: helm_python.Chart) -> dict[str, list[dict[str, Any]]]:
-    """The Prometheus Operator objects of each install: the chart's, with both switched on,
-    and deploy/optional/monitoring's."""
+Installs = dict[str, list[dict[str, Any]]]
+
+
+@pytest.fixture(scope="module")
+def installs(chart: helm_python.Chart) -> Installs:
+    """The Prometheus Operator objects of each install, made once (the tests only read
+    them): the chart's, with both switched on, and deploy/optional/monitoring's."""
     return {"chart": _rendered(chart, MONITORING_VALUES), "kustomize": dh.kustomize(MONITORING)}
 
 
@@ -671,12 +678,12 @@ def _installs(chart: helm_python.Chart) -> dict[str, list[dict[str, Any]]]:
 @pytest.mark.parametrize("install", ["chart", "kustomize"])
 @pytest.mark.parametrize("override", [False, True], ids=["honorLabels", "overrideHonorLabels"])
 def test_prometheus_stores_every_label_of_the_server_as_the_server_exported_it(
-    exported: Exported, chart: helm_python.Chart, install: str, override: bool
+    exported: Exported, installs: Installs, install: str, override: bool
 ) -> None:
     """The review series' `endpoint` (mutate or validate) has the name of the label the
     Operator gives every target (the port's name): the ServiceMonitor must bring ours
     through, whether or not the Prometheus lets it honour labels."""
-    (endpoint,) = dh.find(_installs(chart)[install], "ServiceMonitor")["spec"]["endpoints"]
+    (endpoint,) = dh.find(installs[install], "ServiceMonitor")["spec"]["endpoints"]
     assert any("endpoint" in labels for _, labels in exported.samples)
     assert label_problems(exported.samples, endpoint, override_honor_labels=override) == []
 
@@ -712,10 +719,9 @@ def test_the_label_check_fails_where_prometheus_would_store_other_labels(
     assert [p.split(": ", 1)[1] for p in problems] == sorted(wrong)
 
 
-def test_the_service_monitors_relabel_alike(chart: helm_python.Chart) -> None:
+def test_the_service_monitors_relabel_alike(installs: Installs) -> None:
     """The chart's ServiceMonitor endpoint, with the default values, is the kustomize
     install's: honorLabels off (the default, said outright) and the same relabelling."""
-    installs = _installs(chart)
     ((chart_endpoint,), (kustomize_endpoint,)) = (
         dh.find(installs[name], "ServiceMonitor")["spec"]["endpoints"]
         for name in ("chart", "kustomize")
@@ -724,10 +730,10 @@ def test_the_service_monitors_relabel_alike(chart: helm_python.Chart) -> None:
     assert chart_endpoint["honorLabels"] is False
 
 
-def _alerts(chart: helm_python.Chart) -> list[tuple[str, dict[str, Any]]]:
+def _alerts(installs: Installs) -> list[tuple[str, dict[str, Any]]]:
     return [
         (f"{install}/{rule['alert']}", rule)
-        for install, objects in _installs(chart).items()
+        for install, objects in installs.items()
         for group in dh.find(objects, "PrometheusRule")["spec"]["groups"]
         for rule in group["rules"]
     ]
@@ -735,12 +741,12 @@ def _alerts(chart: helm_python.Chart) -> list[tuple[str, dict[str, Any]]]:
 
 @pytest.mark.slow  # starts `serve`
 def test_every_alert_asks_for_series_and_labels_the_server_exports(
-    exported: Exported, chart: helm_python.Chart
+    exported: Exported, installs: Installs
 ) -> None:
     """What test_every_query_asks_for_series_and_labels_the_server_exports checks of the
     dashboard, for the alerts of both installs; and an alert's text names only labels its
     expression keeps."""
-    alerts = _alerts(chart)
+    alerts = _alerts(installs)
     assert {name.split("/")[0] for name, _ in alerts} == {"chart", "kustomize"}
     for name, rule in alerts:
         query = read_promql(rule["expr"])
@@ -795,7 +801,7 @@ def test_the_docs_helm_command_installs_the_dashboard_and_what_it_reads(
                 node = node.setdefault(part, {})
             node[last] = yaml.safe_load(value)
     objects = _rendered(chart, values)
-    assert len(_dashboards(chart, values)) == 1
+    assert len(_dashboards_in(objects)) == 1
     assert {"ServiceMonitor", "PrometheusRule"} <= set(dh.kinds(objects))
 
 
