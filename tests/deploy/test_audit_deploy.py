@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,6 @@ from tests.support import deploy_helpers as dh
 from webhook import cli
 from webhook.policy import kinds, names
 
-AUDIT = dh.DEPLOY / "optional" / "audit"
-OPENREPORTS = AUDIT / "openreports"
 POLICIES_PATH = "/etc/gpu-share-webhook/policies"
 SERVER = ad.RELEASE  # the Deployment, its account and NetworkPolicy
 CONTAINER = "audit"
@@ -143,7 +140,7 @@ def test_without_network_policies_the_audit_has_none_either() -> None:
 @pytest.mark.slow  # every object against two versions' schemas, three renders
 @pytest.mark.parametrize("version", dh.VERSIONS)
 def test_every_audit_object_validates_strictly(version: str) -> None:
-    renders = [_audit(ad.audit_values(r)) for r in ad.REPORTS] + [_audit(CUSTOM)]
+    renders = [_audit(ad.audit_values(r)) for r in ad.REPORTS] + [_audit(ad.CUSTOM)]
     checked = 0
     for objects in renders:
         for obj in objects:
@@ -283,55 +280,9 @@ def test_the_cronjobs_defaults() -> None:
     }
 
 
-# Every audit value away from its default.
-CUSTOM: dict[str, Any] = {
-    "audit": {
-        "enabled": True,
-        "schedule": "@daily",
-        "timeZone": "Europe/Berlin",
-        "reports": "openreports",
-        "pageSize": 100,
-        "concurrencyPolicy": "Replace",
-        "startingDeadlineSeconds": 120,
-        "activeDeadlineSeconds": 600,
-        "backoffLimit": 0,
-        "ttlSecondsAfterFinished": 86400,
-        "successfulJobsHistoryLimit": 3,
-        "failedJobsHistoryLimit": 1,
-        "resources": {
-            "requests": {"cpu": "200m", "memory": "512Mi"},
-            "limits": {"cpu": "1", "memory": "2Gi"},
-        },
-        "nodeSelector": {"node-role.kubernetes.io/infra": ""},
-        "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
-        "affinity": {
-            "nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {
-                    "nodeSelectorTerms": [
-                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
-                    ]
-                }
-            }
-        },
-        "priorityClassName": "low",
-        "podAnnotations": {"sidecar.istio.io/inject": "false"},
-        "podLabels": {"team": "platform"},
-        "extraArgs": ["--some-option=1"],
-    },
-    "image": {
-        "repository": "registry.example.com/gpu-share-webhook",
-        "digest": "sha256:" + "ab" * 32,
-    },
-    "imagePullSecrets": [{"name": "registry"}],
-    # The server's own placement is not the audit's.
-    "nodeSelector": {"gpu": "false"},
-    "priorityClassName": "system-cluster-critical",
-}
-
-
 def test_the_values_reach_the_cronjob() -> None:
-    objects = _audit(CUSTOM)
-    values = CUSTOM["audit"]
+    objects = _audit(ad.CUSTOM)
+    values = ad.CUSTOM["audit"]
     spec = _cronjob(objects)["spec"]
     for key in (
         "schedule",
@@ -373,8 +324,8 @@ def test_a_cpu_limit_drops_the_checkov_skip_of_it() -> None:
         return [v.split("=", 1)[0] for k, v in sorted(annotations.items())]
 
     assert skips(_audit()) == ["CKV_K8S_38", "CKV_K8S_11", "CKV_K8S_43", "CKV_K8S_15"]
-    # CUSTOM pins a digest and sets a CPU limit; its pull policy is still IfNotPresent.
-    assert skips(_audit(CUSTOM)) == ["CKV_K8S_38", "CKV_K8S_15"]
+    # ad.CUSTOM pins a digest and sets a CPU limit; its pull policy is still IfNotPresent.
+    assert skips(_audit(ad.CUSTOM)) == ["CKV_K8S_38", "CKV_K8S_15"]
 
 
 def test_the_longest_release_name_still_makes_a_cronjob_name() -> None:
@@ -478,7 +429,7 @@ def test_the_rules_grant_the_requests_the_brief_names() -> None:
 def test_no_network_policy_cuts_the_audit_off_from_the_api_server() -> None:
     """The server's NetworkPolicy closes all egress, but selects the server's pods only; the
     audit's own closes ingress only. Both installs."""
-    for objects in (ad.render(ad.audit_values()), _kustomized("cert-manager")):
+    for objects in (ad.render(ad.audit_values()), ad.kustomized("cert-manager")):
         labels = _pod_labels(objects)
         policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
         selecting = [p for p in policies if dh.selector_matches(p["spec"]["podSelector"], labels)]
@@ -559,7 +510,7 @@ def _refused(values: Mapping[str, Any]) -> str:
 # --------------------------------------------------------------------------- the chart itself
 
 
-@pytest.mark.parametrize("values", [ad.audit_values(r) for r in ad.REPORTS] + [CUSTOM])
+@pytest.mark.parametrize("values", [ad.audit_values(r) for r in ad.REPORTS] + [ad.CUSTOM])
 def test_helm_lint_is_clean_with_the_audit(values: dict[str, Any]) -> None:
     report = helm_python.lint(ad.CHART, values, namespace=ad.NAMESPACE, strict=True)
     assert report["errors"] == []
@@ -583,37 +534,6 @@ def test_the_notes_show_how_to_run_it_and_read_the_reports(reports: str) -> None
 
 
 # --------------------------------------------------------------------------- kustomize
-
-
-def _site(tmp_path: Path, overlay: str, *components: Path) -> Path:
-    """A site kustomization as the component's comment shows it: an install of a copy of
-    deploy/ and policies/, with the components."""
-    root = tmp_path / overlay
-    for part in (dh.DEPLOY, dh.POLICIES):
-        shutil.copytree(part, root / part.name)
-    directory = root / "site"
-    directory.mkdir()
-    kustomization = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [f"../{dh.BUILDS[overlay].relative_to(dh.REPO)}"],
-        "components": [f"../{c.relative_to(dh.REPO)}" for c in components],
-    }
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-    return directory
-
-
-_BUILDS: dict[tuple[str, bool], list[dict[str, Any]]] = {}
-
-
-def _kustomized(overlay: str, *, openreports: bool = False) -> list[dict[str, Any]]:
-    """The install `overlay` with the audit component (and openreports/), built once."""
-    key = (overlay, openreports)
-    if key not in _BUILDS:
-        with tempfile.TemporaryDirectory() as tmp:
-            components = (AUDIT, OPENREPORTS) if openreports else (AUDIT,)
-            _BUILDS[key] = dh.kustomize(_site(Path(tmp), overlay, *components))
-    return json.loads(json.dumps(_BUILDS[key]))
 
 
 # What only a chart writes: Helm's labels, and checkov's skips (worded for each install).
@@ -665,7 +585,7 @@ def test_the_component_installs_what_the_chart_installs(overlay: str, reports: s
     """The audit objects of the kustomize component equal the chart's with default values
     (openreports/: with audit.reports=openreports), field for field: args, RBAC rules,
     security contexts, volumes and the rest."""
-    built = _kustomized(overlay, openreports=reports == "openreports")
+    built = ad.kustomized(overlay, openreports=reports == "openreports")
     rendered = ad.render(ad.audit_values(reports))
     theirs = {
         (o["kind"], o["metadata"]["name"]): _comparable(o, _policies_configmap(built))
@@ -688,7 +608,7 @@ def test_the_component_installs_what_the_chart_installs(overlay: str, reports: s
 
 @pytest.mark.parametrize("overlay", dh.INSTALLS)
 def test_the_component_adds_the_audit_and_changes_nothing_else(overlay: str) -> None:
-    built = _kustomized(overlay)
+    built = ad.kustomized(overlay)
     audit = ad.audit_objects(built)
     assert dh.kinds(audit) == AUDIT_KINDS
     assert [o for o in built if o not in audit] == dh.kustomize(dh.BUILDS[overlay])
@@ -716,7 +636,7 @@ def test_the_component_mounts_the_policies_of_the_sites_install(tmp_path: Path) 
 
 
 def test_the_component_built_alone_stops_rather_than_mount_a_configmap_of_no_install() -> None:
-    done = dh.run([dh.tool("kubectl"), *dh.KUSTOMIZE, str(AUDIT)])
+    done = dh.run([dh.tool("kubectl"), *dh.KUSTOMIZE, str(ad.AUDIT)])
     assert done.returncode != 0
     assert "nothing selected by ConfigMap" in done.stderr
     assert "gpu-share-webhook-policies" in done.stderr
@@ -726,7 +646,7 @@ def test_the_openreports_component_refuses_to_patch_a_changed_rule(tmp_path: Pat
     """Its JSON patches test what they replace: a ClusterRole whose report rule moved stops
     the build rather than replace another rule."""
     copy = tmp_path / "audit"
-    shutil.copytree(AUDIT, copy)
+    shutil.copytree(ad.AUDIT, copy)
     rbac = copy / "rbac.yaml"
     docs = list(yaml.safe_load_all(rbac.read_text()))
     role = next(d for d in docs if d["kind"] == "ClusterRole")
@@ -756,7 +676,7 @@ def test_the_openreports_component_refuses_to_patch_a_changed_rule(tmp_path: Pat
 @pytest.mark.parametrize("version", dh.VERSIONS)
 def test_every_component_object_validates_strictly(version: str) -> None:
     for openreports in (False, True):
-        audit = ad.audit_objects(_kustomized("cert-manager", openreports=openreports))
+        audit = ad.audit_objects(ad.kustomized("cert-manager", openreports=openreports))
         for obj in audit:
             kubernetes_validate.validate(obj, version, strict=True)
         assert len(audit) == len(AUDIT_KINDS)
@@ -771,8 +691,8 @@ def checkov(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     directory = tmp_path_factory.mktemp("checkov-audit")
     builds = {
         "chart": ad.audit_objects(ad.render(ad.audit_values())),
-        "chart-custom": ad.audit_objects(ad.render(CUSTOM)),
-        "kustomize": ad.audit_objects(_kustomized("cert-manager")),
+        "chart-custom": ad.audit_objects(ad.render(ad.CUSTOM)),
+        "kustomize": ad.audit_objects(ad.kustomized("cert-manager")),
     }
     for name, objects in builds.items():
         (directory / f"{name}.yaml").write_text(

@@ -4,7 +4,8 @@ rules feed a stand-in API's authorization (tests/support/deploy_helpers.py `gran
 command is run on exactly the rights the chart grants.
 
 Rendered by Helm's own engine (helm-python-sdk), with the release and namespace deploy/
-uses (`gpu-share-webhook` in gpu-share-system), once per set of values.
+uses (`gpu-share-webhook` in gpu-share-system), once per set of values; and as
+deploy/optional/audit, the kustomize component, adds them to an install (`kustomized`).
 """
 
 from __future__ import annotations
@@ -12,9 +13,13 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import helm_python
+import yaml
 
 from tests.support import deploy_helpers as dh
 
@@ -28,6 +33,9 @@ COMPONENT = "audit"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 # The report APIs of the value audit.reports.
 REPORTS = ("policyreport", "openreports")
+# The kustomize component, and its part for the openreports API.
+AUDIT = dh.DEPLOY / "optional" / "audit"
+OPENREPORTS = AUDIT / "openreports"
 
 
 @functools.cache
@@ -75,3 +83,81 @@ def audit_cluster_role_rules(reports: str = "policyreport") -> list[dict[str, An
     # A copy of the rules alone: a copy of the whole render is most of a call's time.
     role = dh.find(_rendered(audit_values(reports), RELEASE, NAMESPACE), "ClusterRole", NAME)
     return copy.deepcopy(list(role["rules"]))
+
+
+# Every audit value away from its default.
+CUSTOM: dict[str, Any] = {
+    "audit": {
+        "enabled": True,
+        "schedule": "@daily",
+        "timeZone": "Europe/Berlin",
+        "reports": "openreports",
+        "pageSize": 100,
+        "concurrencyPolicy": "Replace",
+        "startingDeadlineSeconds": 120,
+        "activeDeadlineSeconds": 600,
+        "backoffLimit": 0,
+        "ttlSecondsAfterFinished": 86400,
+        "successfulJobsHistoryLimit": 3,
+        "failedJobsHistoryLimit": 1,
+        "resources": {
+            "requests": {"cpu": "200m", "memory": "512Mi"},
+            "limits": {"cpu": "1", "memory": "2Gi"},
+        },
+        "nodeSelector": {"node-role.kubernetes.io/infra": ""},
+        "tolerations": [{"key": "infra", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                    ]
+                }
+            }
+        },
+        "priorityClassName": "low",
+        "podAnnotations": {"sidecar.istio.io/inject": "false"},
+        "podLabels": {"team": "platform"},
+        "extraArgs": ["--some-option=1"],
+    },
+    "image": {
+        "repository": "registry.example.com/gpu-share-webhook",
+        "digest": "sha256:" + "ab" * 32,
+    },
+    "imagePullSecrets": [{"name": "registry"}],
+    # The server's own placement is not the audit's.
+    "nodeSelector": {"gpu": "false"},
+    "priorityClassName": "system-cluster-critical",
+}
+
+
+def _site(tmp_path: Path, overlay: str, *components: Path) -> Path:
+    """A site kustomization as the component's comment shows it: an install of a copy of
+    deploy/ and policies/, with the components."""
+    root = tmp_path / overlay
+    for part in (dh.DEPLOY, dh.POLICIES):
+        shutil.copytree(part, root / part.name)
+    directory = root / "site"
+    directory.mkdir()
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [f"../{dh.BUILDS[overlay].relative_to(dh.REPO)}"],
+        "components": [f"../{c.relative_to(dh.REPO)}" for c in components],
+    }
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return directory
+
+
+_BUILDS: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+
+
+def kustomized(overlay: str, *, openreports: bool = False) -> list[dict[str, Any]]:
+    """The install `overlay` with the audit component (and openreports/), built once (a copy
+    the caller may change)."""
+    key = (overlay, openreports)
+    if key not in _BUILDS:
+        with tempfile.TemporaryDirectory() as tmp:
+            components = (AUDIT, OPENREPORTS) if openreports else (AUDIT,)
+            _BUILDS[key] = dh.kustomize(_site(Path(tmp), overlay, *components))
+    return json.loads(json.dumps(_BUILDS[key]))
