@@ -10,7 +10,6 @@ kustomizations are, and every object checked by kubernetes-validate (strict) and
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from collections.abc import Mapping
@@ -23,6 +22,7 @@ import pytest
 import yaml
 
 from tests.support import audit_deploy as ad
+from tests.support import checkov_scan
 from tests.support import deploy_helpers as dh
 from webhook import cli
 from webhook.policy import kinds, names
@@ -685,46 +685,17 @@ def test_every_component_object_validates_strictly(version: str) -> None:
 # --------------------------------------------------------------------------- checkov
 
 
-@pytest.fixture(scope="module")
-def checkov(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    """checkov's kubernetes report over the audit objects of both installs, once."""
-    directory = tmp_path_factory.mktemp("checkov-audit")
-    builds = {
-        "chart": ad.audit_objects(ad.render(ad.audit_values())),
-        "chart-custom": ad.audit_objects(ad.render(ad.CUSTOM)),
-        "kustomize": ad.audit_objects(ad.kustomized("cert-manager")),
-    }
-    for name, objects in builds.items():
-        (directory / f"{name}.yaml").write_text(
-            "---\n".join(json.dumps(o) + "\n" for o in objects), encoding="utf-8"
-        )
-    done = dh.run(
-        [
-            dh.tool("checkov"),
-            "--directory",
-            str(directory),
-            "--framework",
-            "kubernetes",
-            "--output",
-            "json",
-            "--skip-download",
-        ]
-    )
-    assert done.returncode in (0, 1), f"checkov did not run:\n{done.stderr[-3000:]}"
-    reports = json.loads(done.stdout)
-    return reports if isinstance(reports, list) else [reports]
-
-
 @pytest.mark.slow  # a checkov run
-def test_checkov_reports_no_failed_check_of_the_audit(checkov: list[dict[str, Any]]) -> None:
-    (report,) = checkov
-    assert report["summary"]["passed"] > 0, "checkov checked nothing"
-    assert report["summary"]["parsing_errors"] == 0
+def test_checkov_reports_no_failed_check_of_the_audit() -> None:
+    """The audit's objects of the chart, with the default and the custom values, and of the
+    component (checkov_scan: one run for these and the installs')."""
+    report = checkov_scan.report(checkov_scan.AUDIT, "kubernetes")
+    assert report["passed_checks"], "checkov checked nothing"
+    assert report["parsing_errors"] == 0
     failed = [
-        f"{r['check_id']} {r['resource']}: {r['check_name']}"
-        for r in report["results"]["failed_checks"]
+        f"{r['check_id']} {r['resource']}: {r['check_name']}" for r in report["failed_checks"]
     ]
     assert failed == []
-    for skipped in report["results"]["skipped_checks"]:
+    for skipped in report["skipped_checks"]:
         reason = skipped.get("check_result", {}).get("suppress_comment", "")
         assert len(reason.split()) >= 8, f"{skipped['check_id']}: unexplained skip"

@@ -8,7 +8,6 @@ them and the Dockerfile.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import shlex
@@ -28,8 +27,8 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from tests.support import checkov_scan, nodes
 from tests.support import deploy_helpers as dh
-from tests.support import nodes
 from tests.support import server_helpers as sh
 from tests.support.certs_helpers import (
     MUTATING_PATH,
@@ -625,58 +624,23 @@ def test_the_runtimeclass_is_optional(built: dict[str, list[dict[str, Any]]]) ->
 # --------------------------------------------------------------------------- checkov
 
 
-@pytest.fixture(scope="module")
-def checkov(
-    built: dict[str, list[dict[str, Any]]], tmp_path_factory: pytest.TempPathFactory
-) -> list[dict[str, Any]]:
-    """checkov's reports (kubernetes, dockerfile) for every build and the Dockerfile, once."""
-    directory = tmp_path_factory.mktemp("checkov")
-    for name, objects in built.items():
-        (directory / f"{name}.yaml").write_text(
-            "---\n".join(json.dumps(o) + "\n" for o in objects), encoding="utf-8"
-        )
-    (directory / "Dockerfile").write_bytes((dh.REPO / "Dockerfile").read_bytes())
-    done = dh.run(
-        [
-            dh.tool("checkov"),
-            "--directory",
-            str(directory),
-            "--framework",
-            "kubernetes",
-            "dockerfile",
-            "--output",
-            "json",
-            # Offline: no guideline links or severities from the vendor's service.
-            "--skip-download",
-        ]
-    )
-    assert done.returncode in (0, 1), f"checkov did not run:\n{done.stderr[-3000:]}"
-    reports = json.loads(done.stdout)
-    return reports if isinstance(reports, list) else [reports]
-
-
-def _report(reports: list[dict[str, Any]], check_type: str) -> dict[str, Any]:
-    (report,) = [r for r in reports if r.get("check_type") == check_type]
-    return report
-
-
 @pytest.mark.slow  # checkov runs over the manifests and the Dockerfile
 @pytest.mark.parametrize("check_type", ["kubernetes", "dockerfile"])
-def test_checkov_reports_no_failed_check(checkov: list[dict[str, Any]], check_type: str) -> None:
-    report = _report(checkov, check_type)
-    assert report["summary"]["passed"] > 0, "checkov checked nothing"
-    assert report["summary"]["parsing_errors"] == 0
+def test_checkov_reports_no_failed_check(check_type: str) -> None:
+    """Every build and the Dockerfile (checkov_scan: one run for these and the audit's)."""
+    report = checkov_scan.report(checkov_scan.INSTALLS, check_type)
+    assert report["passed_checks"], "checkov checked nothing"
+    assert report["parsing_errors"] == 0
     failed = [
-        f"{r['check_id']} {r['resource']}: {r['check_name']}"
-        for r in report["results"]["failed_checks"]
+        f"{r['check_id']} {r['resource']}: {r['check_name']}" for r in report["failed_checks"]
     ]
     assert failed == []
 
 
 @pytest.mark.slow  # reads checkov's reports (a checkov run)
-def test_every_checkov_skip_is_justified_in_place(checkov: list[dict[str, Any]]) -> None:
-    for report in checkov:
-        for skipped in report["results"]["skipped_checks"]:
+def test_every_checkov_skip_is_justified_in_place() -> None:
+    for check_type in ("kubernetes", "dockerfile"):
+        for skipped in checkov_scan.report(checkov_scan.INSTALLS, check_type)["skipped_checks"]:
             reason = skipped.get("check_result", {}).get("suppress_comment", "")
             assert len(reason.split()) >= 8, f"{skipped['check_id']}: unexplained skip"
 
