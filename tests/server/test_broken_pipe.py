@@ -5,10 +5,14 @@ Real processes and real pipes. Two ways a reader goes: before the command writes
 (the write of the last, buffered output fails: every command, however short its output), and
 after reading one byte of an output longer than the pipe holds (the command is blocked in a
 write when the pipe closes: its next write fails). Both are certain, not races.
+
+The pipes hold one page (`PIPE_BYTES`, set on each), not Linux's default 64 KiB, so that an
+output of a few dozen pods is already many times longer than a pipe holds.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -21,6 +25,8 @@ from tests.support import nodes
 
 REPO = Path(__file__).resolve().parents[2]
 BROKEN_PIPE = 141
+# What each pipe holds: the least Linux gives a pipe.
+PIPE_BYTES = 4096
 
 POD = {
     "apiVersion": "v1",
@@ -69,6 +75,8 @@ def run_into_pipe(
     or after reading `read` bytes; with PYTHONUNBUFFERED set or not (None: as it is here).
     Returns the exit code and stderr."""
     reader, writer = os.pipe()
+    fcntl.fcntl(writer, fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+    assert fcntl.fcntl(writer, fcntl.F_GETPIPE_SZ) == PIPE_BYTES
     if read is None:
         os.close(reader)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPU_SHARE_WEBHOOK_")}
@@ -102,11 +110,11 @@ def test_a_command_whose_reader_is_gone_before_it_writes_stops_quietly(
 
 
 def test_a_command_whose_reader_leaves_after_one_byte_stops_quietly(tmp_path: Path) -> None:
-    # More than a pipe holds (64 KiB on Linux), in several writes (one patch a line for 400
-    # pods), or in one (the YAML of 400 pods), which the kernel cuts short when the reader
-    # leaves: written through a raw file, as under PYTHONUNBUFFERED, the rest would be
-    # dropped without an error.
-    pods = inputs(tmp_path, 400)["mutate"]
+    # More than a pipe holds (PIPE_BYTES; 40 pods make 55 KB of patches, 65 KB of YAML), in
+    # several writes (one patch a line), or in one (the YAML), which the kernel cuts short
+    # when the reader leaves: written through a raw file, as under PYTHONUNBUFFERED, the rest
+    # would be dropped without an error.
+    pods = inputs(tmp_path, 40)["mutate"]
     for args in ([*pods[:-1], "patch"], pods):
         for unbuffered in (False, True):
             code, err = run_into_pipe(args, tmp_path, read=1, unbuffered=unbuffered)
