@@ -176,7 +176,8 @@ async def test_a_connection_that_sends_nothing_after_its_handshake_is_closed(
 async def test_an_idle_keep_alive_connection_lasts_the_idle_timeout_then_closes(
     tmp_path: Path,
 ) -> None:
-    limits = dataclasses.replace(SMALL, idle_timeout=3.0)
+    # The header timeout a second (QUICK_HEAD's), the idle one three.
+    limits = dataclasses.replace(QUICK_HEAD, idle_timeout=3.0)
     settings = h.settings(tmp_path, host="127.0.0.1", port=0, metrics_port=0, limits=limits)
     async with (
         serving.running(settings) as server,
