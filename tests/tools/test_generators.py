@@ -13,10 +13,14 @@ reports its peak RSS (getrusage) and the largest body it made.
 
 from __future__ import annotations
 
+import functools
 import json
+import os
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import pytest
 
@@ -107,21 +111,31 @@ def check(result: dict[str, object]) -> None:
     assert result["peak_mib"] < PEAK_MIB, result
 
 
+# A few examples of each top-level strategy, at seed 4.
+STRATEGY_JOBS = [(name, 10, 4) for name in FUZZING if name != "oversized_cases"]
+STRATEGY_JOBS += [("oversized_cases", 3, 4), ("policy_and_pod", 30, 4), ("mangled_cases", 30, 4)]
+# The bench's batches: 65, reached by `--seed 4 --count 100000`, made a body of 1,000 copies
+# of 2 MB before the bound; 4 is that run's first batch; 0 and 9, more of the same mix.
+BENCH_SEEDS = (0, 4, 9, 65)
+
+
 @pytest.mark.slow  # a subprocess per strategy under a memory cap (about 2 s)
-def test_each_strategy_generates_in_bounded_memory() -> None:
+def test_each_strategy_generates_in_bounded_memory(
+    probes: Probes, request: pytest.FixtureRequest
+) -> None:
     """A few examples of each top-level strategy, at seed 4 (a smoke test: the rare cases that
     grew are the chains below, and the bench's batches)."""
-    jobs = [(name, 10, 4) for name in FUZZING if name != "oversized_cases"]
-    jobs += [("oversized_cases", 3, 4), ("policy_and_pod", 30, 4), ("mangled_cases", 30, 4)]
-    check(probe(jobs, timeout=60))
+    check(probes[request.node.name].result())
 
 
-@pytest.mark.slow  # ten thousand cases: bench/fuzz.py's batches of 1,000, about 10 s each
-@pytest.mark.parametrize("at", [0, 4, 9, 65])
-def test_bench_batches_generate_in_bounded_memory(at: int) -> None:
+@pytest.mark.slow  # four thousand cases: bench/fuzz.py's batches of 1,000, about 20 s each
+@pytest.mark.parametrize("at", BENCH_SEEDS)
+def test_bench_batches_generate_in_bounded_memory(
+    probes: Probes, request: pytest.FixtureRequest, at: int
+) -> None:
     """Batches as bench/fuzz.py makes them; `--seed 4 --count 100000` reaches seed 65, whose
     batch made a body of 1,000 copies of 2 MB before the bound."""
-    check(probe([("bench", 1000, at)], timeout=300))
+    check(probes[request.node.name].result())
 
 
 # "many" at chosen nodes: the draws a mangling makes, given rather than drawn.
@@ -164,15 +178,52 @@ CHAIN_PROBE = textwrap.dedent(
 )
 
 
-@pytest.mark.slow  # the chains that used to grow, built in a subprocess (about 1.5 s)
-def test_many_stops_at_its_bytes() -> None:
-    """The ways "many" grew without bound, made on purpose: the bodies stay under the bound."""
+def chain_probe() -> dict[str, object]:
+    """The chains made in a fresh, limited process: the size of each body, and the peak."""
     done = subprocess.run(
         [sys.executable, "-c", CHAIN_PROBE, str(LIMIT_MIB), json.dumps(CHAINS)],
         cwd=REPO, capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-3000:]}"
-    result = json.loads(done.stdout.splitlines()[-1])
+    result: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    return result
+
+
+@pytest.mark.slow  # the chains that used to grow, built in a subprocess (about 1.5 s)
+def test_many_stops_at_its_bytes(probes: Probes, request: pytest.FixtureRequest) -> None:
+    """The ways "many" grew without bound, made on purpose: the bodies stay under the bound."""
+    result = probes[request.node.name].result()
     check(result)
-    for size in result["largest"].values():
+    largest = result["largest"]
+    assert isinstance(largest, dict)
+    for size in largest.values():
         assert size > fuzzing.MAX_BODY_BYTES // 2  # it still makes many
+
+
+# Each test's probe, by the test's name.
+Probes = dict[str, Future[dict[str, object]]]
+
+
+def _runs() -> dict[str, Callable[[], dict[str, object]]]:
+    """Each test's probe, by the test's name; the longest (the batches) first."""
+    runs: dict[str, Callable[[], dict[str, object]]] = {
+        f"test_bench_batches_generate_in_bounded_memory[{at}]": functools.partial(
+            probe, [("bench", 1000, at)], timeout=300
+        )
+        for at in BENCH_SEEDS
+    }
+    runs["test_each_strategy_generates_in_bounded_memory"] = functools.partial(
+        probe, STRATEGY_JOBS, timeout=60
+    )
+    runs["test_many_stops_at_its_bytes"] = chain_probe
+    return runs
+
+
+@pytest.fixture(scope="module")
+def probes(request: pytest.FixtureRequest) -> Iterator[Probes]:
+    """The probes of this module's selected tests, started together: each is an interpreter
+    generating on one CPU, so as many run at once as this process may use CPUs."""
+    selected = {item.name for item in request.session.items if item.path == request.path}
+    with ThreadPoolExecutor(max_workers=len(os.sched_getaffinity(0))) as pool:
+        yield {name: pool.submit(run) for name, run in _runs().items() if name in selected}
+        pool.shutdown(cancel_futures=True)
