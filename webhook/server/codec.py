@@ -10,7 +10,6 @@ two error routes, in one place:
 
 from __future__ import annotations
 
-import base64
 from typing import Any, NamedTuple
 
 import msgspec
@@ -290,32 +289,26 @@ def _labels(source: view.Source | None) -> dict[str, str]:
     return {k: v for k, v in raw.items() if isinstance(k, str) and isinstance(v, str)}
 
 
-# orjson writes an answer faster than msgspec, but keeps its worst-case buffer for a long
-# string: ten times the size of a large patch in base64. Past this size msgspec writes the
-# envelope (same bytes: it holds strings, booleans and integers only).
-_LARGE_PATCH = 64 * 1024
-_ENCODE_TRIMMED = msgspec.json.Encoder().encode
+# msgspec writes the answer: it writes the patch's bytes as base64 itself, several times
+# faster than binascii (the same bytes as orjson for the rest: strings, booleans, integers).
+_ENCODE = msgspec.json.Encoder().encode
 
 
 def encode(uid: str, decision: Decision) -> bytes:
     """The AdmissionReview v1 response for `decision`."""
     response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
-    large = False
     if decision.allowed:
         # patch and patchType come together, and only with a non-empty patch.
         if decision.patch:
-            patch = orjson.dumps(decision.patch)
-            large = len(patch) > _LARGE_PATCH
             response["patchType"] = "JSONPatch"
-            response["patch"] = base64.b64encode(patch).decode("ascii")
+            response["patch"] = orjson.dumps(decision.patch)
     else:
         response["status"] = _status(decision.code, decision.message)
     if decision.warnings:
         response["warnings"] = decision.warnings
     if decision.audit:
         response["auditAnnotations"] = decision.audit
-    doc = {"apiVersion": API_VERSION, "kind": KIND, "response": response}
-    return _ENCODE_TRIMMED(doc) if large else orjson.dumps(doc)
+    return _ENCODE({"apiVersion": API_VERSION, "kind": KIND, "response": response})
 
 
 def review(
