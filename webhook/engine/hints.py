@@ -79,6 +79,19 @@ _PLAIN_LABELS = frozenset(
 # What a name must have in it, in any case, to be looked at further.
 _SUSPECT_RESOURCE = re.compile("gpu|nvidia", re.IGNORECASE)
 SUSPECT_KEY = re.compile("share|profile|gpu", re.IGNORECASE)
+# The same words for an ASCII name (most), found without the expressions: a search that
+# ignores case costs several times a lower-cased copy and three substring tests.
+_RESOURCE_WORDS = ("gpu", "nvidia")
+_KEY_WORDS = ("share", "profile", "gpu")
+
+
+def _suspect(name: str, words: tuple[str, ...], pattern: re.Pattern[str]) -> bool:
+    """Whether `name` holds one of `words` in any case (`pattern` is their search; a name
+    that is not ASCII is searched with it, which also matches letters such as U+017F)."""
+    if name.isascii():
+        lower = name.lower()
+        return any(word in lower for word in words)
+    return pattern.search(name) is not None
 # How close a key must be to a known one to be taken for a typo of it (difflib's ratio): the
 # whole key, and the name alone under our domain.
 _CLOSE = 0.8
@@ -180,7 +193,7 @@ def resource_warnings(pod: view.Pod, policy: Policy, budget: Budget) -> list[str
                     or name in _PLAIN_RESOURCES
                     or name == GPU
                     or name in shared
-                    or _SUSPECT_RESOURCE.search(name) is None
+                    or not _suspect(name, _RESOURCE_WORDS, _SUSPECT_RESOURCE)
                 ):
                     continue
                 if budget.spent:
@@ -233,7 +246,7 @@ def annotation_warnings(pod: view.Pod, policy: Policy, budget: Budget) -> list[s
     (the namespace's label picks the policy)."""
     out: list[str] = []
     for key, value in view.annotations_of(pod).items():
-        if key in _KNOWN_SET or SUSPECT_KEY.search(key) is None:
+        if key in _KNOWN_SET or not _suspect(key, _KEY_WORDS, SUSPECT_KEY):
             if key == names.ANNOTATION_POLICY and isinstance(value, str) and value != policy.name:
                 budget.put(
                     out,
@@ -255,7 +268,11 @@ def label_warnings(pod: view.Pod, policy: Policy, budget: Budget) -> list[str]:
         return []
     out: list[str] = []
     for key in labels:
-        if type(key) is not str or key in _PLAIN_LABELS or SUSPECT_KEY.search(key) is None:
+        if (
+            type(key) is not str
+            or key in _PLAIN_LABELS
+            or not _suspect(key, _KEY_WORDS, SUSPECT_KEY)
+        ):
             continue
         if budget.spent:
             return out
