@@ -23,7 +23,7 @@ templates), each a `Template`: its place in the object, its metadata and spec.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -127,16 +127,45 @@ class Unreadable(ValueError):
 class Source:
     """An object under review as it came: the bytes of JSON the API server sent (the
     server), or the value a command read from a file. Its generic form is made once, and
-    only when asked for; so is its typed decode (`typed_object`)."""
+    only when asked for; so is its typed decode (`typed_object`), unless the codec decoded
+    it with the request (`Source.decoded`)."""
 
-    __slots__ = ("_decoded", "_generic", "_made", "_typed", "raw")
+    __slots__ = ("_binary", "_cut", "_decoded", "_generic", "_made", "_raw", "_typed")
 
     def __init__(self, raw: bytes | Any) -> None:
-        self.raw = raw
-        self._made = not isinstance(raw, bytes)
+        self._raw = raw
+        # Gives the bytes of an object decoded with its request, when they are first asked for.
+        self._cut: Callable[[], bytes] | None = None
+        self._binary = isinstance(raw, bytes)
+        self._made = not self._binary
         self._generic: Any = None if not self._made else raw
         self._decoded = self._made
         self._typed: PodObject | None = None
+
+    @staticmethod
+    def decoded(typed: PodObject, cut: Callable[[], bytes]) -> Source:
+        """An object of JSON bytes whose typed decode (`typed_object`) was made in the same
+        pass as the request that holds it; `cut` gives its bytes (read only by the slower
+        paths: its generic form, a workload's templates)."""
+        source = Source(b"")
+        source._typed = typed
+        source._decoded = True
+        source._cut = cut
+        return source
+
+    @property
+    def raw(self) -> bytes | Any:
+        """The object as it came: its bytes of JSON, or the value read from a file."""
+        cut = self._cut
+        if cut is not None:
+            self._cut = None
+            self._raw = cut()
+        return self._raw
+
+    @property
+    def binary(self) -> bool:
+        """Whether the object came as bytes of JSON (not as a value read from a file)."""
+        return self._binary
 
     @property
     def generic(self) -> Any:
@@ -178,7 +207,7 @@ def typed_object(source: Source) -> PodObject | None:
 
 def meta_of(source: Source) -> Names:
     """What names the object (its metadata's name, generateName and namespace, as sent)."""
-    if isinstance(source.raw, bytes):
+    if source.binary:
         typed = typed_object(source)
         if typed is not None:
             m = typed.metadata
@@ -198,7 +227,7 @@ def meta_of(source: Source) -> Names:
 def head(source: Source) -> tuple[str, str]:
     """The object's (group, kind), as its own apiVersion and kind say; ("", "") when it
     says none."""
-    if isinstance(source.raw, bytes):
+    if source.binary:
         typed = typed_object(source)
         try:
             found = typed if typed is not None else decode_head(source.raw)
@@ -225,7 +254,7 @@ def templates(obj: Object, kinds: Kinds = BUILTIN) -> tuple[list[Found], list[Pr
     found = kinds.get((group, kind))
     if found is None:
         return [], []
-    if found.builtin and isinstance(source.raw, bytes):
+    if found.builtin and source.binary:
         typed = _typed_workload(source, found)
         if typed is not None:
             return typed, []
@@ -236,7 +265,7 @@ def templates(obj: Object, kinds: Kinds = BUILTIN) -> tuple[list[Found], list[Pr
 
 
 def _pod(source: Source) -> tuple[list[Found], list[Problem]]:
-    if isinstance(source.raw, bytes):
+    if source.binary:
         pod = typed_object(source)
         if pod is not None:
             if _mirror(pod.metadata):

@@ -10,13 +10,14 @@ two error routes, in one place:
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, NamedTuple
 
 import msgspec
 import orjson
 from msgspec import Struct
 
-from webhook.engine import namespaces, reviewing, view
+from webhook.engine import namespaces, reviewing, structs, view
 from webhook.engine.decision import Decision
 from webhook.errors import BadReview
 from webhook.policy import kinds, names
@@ -90,16 +91,25 @@ class _Kind(Struct, gc=False):
     kind: Any = None
 
 
-class _Request(Struct, gc=False):
+class _Fields(Struct, gc=False):
     uid: Any = None
     kind: _Kind | None = None
     operation: Any = None
     namespace: Any = None
     name: Any = None
     subResource: Any = None
-    # Kept as their bytes (`null` where the request has none); msgspec takes Raw in no union.
-    object: msgspec.Raw = msgspec.Raw()
+    # Kept as its bytes (`null` where the request has none); msgspec takes Raw in no union.
     oldObject: msgspec.Raw = msgspec.Raw()
+
+
+class _Request(_Fields, gc=False):
+    object: msgspec.Raw = msgspec.Raw()
+
+
+class _TypedRequest(_Fields, gc=False):
+    # Decoded in the same pass as the request, as the view reads a Pod's fields
+    # (`view.typed_object`, which any kind decodes as).
+    object: structs.PodObject | None = None
 
 
 class _Review(Struct, gc=False):
@@ -108,7 +118,14 @@ class _Review(Struct, gc=False):
     request: _Request | None = None
 
 
+class _TypedReview(Struct, gc=False):
+    apiVersion: Any = None
+    kind: Any = None
+    request: _TypedRequest | None = None
+
+
 _DECODE_REVIEW = msgspec.json.Decoder(_Review).decode
+_DECODE_TYPED = msgspec.json.Decoder(_TypedReview).decode
 
 
 # What AdmissionRequest.operation may be.
@@ -143,9 +160,16 @@ def parse(body: bytes) -> Request:
 
 
 def _parse(body: bytes) -> Request:
-    review = None
+    review: _Review | _TypedReview | None = None
     try:
-        review = _DECODE_REVIEW(body)
+        review = _DECODE_TYPED(body)
+    except (msgspec.DecodeError, RecursionError):
+        # The object is no Pod's shape (or no object): read from its bytes, where the
+        # slower readings of the view say what is wrong.
+        review = None
+    try:
+        if review is None:
+            review = _DECODE_REVIEW(body)
         # What a typed decode leaves unchecked in the fields it skips (an ASCII body, most,
         # is UTF-8 without being copied into a string).
         if not body.isascii():
@@ -166,7 +190,13 @@ def _parse(body: bytes) -> Request:
     ):
         return _parse_generic(body)
     kind = req.kind if req.kind is not None else _Kind()
-    obj = _source(req.object)
+    if isinstance(req, _TypedRequest):
+        typed = req.object
+        obj = (
+            view.Source.decoded(typed, partial(_object_bytes, body)) if typed is not None else None
+        )
+    else:
+        obj = _source(req.object)
     name = req.name
     namespace = req.namespace
     if obj is not None and not (name and namespace):
@@ -191,6 +221,12 @@ def _source(raw: msgspec.Raw) -> view.Source | None:
     """An object of the request: None where it is none (null, or not an object)."""
     data = bytes(raw)
     return view.Source(data) if data[:1] == b"{" else None
+
+
+def _object_bytes(body: bytes) -> bytes:
+    """The bytes of the object of `body`, a request `_parse` decoded typed."""
+    request = _DECODE_REVIEW(body).request
+    return bytes(request.object) if request is not None else b""
 
 
 def _parse_generic(body: bytes) -> Request:
