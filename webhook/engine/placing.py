@@ -65,14 +65,20 @@ class Placement:
         self.pinned_to: Final = pinned_to
 
 
-class Limit(NamedTuple):
-    """One MPS limit a container will run with, and where it comes from."""
+class Limit:
+    """One MPS limit a container will run with, and where it comes from. A native class of
+    the compiled core, as `Placement`."""
 
-    container: str
-    variable: str  # names.MPS_THREADS or names.MPS_MEMORY
-    value: float  # percent, or MiB per device
-    source: str  # for messages: the profile, or the container's own variable
-    user_set: bool
+    __slots__ = ("container", "source", "user_set", "value", "variable")
+
+    def __init__(
+        self, container: str, variable: str, value: float, source: str, user_set: bool
+    ) -> None:
+        self.container: Final = container
+        self.variable: Final = variable  # names.MPS_THREADS or names.MPS_MEMORY
+        self.value: Final = value  # percent, or MiB per device
+        self.source: Final = source  # for messages: the profile, or the container's own variable
+        self.user_set: Final = user_set
 
 
 def place(

@@ -207,7 +207,7 @@ def annotations_update(
     }
     if not changed:
         return Decision()
-    only = pod._replace(meta=structs.Meta(changed, pod.meta.labels if pod.meta else None))
+    only = pod.with_meta(structs.Meta(changed, pod.meta.labels if pod.meta else None))
     table = Table(frozenset(), (rule.check,) if rule.check is not None else (), (), ())
     r, _, _ = run_rules(facts.gather(only, policy), policy, table, mutate=False)
     decision = Decision(violations=r.violations, would_refuse=r.would_refuse)

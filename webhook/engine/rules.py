@@ -30,7 +30,7 @@ import operator
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from webhook.engine import claims, facts, placing, selection, view
 from webhook.engine.decision import (
@@ -136,14 +136,17 @@ _LAST = len(RANK)
 _Ranked = TypeVar("_Ranked", bound=tuple[Any, ...])
 
 
-class EnvAddition(NamedTuple):
+class EnvAddition:
     """Variables a patch adds to a container's env (made into operations at the end, when it
     is known which addition to a container without an env list comes first, and so adds
-    the list)."""
+    the list). A native class of the compiled core, as `view.Slot`."""
 
-    pointer: str  # the container's env: "/spec/containers/0/env"
-    has_list: bool  # whether the container has an env list
-    variables: list[dict[str, str]]
+    __slots__ = ("has_list", "pointer", "variables")
+
+    def __init__(self, pointer: str, has_list: bool, variables: list[dict[str, str]]) -> None:
+        self.pointer: Final = pointer  # the container's env: "/spec/containers/0/env"
+        self.has_list: Final = has_list  # whether the container has an env list
+        self.variables: Final = variables
 
 
 class Known(Protocol):

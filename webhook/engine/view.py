@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -72,17 +72,28 @@ class Problem(NamedTuple):
     found: str  # "a number"
 
 
-class Found(NamedTuple):
+class Found:
     """A pod spec inside a reviewed object: where it stands, its metadata and spec as the
-    rules read them, and the shape problems found in them (their paths relative to it)."""
+    rules read them, and the shape problems found in them (their paths relative to it). A
+    native class of the compiled core, as `Pod`."""
 
-    place: Place
-    template: Template
-    problems: tuple[Problem, ...]
-    # The pod spec as sent, in generic form: here when it was read from it, else made from
-    # the object's when asked for (`generic`).
-    node: Any
-    source: Source | None = None
+    __slots__ = ("node", "place", "problems", "source", "template")
+
+    def __init__(
+        self,
+        place: Place,
+        template: Template,
+        problems: tuple[Problem, ...],
+        node: Any,
+        source: Source | None = None,
+    ) -> None:
+        self.place: Final = place
+        self.template: Final = template
+        self.problems: Final = problems
+        # The pod spec as sent, in generic form: here when it was read from it, else made
+        # from the object's when asked for (`generic`).
+        self.node: Final = node
+        self.source: Final = source
 
     def generic(self) -> Any:
         """The pod spec as sent, as dicts and lists (what a patch copies of it)."""
@@ -92,6 +103,9 @@ class Found(NamedTuple):
         for step in self.place.pointer.split("/")[1:]:
             node = node.get(step) if isinstance(node, dict) else None
         return node
+
+    def __repr__(self) -> str:
+        return f"Found({self.place!r}, {self.template!r}, {self.problems!r})"
 
 
 def type_name(value: object) -> str:
@@ -793,40 +807,79 @@ def names_of(items: Sequence[Any] | None) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- the pod reviewed
 
 
-class Slot(NamedTuple):
+# The classes of the pod reviewed are plain classes with Final attributes, not named tuples:
+# made for every pod, container and volume of every review, they are native classes of the
+# compiled core (hatch_build.py), many times cheaper to make (as `facts.Facts`).
+
+
+class Slot:
     """One container of the pod under review: where it stands, and whether it is judged."""
 
-    group: str  # "initContainers", "containers" or "ephemeralContainers"
-    position: int  # in its group's list
-    name: str  # its name, or "containers[1]" where it has none
-    c: Container
-    # False for ephemeral containers that were there before an update: they were judged
-    # when added, and cannot be changed.
-    judged: bool
+    __slots__ = ("c", "group", "judged", "name", "position")
+
+    def __init__(self, group: str, position: int, name: str, c: Container, judged: bool) -> None:
+        self.group: Final = group  # "initContainers", "containers" or "ephemeralContainers"
+        self.position: Final = position  # in its group's list
+        self.name: Final = name  # its name, or "containers[1]" where it has none
+        self.c: Final = c
+        # False for ephemeral containers that were there before an update: they were judged
+        # when added, and cannot be changed.
+        self.judged: Final = judged
 
     @property
     def field(self) -> str:
         """Its field path in the pod spec: "spec.containers[0]"."""
         return f"spec.{self.group}[{self.position}]"
 
+    def __repr__(self) -> str:
+        return f"Slot({self.group!r}, {self.position!r}, {self.name!r})"
 
-class Pod(NamedTuple):
+
+class Pod:
     """One pod (or pod template) under review: its template, where it stands in the
     object, its containers in order, and the shape problems found in it."""
 
-    place: Place
-    meta: Meta | None
-    spec: PodSpec | None
-    containers: tuple[Slot, ...]
-    problems: tuple[Problem, ...]
-    # An ephemeral-containers update: only new ephemeral containers are judged, and the
-    # rules of the pod as a whole (placement, volumes, host namespaces) are not run again.
-    ephemeral_update: bool
-    found: Found
+    __slots__ = ("containers", "ephemeral_update", "found", "meta", "place", "problems", "spec")
+
+    def __init__(
+        self,
+        place: Place,
+        meta: Meta | None,
+        spec: PodSpec | None,
+        containers: tuple[Slot, ...],
+        problems: tuple[Problem, ...],
+        *,
+        ephemeral_update: bool,
+        found: Found,
+    ) -> None:
+        self.place: Final = place
+        self.meta: Final = meta
+        self.spec: Final = spec
+        self.containers: Final = containers
+        self.problems: Final = problems
+        # An ephemeral-containers update: only new ephemeral containers are judged, and the
+        # rules of the pod as a whole (placement, volumes, host namespaces) are not run again.
+        self.ephemeral_update: Final = ephemeral_update
+        self.found: Final = found
 
     @property
     def template(self) -> Template:
         return Template(self.meta, self.spec)
+
+    def with_meta(self, meta: Meta | None) -> Pod:
+        """The same pod with other metadata."""
+        return Pod(
+            self.place,
+            meta,
+            self.spec,
+            self.containers,
+            self.problems,
+            ephemeral_update=self.ephemeral_update,
+            found=self.found,
+        )
+
+    def __repr__(self) -> str:
+        return f"Pod({self.place!r}, {len(self.containers)} containers)"
 
 
 def pod(found: Found, old: frozenset[str] | None = None) -> Pod:
@@ -855,15 +908,21 @@ def pod(found: Found, old: frozenset[str] | None = None) -> Pod:
         spec,
         tuple(slots),
         found.problems,
-        old is not None,
-        found,
+        ephemeral_update=old is not None,
+        found=found,
     )
 
 
-class VolumeEntry(NamedTuple):
-    position: int
-    name: str
-    host_path: str | None  # the hostPath's path, for hostPath volumes
+class VolumeEntry:
+    __slots__ = ("host_path", "name", "position")
+
+    def __init__(self, position: int, name: str, host_path: str | None) -> None:
+        self.position: Final = position
+        self.name: Final = name
+        self.host_path: Final = host_path  # the hostPath's path, for hostPath volumes
+
+    def __repr__(self) -> str:
+        return f"VolumeEntry({self.position!r}, {self.name!r}, {self.host_path!r})"
 
 
 def volumes(p: Pod) -> list[VolumeEntry]:
