@@ -31,11 +31,16 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from webhook.engine import view
 from webhook.policy import names
 from webhook.policy.policies import Policy
+
+# What the code below reads of `names` for every container, variable or operation: as
+# Final constants of this module the compiled core reads them directly (`names.X` is a
+# lookup in another module at every use).
+_ANNOTATION_POLICY: Final = names.ANNOTATION_POLICY
 
 # The annotations the webhook reads or writes on a pod.
 KNOWN_ANNOTATIONS = (names.ANNOTATION_PROFILE, names.ANNOTATION_POLICY, names.ANNOTATION_MUTATIONS)
@@ -247,7 +252,7 @@ def annotation_warnings(pod: view.Pod, policy: Policy, budget: Budget) -> list[s
     out: list[str] = []
     for key, value in view.annotations_of(pod).items():
         if key in _KNOWN_SET or not _suspect(key, _KEY_WORDS, SUSPECT_KEY):
-            if key == names.ANNOTATION_POLICY and isinstance(value, str) and value != policy.name:
+            if key == _ANNOTATION_POLICY and isinstance(value, str) and value != policy.name:
                 budget.put(
                     out,
                     f'the namespace\'s label picks the policy (here "{policy.name}").'
@@ -294,7 +299,7 @@ def _tell(
         advice = "set it as an annotation." if label else f"did you mean {found}?"
         effect = _profile_effect(pod, policy)
         budget.put(out, f"{advice} {what.capitalize()} {shown} is ignored{effect}")
-    elif found == names.ANNOTATION_POLICY:
+    elif found == _ANNOTATION_POLICY:
         budget.put(
             out,
             f"the namespace's label {names.POLICY_LABEL} picks the policy. {what.capitalize()}"

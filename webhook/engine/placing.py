@@ -25,6 +25,12 @@ from webhook.engine.decision import FIELD, ErrorType, Marker, Violation
 from webhook.policy import names
 from webhook.policy.policies import NodeClass, Policy, Profile
 
+# What the code below reads of `names` for every container, variable or operation: as
+# Final constants of this module the compiled core reads them directly (`names.X` is a
+# lookup in another module at every use).
+_MPS_THREADS: Final = names.MPS_THREADS
+_MPS_MEMORY: Final = names.MPS_MEMORY
+
 
 class Finding(NamedTuple):
     """What a rule is to report about a pod, found before the rules run: a violation, or a
@@ -330,7 +336,7 @@ def _mps_limits(
     for i, c in enumerate(pod.containers):
         if not replicas[i]:
             continue
-        for variable, from_profile in ((names.MPS_THREADS, threads), (names.MPS_MEMORY, memory)):
+        for variable, from_profile in ((_MPS_THREADS, threads), (_MPS_MEMORY, memory)):
             defined = view.variable(c.c, variable)
             if defined is None:
                 if from_profile is not None and profile is not None:
@@ -361,7 +367,7 @@ def _mps_limits(
                 )
                 continue
             if (
-                variable == names.MPS_MEMORY
+                variable == _MPS_MEMORY
                 and policy.profiles_are_ceilings
                 and from_profile is not None
                 and profile is not None
@@ -400,7 +406,7 @@ def _mps_limits(
             if over_profile and from_profile is not None and profile is not None:
                 figure = f"{from_profile:g}{_UNIT_SUFFIX[variable]}"
                 if policy.profiles_are_ceilings:
-                    most = str(from_profile) if variable == names.MPS_THREADS else (
+                    most = str(from_profile) if variable == _MPS_THREADS else (
                         f"{from_profile}M per device"
                     )
                     _deny(
@@ -501,7 +507,7 @@ def _fit(
 
 def _over_ceiling(limit: Limit, cls: NodeClass) -> str | None:
     """ "value > ceiling" when `limit` is above `cls`'s MPS ceiling."""
-    ceiling = cls.thread_ceiling if limit.variable == names.MPS_THREADS else cls.memory_ceiling_mib
+    ceiling = cls.thread_ceiling if limit.variable == _MPS_THREADS else cls.memory_ceiling_mib
     if ceiling is None or limit.value <= ceiling:
         return None
     unit = _UNIT_SUFFIX[limit.variable]
@@ -608,11 +614,11 @@ def mps_env(profile: Profile, c: structs.Container, devices: int) -> list[dict[s
     """The `mps-limits` patch's variables for a container with `devices` replicas: the
     profile's values it does not set itself."""
     new: list[dict[str, str]] = []
-    if profile.active_thread_percentage is not None and view.variable(c, names.MPS_THREADS) is None:
-        new.append({"name": names.MPS_THREADS, "value": str(profile.active_thread_percentage)})
-    if profile.pinned_memory_mib is not None and view.variable(c, names.MPS_MEMORY) is None:
+    if profile.active_thread_percentage is not None and view.variable(c, _MPS_THREADS) is None:
+        new.append({"name": _MPS_THREADS, "value": str(profile.active_thread_percentage)})
+    if profile.pinned_memory_mib is not None and view.variable(c, _MPS_MEMORY) is None:
         new.append(
-            {"name": names.MPS_MEMORY, "value": _memory_limit(profile.pinned_memory_mib, devices)}
+            {"name": _MPS_MEMORY, "value": _memory_limit(profile.pinned_memory_mib, devices)}
         )
     return new
 

@@ -49,6 +49,18 @@ from webhook.engine.placing import Finding
 from webhook.policy import hostpaths, names, policies
 from webhook.policy.policies import Policy, RulesSpec
 
+# What the code below reads of `names` for every container, variable or operation: as
+# Final constants of this module the compiled core reads them directly (`names.X` is a
+# lookup in another module at every use).
+_ENFORCE: Final = names.ENFORCE
+_DEVICE_VARIABLES: Final = names.DEVICE_VARIABLES
+_HIDING_VALUES: Final = names.HIDING_VALUES
+_DRIVER_CAPABILITIES: Final = names.DRIVER_CAPABILITIES
+_MPS_DIRECTORIES: Final = names.MPS_DIRECTORIES
+_CDI_ANNOTATION_PREFIXES: Final = names.CDI_ANNOTATION_PREFIXES
+_VISIBLE_DEVICES: Final = names.VISIBLE_DEVICES
+_HIDE: Final = names.HIDE
+
 
 class Scope(enum.Enum):
     """Which pods a rule looks at (the value: as the docs' rule tables say it)."""
@@ -278,12 +290,12 @@ class Pass(Generic[F]):
         """Move the violations of rules the policy does not enforce to `would_refuse`, in
         the order of the rules."""
         policy = self.policy
-        if not self._violations or (policy.mode == names.ENFORCE and not policy.rule_modes):
+        if not self._violations or (policy.mode == _ENFORCE and not policy.rule_modes):
             return
         kept = []
         for rank, v in self._violations:
             mode = policy.mode_of(v.rule)
-            if mode == names.ENFORCE:
+            if mode == _ENFORCE:
                 kept.append((rank, v))
             else:
                 self._would_refuse.append((mode, v))
@@ -522,7 +534,7 @@ def check_device_variables(r: PodPass) -> None:
     that does not only hide devices, on any container."""
     for c, used in r.facts.judged:
         for position, var in enumerate(c.c.env or ()):
-            if var.name not in names.DEVICE_VARIABLES:
+            if var.name not in _DEVICE_VARIABLES:
                 continue
             value = view.env_value(var)
             if value is None:
@@ -530,7 +542,7 @@ def check_device_variables(r: PodPass) -> None:
             elif _reference(value):
                 what = f"{var.name}={shown(value)} ("
                 after = ") refers to another variable, which cannot be read at admission"
-            elif value in names.HIDING_VALUES:
+            elif value in _HIDING_VALUES:
                 continue
             elif value == "none":
                 what = f"{var.name}={shown(value)} ("
@@ -599,7 +611,7 @@ def check_driver_capabilities(r: PodPass) -> None:
         if not (used.gpu or view.uses_claims(c.c)):
             continue
         for position, var in enumerate(c.c.env or ()):
-            if var.name != names.DRIVER_CAPABILITIES:
+            if var.name != _DRIVER_CAPABILITIES:
                 continue
             value = view.env_value(var)
             if value is None:
@@ -632,12 +644,12 @@ def patch_driver_capabilities(r: PodPass) -> None:
     value = ",".join(allowed)
     for c, used in r.facts.judged:
         if (used.gpu or view.uses_claims(c.c)) and (
-            view.variable(c.c, names.DRIVER_CAPABILITIES) is None
+            view.variable(c.c, _DRIVER_CAPABILITIES) is None
         ):
             r.add_env(
                 "driver-capabilities",
                 c,
-                [{"name": names.DRIVER_CAPABILITIES, "value": value}],
+                [{"name": _DRIVER_CAPABILITIES, "value": value}],
                 f'the driver capabilities policy "{r.policy.name}" allows',
             )
 
@@ -677,7 +689,7 @@ def check_mps_directories(r: PodPass) -> None:
             # A whole GPU of its own: the pod may run its own MPS daemon on it.
             continue
         for position, var in enumerate(c.c.env or ()):
-            if var.name in names.MPS_DIRECTORIES:
+            if var.name in _MPS_DIRECTORIES:
                 r.deny(
                     "mps-directories",
                     ErrorType.FORBIDDEN,
@@ -1071,7 +1083,7 @@ def check_cdi_annotations(r: PodPass) -> None:
     `cdi.k8s.io/*` pod annotations through (the kata and confidential-computing GPU runtime
     classes do) inject the devices they name."""
     for key in view.annotations_of(r.facts.pod):
-        if isinstance(key, str) and key.startswith(names.CDI_ANNOTATION_PREFIXES):
+        if isinstance(key, str) and key.startswith(_CDI_ANNOTATION_PREFIXES):
             r.deny(
                 "cdi-annotations",
                 ErrorType.FORBIDDEN,
@@ -1215,11 +1227,11 @@ def patch_visible_devices(r: PodPass) -> None:
     if not (r.policy.rules.void_visible_devices_without_gpu or r.facts.gpu):
         return
     for c, used in r.facts.judged:
-        if not used.gpu and view.variable(c.c, names.VISIBLE_DEVICES) is None:
+        if not used.gpu and view.variable(c.c, _VISIBLE_DEVICES) is None:
             r.add_env(
                 "visible-devices",
                 c,
-                [{"name": names.VISIBLE_DEVICES, "value": names.HIDE}],
+                [{"name": _VISIBLE_DEVICES, "value": _HIDE}],
                 "it hides the GPUs from a container that asks for none",
             )
 

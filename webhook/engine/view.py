@@ -59,6 +59,11 @@ from webhook.engine.structs import (
 from webhook.policy import names
 from webhook.policy.kinds import BUILTIN, EACH_ITEM, EACH_VALUE, Kind, Kinds, TemplatePath
 
+# What the code below reads of `names` for every container, variable or operation: as
+# Final constants of this module the compiled core reads them directly (`names.X` is a
+# lookup in another module at every use).
+_MIRROR_ANNOTATION: Final = names.MIRROR_ANNOTATION
+
 CONTAINER_GROUPS = ("initContainers", "containers", "ephemeralContainers")
 
 # --------------------------------------------------------------------------- templates
@@ -290,7 +295,7 @@ def _pod(source: Source) -> tuple[list[Found], list[Problem]]:
     obj = source.generic
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    if isinstance(annotations, dict) and names.MIRROR_ANNOTATION in annotations:
+    if isinstance(annotations, dict) and _MIRROR_ANNOTATION in annotations:
         return [], []
     return [read(obj, OBJECT)], []
 
@@ -310,7 +315,7 @@ def _unnamed(template: Template) -> bool:
 
 def _mirror(meta: Meta | None) -> bool:
     return meta is not None and bool(meta.annotations) and (
-        names.MIRROR_ANNOTATION in (meta.annotations or {})
+        _MIRROR_ANNOTATION in (meta.annotations or {})
     )
 
 
