@@ -141,7 +141,7 @@ _SWITCH_ATTRIBUTES = {f.alias: name for name, f in RulesSpec.model_fields.items(
 # Where each rule's reports and additions stand in a decision: the order of `names.RULES`
 # (the record of what the webhook did, `annotations`, comes last).
 RANK = {name: i for i, name in enumerate(names.RULES)}
-ANNOTATIONS = "annotations"
+ANNOTATIONS: Final = "annotations"
 _LAST = len(RANK)
 
 
