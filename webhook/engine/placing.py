@@ -296,7 +296,12 @@ def devices(replicas: int, classes: Sequence[NodeClass]) -> int:
     """The devices by ordinal a container asking for `replicas` can see on a node of one of
     `classes`: no more than such a node has (a count of trillions, admitted where its rule is
     relaxed, still names a handful)."""
-    return min(replicas, max((c.gpus_per_node for c in classes), default=1), MAX_DEVICES)
+    # (A loop: the builtin max with a default is a generic call in the compiled core.)
+    most: int | None = None
+    for c in classes:
+        if most is None or c.gpus_per_node > most:
+            most = c.gpus_per_node
+    return min(replicas, 1 if most is None else most, MAX_DEVICES)
 
 
 # More GPUs than any node has: the ordinals a limit may need to name stop here.
@@ -552,11 +557,17 @@ def tolerations(pod: view.Pod, policy: Policy, resource: str) -> list[dict[str, 
     says so, each only when no toleration of the pod already covers it."""
     existing = (pod.spec.tolerations if pod.spec is not None else None) or ()
     added: list[dict[str, Any]] = []
-    for items in wanted_tolerations(policy, resource):
-        tol = dict(items)
-        if not any(covers(e, tol) for e in existing):
-            added.append(tol)
+    for wanted in _wanted_dicts(policy, resource):
+        if not any(covers(e, wanted) for e in existing):
+            added.append(wanted.copy())
     return added
+
+
+@functools.lru_cache(maxsize=256)
+def _wanted_dicts(policy: Policy, resource: str) -> tuple[dict[str, Any], ...]:
+    """`wanted_tolerations` as dicts, to compare and copy (never to hand out: the patch takes
+    copies)."""
+    return tuple(dict(items) for items in wanted_tolerations(policy, resource))
 
 
 def toleration_words(t: Mapping[str, Any]) -> str:
@@ -583,7 +594,7 @@ def wanted_tolerations(policy: Policy, resource: str) -> tuple[tuple[tuple[str, 
     return tuple(unique)
 
 
-def covers(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+def covers(have: dict[str, Any], want: dict[str, Any]) -> bool:
     """Whether toleration `have` tolerates every taint that `want` tolerates."""
     have_key = have.get("key") or ""
     have_op = have.get("operator") or "Equal"

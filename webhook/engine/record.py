@@ -81,11 +81,15 @@ def record(
     if pod.meta.annotations is None:
         return [(ANNOTATIONS, _add(f"{pointer}/metadata/annotations", wanted))], audit, words
     base = f"{pointer}/metadata/annotations/"
-    recorded = [(ANNOTATIONS, _add(base + view.escape(k), v)) for k, v in wanted.items()]
+    recorded = [(ANNOTATIONS, _add(base + _ESCAPED[k], v)) for k, v in wanted.items()]
     return recorded, audit, words
 
 
 _RULES = frozenset(names.RULES)
+# The annotations recorded, as JSON Pointer reference tokens.
+_ESCAPED: Final = {
+    k: view.escape(k) for k in (_ANNOTATION_POLICY, _ANNOTATION_PROFILE, _ANNOTATION_MUTATIONS)
+}
 
 
 def _add(path: str, value: Any) -> dict[str, Any]:

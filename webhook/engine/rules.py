@@ -890,11 +890,14 @@ def _check_host_path_mounts(r: PodPass) -> None:
             )
 
 
+# Cleaning a path drops segments, never joins them: a path whose cleaned form starts with
+# the device list's root holds its last segment as written.
+_DEVICE_LIST_MARKER: Final = names.DEVICE_LIST_ROOT.rsplit("/", 1)[1]
+
+
 def check_device_list_mount(r: PodPass) -> None:
     root = names.DEVICE_LIST_ROOT
-    # Cleaning a path drops segments, never joins them: a path whose cleaned form starts with
-    # the root holds its last segment as written.
-    marker = root.rsplit("/", 1)[1]
+    marker = _DEVICE_LIST_MARKER
     for c, _ in r.facts.judged:
         for position, m in view.mounts(c.c):
             path = m.mountPath or ""
