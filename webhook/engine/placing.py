@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NamedTuple
 
-from webhook.engine import selection, structs, view
+from webhook.engine import selection, view
 from webhook.engine.decision import FIELD, ErrorType, Marker, Violation
 from webhook.policy import names
 from webhook.policy.policies import NodeClass, Policy, Profile
@@ -342,7 +342,7 @@ def _mps_limits(
         if not replicas[i]:
             continue
         for variable, from_profile in ((_MPS_THREADS, threads), (_MPS_MEMORY, memory)):
-            defined = view.variable(c.c, variable)
+            defined = c.variable(variable)
             if defined is None:
                 if from_profile is not None and profile is not None:
                     limits.append(
@@ -621,13 +621,13 @@ def covers(have: dict[str, Any], want: dict[str, Any]) -> bool:
     return True
 
 
-def mps_env(profile: Profile, c: structs.Container, devices: int) -> list[dict[str, str]]:
+def mps_env(profile: Profile, c: view.Slot, devices: int) -> list[dict[str, str]]:
     """The `mps-limits` patch's variables for a container with `devices` replicas: the
     profile's values it does not set itself."""
     new: list[dict[str, str]] = []
-    if profile.active_thread_percentage is not None and view.variable(c, _MPS_THREADS) is None:
+    if profile.active_thread_percentage is not None and c.variable(_MPS_THREADS) is None:
         new.append({"name": _MPS_THREADS, "value": str(profile.active_thread_percentage)})
-    if profile.pinned_memory_mib is not None and view.variable(c, _MPS_MEMORY) is None:
+    if profile.pinned_memory_mib is not None and c.variable(_MPS_MEMORY) is None:
         new.append(
             {"name": _MPS_MEMORY, "value": _memory_limit(profile.pinned_memory_mib, devices)}
         )

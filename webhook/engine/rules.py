@@ -533,9 +533,10 @@ def check_device_variables(r: PodPass) -> None:
     """Route 1: a value for NVIDIA_VISIBLE_DEVICES (and the toolkit's other device variables)
     that does not only hide devices, on any container."""
     for c, used in r.facts.judged:
-        for position, var in enumerate(c.c.env or ()):
-            if var.name not in _DEVICE_VARIABLES:
+        for position, name in enumerate(c.env_names):
+            if name not in _DEVICE_VARIABLES:
                 continue
+            var = c.env[position]
             value = view.env_value(var)
             if value is None:
                 what, after = f"{var.name} from valueFrom (", ") cannot be read at admission"
@@ -610,9 +611,10 @@ def check_driver_capabilities(r: PodPass) -> None:
     for c, used in r.facts.judged:
         if not (used.gpu or view.uses_claims(c.c)):
             continue
-        for position, var in enumerate(c.c.env or ()):
-            if var.name != _DRIVER_CAPABILITIES:
+        for position, name in enumerate(c.env_names):
+            if name != _DRIVER_CAPABILITIES:
                 continue
+            var = c.env[position]
             value = view.env_value(var)
             if value is None:
                 problem = "comes from valueFrom, which cannot be read at admission"
@@ -644,7 +646,7 @@ def patch_driver_capabilities(r: PodPass) -> None:
     value = ",".join(allowed)
     for c, used in r.facts.judged:
         if (used.gpu or view.uses_claims(c.c)) and (
-            view.variable(c.c, _DRIVER_CAPABILITIES) is None
+            c.variable(_DRIVER_CAPABILITIES) is None
         ):
             r.add_env(
                 "driver-capabilities",
@@ -688,13 +690,13 @@ def check_mps_directories(r: PodPass) -> None:
         if used.exclusive and not used.shared:
             # A whole GPU of its own: the pod may run its own MPS daemon on it.
             continue
-        for position, var in enumerate(c.c.env or ()):
-            if var.name in _MPS_DIRECTORIES:
+        for position, name in enumerate(c.env_names):
+            if name in _MPS_DIRECTORIES:
                 r.deny(
                     "mps-directories",
                     ErrorType.FORBIDDEN,
                     f"{c.field}.env[{position}]",
-                    f'container "{c.name}": {var.name} (',
+                    f'container "{c.name}": {name} (',
                     FIELD,
                     ") is set by the device plugin for a container with an MPS replica; a value"
                     " of the pod's can detach the process from the MPS daemon and its limits."
@@ -1220,7 +1222,7 @@ def patch_mps_limits(r: PodPass) -> None:
         replicas = used.replicas(resource)
         if not replicas:
             continue
-        new = placing.mps_env(profile, c.c, placing.devices(replicas, classes))
+        new = placing.mps_env(profile, c, placing.devices(replicas, classes))
         if new:
             r.add_env("mps-limits", c, new, f'the MPS limits of profile "{profile.name}"')
 
@@ -1230,7 +1232,7 @@ def patch_visible_devices(r: PodPass) -> None:
     if not (r.policy.rules.void_visible_devices_without_gpu or r.facts.gpu):
         return
     for c, used in r.facts.judged:
-        if not used.gpu and view.variable(c.c, _VISIBLE_DEVICES) is None:
+        if not used.gpu and c.variable(_VISIBLE_DEVICES) is None:
             r.add_env(
                 "visible-devices",
                 c,

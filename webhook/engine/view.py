@@ -711,18 +711,6 @@ def env_value(var: EnvVar) -> str | None:
     return None if var.valueFrom is not None else (var.value or "")
 
 
-def variable(c: Container, name: str) -> tuple[int, EnvVar] | None:
-    """The definition of `name` that wins in `c` (the last one, as the kubelet reads env),
-    with its place in the env list."""
-    env = c.env
-    if not env:
-        return None
-    for i in range(len(env) - 1, -1, -1):
-        if env[i].name == name:
-            return i, env[i]
-    return None
-
-
 def limits(c: Container) -> Mapping[str, Any]:
     r = c.resources
     return (r.limits if r is not None else None) or _EMPTY
@@ -820,7 +808,7 @@ def names_of(items: Sequence[Any] | None) -> tuple[str, ...]:
 class Slot:
     """One container of the pod under review: where it stands, and whether it is judged."""
 
-    __slots__ = ("c", "group", "judged", "name", "position")
+    __slots__ = ("c", "env", "env_names", "group", "judged", "name", "position")
 
     def __init__(self, group: str, position: int, name: str, c: Container, judged: bool) -> None:
         self.group: Final = group  # "initContainers", "containers" or "ephemeralContainers"
@@ -830,6 +818,20 @@ class Slot:
         # False for ephemeral containers that were there before an update: they were judged
         # when added, and cannot be changed.
         self.judged: Final = judged
+        # Its variables and their names, in order: read once here, as the rules look
+        # through them for one name after another.
+        env: Sequence[EnvVar] = c.env or ()
+        self.env: Final = env
+        self.env_names: Final = tuple(var.name for var in env)
+
+    def variable(self, name: str) -> tuple[int, EnvVar] | None:
+        """The definition of `name` that wins (the last one, as the kubelet reads env), with
+        its place in the env list."""
+        found = self.env_names
+        for i in range(len(found) - 1, -1, -1):
+            if found[i] == name:
+                return i, self.env[i]
+        return None
 
     @property
     def field(self) -> str:
