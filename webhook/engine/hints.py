@@ -44,20 +44,20 @@ _ANNOTATION_POLICY: Final = names.ANNOTATION_POLICY
 
 # The annotations the webhook reads or writes on a pod.
 KNOWN_ANNOTATIONS = (names.ANNOTATION_PROFILE, names.ANNOTATION_POLICY, names.ANNOTATION_MUTATIONS)
-_KNOWN_SET = frozenset(KNOWN_ANNOTATIONS)
+_KNOWN_SET: Final = frozenset(KNOWN_ANNOTATIONS)
 DOMAIN_PREFIX = names.DOMAIN + "/"
 # What `meant` says of a key under gpu-share.io/ that is close to none it is given.
 UNKNOWN = "(unknown)"
 # The exclusive GPU resource of the device plugin, and its MIG devices: `mig-<g>g.<m>gb`,
 # with a suffix for the profiles with media extensions or graphics (`+me`, `+gfx`) and a
 # compute-instance part on some (`mig-1c.2g.10gb`).
-GPU = "nvidia.com/gpu"
+GPU: Final = "nvidia.com/gpu"
 _MIG = re.compile(r"nvidia\.com/mig-(\d+c\.)?\d+g\.\d+gb([.+-][a-z]+)*")
 _MIG_PREFIX = "nvidia.com/mig-"
 _MIG_EXAMPLE = "nvidia.com/mig-1g.5gb"
 # Names that are none of this, met in most pods: passed over without a search.
-_PLAIN_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
-_PLAIN_LABELS = frozenset(
+_PLAIN_RESOURCES: Final = frozenset({"cpu", "memory", "ephemeral-storage"})
+_PLAIN_LABELS: Final = frozenset(
     {
         "app",
         "pod-template-hash",
@@ -82,12 +82,12 @@ _PLAIN_LABELS = frozenset(
     }
 )
 # What a name must have in it, in any case, to be looked at further.
-_SUSPECT_RESOURCE = re.compile("gpu|nvidia", re.IGNORECASE)
-SUSPECT_KEY = re.compile("share|profile|gpu", re.IGNORECASE)
+_SUSPECT_RESOURCE: Final = re.compile("gpu|nvidia", re.IGNORECASE)
+SUSPECT_KEY: Final = re.compile("share|profile|gpu", re.IGNORECASE)
 # The same words for an ASCII name (most), found without the expressions: a search that
 # ignores case costs several times a lower-cased copy and three substring tests.
-_RESOURCE_WORDS = ("gpu", "nvidia")
-_KEY_WORDS = ("share", "profile", "gpu")
+_RESOURCE_WORDS: Final = ("gpu", "nvidia")
+_KEY_WORDS: Final = ("share", "profile", "gpu")
 
 
 def _suspect(name: str, words: tuple[str, ...], pattern: re.Pattern[str]) -> bool:

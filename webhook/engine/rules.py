@@ -137,12 +137,12 @@ class Rule:
 
 
 # The Python attribute of each switch (`denyPrivileged` -> `deny_privileged`).
-_SWITCH_ATTRIBUTES = {f.alias: name for name, f in RulesSpec.model_fields.items() if f.alias}
+_SWITCH_ATTRIBUTES: Final = {f.alias: name for name, f in RulesSpec.model_fields.items() if f.alias}
 # Where each rule's reports and additions stand in a decision: the order of `names.RULES`
 # (the record of what the webhook did, `annotations`, comes last).
-RANK = {name: i for i, name in enumerate(names.RULES)}
+RANK: Final = {name: i for i, name in enumerate(names.RULES)}
 ANNOTATIONS: Final = "annotations"
-_LAST = len(RANK)
+_LAST: Final = len(RANK)
 
 
 _Ranked = TypeVar("_Ranked", bound=tuple[Any, ...])
@@ -373,7 +373,7 @@ _CONTAINER_WORDS: Final = {
     "initContainers": "init container",
     "ephemeralContainers": "ephemeral container",
 }
-_RANK_OF = operator.itemgetter(0)
+_RANK_OF: Final = operator.itemgetter(0)
 
 
 def _put(items: list[_Ranked], entry: _Ranked) -> None:
@@ -1409,7 +1409,7 @@ RULES: tuple[Rule, ...] = (
 # fmt: on
 
 
-_BY_NAME = {rule.name: rule for rule in RULES}
+_BY_NAME: Final = {rule.name: rule for rule in RULES}
 # The rows other modules name: a rule's name is written only here and in `names.RULES`.
 HOST_ACCESS: Final = _BY_NAME["host-access"]
 DRA_MPS_LIMITS: Final = _BY_NAME["dra-mps-limits"]

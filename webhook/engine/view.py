@@ -695,7 +695,7 @@ class _Reader:
 
 
 # The name of a list item that is not an object: the rules leave it out.
-_LEFT_OUT = "\0"
+_LEFT_OUT: Final = "\0"
 
 
 def left_out(name: str | None) -> bool:
@@ -721,7 +721,7 @@ def requests(c: Container) -> Mapping[str, Any]:
     return (r.requests if r is not None else None) or _EMPTY
 
 
-_EMPTY: Mapping[str, Any] = {}
+_EMPTY: Final[Mapping[str, Any]] = {}
 
 
 def capabilities(c: Container) -> tuple[str, ...]:
