@@ -835,7 +835,7 @@ def check_host_path(r: PodPass) -> None:
         _check_host_path_mounts(r)
         return
     mounters: dict[str, list[str]] | None = None
-    for v in view.volumes(pod):
+    for v in view.host_path_volumes(pod):
         if v.host_path is None:
             continue
         reached = host_path_classes(v.host_path, r.policy)
@@ -868,7 +868,7 @@ def _check_host_path_mounts(r: PodPass) -> None:
     pod = r.facts.pod
     reaching = {
         v.name: v
-        for v in view.volumes(pod)
+        for v in view.host_path_volumes(pod)
         if v.host_path is not None and host_path_classes(v.host_path, r.policy)
     }
     if not reaching:
@@ -1078,7 +1078,7 @@ def _host_volumes(
     is on), each with the entry of allowedHostPaths that allows it (None: none does)."""
     return [
         (v, allowed_host_path(v.host_path, policy))
-        for v in view.volumes(pod)
+        for v in view.host_path_volumes(pod)
         if v.host_path is not None and not (host_path_on and host_path_classes(v.host_path, policy))
     ]
 

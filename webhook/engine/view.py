@@ -932,16 +932,18 @@ class VolumeEntry:
         return f"VolumeEntry({self.position!r}, {self.name!r}, {self.host_path!r})"
 
 
-def volumes(p: Pod) -> list[VolumeEntry]:
-    """The pod's volumes, each with its place and name (`volumes[2]` where it has none)."""
+def host_path_volumes(p: Pod) -> list[VolumeEntry]:
+    """The pod's hostPath volumes, each with its place and name (`volumes[2]` where it has
+    none): what the host-path rules read (no entry is made for the other volumes)."""
     items = p.spec.volumes if p.spec is not None else None
     if not items:
         return []
-    return [
-        VolumeEntry(i, v.name or f"volumes[{i}]", v.hostPath.path if v.hostPath else None)
-        for i, v in enumerate(items)
-        if v.name != _LEFT_OUT
-    ]
+    found: list[VolumeEntry] = []
+    for i, v in enumerate(items):
+        host = v.hostPath
+        if host is not None and v.name != _LEFT_OUT:
+            found.append(VolumeEntry(i, v.name or f"volumes[{i}]", host.path))
+    return found
 
 
 def mounts(c: Container) -> list[tuple[int, VolumeMount]]:
