@@ -128,7 +128,12 @@ class Facts:
         self.findings: Final = findings
         # Each container with its usage (`usage`: one per container, in their order); and
         # those the rules judge (all, but on an ephemeral-containers update).
-        pairs = tuple(zip(pod.containers, usage, strict=True))
+        containers = pod.containers
+        if len(usage) != len(containers):
+            raise ValueError("one usage per container")
+        # (Not zip(..., strict=True): a call with keywords is a generic call in the compiled
+        # core.)
+        pairs = tuple([(containers[i], usage[i]) for i in range(len(containers))])
         self.containers: Final = pairs
         self.judged: Final = (
             tuple(p for p in pairs if p[0].judged) if pod.ephemeral_update else pairs

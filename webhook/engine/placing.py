@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from webhook.engine import selection, view
 from webhook.engine.decision import FIELD, ErrorType, Marker, Violation
@@ -32,13 +32,21 @@ _MPS_THREADS: Final = names.MPS_THREADS
 _MPS_MEMORY: Final = names.MPS_MEMORY
 
 
-class Finding(NamedTuple):
+class Finding:
     """What a rule is to report about a pod, found before the rules run: a violation, or a
-    warning for the user."""
+    warning for the user. (A native class of the compiled core, as `Placement`.)"""
 
-    rule: str
-    violation: Violation | None = None
-    warning: str | None = None
+    __slots__ = ("rule", "violation", "warning")
+
+    def __init__(
+        self, rule: str, violation: Violation | None = None, warning: str | None = None
+    ) -> None:
+        self.rule: Final = rule
+        self.violation: Final = violation
+        self.warning: Final = warning
+
+    def __repr__(self) -> str:
+        return f"Finding({self.rule!r}, {self.violation!r}, {self.warning!r})"
 
 
 class Placement:
