@@ -544,7 +544,10 @@ def _count(placement: Placement) -> selection.Extra:
     """For k > 1 replicas, nodes with at least k GPUs; none where the classes pinned to have
     fewer (multi-replica refused them all, in a relaxed mode: the pod stays on them)."""
     classes = placement.pinned_to or ()
-    largest = max(placement.replicas, default=0)
+    # (A loop: the builtin max with a default is a generic call in the compiled core.)
+    largest = 0
+    for replicas in placement.replicas:
+        largest = max(largest, replicas)
     if not classes or largest <= 1 or any(c.gpus_per_node < largest for c in classes):
         return None
     return selection.min_gpus(classes[0].resource, largest)
