@@ -176,7 +176,7 @@ def gather(pod: view.Pod, policy: Policy) -> Facts:
 
 # Resource names the usage looks at: the NVIDIA GPU resources, and DRA device classes asked
 # for by extended resource name (found for rule resource-claims).
-_LOOKED_AT = (*names.GPU_RESOURCE_PREFIXES, names.DRA_EXTENDED_RESOURCE_PREFIX)
+_LOOKED_AT: Final = (*names.GPU_RESOURCE_PREFIXES, names.DRA_EXTENDED_RESOURCE_PREFIX)
 
 
 def _is_gpu_resource(
@@ -184,11 +184,14 @@ def _is_gpu_resource(
 ) -> bool:
     """Whether the usage looks at resource `name`, under a policy that shares `shared` and
     whose `exclusiveGpus` passthrough patterns are `passthrough` (`ExclusiveGpus`)."""
-    return isinstance(name, str) and (
-        name.startswith(_LOOKED_AT)
-        or name in shared
-        or (passthrough is not None and passthrough.fullmatch(name) is not None)
-    )
+    if not isinstance(name, str):
+        return False
+    # (One prefix at a time: startswith of a tuple is a generic method call in the compiled
+    # core, of a string a direct one.)
+    for prefix in _LOOKED_AT:
+        if name.startswith(prefix):
+            return True
+    return name in shared or (passthrough is not None and passthrough.fullmatch(name) is not None)
 
 
 def _usage(

@@ -37,7 +37,8 @@ def record(
     for rule, _ in ops:
         if rule not in steps:
             steps.append(rule)
-    annotations = view.annotations_of(pod)
+    # (A dict, as the view holds it: its lookups are dict lookups in the compiled core.)
+    annotations = (pod.meta.annotations if pod.meta is not None else None) or {}
     recorded_policy = annotations.get(_ANNOTATION_POLICY)
     has_profile = _ANNOTATION_PROFILE in annotations
     recorded_steps = annotations.get(_ANNOTATION_MUTATIONS)

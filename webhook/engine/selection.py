@@ -239,10 +239,26 @@ def _expressions(group: Group, extra: Extra) -> list[dict[str, Any]]:
     return exprs
 
 
+@functools.lru_cache(maxsize=1024)
+def _terms(classes: tuple[NodeClass, ...], extra: Extra) -> tuple[tuple[dict[str, Any], ...], ...]:
+    """The match expressions of the terms for a pod without terms of its own, term by term.
+    Cached: never handed out, only copied (`_fresh_terms`)."""
+    return tuple(tuple(_expressions(g, extra)) for g in groups(classes))
+
+
 def _fresh_terms(classes: tuple[NodeClass, ...], extra: Extra) -> list[dict[str, Any]]:
-    """The terms for a pod without terms of its own, as new objects (made from the cached
-    groups: in the compiled core, faster than parsing a serialised copy)."""
-    return [{"matchExpressions": _expressions(g, extra)} for g in groups(classes)]
+    """The terms for a pod without terms of its own, as new objects: copies of the cached
+    expressions, each list of values copied too (in the compiled core a copy of a small
+    dict costs a fraction of building it)."""
+    fresh: list[dict[str, Any]] = []
+    for term in _terms(classes, extra):
+        exprs: list[dict[str, Any]] = []
+        for e in term:
+            copied = e.copy()
+            copied["values"] = list(e["values"])
+            exprs.append(copied)
+        fresh.append({"matchExpressions": exprs})
+    return fresh
 
 
 def plan(
