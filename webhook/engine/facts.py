@@ -176,7 +176,10 @@ def gather(pod: view.Pod, policy: Policy) -> Facts:
 
 # Resource names the usage looks at: the NVIDIA GPU resources, and DRA device classes asked
 # for by extended resource name (found for rule resource-claims).
-_LOOKED_AT: Final = (*names.GPU_RESOURCE_PREFIXES, names.DRA_EXTENDED_RESOURCE_PREFIX)
+_LOOKED_AT: Final[tuple[str, ...]] = (
+    *names.GPU_RESOURCE_PREFIXES,
+    names.DRA_EXTENDED_RESOURCE_PREFIX,
+)
 
 
 def _is_gpu_resource(

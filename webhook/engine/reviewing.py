@@ -317,7 +317,7 @@ def _take(
     for rule, op in ops:
         decision.patch.append(op)
         decision.patch_rules.append(rule)
-        if rule not in decision.mutations and rule != rules.ANNOTATIONS:
+        if rule != rules.ANNOTATIONS and rule not in decision.mutations:
             decision.mutations.append(rule)
     for a in additions:
         decision.additions.append(a._replace(topic=f"{where}: {a.topic}") if where else a)
