@@ -232,6 +232,32 @@ class Decision:
     # (mode, violation). Warn ones are also among `warnings` and `audit`.
     would_refuse: list[tuple[str, Violation]] = field(default_factory=list)
 
+    def __init__(
+        self,
+        *,
+        violations: list[Violation] | None = None,
+        patch: list[dict[str, Any]] | None = None,
+        warnings: list[str] | None = None,
+        audit: dict[str, str] | None = None,
+        dropped: int = 0,
+        mutations: list[str] | None = None,
+        patch_rules: list[str] | None = None,
+        additions: list[Addition] | None = None,
+        would_refuse: list[tuple[str, Violation]] | None = None,
+    ) -> None:
+        # Written out, where the dataclass's is made at run time and interpreted even in the
+        # compiled core (a decision is made every review): each field left out is a new
+        # list or dict, as its default factory makes it.
+        self.violations = [] if violations is None else violations
+        self.patch = [] if patch is None else patch
+        self.warnings = [] if warnings is None else warnings
+        self.audit = {} if audit is None else audit
+        self.dropped = dropped
+        self.mutations = [] if mutations is None else mutations
+        self.patch_rules = [] if patch_rules is None else patch_rules
+        self.additions = [] if additions is None else additions
+        self.would_refuse = [] if would_refuse is None else would_refuse
+
     @property
     def allowed(self) -> bool:
         return not self.violations

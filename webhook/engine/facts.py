@@ -25,6 +25,7 @@ and not on an ephemeral-containers update (which cannot change the pod's placeme
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 from webhook.engine import placing, view
@@ -32,6 +33,13 @@ from webhook.engine.decision import FIELD, ErrorType, Violation, shown
 from webhook.engine.placing import Finding
 from webhook.policy import names, quantities
 from webhook.policy.policies import NodeClass, Policy, Profile
+
+# What the code below reads of `names` for every container, variable or operation: as
+# Final constants of this module the compiled core reads them directly (`names.X` is a
+# lookup in another module at every use).
+_DRA_EXTENDED_RESOURCE_PREFIX: Final = names.DRA_EXTENDED_RESOURCE_PREFIX
+_SHARED_SUFFIX: Final = names.SHARED_SUFFIX
+_ANNOTATION_PROFILE: Final = names.ANNOTATION_PROFILE
 
 __all__ = ["Facts", "Finding", "Usage", "gather"]
 
@@ -120,7 +128,12 @@ class Facts:
         self.findings: Final = findings
         # Each container with its usage (`usage`: one per container, in their order); and
         # those the rules judge (all, but on an ephemeral-containers update).
-        pairs = tuple(zip(pod.containers, usage, strict=True))
+        containers = pod.containers
+        if len(usage) != len(containers):
+            raise ValueError("one usage per container")
+        # (Not zip(..., strict=True): a call with keywords is a generic call in the compiled
+        # core.)
+        pairs = tuple([(containers[i], usage[i]) for i in range(len(containers))])
         self.containers: Final = pairs
         self.judged: Final = (
             tuple(p for p in pairs if p[0].judged) if pod.ephemeral_update else pairs
@@ -163,15 +176,25 @@ def gather(pod: view.Pod, policy: Policy) -> Facts:
 
 # Resource names the usage looks at: the NVIDIA GPU resources, and DRA device classes asked
 # for by extended resource name (found for rule resource-claims).
-_LOOKED_AT = (*names.GPU_RESOURCE_PREFIXES, names.DRA_EXTENDED_RESOURCE_PREFIX)
+_LOOKED_AT: Final[tuple[str, ...]] = (
+    *names.GPU_RESOURCE_PREFIXES,
+    names.DRA_EXTENDED_RESOURCE_PREFIX,
+)
 
 
-def _is_gpu_resource(name: object, policy: Policy) -> bool:
-    return isinstance(name, str) and (
-        name.startswith(_LOOKED_AT)
-        or name in policy.shared_resources
-        or policy.exclusive_gpus.is_passthrough(name)
-    )
+def _is_gpu_resource(
+    name: object, shared: frozenset[str], passthrough: re.Pattern[str] | None
+) -> bool:
+    """Whether the usage looks at resource `name`, under a policy that shares `shared` and
+    whose `exclusiveGpus` passthrough patterns are `passthrough` (`ExclusiveGpus`)."""
+    if not isinstance(name, str):
+        return False
+    # (One prefix at a time: startswith of a tuple is a generic method call in the compiled
+    # core, of a string a direct one.)
+    for prefix in _LOOKED_AT:
+        if name.startswith(prefix):
+            return True
+    return name in shared or (passthrough is not None and passthrough.fullmatch(name) is not None)
 
 
 def _usage(
@@ -181,6 +204,7 @@ def _usage(
     of quantities and of requests and limits, for their rules. Also the shared resources
     asked for, and whether any GPU is."""
     shared_names = policy.shared_resources
+    passthrough = policy.exclusive_gpus.passthrough_match
     requested: set[str] = set()
     gpu = False
     out: list[Usage] = []
@@ -190,9 +214,13 @@ def _usage(
         if not limits and not requests:
             out.append(NO_USAGE)
             continue
-        wanted = [k for k in limits if _is_gpu_resource(k, policy)]
+        wanted = [k for k in limits if _is_gpu_resource(k, shared_names, passthrough)]
         if requests:
-            wanted += [k for k in requests if k not in limits and _is_gpu_resource(k, policy)]
+            wanted += [
+                k
+                for k in requests
+                if k not in limits and _is_gpu_resource(k, shared_names, passthrough)
+            ]
         if not wanted:
             out.append(NO_USAGE)
             continue
@@ -200,7 +228,7 @@ def _usage(
         exclusive: list[str] = []
         exclusive_count = 0
         for name in wanted:
-            if name.startswith(names.DRA_EXTENDED_RESOURCE_PREFIX):
+            if name.startswith(_DRA_EXTENDED_RESOURCE_PREFIX):
                 findings.append(_dra_extended(pod, policy, c, name, in_limits=name in limits))
                 continue
             limit, request = limits.get(name, _ABSENT), requests.get(name, _ABSENT)
@@ -251,7 +279,7 @@ def _usage(
             if is_shared:
                 shared.append((name, count))
                 requested.add(name)
-            elif name.endswith(names.SHARED_SUFFIX):
+            elif name.endswith(_SHARED_SUFFIX):
                 findings.append(_not_allowed(pod, policy, c, name))
             else:
                 exclusive.append(name)
@@ -366,7 +394,7 @@ PROFILE_FIELD = f"metadata.annotations[{names.ANNOTATION_PROFILE}]"
 def _profile(pod: view.Pod, policy: Policy, findings: list[Finding]) -> Profile | None:
     """The profile the pod asks for, or the policy's default; None (with a finding) when
     the annotation names none the policy offers."""
-    wanted = view.annotation(pod, names.ANNOTATION_PROFILE)
+    wanted = view.annotation(pod, _ANNOTATION_PROFILE)
     if wanted is None:
         return policy.profiles[policy.default_profile] if policy.default_profile else None
     name = str(wanted)
@@ -377,18 +405,18 @@ def _profile(pod: view.Pod, policy: Policy, findings: list[Finding]) -> Profile 
     quoted = shown(name)
     if not offered:
         words = (
-            f"unknown profile: {quoted} (annotation {names.ANNOTATION_PROFILE}), and policy"
+            f"unknown profile: {quoted} (annotation {_ANNOTATION_PROFILE}), and policy"
             f' "{policy.name}" defines no MPS profiles. Remove the annotation'
         )
     elif name in policy.foreign_profiles:
         words = (
-            f"profile not allowed: {quoted} (annotation {names.ANNOTATION_PROFILE}) is not one"
+            f"profile not allowed: {quoted} (annotation {_ANNOTATION_PROFILE}) is not one"
             f' policy "{policy.name}" allows; it offers: {offered}. Use one of them, or remove'
             f' the annotation for the default "{policy.default_profile}"'
         )
     else:
         words = (
-            f"unknown profile: {quoted} (annotation {names.ANNOTATION_PROFILE}); policy"
+            f"unknown profile: {quoted} (annotation {_ANNOTATION_PROFILE}); policy"
             f' "{policy.name}" offers: {offered}. Use one of them, or remove the annotation'
             f' for the default "{policy.default_profile}"'
         )

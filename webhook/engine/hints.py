@@ -31,28 +31,33 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Final
 
 from webhook.engine import view
 from webhook.policy import names
 from webhook.policy.policies import Policy
 
+# What the code below reads of `names` for every container, variable or operation: as
+# Final constants of this module the compiled core reads them directly (`names.X` is a
+# lookup in another module at every use).
+_ANNOTATION_POLICY: Final = names.ANNOTATION_POLICY
+
 # The annotations the webhook reads or writes on a pod.
 KNOWN_ANNOTATIONS = (names.ANNOTATION_PROFILE, names.ANNOTATION_POLICY, names.ANNOTATION_MUTATIONS)
-_KNOWN_SET = frozenset(KNOWN_ANNOTATIONS)
+_KNOWN_SET: Final = frozenset(KNOWN_ANNOTATIONS)
 DOMAIN_PREFIX = names.DOMAIN + "/"
 # What `meant` says of a key under gpu-share.io/ that is close to none it is given.
 UNKNOWN = "(unknown)"
 # The exclusive GPU resource of the device plugin, and its MIG devices: `mig-<g>g.<m>gb`,
 # with a suffix for the profiles with media extensions or graphics (`+me`, `+gfx`) and a
 # compute-instance part on some (`mig-1c.2g.10gb`).
-GPU = "nvidia.com/gpu"
+GPU: Final = "nvidia.com/gpu"
 _MIG = re.compile(r"nvidia\.com/mig-(\d+c\.)?\d+g\.\d+gb([.+-][a-z]+)*")
 _MIG_PREFIX = "nvidia.com/mig-"
 _MIG_EXAMPLE = "nvidia.com/mig-1g.5gb"
 # Names that are none of this, met in most pods: passed over without a search.
-_PLAIN_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
-_PLAIN_LABELS = frozenset(
+_PLAIN_RESOURCES: Final = frozenset({"cpu", "memory", "ephemeral-storage"})
+_PLAIN_LABELS: Final = frozenset(
     {
         "app",
         "pod-template-hash",
@@ -77,8 +82,21 @@ _PLAIN_LABELS = frozenset(
     }
 )
 # What a name must have in it, in any case, to be looked at further.
-_SUSPECT_RESOURCE = re.compile("gpu|nvidia", re.IGNORECASE)
-SUSPECT_KEY = re.compile("share|profile|gpu", re.IGNORECASE)
+_SUSPECT_RESOURCE: Final = re.compile("gpu|nvidia", re.IGNORECASE)
+SUSPECT_KEY: Final = re.compile("share|profile|gpu", re.IGNORECASE)
+# The same words for an ASCII name (most), found without the expressions: a search that
+# ignores case costs several times a lower-cased copy and three substring tests.
+_RESOURCE_WORDS: Final = ("gpu", "nvidia")
+_KEY_WORDS: Final = ("share", "profile", "gpu")
+
+
+def _suspect(name: str, words: tuple[str, ...], pattern: re.Pattern[str]) -> bool:
+    """Whether `name` holds one of `words` in any case (`pattern` is their search; a name
+    that is not ASCII is searched with it, which also matches letters such as U+017F)."""
+    if name.isascii():
+        lower = name.lower()
+        return any(word in lower for word in words)
+    return pattern.search(name) is not None
 # How close a key must be to a known one to be taken for a typo of it (difflib's ratio): the
 # whole key, and the name alone under our domain.
 _CLOSE = 0.8
@@ -180,7 +198,7 @@ def resource_warnings(pod: view.Pod, policy: Policy, budget: Budget) -> list[str
                     or name in _PLAIN_RESOURCES
                     or name == GPU
                     or name in shared
-                    or _SUSPECT_RESOURCE.search(name) is None
+                    or not _suspect(name, _RESOURCE_WORDS, _SUSPECT_RESOURCE)
                 ):
                     continue
                 if budget.spent:
@@ -233,8 +251,8 @@ def annotation_warnings(pod: view.Pod, policy: Policy, budget: Budget) -> list[s
     (the namespace's label picks the policy)."""
     out: list[str] = []
     for key, value in view.annotations_of(pod).items():
-        if key in _KNOWN_SET or SUSPECT_KEY.search(key) is None:
-            if key == names.ANNOTATION_POLICY and isinstance(value, str) and value != policy.name:
+        if key in _KNOWN_SET or not _suspect(key, _KEY_WORDS, SUSPECT_KEY):
+            if key == _ANNOTATION_POLICY and isinstance(value, str) and value != policy.name:
                 budget.put(
                     out,
                     f'the namespace\'s label picks the policy (here "{policy.name}").'
@@ -255,7 +273,11 @@ def label_warnings(pod: view.Pod, policy: Policy, budget: Budget) -> list[str]:
         return []
     out: list[str] = []
     for key in labels:
-        if type(key) is not str or key in _PLAIN_LABELS or SUSPECT_KEY.search(key) is None:
+        if (
+            type(key) is not str
+            or key in _PLAIN_LABELS
+            or not _suspect(key, _KEY_WORDS, SUSPECT_KEY)
+        ):
             continue
         if budget.spent:
             return out
@@ -277,7 +299,7 @@ def _tell(
         advice = "set it as an annotation." if label else f"did you mean {found}?"
         effect = _profile_effect(pod, policy)
         budget.put(out, f"{advice} {what.capitalize()} {shown} is ignored{effect}")
-    elif found == names.ANNOTATION_POLICY:
+    elif found == _ANNOTATION_POLICY:
         budget.put(
             out,
             f"the namespace's label {names.POLICY_LABEL} picks the policy. {what.capitalize()}"

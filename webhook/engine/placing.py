@@ -18,21 +18,35 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
-from webhook.engine import selection, structs, view
+from webhook.engine import selection, view
 from webhook.engine.decision import FIELD, ErrorType, Marker, Violation
 from webhook.policy import names
 from webhook.policy.policies import NodeClass, Policy, Profile
 
+# What the code below reads of `names` for every container, variable or operation: as
+# Final constants of this module the compiled core reads them directly (`names.X` is a
+# lookup in another module at every use).
+_MPS_THREADS: Final = names.MPS_THREADS
+_MPS_MEMORY: Final = names.MPS_MEMORY
 
-class Finding(NamedTuple):
+
+class Finding:
     """What a rule is to report about a pod, found before the rules run: a violation, or a
-    warning for the user."""
+    warning for the user. (A native class of the compiled core, as `Placement`.)"""
 
-    rule: str
-    violation: Violation | None = None
-    warning: str | None = None
+    __slots__ = ("rule", "violation", "warning")
+
+    def __init__(
+        self, rule: str, violation: Violation | None = None, warning: str | None = None
+    ) -> None:
+        self.rule: Final = rule
+        self.violation: Final = violation
+        self.warning: Final = warning
+
+    def __repr__(self) -> str:
+        return f"Finding({self.rule!r}, {self.violation!r}, {self.warning!r})"
 
 
 class Placement:
@@ -65,14 +79,20 @@ class Placement:
         self.pinned_to: Final = pinned_to
 
 
-class Limit(NamedTuple):
-    """One MPS limit a container will run with, and where it comes from."""
+class Limit:
+    """One MPS limit a container will run with, and where it comes from. A native class of
+    the compiled core, as `Placement`."""
 
-    container: str
-    variable: str  # names.MPS_THREADS or names.MPS_MEMORY
-    value: float  # percent, or MiB per device
-    source: str  # for messages: the profile, or the container's own variable
-    user_set: bool
+    __slots__ = ("container", "source", "user_set", "value", "variable")
+
+    def __init__(
+        self, container: str, variable: str, value: float, source: str, user_set: bool
+    ) -> None:
+        self.container: Final = container
+        self.variable: Final = variable  # names.MPS_THREADS or names.MPS_MEMORY
+        self.value: Final = value  # percent, or MiB per device
+        self.source: Final = source  # for messages: the profile, or the container's own variable
+        self.user_set: Final = user_set
 
 
 def place(
@@ -284,7 +304,12 @@ def devices(replicas: int, classes: Sequence[NodeClass]) -> int:
     """The devices by ordinal a container asking for `replicas` can see on a node of one of
     `classes`: no more than such a node has (a count of trillions, admitted where its rule is
     relaxed, still names a handful)."""
-    return min(replicas, max((c.gpus_per_node for c in classes), default=1), MAX_DEVICES)
+    # (A loop: the builtin max with a default is a generic call in the compiled core.)
+    most: int | None = None
+    for c in classes:
+        if most is None or c.gpus_per_node > most:
+            most = c.gpus_per_node
+    return min(replicas, 1 if most is None else most, MAX_DEVICES)
 
 
 # More GPUs than any node has: the ordinals a limit may need to name stop here.
@@ -324,8 +349,8 @@ def _mps_limits(
     for i, c in enumerate(pod.containers):
         if not replicas[i]:
             continue
-        for variable, from_profile in ((names.MPS_THREADS, threads), (names.MPS_MEMORY, memory)):
-            defined = view.variable(c.c, variable)
+        for variable, from_profile in ((_MPS_THREADS, threads), (_MPS_MEMORY, memory)):
+            defined = c.variable(variable)
             if defined is None:
                 if from_profile is not None and profile is not None:
                     limits.append(
@@ -355,7 +380,7 @@ def _mps_limits(
                 )
                 continue
             if (
-                variable == names.MPS_MEMORY
+                variable == _MPS_MEMORY
                 and policy.profiles_are_ceilings
                 and from_profile is not None
                 and profile is not None
@@ -394,7 +419,7 @@ def _mps_limits(
             if over_profile and from_profile is not None and profile is not None:
                 figure = f"{from_profile:g}{_UNIT_SUFFIX[variable]}"
                 if policy.profiles_are_ceilings:
-                    most = str(from_profile) if variable == names.MPS_THREADS else (
+                    most = str(from_profile) if variable == _MPS_THREADS else (
                         f"{from_profile}M per device"
                     )
                     _deny(
@@ -495,7 +520,7 @@ def _fit(
 
 def _over_ceiling(limit: Limit, cls: NodeClass) -> str | None:
     """ "value > ceiling" when `limit` is above `cls`'s MPS ceiling."""
-    ceiling = cls.thread_ceiling if limit.variable == names.MPS_THREADS else cls.memory_ceiling_mib
+    ceiling = cls.thread_ceiling if limit.variable == _MPS_THREADS else cls.memory_ceiling_mib
     if ceiling is None or limit.value <= ceiling:
         return None
     unit = _UNIT_SUFFIX[limit.variable]
@@ -519,7 +544,10 @@ def _count(placement: Placement) -> selection.Extra:
     """For k > 1 replicas, nodes with at least k GPUs; none where the classes pinned to have
     fewer (multi-replica refused them all, in a relaxed mode: the pod stays on them)."""
     classes = placement.pinned_to or ()
-    largest = max(placement.replicas, default=0)
+    # (A loop: the builtin max with a default is a generic call in the compiled core.)
+    largest = 0
+    for replicas in placement.replicas:
+        largest = max(largest, replicas)
     if not classes or largest <= 1 or any(c.gpus_per_node < largest for c in classes):
         return None
     return selection.min_gpus(classes[0].resource, largest)
@@ -540,11 +568,17 @@ def tolerations(pod: view.Pod, policy: Policy, resource: str) -> list[dict[str, 
     says so, each only when no toleration of the pod already covers it."""
     existing = (pod.spec.tolerations if pod.spec is not None else None) or ()
     added: list[dict[str, Any]] = []
-    for items in wanted_tolerations(policy, resource):
-        tol = dict(items)
-        if not any(covers(e, tol) for e in existing):
-            added.append(tol)
+    for wanted in _wanted_dicts(policy, resource):
+        if not any(covers(e, wanted) for e in existing):
+            added.append(wanted.copy())
     return added
+
+
+@functools.lru_cache(maxsize=256)
+def _wanted_dicts(policy: Policy, resource: str) -> tuple[dict[str, Any], ...]:
+    """`wanted_tolerations` as dicts, to compare and copy (never to hand out: the patch takes
+    copies)."""
+    return tuple(dict(items) for items in wanted_tolerations(policy, resource))
 
 
 def toleration_words(t: Mapping[str, Any]) -> str:
@@ -571,7 +605,7 @@ def wanted_tolerations(policy: Policy, resource: str) -> tuple[tuple[tuple[str, 
     return tuple(unique)
 
 
-def covers(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
+def covers(have: dict[str, Any], want: dict[str, Any]) -> bool:
     """Whether toleration `have` tolerates every taint that `want` tolerates."""
     have_key = have.get("key") or ""
     have_op = have.get("operator") or "Equal"
@@ -598,15 +632,15 @@ def covers(have: Mapping[str, Any], want: Mapping[str, Any]) -> bool:
     return True
 
 
-def mps_env(profile: Profile, c: structs.Container, devices: int) -> list[dict[str, str]]:
+def mps_env(profile: Profile, c: view.Slot, devices: int) -> list[dict[str, str]]:
     """The `mps-limits` patch's variables for a container with `devices` replicas: the
     profile's values it does not set itself."""
     new: list[dict[str, str]] = []
-    if profile.active_thread_percentage is not None and view.variable(c, names.MPS_THREADS) is None:
-        new.append({"name": names.MPS_THREADS, "value": str(profile.active_thread_percentage)})
-    if profile.pinned_memory_mib is not None and view.variable(c, names.MPS_MEMORY) is None:
+    if profile.active_thread_percentage is not None and c.variable(_MPS_THREADS) is None:
+        new.append({"name": _MPS_THREADS, "value": str(profile.active_thread_percentage)})
+    if profile.pinned_memory_mib is not None and c.variable(_MPS_MEMORY) is None:
         new.append(
-            {"name": names.MPS_MEMORY, "value": _memory_limit(profile.pinned_memory_mib, devices)}
+            {"name": _MPS_MEMORY, "value": _memory_limit(profile.pinned_memory_mib, devices)}
         )
     return new
 

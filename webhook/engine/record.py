@@ -7,12 +7,20 @@ webhook says about the others' work, so it is not a rule of the table.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from webhook.engine import view
 from webhook.engine.decision import Addition
 from webhook.engine.rules import ANNOTATIONS, MPS_LIMITS, PodPass
 from webhook.policy import names
+
+# What the code below reads of `names` for every container, variable or operation: as
+# Final constants of this module the compiled core reads them directly (`names.X` is a
+# lookup in another module at every use).
+_DRY_RUN: Final = names.DRY_RUN
+_ANNOTATION_POLICY: Final = names.ANNOTATION_POLICY
+_ANNOTATION_PROFILE: Final = names.ANNOTATION_PROFILE
+_ANNOTATION_MUTATIONS: Final = names.ANNOTATION_MUTATIONS
 
 
 def record(
@@ -23,35 +31,36 @@ def record(
     pod, policy, known = r.facts.pod, r.policy, r.facts
     classes = known.classes
     shared = classes is not None and known.resource is not None
-    if not ops and (not shared or policy.mode == names.DRY_RUN):
+    if not ops and (not shared or policy.mode == _DRY_RUN):
         return [], {}, None
     steps: list[str] = []
     for rule, _ in ops:
         if rule not in steps:
             steps.append(rule)
-    annotations = view.annotations_of(pod)
-    recorded_policy = annotations.get(names.ANNOTATION_POLICY)
-    has_profile = names.ANNOTATION_PROFILE in annotations
-    recorded_steps = annotations.get(names.ANNOTATION_MUTATIONS)
+    # (A dict, as the view holds it: its lookups are dict lookups in the compiled core.)
+    annotations = (pod.meta.annotations if pod.meta is not None else None) or {}
+    recorded_policy = annotations.get(_ANNOTATION_POLICY)
+    has_profile = _ANNOTATION_PROFILE in annotations
+    recorded_steps = annotations.get(_ANNOTATION_MUTATIONS)
     wanted: dict[str, str] = {}
     if recorded_policy != policy.name:
-        wanted[names.ANNOTATION_POLICY] = policy.name
+        wanted[_ANNOTATION_POLICY] = policy.name
     # The profile governs the pod once its limits are applied (not in dry-run).
     profile = known.profile
     if (
         shared
         and profile is not None
         and not has_profile
-        and policy.mode_of(MPS_LIMITS.name) != names.DRY_RUN
+        and policy.mode_of(MPS_LIMITS.name) != _DRY_RUN
     ):
-        wanted[names.ANNOTATION_PROFILE] = profile.name
+        wanted[_ANNOTATION_PROFILE] = profile.name
     if steps:
         # What an earlier pass recorded, and nothing else: a name that is no rule's was
         # written by someone else, not by the webhook.
         done = set(str(recorded_steps).split(",")) & _RULES if recorded_steps else set()
         merged = ",".join(sorted(done.union(steps)))
         if merged != recorded_steps:
-            wanted[names.ANNOTATION_MUTATIONS] = merged
+            wanted[_ANNOTATION_MUTATIONS] = merged
     audit: dict[str, str] = {}
     if shared:
         audit["policy"] = policy.name
@@ -73,11 +82,15 @@ def record(
     if pod.meta.annotations is None:
         return [(ANNOTATIONS, _add(f"{pointer}/metadata/annotations", wanted))], audit, words
     base = f"{pointer}/metadata/annotations/"
-    recorded = [(ANNOTATIONS, _add(base + view.escape(k), v)) for k, v in wanted.items()]
+    recorded = [(ANNOTATIONS, _add(base + _ESCAPED[k], v)) for k, v in wanted.items()]
     return recorded, audit, words
 
 
 _RULES = frozenset(names.RULES)
+# The annotations recorded, as JSON Pointer reference tokens.
+_ESCAPED: Final = {
+    k: view.escape(k) for k in (_ANNOTATION_POLICY, _ANNOTATION_PROFILE, _ANNOTATION_MUTATIONS)
+}
 
 
 def _add(path: str, value: Any) -> dict[str, Any]:

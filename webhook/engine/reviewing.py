@@ -16,7 +16,7 @@ from __future__ import annotations
 import enum
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, NamedTuple, TypeVar
+from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 from webhook.engine import claims, facts, hints, record, rules, structs, view
 from webhook.engine.decision import (
@@ -29,6 +29,13 @@ from webhook.engine.decision import (
 )
 from webhook.policy import kinds, names
 from webhook.policy.policies import Policy
+
+# What the code below reads of `names` for every container, variable or operation: as
+# Final constants of this module the compiled core reads them directly (`names.X` is a
+# lookup in another module at every use).
+_ENFORCE: Final = names.ENFORCE
+_DRY_RUN: Final = names.DRY_RUN
+_WARN: Final = names.WARN
 
 Endpoint = Literal["mutate", "validate"]
 # The subresource `kubectl debug` updates to add an ephemeral container.
@@ -207,7 +214,7 @@ def annotations_update(
     }
     if not changed:
         return Decision()
-    only = pod._replace(meta=structs.Meta(changed, pod.meta.labels if pod.meta else None))
+    only = pod.with_meta(structs.Meta(changed, pod.meta.labels if pod.meta else None))
     table = Table(frozenset(), (rule.check,) if rule.check is not None else (), (), ())
     r, _, _ = run_rules(facts.gather(only, policy), policy, table, mutate=False)
     decision = Decision(violations=r.violations, would_refuse=r.would_refuse)
@@ -310,7 +317,7 @@ def _take(
     for rule, op in ops:
         decision.patch.append(op)
         decision.patch_rules.append(rule)
-        if rule not in decision.mutations and rule != rules.ANNOTATIONS:
+        if rule != rules.ANNOTATIONS and rule not in decision.mutations:
             decision.mutations.append(rule)
     for a in additions:
         decision.additions.append(a._replace(topic=f"{where}: {a.topic}") if where else a)
@@ -343,7 +350,7 @@ _AUDIT_VALUE = 2000
 def _tell(decision: Decision) -> None:
     """Warn-mode refusals as warnings and an audit annotation; dry-run ones stay silent. A
     warning keeps the refusal's fix (`refusal_warning`); the annotation has it whole."""
-    warned = [v for mode, v in decision.would_refuse if mode == names.WARN]
+    warned = [v for mode, v in decision.would_refuse if mode == _WARN]
     if not warned:
         return
     # Before any other warning, and one of each rule first: what the budget of warnings
@@ -433,9 +440,9 @@ def run_rules(
         return r, [], []
     ops = r.operations()
     additions = r.additions() if in_words else []
-    if policy.mode != names.ENFORCE or policy.rule_modes:
-        ops = [(rule, op) for rule, op in ops if policy.mode_of(rule) != names.DRY_RUN]
-        additions = [a for a in additions if policy.mode_of(a.rule) != names.DRY_RUN]
+    if policy.mode != _ENFORCE or policy.rule_modes:
+        ops = [(rule, op) for rule, op in ops if policy.mode_of(rule) != _DRY_RUN]
+        additions = [a for a in additions if policy.mode_of(a.rule) != _DRY_RUN]
     if recorder is None:
         return r, ops, additions
     recorded, audit, words = recorder(r, ops)

@@ -30,7 +30,7 @@ import operator
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Generic, NamedTuple, Protocol, TypeVar
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from webhook.engine import claims, facts, placing, selection, view
 from webhook.engine.decision import (
@@ -48,6 +48,18 @@ from webhook.engine.decision import (
 from webhook.engine.placing import Finding
 from webhook.policy import hostpaths, names, policies
 from webhook.policy.policies import Policy, RulesSpec
+
+# What the code below reads of `names` for every container, variable or operation: as
+# Final constants of this module the compiled core reads them directly (`names.X` is a
+# lookup in another module at every use).
+_ENFORCE: Final = names.ENFORCE
+_DEVICE_VARIABLES: Final = names.DEVICE_VARIABLES
+_HIDING_VALUES: Final = names.HIDING_VALUES
+_DRIVER_CAPABILITIES: Final = names.DRIVER_CAPABILITIES
+_MPS_DIRECTORIES: Final = names.MPS_DIRECTORIES
+_CDI_ANNOTATION_PREFIXES: Final = names.CDI_ANNOTATION_PREFIXES
+_VISIBLE_DEVICES: Final = names.VISIBLE_DEVICES
+_HIDE: Final = names.HIDE
 
 
 class Scope(enum.Enum):
@@ -125,25 +137,28 @@ class Rule:
 
 
 # The Python attribute of each switch (`denyPrivileged` -> `deny_privileged`).
-_SWITCH_ATTRIBUTES = {f.alias: name for name, f in RulesSpec.model_fields.items() if f.alias}
+_SWITCH_ATTRIBUTES: Final = {f.alias: name for name, f in RulesSpec.model_fields.items() if f.alias}
 # Where each rule's reports and additions stand in a decision: the order of `names.RULES`
 # (the record of what the webhook did, `annotations`, comes last).
-RANK = {name: i for i, name in enumerate(names.RULES)}
-ANNOTATIONS = "annotations"
-_LAST = len(RANK)
+RANK: Final = {name: i for i, name in enumerate(names.RULES)}
+ANNOTATIONS: Final = "annotations"
+_LAST: Final = len(RANK)
 
 
 _Ranked = TypeVar("_Ranked", bound=tuple[Any, ...])
 
 
-class EnvAddition(NamedTuple):
+class EnvAddition:
     """Variables a patch adds to a container's env (made into operations at the end, when it
     is known which addition to a container without an env list comes first, and so adds
-    the list)."""
+    the list). A native class of the compiled core, as `view.Slot`."""
 
-    pointer: str  # the container's env: "/spec/containers/0/env"
-    has_list: bool  # whether the container has an env list
-    variables: list[dict[str, str]]
+    __slots__ = ("has_list", "pointer", "variables")
+
+    def __init__(self, pointer: str, has_list: bool, variables: list[dict[str, str]]) -> None:
+        self.pointer: Final = pointer  # the container's env: "/spec/containers/0/env"
+        self.has_list: Final = has_list  # whether the container has an env list
+        self.variables: Final = variables
 
 
 class Known(Protocol):
@@ -275,12 +290,12 @@ class Pass(Generic[F]):
         """Move the violations of rules the policy does not enforce to `would_refuse`, in
         the order of the rules."""
         policy = self.policy
-        if not self._violations or (policy.mode == names.ENFORCE and not policy.rule_modes):
+        if not self._violations or (policy.mode == _ENFORCE and not policy.rule_modes):
             return
         kept = []
         for rank, v in self._violations:
             mode = policy.mode_of(v.rule)
-            if mode == names.ENFORCE:
+            if mode == _ENFORCE:
                 kept.append((rank, v))
             else:
                 self._would_refuse.append((mode, v))
@@ -358,7 +373,7 @@ _CONTAINER_WORDS: Final = {
     "initContainers": "init container",
     "ephemeralContainers": "ephemeral container",
 }
-_RANK_OF = operator.itemgetter(0)
+_RANK_OF: Final = operator.itemgetter(0)
 
 
 def _put(items: list[_Ranked], entry: _Ranked) -> None:
@@ -518,16 +533,17 @@ def check_device_variables(r: PodPass) -> None:
     """Route 1: a value for NVIDIA_VISIBLE_DEVICES (and the toolkit's other device variables)
     that does not only hide devices, on any container."""
     for c, used in r.facts.judged:
-        for position, var in enumerate(c.c.env or ()):
-            if var.name not in names.DEVICE_VARIABLES:
+        for position, name in enumerate(c.env_names):
+            if name not in _DEVICE_VARIABLES:
                 continue
+            var = c.env[position]
             value = view.env_value(var)
             if value is None:
                 what, after = f"{var.name} from valueFrom (", ") cannot be read at admission"
             elif _reference(value):
                 what = f"{var.name}={shown(value)} ("
                 after = ") refers to another variable, which cannot be read at admission"
-            elif value in names.HIDING_VALUES:
+            elif value in _HIDING_VALUES:
                 continue
             elif value == "none":
                 what = f"{var.name}={shown(value)} ("
@@ -595,9 +611,10 @@ def check_driver_capabilities(r: PodPass) -> None:
     for c, used in r.facts.judged:
         if not (used.gpu or view.uses_claims(c.c)):
             continue
-        for position, var in enumerate(c.c.env or ()):
-            if var.name != names.DRIVER_CAPABILITIES:
+        for position, name in enumerate(c.env_names):
+            if name != _DRIVER_CAPABILITIES:
                 continue
+            var = c.env[position]
             value = view.env_value(var)
             if value is None:
                 problem = "comes from valueFrom, which cannot be read at admission"
@@ -629,12 +646,12 @@ def patch_driver_capabilities(r: PodPass) -> None:
     value = ",".join(allowed)
     for c, used in r.facts.judged:
         if (used.gpu or view.uses_claims(c.c)) and (
-            view.variable(c.c, names.DRIVER_CAPABILITIES) is None
+            c.variable(_DRIVER_CAPABILITIES) is None
         ):
             r.add_env(
                 "driver-capabilities",
                 c,
-                [{"name": names.DRIVER_CAPABILITIES, "value": value}],
+                [{"name": _DRIVER_CAPABILITIES, "value": value}],
                 f'the driver capabilities policy "{r.policy.name}" allows',
             )
 
@@ -673,13 +690,13 @@ def check_mps_directories(r: PodPass) -> None:
         if used.exclusive and not used.shared:
             # A whole GPU of its own: the pod may run its own MPS daemon on it.
             continue
-        for position, var in enumerate(c.c.env or ()):
-            if var.name in names.MPS_DIRECTORIES:
+        for position, name in enumerate(c.env_names):
+            if name in _MPS_DIRECTORIES:
                 r.deny(
                     "mps-directories",
                     ErrorType.FORBIDDEN,
                     f"{c.field}.env[{position}]",
-                    f'container "{c.name}": {var.name} (',
+                    f'container "{c.name}": {name} (',
                     FIELD,
                     ") is set by the device plugin for a container with an MPS replica; a value"
                     " of the pod's can detach the process from the MPS daemon and its limits."
@@ -818,7 +835,7 @@ def check_host_path(r: PodPass) -> None:
         _check_host_path_mounts(r)
         return
     mounters: dict[str, list[str]] | None = None
-    for v in view.volumes(pod):
+    for v in view.host_path_volumes(pod):
         if v.host_path is None:
             continue
         reached = host_path_classes(v.host_path, r.policy)
@@ -851,7 +868,7 @@ def _check_host_path_mounts(r: PodPass) -> None:
     pod = r.facts.pod
     reaching = {
         v.name: v
-        for v in view.volumes(pod)
+        for v in view.host_path_volumes(pod)
         if v.host_path is not None and host_path_classes(v.host_path, r.policy)
     }
     if not reaching:
@@ -875,11 +892,14 @@ def _check_host_path_mounts(r: PodPass) -> None:
             )
 
 
+# Cleaning a path drops segments, never joins them: a path whose cleaned form starts with
+# the device list's root holds its last segment as written.
+_DEVICE_LIST_MARKER: Final = names.DEVICE_LIST_ROOT.rsplit("/", 1)[1]
+
+
 def check_device_list_mount(r: PodPass) -> None:
     root = names.DEVICE_LIST_ROOT
-    # Cleaning a path drops segments, never joins them: a path whose cleaned form starts with
-    # the root holds its last segment as written.
-    marker = root.rsplit("/", 1)[1]
+    marker = _DEVICE_LIST_MARKER
     for c, _ in r.facts.judged:
         for position, m in view.mounts(c.c):
             path = m.mountPath or ""
@@ -1058,7 +1078,7 @@ def _host_volumes(
     is on), each with the entry of allowedHostPaths that allows it (None: none does)."""
     return [
         (v, allowed_host_path(v.host_path, policy))
-        for v in view.volumes(pod)
+        for v in view.host_path_volumes(pod)
         if v.host_path is not None and not (host_path_on and host_path_classes(v.host_path, policy))
     ]
 
@@ -1068,7 +1088,7 @@ def check_cdi_annotations(r: PodPass) -> None:
     `cdi.k8s.io/*` pod annotations through (the kata and confidential-computing GPU runtime
     classes do) inject the devices they name."""
     for key in view.annotations_of(r.facts.pod):
-        if isinstance(key, str) and key.startswith(names.CDI_ANNOTATION_PREFIXES):
+        if isinstance(key, str) and key.startswith(_CDI_ANNOTATION_PREFIXES):
             r.deny(
                 "cdi-annotations",
                 ErrorType.FORBIDDEN,
@@ -1202,7 +1222,7 @@ def patch_mps_limits(r: PodPass) -> None:
         replicas = used.replicas(resource)
         if not replicas:
             continue
-        new = placing.mps_env(profile, c.c, placing.devices(replicas, classes))
+        new = placing.mps_env(profile, c, placing.devices(replicas, classes))
         if new:
             r.add_env("mps-limits", c, new, f'the MPS limits of profile "{profile.name}"')
 
@@ -1212,11 +1232,11 @@ def patch_visible_devices(r: PodPass) -> None:
     if not (r.policy.rules.void_visible_devices_without_gpu or r.facts.gpu):
         return
     for c, used in r.facts.judged:
-        if not used.gpu and view.variable(c.c, names.VISIBLE_DEVICES) is None:
+        if not used.gpu and c.variable(_VISIBLE_DEVICES) is None:
             r.add_env(
                 "visible-devices",
                 c,
-                [{"name": names.VISIBLE_DEVICES, "value": names.HIDE}],
+                [{"name": _VISIBLE_DEVICES, "value": _HIDE}],
                 "it hides the GPUs from a container that asks for none",
             )
 
@@ -1389,7 +1409,7 @@ RULES: tuple[Rule, ...] = (
 # fmt: on
 
 
-_BY_NAME = {rule.name: rule for rule in RULES}
+_BY_NAME: Final = {rule.name: rule for rule in RULES}
 # The rows other modules name: a rule's name is written only here and in `names.RULES`.
 HOST_ACCESS: Final = _BY_NAME["host-access"]
 DRA_MPS_LIMITS: Final = _BY_NAME["dra-mps-limits"]

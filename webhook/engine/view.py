@@ -23,9 +23,9 @@ templates), each a `Template`: its place in the object, its metadata and spec.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import msgspec
 
@@ -59,6 +59,11 @@ from webhook.engine.structs import (
 from webhook.policy import names
 from webhook.policy.kinds import BUILTIN, EACH_ITEM, EACH_VALUE, Kind, Kinds, TemplatePath
 
+# What the code below reads of `names` for every container, variable or operation: as
+# Final constants of this module the compiled core reads them directly (`names.X` is a
+# lookup in another module at every use).
+_MIRROR_ANNOTATION: Final = names.MIRROR_ANNOTATION
+
 CONTAINER_GROUPS = ("initContainers", "containers", "ephemeralContainers")
 
 # --------------------------------------------------------------------------- templates
@@ -72,17 +77,28 @@ class Problem(NamedTuple):
     found: str  # "a number"
 
 
-class Found(NamedTuple):
+class Found:
     """A pod spec inside a reviewed object: where it stands, its metadata and spec as the
-    rules read them, and the shape problems found in them (their paths relative to it)."""
+    rules read them, and the shape problems found in them (their paths relative to it). A
+    native class of the compiled core, as `Pod`."""
 
-    place: Place
-    template: Template
-    problems: tuple[Problem, ...]
-    # The pod spec as sent, in generic form: here when it was read from it, else made from
-    # the object's when asked for (`generic`).
-    node: Any
-    source: Source | None = None
+    __slots__ = ("node", "place", "problems", "source", "template")
+
+    def __init__(
+        self,
+        place: Place,
+        template: Template,
+        problems: tuple[Problem, ...],
+        node: Any,
+        source: Source | None = None,
+    ) -> None:
+        self.place: Final = place
+        self.template: Final = template
+        self.problems: Final = problems
+        # The pod spec as sent, in generic form: here when it was read from it, else made
+        # from the object's when asked for (`generic`).
+        self.node: Final = node
+        self.source: Final = source
 
     def generic(self) -> Any:
         """The pod spec as sent, as dicts and lists (what a patch copies of it)."""
@@ -92,6 +108,9 @@ class Found(NamedTuple):
         for step in self.place.pointer.split("/")[1:]:
             node = node.get(step) if isinstance(node, dict) else None
         return node
+
+    def __repr__(self) -> str:
+        return f"Found({self.place!r}, {self.template!r}, {self.problems!r})"
 
 
 def type_name(value: object) -> str:
@@ -127,16 +146,45 @@ class Unreadable(ValueError):
 class Source:
     """An object under review as it came: the bytes of JSON the API server sent (the
     server), or the value a command read from a file. Its generic form is made once, and
-    only when asked for; so is its typed decode (`typed_object`)."""
+    only when asked for; so is its typed decode (`typed_object`), unless the codec decoded
+    it with the request (`Source.decoded`)."""
 
-    __slots__ = ("_decoded", "_generic", "_made", "_typed", "raw")
+    __slots__ = ("_binary", "_cut", "_decoded", "_generic", "_made", "_raw", "_typed")
 
     def __init__(self, raw: bytes | Any) -> None:
-        self.raw = raw
-        self._made = not isinstance(raw, bytes)
+        self._raw = raw
+        # Gives the bytes of an object decoded with its request, when they are first asked for.
+        self._cut: Callable[[], bytes] | None = None
+        self._binary = isinstance(raw, bytes)
+        self._made = not self._binary
         self._generic: Any = None if not self._made else raw
         self._decoded = self._made
         self._typed: PodObject | None = None
+
+    @staticmethod
+    def decoded(typed: PodObject, cut: Callable[[], bytes]) -> Source:
+        """An object of JSON bytes whose typed decode (`typed_object`) was made in the same
+        pass as the request that holds it; `cut` gives its bytes (read only by the slower
+        paths: its generic form, a workload's templates)."""
+        source = Source(b"")
+        source._typed = typed
+        source._decoded = True
+        source._cut = cut
+        return source
+
+    @property
+    def raw(self) -> bytes | Any:
+        """The object as it came: its bytes of JSON, or the value read from a file."""
+        cut = self._cut
+        if cut is not None:
+            self._cut = None
+            self._raw = cut()
+        return self._raw
+
+    @property
+    def binary(self) -> bool:
+        """Whether the object came as bytes of JSON (not as a value read from a file)."""
+        return self._binary
 
     @property
     def generic(self) -> Any:
@@ -178,7 +226,7 @@ def typed_object(source: Source) -> PodObject | None:
 
 def meta_of(source: Source) -> Names:
     """What names the object (its metadata's name, generateName and namespace, as sent)."""
-    if isinstance(source.raw, bytes):
+    if source.binary:
         typed = typed_object(source)
         if typed is not None:
             m = typed.metadata
@@ -198,7 +246,7 @@ def meta_of(source: Source) -> Names:
 def head(source: Source) -> tuple[str, str]:
     """The object's (group, kind), as its own apiVersion and kind say; ("", "") when it
     says none."""
-    if isinstance(source.raw, bytes):
+    if source.binary:
         typed = typed_object(source)
         try:
             found = typed if typed is not None else decode_head(source.raw)
@@ -225,7 +273,7 @@ def templates(obj: Object, kinds: Kinds = BUILTIN) -> tuple[list[Found], list[Pr
     found = kinds.get((group, kind))
     if found is None:
         return [], []
-    if found.builtin and isinstance(source.raw, bytes):
+    if found.builtin and source.binary:
         typed = _typed_workload(source, found)
         if typed is not None:
             return typed, []
@@ -236,7 +284,7 @@ def templates(obj: Object, kinds: Kinds = BUILTIN) -> tuple[list[Found], list[Pr
 
 
 def _pod(source: Source) -> tuple[list[Found], list[Problem]]:
-    if isinstance(source.raw, bytes):
+    if source.binary:
         pod = typed_object(source)
         if pod is not None:
             if _mirror(pod.metadata):
@@ -247,7 +295,7 @@ def _pod(source: Source) -> tuple[list[Found], list[Problem]]:
     obj = source.generic
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    if isinstance(annotations, dict) and names.MIRROR_ANNOTATION in annotations:
+    if isinstance(annotations, dict) and _MIRROR_ANNOTATION in annotations:
         return [], []
     return [read(obj, OBJECT)], []
 
@@ -267,7 +315,7 @@ def _unnamed(template: Template) -> bool:
 
 def _mirror(meta: Meta | None) -> bool:
     return meta is not None and bool(meta.annotations) and (
-        names.MIRROR_ANNOTATION in (meta.annotations or {})
+        _MIRROR_ANNOTATION in (meta.annotations or {})
     )
 
 
@@ -647,7 +695,7 @@ class _Reader:
 
 
 # The name of a list item that is not an object: the rules leave it out.
-_LEFT_OUT = "\0"
+_LEFT_OUT: Final = "\0"
 
 
 def left_out(name: str | None) -> bool:
@@ -663,18 +711,6 @@ def env_value(var: EnvVar) -> str | None:
     return None if var.valueFrom is not None else (var.value or "")
 
 
-def variable(c: Container, name: str) -> tuple[int, EnvVar] | None:
-    """The definition of `name` that wins in `c` (the last one, as the kubelet reads env),
-    with its place in the env list."""
-    env = c.env
-    if not env:
-        return None
-    for i in range(len(env) - 1, -1, -1):
-        if env[i].name == name:
-            return i, env[i]
-    return None
-
-
 def limits(c: Container) -> Mapping[str, Any]:
     r = c.resources
     return (r.limits if r is not None else None) or _EMPTY
@@ -685,7 +721,7 @@ def requests(c: Container) -> Mapping[str, Any]:
     return (r.requests if r is not None else None) or _EMPTY
 
 
-_EMPTY: Mapping[str, Any] = {}
+_EMPTY: Final[Mapping[str, Any]] = {}
 
 
 def capabilities(c: Container) -> tuple[str, ...]:
@@ -764,40 +800,93 @@ def names_of(items: Sequence[Any] | None) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- the pod reviewed
 
 
-class Slot(NamedTuple):
+# The classes of the pod reviewed are plain classes with Final attributes, not named tuples:
+# made for every pod, container and volume of every review, they are native classes of the
+# compiled core (hatch_build.py), many times cheaper to make (as `facts.Facts`).
+
+
+class Slot:
     """One container of the pod under review: where it stands, and whether it is judged."""
 
-    group: str  # "initContainers", "containers" or "ephemeralContainers"
-    position: int  # in its group's list
-    name: str  # its name, or "containers[1]" where it has none
-    c: Container
-    # False for ephemeral containers that were there before an update: they were judged
-    # when added, and cannot be changed.
-    judged: bool
+    __slots__ = ("c", "env", "env_names", "group", "judged", "name", "position")
+
+    def __init__(self, group: str, position: int, name: str, c: Container, judged: bool) -> None:
+        self.group: Final = group  # "initContainers", "containers" or "ephemeralContainers"
+        self.position: Final = position  # in its group's list
+        self.name: Final = name  # its name, or "containers[1]" where it has none
+        self.c: Final = c
+        # False for ephemeral containers that were there before an update: they were judged
+        # when added, and cannot be changed.
+        self.judged: Final = judged
+        # Its variables and their names, in order: read once here, as the rules look
+        # through them for one name after another.
+        env: Sequence[EnvVar] = c.env or ()
+        self.env: Final = env
+        self.env_names: Final = tuple(var.name for var in env)
+
+    def variable(self, name: str) -> tuple[int, EnvVar] | None:
+        """The definition of `name` that wins (the last one, as the kubelet reads env), with
+        its place in the env list."""
+        found = self.env_names
+        for i in range(len(found) - 1, -1, -1):
+            if found[i] == name:
+                return i, self.env[i]
+        return None
 
     @property
     def field(self) -> str:
         """Its field path in the pod spec: "spec.containers[0]"."""
         return f"spec.{self.group}[{self.position}]"
 
+    def __repr__(self) -> str:
+        return f"Slot({self.group!r}, {self.position!r}, {self.name!r})"
 
-class Pod(NamedTuple):
+
+class Pod:
     """One pod (or pod template) under review: its template, where it stands in the
     object, its containers in order, and the shape problems found in it."""
 
-    place: Place
-    meta: Meta | None
-    spec: PodSpec | None
-    containers: tuple[Slot, ...]
-    problems: tuple[Problem, ...]
-    # An ephemeral-containers update: only new ephemeral containers are judged, and the
-    # rules of the pod as a whole (placement, volumes, host namespaces) are not run again.
-    ephemeral_update: bool
-    found: Found
+    __slots__ = ("containers", "ephemeral_update", "found", "meta", "place", "problems", "spec")
+
+    def __init__(
+        self,
+        place: Place,
+        meta: Meta | None,
+        spec: PodSpec | None,
+        containers: tuple[Slot, ...],
+        problems: tuple[Problem, ...],
+        *,
+        ephemeral_update: bool,
+        found: Found,
+    ) -> None:
+        self.place: Final = place
+        self.meta: Final = meta
+        self.spec: Final = spec
+        self.containers: Final = containers
+        self.problems: Final = problems
+        # An ephemeral-containers update: only new ephemeral containers are judged, and the
+        # rules of the pod as a whole (placement, volumes, host namespaces) are not run again.
+        self.ephemeral_update: Final = ephemeral_update
+        self.found: Final = found
 
     @property
     def template(self) -> Template:
         return Template(self.meta, self.spec)
+
+    def with_meta(self, meta: Meta | None) -> Pod:
+        """The same pod with other metadata."""
+        return Pod(
+            self.place,
+            meta,
+            self.spec,
+            self.containers,
+            self.problems,
+            ephemeral_update=self.ephemeral_update,
+            found=self.found,
+        )
+
+    def __repr__(self) -> str:
+        return f"Pod({self.place!r}, {len(self.containers)} containers)"
 
 
 def pod(found: Found, old: frozenset[str] | None = None) -> Pod:
@@ -826,27 +915,35 @@ def pod(found: Found, old: frozenset[str] | None = None) -> Pod:
         spec,
         tuple(slots),
         found.problems,
-        old is not None,
-        found,
+        ephemeral_update=old is not None,
+        found=found,
     )
 
 
-class VolumeEntry(NamedTuple):
-    position: int
-    name: str
-    host_path: str | None  # the hostPath's path, for hostPath volumes
+class VolumeEntry:
+    __slots__ = ("host_path", "name", "position")
+
+    def __init__(self, position: int, name: str, host_path: str | None) -> None:
+        self.position: Final = position
+        self.name: Final = name
+        self.host_path: Final = host_path  # the hostPath's path, for hostPath volumes
+
+    def __repr__(self) -> str:
+        return f"VolumeEntry({self.position!r}, {self.name!r}, {self.host_path!r})"
 
 
-def volumes(p: Pod) -> list[VolumeEntry]:
-    """The pod's volumes, each with its place and name (`volumes[2]` where it has none)."""
+def host_path_volumes(p: Pod) -> list[VolumeEntry]:
+    """The pod's hostPath volumes, each with its place and name (`volumes[2]` where it has
+    none): what the host-path rules read (no entry is made for the other volumes)."""
     items = p.spec.volumes if p.spec is not None else None
     if not items:
         return []
-    return [
-        VolumeEntry(i, v.name or f"volumes[{i}]", v.hostPath.path if v.hostPath else None)
-        for i, v in enumerate(items)
-        if v.name != _LEFT_OUT
-    ]
+    found: list[VolumeEntry] = []
+    for i, v in enumerate(items):
+        host = v.hostPath
+        if host is not None and v.name != _LEFT_OUT:
+            found.append(VolumeEntry(i, v.name or f"volumes[{i}]", host.path))
+    return found
 
 
 def mounts(c: Container) -> list[tuple[int, VolumeMount]]:
