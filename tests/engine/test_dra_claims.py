@@ -1476,6 +1476,26 @@ def test_a_claim_of_no_gpu_class_is_never_sent_and_passes(
     assert (code, yaml.safe_load(out)) == (0, nic)
 
 
+@pytest.mark.parametrize("value", [[], {}, ["gpu.nvidia.com"]], ids=["list", "object", "named"])
+@pytest.mark.parametrize("at", ["exactly", "firstAvailable"])
+def test_a_class_name_that_is_no_string_is_no_gpu_class_under_a_policy_without_dra(
+    value: object, at: str, loaded: policies.PolicySet
+) -> None:
+    """The API server refuses such a claim itself; the webhook answers it, never an error."""
+    claim = copy.deepcopy(dra.obj("single-gpu-claim"))
+    request = claim["spec"]["devices"]["requests"][0]
+    asked = request.pop("exactly")
+    asked["deviceClassName"] = value
+    if at == "exactly":
+        request["exactly"] = asked
+    else:
+        request["firstAvailable"] = [{"name": "one", **asked}]
+    governing = loaded.governing(names.DEFAULT_POLICY)
+    for endpoint in ("mutate", "validate"):
+        decision = _admit(kube.as_served(claim), governing, endpoint)
+        assert (decision.allowed, decision.patch) == (True, [])
+
+
 @pytest.mark.parametrize("policy", ["default", None, "not-renamed"])
 def test_a_policy_without_dra_refuses_gpu_claims(
     policy: str | None, loaded: policies.PolicySet

@@ -21,6 +21,7 @@ import pytest
 from tests.support import corpus, kube
 from webhook.engine import view
 from webhook.engine.decision import OBJECT
+from webhook.policy import kinds
 
 
 def _rich() -> dict[str, Any]:
@@ -207,3 +208,25 @@ def test_pods_that_differ_only_where_no_rule_reads_have_one_view_and_one_decisio
 def test_a_place_is_kept_for_a_pod() -> None:
     found, _ = view.templates(orjson.dumps(_rich()))
     assert found[0].place == OBJECT
+
+
+@pytest.mark.parametrize("item", [None, 0, "x"], ids=["null", "number", "string"])
+def test_the_reading_stops_at_a_thousand_problems_and_says_so(item: object) -> None:
+    # A list of a million nulls in a body under 7 MiB must not cost a million problems (a
+    # gigabyte); the pod is refused at the first anyway.
+    spec: dict[str, Any] = {"containers": [item] * 200_000}
+    template, problems = view.read_generic({"metadata": {"name": "p"}, "spec": spec})
+    assert len(problems) == view.MAX_PROBLEMS + 1
+    assert problems[0].field == "spec.containers[0]"
+    assert problems[-1] == view.TOO_MANY
+    assert template == view.Template()
+
+
+def test_a_workload_walk_stops_at_a_thousand_problems_and_says_so() -> None:
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+              "metadata": {"name": "j"}, "spec": {"replicatedJobs": [0] * 200_000}}
+    found, problems = view.templates(jobset, kinds.kinds_by_name(kinds.all_kinds()))
+    assert found == []
+    assert len(problems) == view.MAX_PROBLEMS + 1
+    assert problems[0] == view.Problem("spec.replicatedJobs[0]", "an object", "a number")
+    assert problems[-1] == view.TOO_MANY

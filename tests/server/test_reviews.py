@@ -337,6 +337,14 @@ def test_a_body_that_is_not_utf8_where_no_rule_reads_is_a_bad_review(
     assert str(caught.value).startswith("body is not JSON: ")
 
 
+def _deep(levels: int) -> Any:
+    """A list nested `levels` deep: deeper than orjson writes (254), within what it reads."""
+    value: Any = "x"
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 def _privileged_pod_review() -> dict[str, Any]:
     return admission_review(pod(container(securityContext={"privileged": True})), uid="u-4")
 
@@ -347,7 +355,14 @@ def _privileged_pod_review() -> dict[str, Any]:
         pytest.param(lambda r: r["request"].update(operation="create"),
                      "the request's operation must be one of", id="lowercase-operation"),
         pytest.param(lambda r: r["request"].pop("operation"),
-                     "the request's operation must be one of", id="no-operation"),
+                     "must be one of CREATE, UPDATE, DELETE, CONNECT, and it is missing or not a"
+                     " string", id="no-operation"),
+        pytest.param(lambda r: r["request"].update(operation=_deep(300)),
+                     "and it is missing or not a string", id="deep-operation"),
+        pytest.param(lambda r: r.update(kind=_deep(300)),
+                     "got admission.k8s.io/v1 a list nested too deep to show", id="deep-kind"),
+        pytest.param(lambda r: r.update(apiVersion=_deep(300)),
+                     "got a list nested too deep to show AdmissionReview", id="deep-api-version"),
         pytest.param(lambda r: r["request"].update(object=None),
                      "the CREATE request has no object", id="create-without-object"),
         pytest.param(lambda r: r["request"]["object"].update(kind="Deployment"),

@@ -371,7 +371,11 @@ def _ungoverned(obj: Mapping[str, Any], policy: Policy, why: tuple[str, str]) ->
         first = request.get("firstAvailable")
         if isinstance(first, list):
             asked += first[: names.DRA_MAX_SUBREQUESTS]
-        if any(isinstance(a, dict) and a.get("deviceClassName") in classes for a in asked):
+        if any(
+            isinstance(a, dict) and isinstance(a.get("deviceClassName"), str)
+            and a["deviceClassName"] in classes
+            for a in asked
+        ):
             rule, message = why
             meta = obj.get("metadata")
             name = meta.get("name") if isinstance(meta, dict) else None

@@ -280,6 +280,8 @@ def templates(obj: Object, kinds: Kinds = BUILTIN) -> tuple[list[Found], list[Pr
     walk = _Walk(found)
     for path in found.paths:
         walk.walk(source.generic, path)
+    if len(walk.problems) >= MAX_PROBLEMS:
+        walk.problems.append(TOO_MANY)
     return walk.found, walk.problems
 
 
@@ -342,6 +344,19 @@ def _typed_workload(source: Source, kind: Kind) -> list[Found] | None:
     return [Found(place, spec.template, (), None, source)]
 
 
+# Shape problems read in one object before the reading stops: the object is refused (400)
+# at the first, and a list of a million nulls must not cost a million problems.
+MAX_PROBLEMS: Final = 1000
+# The last problem of a reading that stopped there.
+TOO_MANY: Final = Problem(
+    "", f"an object of fewer than {MAX_PROBLEMS:,} shape problems", "more (the rest was not read)"
+)
+
+
+class _TooMany(Exception):
+    """The reader found MAX_PROBLEMS problems: it stops."""
+
+
 @dataclass(slots=True)
 class _Walk:
     """What a walk along a kind's template paths, over the generic object, finds."""
@@ -368,6 +383,8 @@ class _Walk:
                 self.problems.append(Problem(where, "a list", type_name(node)))
                 return
             for i, item in enumerate(node):
+                if len(self.problems) >= MAX_PROBLEMS:
+                    return
                 self.walk(item, rest, f"{pointer}/{i}", f"{where}[{i}]")
             return
         if step == EACH_VALUE:
@@ -375,6 +392,8 @@ class _Walk:
                 self.problems.append(Problem(where, "an object", type_name(node)))
                 return
             for key, item in node.items():
+                if len(self.problems) >= MAX_PROBLEMS:
+                    return
                 self.walk(item, rest, f"{pointer}/{escape(str(key))}", f"{where}.{key}")
             return
         if not isinstance(node, dict):
@@ -405,15 +424,18 @@ def read(node: Mapping[str, Any], place: Place) -> Found:
         else:
             if not _unnamed(template):
                 return Found(place, template, (), node)
-    r = _Reader()
-    template = r.template(node)
-    return Found(place, template, tuple(r.problems), node)
+    template, problems = read_generic(node)
+    return Found(place, template, tuple(problems), node)
 
 
 def read_generic(node: Any) -> tuple[Template, list[Problem]]:
-    """What the reader makes of a pod spec's generic form: the structs, and every problem."""
+    """What the reader makes of a pod spec's generic form: the structs, and every problem
+    (up to MAX_PROBLEMS, then TOO_MANY and nothing for the rules: it is refused anyway)."""
     r = _Reader()
-    return r.template(node), r.problems
+    try:
+        return r.template(node), r.problems
+    except _TooMany:
+        return Template(), [*r.problems, TOO_MANY]
 
 
 class _Reader:
@@ -426,7 +448,12 @@ class _Reader:
         self.problems: list[Problem] = []
 
     def wrong(self, where: str, expected: str, value: object) -> None:
-        self.problems.append(Problem(where, expected, type_name(value)))
+        self.add(Problem(where, expected, type_name(value)))
+
+    def add(self, problem: Problem) -> None:
+        self.problems.append(problem)
+        if len(self.problems) >= MAX_PROBLEMS:
+            raise _TooMany
 
     def obj(self, parent: Mapping[str, Any], key: str, where: str) -> dict[str, Any] | None:
         value = parent.get(key)
@@ -561,7 +588,7 @@ class _Reader:
         name = get("name")
         if name == "":
             # (The API server requires a name; an empty one names no container.)
-            self.problems.append(Problem(f"{where}.name", "a name", "an empty string"))
+            self.add(Problem(f"{where}.name", "a name", "an empty string"))
         elif name is not None and not isinstance(name, str):
             self.wrong(f"{where}.name", "a string", name)
             name = None

@@ -144,10 +144,9 @@ def parse(body: bytes) -> Request:
     request = _parse(body)
     operation = request.operation
     if operation not in OPERATIONS:
-        raise BadReview(
-            f"the request's operation must be one of {', '.join(OPERATIONS)}, not"
-            f" {_shown(operation)}"
-        )
+        # (Request.operation is empty where the body's is missing or not a string.)
+        got = f"not {_shown(operation)}" if operation else "and it is missing or not a string"
+        raise BadReview(f"the request's operation must be one of {', '.join(OPERATIONS)}, {got}")
     if operation in ("CREATE", "UPDATE"):
         if request.object is None:
             raise BadReview(f"the {operation} request has no object")
@@ -278,7 +277,14 @@ def _parse_generic(body: bytes) -> Request:
 
 def _shown(value: object, longest: int = 64) -> str:
     """A value from the body, for a reason: on one line, cut to `longest` characters."""
-    text = orjson.dumps(value, default=repr).decode() if not isinstance(value, str) else value
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            text = orjson.dumps(value, default=repr).decode()
+        except orjson.JSONEncodeError:
+            # Nested deeper than orjson writes (254 levels): say what it is.
+            text = f"a {type(value).__name__} nested too deep to show"
     text = text.encode("unicode_escape").decode("ascii")
     return text if len(text) <= longest else text[:longest] + "..."
 
