@@ -817,7 +817,7 @@ def test_the_client_auth_component_adds_the_ca_and_the_servers_settings(
     """deploy/components/client-auth on an install: a ConfigMap of client-ca.crt, mounted as
     a directory, and the two variables of `serve`; everything else as the install has it."""
     ca = certificates.make_ca().cert_pem.decode("ascii")
-    objects = dh.kustomize(dh.site(tmp_path, install, client_ca=ca))
+    objects = dh.kustomize(dh.site(tmp_path, install, dh.CLIENT_AUTH, client_ca=ca))
     plain = {_key(o): o for o in built[install]}
     added = {_key(o): o for o in objects}
     (configmap_key,) = set(added) - set(plain)
@@ -853,7 +853,7 @@ def test_the_client_auth_component_adds_the_ca_and_the_servers_settings(
 
 def test_the_client_auth_component_stops_without_the_ca_file(tmp_path: Path) -> None:
     """The component ships no stand-in for the site's CA: the build names the file to add."""
-    directory = dh.site(tmp_path, "cert-manager", client_ca=None)
+    directory = dh.site(tmp_path, "cert-manager", dh.CLIENT_AUTH)
     done = dh.run([dh.tool("kubectl"), *dh.KUSTOMIZE, str(directory)])
     assert done.returncode != 0, (
         f"{dh.CLIENT_AUTH.relative_to(dh.REPO)} holds a {dh.CLIENT_CA_FILE} (yours, left in"

@@ -1804,7 +1804,8 @@ def test_the_chart_adds_what_the_client_auth_component_adds(
     theirs = {
         (o["kind"], o["metadata"]["name"]): o
         for o in map(
-            _as_deploy_writes_it, dh.kustomize(dh.site(tmp_path, "cert-manager", client_ca=CA_PEM))
+            _as_deploy_writes_it,
+            dh.kustomize(dh.site(tmp_path, "cert-manager", dh.CLIENT_AUTH, client_ca=CA_PEM)),
         )
     }
     assert ("ConfigMap", f"{RELEASE}-client-ca") in theirs

@@ -13,13 +13,11 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import helm_python
-import yaml
 
 from tests.support import deploy_helpers as dh
 
@@ -131,24 +129,6 @@ CUSTOM: dict[str, Any] = {
 }
 
 
-def _site(tmp_path: Path, overlay: str, *components: Path) -> Path:
-    """A site kustomization as the component's comment shows it: an install of a copy of
-    deploy/ and policies/, with the components."""
-    root = tmp_path / overlay
-    for part in (dh.DEPLOY, dh.POLICIES):
-        shutil.copytree(part, root / part.name)
-    directory = root / "site"
-    directory.mkdir()
-    kustomization = {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1",
-        "kind": "Kustomization",
-        "resources": [f"../{dh.BUILDS[overlay].relative_to(dh.REPO)}"],
-        "components": [f"../{c.relative_to(dh.REPO)}" for c in components],
-    }
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
-    return directory
-
-
 _BUILDS: dict[tuple[str, bool], list[dict[str, Any]]] = {}
 
 
@@ -159,5 +139,5 @@ def kustomized(overlay: str, *, openreports: bool = False) -> list[dict[str, Any
     if key not in _BUILDS:
         with tempfile.TemporaryDirectory() as tmp:
             components = (AUDIT, OPENREPORTS) if openreports else (AUDIT,)
-            _BUILDS[key] = dh.kustomize(_site(Path(tmp), overlay, *components))
+            _BUILDS[key] = dh.kustomize(dh.site(Path(tmp) / overlay, overlay, *components))
     return json.loads(json.dumps(_BUILDS[key]))

@@ -121,23 +121,24 @@ CLIENT_AUTH = DEPLOY / "components" / "client-auth"
 CLIENT_CA_FILE = "client-ca.crt"
 
 
-def site(tmp_path: Path, overlay: str, *, client_ca: str | None) -> Path:
+def site(root: Path, overlay: str, *components: Path, client_ca: str | None = None) -> Path:
     """A site kustomization as docs/install.md shows it: an install of a copy of deploy/ and
-    policies/ with deploy/components/client-auth, and client-ca.crt there when given (the
-    copy keeps the admin's file out of the repository; None leaves the component as the
-    repository has it)."""
+    policies/ in `root` with `components` (of the repository; the site uses their copies),
+    and client-ca.crt in the copy of deploy/components/client-auth when given (the copy keeps
+    the admin's file out of the repository)."""
     for part in (DEPLOY, POLICIES):
-        shutil.copytree(part, tmp_path / part.name)
-    component = tmp_path / CLIENT_AUTH.relative_to(REPO)
+        shutil.copytree(part, root / part.name)
     if client_ca is not None:
-        (component / CLIENT_CA_FILE).write_text(client_ca, encoding="utf-8")
-    directory = tmp_path / "site"
+        (root / CLIENT_AUTH.relative_to(REPO) / CLIENT_CA_FILE).write_text(
+            client_ca, encoding="utf-8"
+        )
+    directory = root / "site"
     directory.mkdir()
     kustomization = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [f"../{BUILDS[overlay].relative_to(REPO)}"],
-        "components": [f"../{CLIENT_AUTH.relative_to(REPO)}"],
+        "components": [f"../{c.relative_to(REPO)}" for c in components],
     }
     (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
     return directory
