@@ -34,9 +34,7 @@ from webhook.engine.placing import Finding
 from webhook.policy import names, quantities
 from webhook.policy.policies import NodeClass, Policy, Profile
 
-# What the code below reads of `names` for every container, variable or operation: as
-# Final constants of this module the compiled core reads them directly (`names.X` is a
-# lookup in another module at every use).
+# `names` the loops below read, as Final constants the compiled core reads directly.
 _DRA_EXTENDED_RESOURCE_PREFIX: Final = names.DRA_EXTENDED_RESOURCE_PREFIX
 _SHARED_SUFFIX: Final = names.SHARED_SUFFIX
 _ANNOTATION_PROFILE: Final = names.ANNOTATION_PROFILE

@@ -37,9 +37,7 @@ from webhook.engine import view
 from webhook.policy import names
 from webhook.policy.policies import Policy
 
-# What the code below reads of `names` for every container, variable or operation: as
-# Final constants of this module the compiled core reads them directly (`names.X` is a
-# lookup in another module at every use).
+# `names` the loops below read, as Final constants the compiled core reads directly.
 _ANNOTATION_POLICY: Final = names.ANNOTATION_POLICY
 
 # The annotations the webhook reads or writes on a pod.

@@ -25,9 +25,7 @@ from webhook.engine.decision import FIELD, ErrorType, Marker, Violation
 from webhook.policy import names
 from webhook.policy.policies import NodeClass, Policy, Profile
 
-# What the code below reads of `names` for every container, variable or operation: as
-# Final constants of this module the compiled core reads them directly (`names.X` is a
-# lookup in another module at every use).
+# `names` the loops below read, as Final constants the compiled core reads directly.
 _MPS_THREADS: Final = names.MPS_THREADS
 _MPS_MEMORY: Final = names.MPS_MEMORY
 

@@ -14,9 +14,7 @@ from webhook.engine.decision import Addition
 from webhook.engine.rules import ANNOTATIONS, MPS_LIMITS, PodPass
 from webhook.policy import names
 
-# What the code below reads of `names` for every container, variable or operation: as
-# Final constants of this module the compiled core reads them directly (`names.X` is a
-# lookup in another module at every use).
+# `names` the loops below read, as Final constants the compiled core reads directly.
 _DRY_RUN: Final = names.DRY_RUN
 _ANNOTATION_POLICY: Final = names.ANNOTATION_POLICY
 _ANNOTATION_PROFILE: Final = names.ANNOTATION_PROFILE

@@ -30,9 +30,7 @@ from webhook.engine.decision import (
 from webhook.policy import kinds, names
 from webhook.policy.policies import Policy
 
-# What the code below reads of `names` for every container, variable or operation: as
-# Final constants of this module the compiled core reads them directly (`names.X` is a
-# lookup in another module at every use).
+# `names` the loops below read, as Final constants the compiled core reads directly.
 _ENFORCE: Final = names.ENFORCE
 _DRY_RUN: Final = names.DRY_RUN
 _WARN: Final = names.WARN

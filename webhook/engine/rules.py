@@ -49,9 +49,7 @@ from webhook.engine.placing import Finding
 from webhook.policy import hostpaths, names, policies
 from webhook.policy.policies import Policy, RulesSpec
 
-# What the code below reads of `names` for every container, variable or operation: as
-# Final constants of this module the compiled core reads them directly (`names.X` is a
-# lookup in another module at every use).
+# `names` the loops below read, as Final constants the compiled core reads directly.
 _ENFORCE: Final = names.ENFORCE
 _DEVICE_VARIABLES: Final = names.DEVICE_VARIABLES
 _HIDING_VALUES: Final = names.HIDING_VALUES

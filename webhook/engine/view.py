@@ -59,9 +59,7 @@ from webhook.engine.structs import (
 from webhook.policy import names
 from webhook.policy.kinds import BUILTIN, EACH_ITEM, EACH_VALUE, Kind, Kinds, TemplatePath
 
-# What the code below reads of `names` for every container, variable or operation: as
-# Final constants of this module the compiled core reads them directly (`names.X` is a
-# lookup in another module at every use).
+# `names` the loops below read, as Final constants the compiled core reads directly.
 _MIRROR_ANNOTATION: Final = names.MIRROR_ANNOTATION
 
 CONTAINER_GROUPS = ("initContainers", "containers", "ephemeralContainers")
