@@ -5,7 +5,8 @@ an account of its own whose ClusterRole holds the least the command needs.
 
 The chart is rendered by Helm's own engine (helm-python-sdk, tests/support/audit_deploy.py), the
 component built with `kubectl kustomize` into an install as docs/install.md's site
-kustomizations are, and every object checked by kubernetes-validate (strict) and checkov.
+kustomizations are, and every object checked by kubernetes-validate (strict) and checkov
+(tests/deploy/test_checkov.py).
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ import pytest
 import yaml
 
 from tests.support import audit_deploy as ad
-from tests.support import checkov_scan
 from tests.support import deploy_helpers as dh
 from webhook import cli
 from webhook.policy import kinds, names
@@ -680,22 +680,3 @@ def test_every_component_object_validates_strictly(version: str) -> None:
         for obj in audit:
             kubernetes_validate.validate(obj, version, strict=True)
         assert len(audit) == len(AUDIT_KINDS)
-
-
-# --------------------------------------------------------------------------- checkov
-
-
-@pytest.mark.slow  # a checkov run
-def test_checkov_reports_no_failed_check_of_the_audit() -> None:
-    """The audit's objects of the chart, with the default and the custom values, and of the
-    component (checkov_scan: one run for these and the installs')."""
-    report = checkov_scan.report(checkov_scan.AUDIT, "kubernetes")
-    assert report["passed_checks"], "checkov checked nothing"
-    assert report["parsing_errors"] == 0
-    failed = [
-        f"{r['check_id']} {r['resource']}: {r['check_name']}" for r in report["failed_checks"]
-    ]
-    assert failed == []
-    for skipped in report["skipped_checks"]:
-        reason = skipped.get("check_result", {}).get("suppress_comment", "")
-        assert len(reason.split()) >= 8, f"{skipped['check_id']}: unexplained skip"

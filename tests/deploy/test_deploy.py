@@ -1,8 +1,8 @@
 """deploy/, the Dockerfile and docs/install.md: what an admin installs, checked with the tools
 an admin would use (kubectl kustomize, kubernetes-validate, checkov, hadolint).
 
-Every build is made once per module with `kubectl kustomize`; checkov runs once over all of
-them and the Dockerfile.
+Every build is made once per module with `kubectl kustomize`; checkov's run over them and
+the Dockerfile is tests/deploy/test_checkov.py's.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import yaml
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from tests.support import checkov_scan, nodes
 from tests.support import deploy_helpers as dh
+from tests.support import nodes
 from tests.support import server_helpers as sh
 from tests.support.certs_helpers import (
     MUTATING_PATH,
@@ -619,30 +619,6 @@ def test_the_runtimeclass_is_optional(built: dict[str, list[dict[str, Any]]]) ->
     assert runtime_class["handler"] == "nvidia"
     for name in dh.INSTALLS:
         assert "RuntimeClass" not in dh.kinds(built[name])
-
-
-# --------------------------------------------------------------------------- checkov
-
-
-@pytest.mark.slow  # checkov runs over the manifests and the Dockerfile
-@pytest.mark.parametrize("check_type", ["kubernetes", "dockerfile"])
-def test_checkov_reports_no_failed_check(check_type: str) -> None:
-    """Every build and the Dockerfile (checkov_scan: one run for these and the audit's)."""
-    report = checkov_scan.report(checkov_scan.INSTALLS, check_type)
-    assert report["passed_checks"], "checkov checked nothing"
-    assert report["parsing_errors"] == 0
-    failed = [
-        f"{r['check_id']} {r['resource']}: {r['check_name']}" for r in report["failed_checks"]
-    ]
-    assert failed == []
-
-
-@pytest.mark.slow  # reads checkov's reports (a checkov run)
-def test_every_checkov_skip_is_justified_in_place() -> None:
-    for check_type in ("kubernetes", "dockerfile"):
-        for skipped in checkov_scan.report(checkov_scan.INSTALLS, check_type)["skipped_checks"]:
-            reason = skipped.get("check_result", {}).get("suppress_comment", "")
-            assert len(reason.split()) >= 8, f"{skipped['check_id']}: unexplained skip"
 
 
 # --------------------------------------------------------------------------- the image
