@@ -977,8 +977,3 @@ def mounts(c: Container) -> list[tuple[int, VolumeMount]]:
     if not items:
         return []
     return [(i, m) for i, m in enumerate(items) if m.name != _LEFT_OUT]
-
-
-def container_pointer(p: Pod, slot: Slot) -> str:
-    """The JSON Pointer of a container in the reviewed object ("/spec/containers/0")."""
-    return f"{p.place.pointer}/spec/{slot.group}/{slot.position}"
