@@ -46,7 +46,7 @@ def _path(case: RouteCase, loaded: policies.PolicySet) -> str:
     name = case.policy or names.DEFAULT_POLICY
     if loaded.get(name) is None:
         name = names.UNKNOWN_POLICY_PATH
-    return policies.policy_path(
+    return policies.join_path(
         name, pod_security=hostpaths.pod_security_enforced(case.pod_security))
 
 

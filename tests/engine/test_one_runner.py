@@ -123,7 +123,9 @@ def test_a_claim_with_no_room_for_the_mps_configuration_is_refused(
 
 def _every_addition_is_said(decision: Decision) -> None:
     assert bool(decision.additions) == bool(decision.patch)
-    assert {a.rule for a in decision.additions} == set(decision.patch_rules)
+    # The record of what was added (rule `annotations`) is said with the rules it records.
+    recorded = {rules.ANNOTATIONS} if decision.patch else set()
+    assert {a.rule for a in decision.additions} == set(decision.mutations) | recorded
     assert all(a.topic and a.text for a in decision.additions)
 
 

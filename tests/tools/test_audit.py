@@ -146,7 +146,7 @@ def test_the_routes_are_the_rendered_selectors() -> None:
     ]
     for name, labels, expected in cases:
         seen = {**labels, names.NAME_LABEL: name}
-        assert where.policy_path(seen) == expected, (name, labels)
+        assert where.selected_path(seen) == expected, (name, labels)
         picked = namespaces.policy_name(labels)
         if expected not in (None, names.UNKNOWN_POLICY_PATH):
             assert picked == expected
@@ -740,8 +740,8 @@ def test_the_path_carries_the_pod_security_level() -> None:
         ({names.POLICY_LABEL: "nope", PSA: "baseline"}, f"{names.UNKNOWN_POLICY_PATH}/baseline"),
     ]
     for labels, expected in cases:
-        assert auditing.policy_path(where, "a", {**OPTED_IN, **labels}) == expected, labels
-    assert auditing.policy_path(where, "a", {PSA: "baseline"}) is None
+        assert auditing.selected_path(where, "a", {**OPTED_IN, **labels}) == expected, labels
+    assert auditing.selected_path(where, "a", {PSA: "baseline"}) is None
     # The policy at that path leaves host-access to Pod Security.
     assert loaded.governing("default/baseline").pod_security
     # And the audit judges under it: nothing for host-access in a baseline namespace.

@@ -321,16 +321,16 @@ def test_a_namespace_reaches_exactly_the_entry_of_its_policy(
 def test_the_cluster_picks_the_policy_the_offline_mutate_picks(
     shipped_policies: policies.PolicySet, labels: dict[str, str], expected: str | None
 ) -> None:
-    path = namespaces.policy_path(labels)
+    path = namespaces.labelled_path(labels)
     if path is not None and shipped_policies.get(path) is None:
         _, pod_security = policies.split_path(path)
-        path = policies.policy_path(names.UNKNOWN_POLICY_PATH, pod_security=pod_security)
+        path = policies.join_path(names.UNKNOWN_POLICY_PATH, pod_security=pod_security)
     assert path == expected
     # ...and the routes `mutate --namespace-label` and `audit` read give the same path.
     where = rendering.routes(
         shipped_policies, kinds.all_kinds(), webhook_namespace=DEFAULT_NAMESPACE
     )
-    assert where.policy_path(labels) == expected
+    assert where.selected_path(labels) == expected
 
 
 def test_offline_mutate_takes_the_pod_security_level_from_the_namespace_labels(

@@ -222,9 +222,6 @@ class Decision:
     dropped: int = 0
     # The rules that contributed operations to `patch`, in the order they ran.
     mutations: list[str] = field(default_factory=list)
-    # The rule of each operation of `patch`, index by index (the record of what was added,
-    # `gpu-share.io/mutations`, is rules.ANNOTATIONS): what `audit` says each rule adds.
-    patch_rules: list[str] = field(default_factory=list)
     # What `patch` adds, in its rules' words (where the review was asked for them: the
     # offline commands; the server sends the patch alone).
     additions: list[Addition] = field(default_factory=list)
@@ -241,7 +238,6 @@ class Decision:
         audit: dict[str, str] | None = None,
         dropped: int = 0,
         mutations: list[str] | None = None,
-        patch_rules: list[str] | None = None,
         additions: list[Addition] | None = None,
         would_refuse: list[tuple[str, Violation]] | None = None,
     ) -> None:
@@ -254,7 +250,6 @@ class Decision:
         self.audit = {} if audit is None else audit
         self.dropped = dropped
         self.mutations = [] if mutations is None else mutations
-        self.patch_rules = [] if patch_rules is None else patch_rules
         self.additions = [] if additions is None else additions
         self.would_refuse = [] if would_refuse is None else would_refuse
 

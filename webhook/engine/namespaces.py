@@ -30,9 +30,9 @@ __all__ = [
     "POLICY_LABEL",
     "enforces_pod_security",
     "label_near_misses",
+    "labelled_path",
     "opted_in",
     "policy_name",
-    "policy_path",
 ]
 
 
@@ -53,14 +53,14 @@ def enforces_pod_security(labels: Mapping[str, str]) -> bool:
     return labels.get(POD_SECURITY_ENFORCE_LABEL) in POD_SECURITY_HOST_ACCESS_LEVELS
 
 
-def policy_path(labels: Mapping[str, str]) -> str | None:
+def labelled_path(labels: Mapping[str, str]) -> str | None:
     """The webhook path (after `/<endpoint>/`) that the entry selecting a namespace with these
     labels names when the policy exists: `<name>` or `<name>/baseline`; None when it has not
     opted in."""
     name = policy_name(labels)
     if name is None:
         return None
-    return policies.policy_path(name, pod_security=enforces_pod_security(labels))
+    return policies.join_path(name, pod_security=enforces_pod_security(labels))
 
 
 # Values people write for "yes" that a label selector does not take for "true".

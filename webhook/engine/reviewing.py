@@ -314,7 +314,6 @@ def _take(
     decision.would_refuse += r.would_refuse
     for rule, op in ops:
         decision.patch.append(op)
-        decision.patch_rules.append(rule)
         if rule != rules.ANNOTATIONS and rule not in decision.mutations:
             decision.mutations.append(rule)
     for a in additions:
@@ -334,7 +333,6 @@ def _finish(decision: Decision) -> Decision:
     """A refused object is not patched; warn-mode refusals are told (`_tell`)."""
     if decision.violations:
         decision.patch = []
-        decision.patch_rules = []
         decision.mutations = []
         decision.additions = []
     _tell(decision)

@@ -1123,8 +1123,9 @@ def split_path(path: str) -> tuple[str, bool]:
     return path, False
 
 
-def policy_path(name: str, *, pod_security: bool) -> str:
-    """The webhook path segment(s) after `/<endpoint>/` for a policy name and level."""
+def join_path(name: str, *, pod_security: bool) -> str:
+    """The webhook path segment(s) after `/<endpoint>/` for a policy name and level: the
+    inverse of `split_path`."""
     return f"{name}/{names.POD_SECURITY_SEGMENT}" if pod_security else name
 
 

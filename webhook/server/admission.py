@@ -78,7 +78,7 @@ class Route:
         started = time.perf_counter()
         policy_name = self.fixed_policy or request.match_info["policy"]
         if self.pod_security:
-            policy_name = policies.policy_path(policy_name, pod_security=True)
+            policy_name = policies.join_path(policy_name, pod_security=True)
         media_type = request.headers.get("Content-Type", "")
         if media_type != _JSON and _media_type(media_type) != _JSON:
             return self.invalid(

@@ -420,7 +420,7 @@ def _reviewed(
         if not isinstance(name, str) or name in excluded:
             continue
         labels = {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
-        if auditing.policy_path(where, name, labels) is not None:
+        if auditing.selected_path(where, name, labels) is not None:
             out.add(name)
     return out
 

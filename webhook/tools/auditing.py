@@ -304,11 +304,11 @@ def _with_name(name: str, labels: Mapping[str, str]) -> Mapping[str, str]:
     return {**labels, names.NAME_LABEL: name}
 
 
-def policy_path(where: rendering.Routes, name: str, labels: Mapping[str, str]) -> str | None:
+def selected_path(where: rendering.Routes, name: str, labels: Mapping[str, str]) -> str | None:
     """The webhook path the API server would send the namespace's objects to, as the rendered
     configurations route them: its policy's, with `/baseline` when the namespace enforces Pod
     Security baseline or restricted; None when no entry selects it."""
-    return where.policy_path(_with_name(name, labels))
+    return where.selected_path(_with_name(name, labels))
 
 
 # --------------------------------------------------------------------------- the audit
@@ -394,7 +394,7 @@ def audit(
     for name in sorted(set(labels_of) | set(in_namespace)):
         items = in_namespace.get(name, [])
         labels = labels_of.get(name)
-        path = policy_path(where, name, labels) if labels is not None else None
+        path = selected_path(where, name, labels) if labels is not None else None
         if labels is not None and name in excluded:
             path = None
             ns = NamespaceReport(

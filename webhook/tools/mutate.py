@@ -168,7 +168,7 @@ def decide(
 ) -> Decision:
     """What the webhook decides for `obj` in a namespace with `labels`, once the API server
     sends it (`rendering.Routes.not_sent` says whether it does)."""
-    path = namespaces.policy_path(labels)
+    path = namespaces.labelled_path(labels)
     if path is None:
         return Decision()
     return reviewing.as_created(obj, policy=loaded.governing(path), kinds=workload_kinds)
@@ -247,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
         if found or (claim and not decision.patch):
             reviewed = True
             # Sent, so opted in: its labels name a path (`where.not_sent` above).
-            policy = loaded.governing(namespaces.policy_path(seen) or names.DEFAULT_POLICY)
+            policy = loaded.governing(namespaces.labelled_path(seen) or names.DEFAULT_POLICY)
             why = claims.unchanged(obj, policy) if claim else _unchanged(found, policy)
             _say(f"no change: {what}: {why}")
         elif decision.patch:

@@ -78,7 +78,7 @@ from typing import Any, Literal
 from webhook.engine import namespaces, rules
 from webhook.policy import kinds as workload_kinds
 from webhook.policy import names
-from webhook.policy.policies import DEFAULT_POLICY, PolicySet, policy_path
+from webhook.policy.policies import DEFAULT_POLICY, PolicySet, join_path
 from webhook.server import codec
 
 ADMISSION_API_VERSION = "admissionregistration.k8s.io/v1"
@@ -306,7 +306,7 @@ def _entries(policies: PolicySet, settings: _Settings) -> list[dict[str, Any]]:
     out = []
     for entry_name, baseline_name, policy_name, policy_label in bases:
         for enforced in (False, True):
-            path = policy_path(policy_name, pod_security=enforced)
+            path = join_path(policy_name, pod_security=enforced)
             out.append(
                 _entry(
                     baseline_name if enforced else entry_name,
@@ -911,7 +911,7 @@ class Routes:
     entries: tuple[tuple[str, tuple[Mapping[str, Any], ...]], ...]
     webhook_namespace: str
 
-    def policy_path(self, labels: Mapping[str, str]) -> str | None:
+    def selected_path(self, labels: Mapping[str, str]) -> str | None:
         """The policy path of the first entry that selects a namespace with `labels` (its
         `kubernetes.io/metadata.name` label included): what follows `/<endpoint>/`, `<name>`
         or `<name>/baseline` (see `policies.split_path`); None when none does."""
@@ -923,10 +923,10 @@ class Routes:
     def not_sent(self, labels: Mapping[str, str]) -> Unsent | None:
         """Why a namespace with `labels` (its name label included) never reaches the
         webhook; None when an entry selects it."""
-        return None if self.policy_path(labels) is not None else self.why_not_sent(labels)
+        return None if self.selected_path(labels) is not None else self.why_not_sent(labels)
 
     def why_not_sent(self, labels: Mapping[str, str]) -> Unsent:
-        """Why a namespace that no entry selects (`policy_path` is None) is left out."""
+        """Why a namespace that no entry selects (`selected_path` is None) is left out."""
         name = labels.get(names.NAME_LABEL)
         if name == names.SYSTEM_NAMESPACE:
             return Unsent(True, f"{names.SYSTEM_NAMESPACE} is never sent to the webhook")
