@@ -628,8 +628,7 @@ def context_for(
         # redo handshakes on one connection (CPU exhaustion) or splice sessions.
         | ssl.OP_NO_RENEGOTIATION
         # No TLS 1.2 session tickets: their key lives as long as the process, so a leaked
-        # key would open every recorded session. The API server does not resume sessions,
-        # and with --workers each process has its own key anyway.
+        # key would open every recorded session. The API server does not resume sessions.
         | ssl.OP_NO_TICKET
     )
     # Nor TLS 1.3 tickets, for the same reasons.

@@ -116,7 +116,7 @@ class JsonLines:
     together, at most `FLUSH_SECONDS` after the first of them (a write per line is a system
     call each), when `MAX_HELD_BYTES` are held, and at exit (`flush`). Each write is whole
     lines of at most `ATOMIC_WRITE_BYTES` (a longer line alone): standard error is often a
-    pipe shared with other processes (`serve --workers`, the supervisor), and a pipe keeps a
+    pipe shared with other processes (a supervisor, a sidecar), and a pipe keeps a
     write of up to 4 KiB in one piece, so lines of different writers never mix.
     """
 

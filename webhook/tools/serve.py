@@ -305,7 +305,7 @@ def _serve(settings: Settings, *, log_level: str, log_format: str) -> int:
 def _review_stream() -> BinaryIO:
     """Where review lines go: standard error's descriptor itself, unbuffered, in a file
     object of its own that does not close it. `logs.JsonLines` does the buffering, in writes
-    of whole lines that a pipe shared with other workers keeps in one piece; a buffered
+    of whole lines that a pipe shared with other processes keeps in one piece; a buffered
     stream (what `sys.stderr.buffer` is without PYTHONUNBUFFERED) would cut them anywhere.
     Where standard error has no descriptor (an embedding host), its buffer as it is."""
     try:
