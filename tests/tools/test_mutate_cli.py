@@ -25,7 +25,7 @@ from tests.support.kube import (
     real_world_manifests,
     templates_of,
 )
-from webhook import cli
+from webhook import cli, tools
 from webhook.policy import policies
 from webhook.tools import rendering
 
@@ -161,6 +161,32 @@ def test_output_formats(capsys: pytest.CaptureFixture[str]) -> None:
     runtime_class = {"op": "add", "value": "nvidia"}
     assert {**runtime_class, "path": "/spec/runtimeClassName"} in lines[0]
     assert {**runtime_class, "path": "/spec/template/spec/runtimeClassName"} in lines[1]
+
+
+@pytest.mark.parametrize("value", ["y", "n", "1e3", "0o17", "0x1f", "1_000"])
+def test_yaml_output_quotes_what_kubectl_would_read_as_no_string(
+    value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kubectl reads YAML with go-yaml v2 (YAML 1.1: `y` is true, `1e3` a number), where
+    PyYAML writes these strings plain: piped to `kubectl apply`, a label or an env value would
+    reach the API server as no string."""
+    pod, _ = yaml.safe_load_all((EXAMPLES / "allowed" / "runtime-class.yaml").read_text())
+    pod["metadata"]["labels"] = {"tier": value}
+    pod["spec"]["containers"][0]["env"] = [{"name": "SCALE", "value": value}]
+    (tmp_path / "pod.yaml").write_text(yaml.safe_dump(pod))
+    code, out, _ = run(capsys, "-f", str(tmp_path / "pod.yaml"))
+    assert code == 0
+    assert f"tier: '{value}'\n" in out
+    assert f"value: '{value}'\n" in out
+    (admitted,) = yaml.safe_load_all(out)
+    assert admitted["metadata"]["labels"] == {"tier": value}
+
+
+def test_a_lone_surrogate_is_written_escaped() -> None:
+    # libyaml's emitter writes UTF-8 and cannot write it; PyYAML's own escapes it.
+    text = tools.dump_yaml([{"a": "\ud800", "b": "y"}])
+    assert text == "---\na: \"\\uD800\"\nb: 'y'\n"
+    assert yaml.safe_load(text) == {"a": "\ud800", "b": "y"}
 
 
 def test_every_shape_of_input_gives_the_same_objects(

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+import yaml
+
 from webhook.errors import CertificateError
 from webhook.policy import names, policies
 from webhook.server import certificates
@@ -441,3 +443,62 @@ def add_service_arguments(
         default=from_env("extra-san", [], separated(",", SAN_NAME)),
         help=help_text(f"{san_help}, repeatable", "extra-san", "none", separator=","),
     )
+
+
+# --------------------------------------------------------------------------- YAML out
+
+
+# go-yaml v2's resolve.go: its booleans beyond PyYAML's, and its numbers (strconv.ParseInt
+# with base 0, underscores dropped; `yamlStyleFloat`).
+_GO_YAML_NOT_STRINGS = re.compile(
+    r"[yYnN]|[-+]?(0[bB][01_]+|0[oO][0-7_]+|0[xX][0-9a-fA-F_]+|[0-9][0-9_]*)"
+    r"|[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?"
+)
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if "\n" in value:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    if _GO_YAML_NOT_STRINGS.fullmatch(value):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="'")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+
+
+try:
+    # libyaml's emitter: PyYAML's own takes eight times as long (half a second for `render`).
+    from yaml import CSafeDumper as _CSafeDumper
+except ImportError:  # PyYAML built without libyaml
+    _CSafeDumper = yaml.SafeDumper  # type: ignore[misc, assignment]
+
+
+class KubeDumper(_CSafeDumper):
+    """YAML that kubectl and Helm read as PyYAML does: multi-line strings in block style (the
+    CEL expressions read as written), and in quotes the strings PyYAML writes plain but their
+    reader (go-yaml v2, YAML 1.1, behind sigs.k8s.io/yaml) takes for something else: `y` and
+    `n` are booleans to it, `0o17` and `1e3` numbers. A policy named `n` is a DNS label, and
+    its namespace selector's value must stay a string; so is a label or an env value `y`."""
+
+
+class _PureKubeDumper(yaml.SafeDumper):
+    """`KubeDumper` with PyYAML's own emitter, which escapes what libyaml cannot write."""
+
+
+KubeDumper.add_representer(str, _represent_str)  # type: ignore[arg-type]
+_PureKubeDumper.add_representer(str, _represent_str)
+
+
+def dump_yaml(objects: Sequence[Any], *, explicit_start: bool = True, width: int = 100) -> str:
+    """Objects as YAML documents that kubectl and Helm read back as written (`KubeDumper`),
+    keys in the order written."""
+    options: dict[str, Any] = {
+        "sort_keys": False,
+        "default_flow_style": False,
+        "explicit_start": explicit_start,
+        "width": width,
+    }
+    try:
+        text: str = yaml.dump_all(objects, Dumper=KubeDumper, **options)
+    except UnicodeEncodeError:
+        # A lone surrogate (a `\ud800` escape in the input): libyaml writes UTF-8 and cannot.
+        text = yaml.dump_all(objects, Dumper=_PureKubeDumper, **options)
+    return text

@@ -25,7 +25,6 @@ from typing import Any
 
 import jsonpatch
 import orjson
-import yaml
 
 from webhook.engine import claims, hints, namespaces, reviewing, view
 from webhook.engine.decision import MALFORMED, Decision, printable
@@ -39,6 +38,7 @@ from webhook.tools import (
     add_webhook_namespace_argument,
     add_workload_kinds_argument,
     auditing,
+    dump_yaml,
     from_env,
     help_text,
     manifests,
@@ -289,6 +289,4 @@ def _print(results: list[tuple[dict[str, Any], list[dict[str, Any]]]], output: s
             sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
         return
     if objects:
-        sys.stdout.write(
-            yaml.safe_dump_all(objects, sort_keys=False, default_flow_style=False, width=1000)
-        )
+        sys.stdout.write(dump_yaml(objects, explicit_start=False, width=1000))

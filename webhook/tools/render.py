@@ -17,12 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from cryptography import x509
 
 from webhook.errors import PolicyError
@@ -38,6 +36,7 @@ from webhook.tools import (
     SERVICE_NAME,
     add_policies_argument,
     add_workload_kinds_argument,
+    dump_yaml,
     from_env,
     help_text,
     namespace_name,
@@ -193,40 +192,3 @@ def read_ca_bundle(path: Path) -> bytes:
     return data
 
 
-class KubeDumper(yaml.SafeDumper):
-    """YAML that kubectl and Helm read as PyYAML does: multi-line strings in block style (the
-    CEL expressions read as written), and in quotes the strings PyYAML writes plain but their
-    reader (go-yaml v2, YAML 1.1, behind sigs.k8s.io/yaml) takes for something else: `y` and
-    `n` are booleans to it, `0o17` and `1e3` numbers. A policy named `n` is a DNS label, and
-    its namespace selector's value must stay a string."""
-
-
-# go-yaml v2's resolve.go: its booleans beyond PyYAML's, and its numbers (strconv.ParseInt
-# with base 0, underscores dropped; `yamlStyleFloat`).
-_GO_YAML_NOT_STRINGS = re.compile(
-    r"[yYnN]|[-+]?(0[bB][01_]+|0[oO][0-7_]+|0[xX][0-9a-fA-F_]+|[0-9][0-9_]*)"
-    r"|[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?"
-)
-
-
-def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    if "\n" in value:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
-    if _GO_YAML_NOT_STRINGS.fullmatch(value):
-        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="'")
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
-
-
-KubeDumper.add_representer(str, _represent_str)
-
-
-def dump_yaml(objects: list[dict[str, Any]]) -> str:
-    """Objects as YAML documents, keys in the order written."""
-    return yaml.dump_all(
-        objects,
-        Dumper=KubeDumper,
-        sort_keys=False,
-        default_flow_style=False,
-        explicit_start=True,
-        width=100,
-    )

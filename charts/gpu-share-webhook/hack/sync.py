@@ -58,9 +58,9 @@ REPO = CHART.parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from webhook import tools  # noqa: E402
 from webhook.policy import kinds, names, policies  # noqa: E402
 from webhook.tools import cluster, rendering, reporting  # noqa: E402
-from webhook.tools import render as render_command  # noqa: E402
 
 POLICIES = REPO / "policies"
 GENERATED = Path("files/generated.yaml")
@@ -440,13 +440,10 @@ def monitoring_rule() -> dict[str, Any]:
     return dict(rule)
 
 
-# Strings Helm's reader (go-yaml v2) would take for booleans or numbers are quoted.
-_HelmDumper = render_command.KubeDumper
-
-
 def _dump_for_helm(data: dict[str, Any]) -> str:
-    """`data` as files/*.yaml hold it: keys in the order written."""
-    return yaml.dump(data, Dumper=_HelmDumper, sort_keys=False, default_flow_style=False, width=100)
+    """`data` as files/*.yaml hold it: keys in the order written, and in quotes the strings
+    Helm's reader (go-yaml v2) would take for booleans or numbers."""
+    return tools.dump_yaml([data], explicit_start=False)
 
 
 def expected(*, monitoring: bool = True) -> dict[Path, str]:
@@ -459,7 +456,7 @@ def expected(*, monitoring: bool = True) -> dict[Path, str]:
     out[GENERATED] = HEADER + _dump_for_helm(generated())
     out[POLICY_SCHEMA] = SCHEMA_HEADER + _dump_for_helm(policy_schema())
     if monitoring:
-        out[MONITORING_RULE] = MONITORING_HEADER + render_command.dump_yaml([monitoring_rule()])
+        out[MONITORING_RULE] = MONITORING_HEADER + tools.dump_yaml([monitoring_rule()])
     out[MONITORING_DASHBOARD] = (CHART / DASHBOARD).read_text(encoding="utf-8")
     return out
 
