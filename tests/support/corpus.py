@@ -13,8 +13,6 @@ import functools
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from tests.engine.route_cases import ROUTE_CASES
 from tests.engine.rule_cases import RULE_CASES
 from tests.support import kube
@@ -29,7 +27,7 @@ def manifests() -> list[Path]:
 def _objects() -> tuple[dict[str, Any], ...]:
     found: list[dict[str, Any]] = []
     for path in manifests():
-        found += [d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)]
+        found += [d for d in kube.load_yaml_all(path.read_text()) if isinstance(d, dict)]
     found += [case.values[0] for case in RULE_CASES]
     found += [case.obj for case in ROUTE_CASES.values()]
     return tuple(found)

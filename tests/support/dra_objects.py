@@ -16,9 +16,10 @@ webhook says of it is what it says of a real `kubectl apply`.
 from __future__ import annotations
 
 import copy
+import functools
 from typing import Any
 
-import yaml
+from tests.support import kube
 
 # The namespace of the objects that are no documented example's own.
 NAMESPACE = "team-a"
@@ -710,9 +711,14 @@ NAMES = tuple(_OBJECTS)
 
 def obj(name: str) -> dict[str, Any]:
     """A fresh copy of the object `name`."""
-    loaded = yaml.safe_load(_OBJECTS[name])
+    return copy.deepcopy(_loaded(name))
+
+
+@functools.cache  # read once per run: the tests ask for each object many times
+def _loaded(name: str) -> dict[str, Any]:
+    loaded = kube.load_yaml(_OBJECTS[name])
     assert isinstance(loaded, dict)
-    return copy.deepcopy(loaded)
+    return loaded
 
 
 def claim_objects() -> list[str]:

@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
@@ -183,7 +182,7 @@ def real_pods() -> list[dict[str, Any]]:
 
 @functools.cache  # read once per run: most server tests send one of them
 def _real_pods() -> tuple[dict[str, Any], ...]:
-    pods = [doc for doc in yaml.safe_load_all((kube.real_world() / REAL_PODS).read_text()) if doc]
+    pods = [doc for doc in kube.load_yaml_all((kube.real_world() / REAL_PODS).read_text()) if doc]
     assert len(pods) == 4
     return tuple(pods)
 
