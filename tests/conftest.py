@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import kubernetes_validate.utils
 import pytest
@@ -28,6 +29,21 @@ def pytest_configure(config: pytest.Config) -> None:
     if loop.fast():
         settings.register_profile("fast-loop", max_examples=loop.FAST_EXAMPLES)
         settings.load_profile("fast-loop")
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The fast loop does not import a test module whose tests are all slow: it would
+    deselect every test it collected (fast_loop.wholly_slow)."""
+    if not loop.fast() or collection_path.suffix != ".py" or not collection_path.is_file():
+        return None
+    if not collection_path.name.startswith("test_") or not collection_path.is_relative_to(
+        config.rootpath
+    ):
+        return None
+    path = collection_path.relative_to(config.rootpath).as_posix()
+    if fast_loop.wholly_slow(path, collection_path.read_text(encoding="utf-8")):
+        return True
+    return None
 
 
 @pytest.hookimpl(tryfirst=True)

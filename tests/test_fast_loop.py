@@ -53,3 +53,20 @@ def test_a_file_part_makes_slow_what_it_names_or_all_but_what_it_keeps() -> None
             assert slow == {f"{path}::{name}" for name in part.slow}
         else:
             assert slow == {f"{path}::{name}" for name in names if name not in part.fast}
+
+
+def test_a_file_is_wholly_slow_by_the_table_or_its_own_module_mark() -> None:
+    for path, part in fast_loop.FILES.items():
+        assert fast_loop.wholly_slow(path, "") == (not part.fast and not part.slow), path
+    marked = "import pytest\n\npytestmark = pytest.mark.slow\n\n\ndef test_x() -> None: ...\n"
+    assert fast_loop.wholly_slow("tests/x.py", marked)
+    # A mark on one test, or a module mark among others, leaves the file collected.
+    assert not fast_loop.wholly_slow("tests/x.py", "@pytest.mark.slow\ndef test_x() -> None: ...\n")
+    assert not fast_loop.wholly_slow("tests/x.py", "pytestmark = [pytest.mark.slow, other]\n")
+
+
+@pytest.mark.parametrize(
+    "path", ["tests/server/test_compiled_core.py", "tests/engine/test_properties.py"]
+)
+def test_the_modules_marked_slow_as_a_whole_are_read_as_such(path: str) -> None:
+    assert fast_loop.wholly_slow(path, (REPO / path).read_text(encoding="utf-8"))

@@ -22,6 +22,7 @@ tests/test_fast_loop.py, so the table cannot rot. A single case named on the com
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -455,6 +456,20 @@ def slow_items(nodeids: Iterable[str]) -> set[str]:
             if index % sample.every:
                 slow.add(nodeid)
     return slow
+
+
+# A module marked slow as a whole.
+_MODULE_SLOW = re.compile(r"^pytestmark = pytest\.mark\.slow$", re.MULTILINE)
+
+
+def wholly_slow(path: str, text: str) -> bool:
+    """Whether every test of the file `path` (relative to the checkout, with "/"), whose
+    source is `text`, is slow: the table's or its own `pytestmark` says so. The fast loop
+    does not import such a file (tests/conftest.py): it would deselect all it collects."""
+    part = FILES.get(path)
+    if part is not None and not part.fast and not part.slow:
+        return True
+    return _MODULE_SLOW.search(text) is not None
 
 
 def named_functions() -> list[tuple[str, str]]:
