@@ -327,15 +327,25 @@ class Parser(argparse.ArgumentParser):
     option or a bad variable) in one line, exit 2.
     """
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # The options whose default is `FromEnv`, by destination: what resolving one checks.
+        self.from_env: dict[str, argparse.Action] = {}
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args: Any, **kwargs: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        if isinstance(action.default, FromEnv):
+            self.from_env[action.dest] = action
+        return action
+
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         parsed, extras = super().parse_known_args(args, namespace)
-        actions = {a.dest: a for a in self._actions}
         for dest, value in list(vars(parsed).items()):
             if isinstance(value, FromEnv):
                 try:
-                    setattr(parsed, dest, value.resolve(actions.get(dest)))
+                    setattr(parsed, dest, value.resolve(self.from_env.get(dest)))
                 except EnvironmentValueError as exc:
                     self.error(str(exc))
         return parsed, extras
