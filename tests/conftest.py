@@ -1,5 +1,10 @@
 """Shared fixtures. Test helpers that build pods and play the API server live in
-tests/support/kube.py."""
+tests/support/kube.py.
+
+Only what xdist's controller needs is imported here (it hands out the tests and prints their
+reports): the Kubernetes client, the package and tests/support/kube.py are the workers'.
+(kubernetes-validate is patched here, before any test module imports it.)
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,16 @@ import functools
 import logging
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import kubernetes_validate.utils
 import pytest
 from hypothesis import settings
 
-from tests.support import fast_loop, kube, loop
-from webhook.policy import policies
+from tests.support import fast_loop, loop, real_world
+
+if TYPE_CHECKING:
+    from webhook.policy import policies
 
 # kubernetes-validate lists its schema versions and reads the schema files (megabytes of
 # JSON) again at every call: each is read once per run. Its validation runs as it is.
@@ -62,17 +70,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     traceback. (.ci/run sets it, so CI never runs without the published manifests.)
 
     Without the variable and with nothing beside the checkout (a fresh clone alone), the
-    tests that read the manifests are skipped (`kube.real_world`), and the run ends with one
+    tests that read the manifests are skipped (`real_world.real_world`), and the run ends with one
     line saying why (`pytest_terminal_summary`)."""
-    if kube.real_world_missing() is None:
+    if real_world.real_world_missing() is None:
         try:
-            kube.real_world()
-        except kube.RealWorldMissing as missing:
+            real_world.real_world()
+        except real_world.RealWorldMissing as missing:
             raise pytest.UsageError(str(missing)) from None
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    why = kube.real_world_missing()
+    why = real_world.real_world_missing()
     if why is not None:
         skipped = len(terminalreporter.stats.get("skipped", []))
         terminalreporter.write_line(
@@ -82,6 +90,8 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 @pytest.fixture(scope="session")
 def shipped_policies() -> policies.PolicySet:
+    from tests.support import kube  # noqa: PLC0415 (the workers' import: see above)
+
     return kube.shipped()
 
 

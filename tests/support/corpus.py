@@ -15,12 +15,12 @@ from typing import Any
 
 from tests.engine.route_cases import ROUTE_CASES
 from tests.engine.rule_cases import RULE_CASES
-from tests.support import kube
+from tests.support import kube, real_world
 
 
 def manifests() -> list[Path]:
     """The published manifests, then the examples."""
-    return kube.real_world_manifests() + sorted((kube.REPO / "examples").rglob("*.yaml"))
+    return real_world.real_world_manifests() + sorted((kube.REPO / "examples").rglob("*.yaml"))
 
 
 @functools.cache

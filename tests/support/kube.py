@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -21,7 +20,6 @@ from typing import Any
 import jsonpatch
 import kubernetes
 import kubernetes_validate
-import pytest
 import yaml
 
 from webhook.engine import claims, reviewing, view
@@ -29,10 +27,6 @@ from webhook.engine.decision import Decision
 from webhook.policy import kinds, policies
 
 REPO = Path(__file__).resolve().parents[2]
-# Published GPU manifests, kept as found beside this repository (../shared/real-world);
-# GPU_SHARE_REAL_WORLD points elsewhere. real_world() is the one place that finds them.
-REAL_WORLD_VARIABLE = "GPU_SHARE_REAL_WORLD"
-REAL_WORLD_BESIDE = REPO.parent / "shared" / "real-world"
 VERSIONS = ("1.30", kubernetes_validate.latest_version())
 # Objects of dynamic resource allocation: resource.k8s.io/v1 is served from 1.34, where DRA is
 # GA (the webhook's rules name v1 only), and a pod's `resources.claims[].request` is newer
@@ -61,55 +55,6 @@ def load_yaml(text: str) -> Any:
 def load_yaml_all(text: str) -> list[Any]:
     """The documents of `text`, as yaml.safe_load_all reads them."""
     return list(yaml.load_all(text, Loader=_YAML_LOADER))
-
-
-class RealWorldMissing(Exception):
-    """The published manifests are not where real_world() looks; str() is one line saying so."""
-
-
-def real_world() -> Path:
-    """The directory of the published GPU manifests.
-
-    GPU_SHARE_REAL_WORLD when it is set (and not empty), else ../shared/real-world beside this
-    checkout. When GPU_SHARE_REAL_WORLD names a directory that is not there, raises
-    RealWorldMissing (the session stops with its one line: a corpus asked for must be read).
-    When it is unset and nothing is beside the checkout, skips what asked (a test, or a whole
-    module that reads the corpus as it is collected), with that line as the reason: a test
-    must not pass on an empty corpus, and a fresh clone alone must still run the rest.
-    """
-    variable = os.environ.get(REAL_WORLD_VARIABLE)
-    path = Path(variable) if variable else REAL_WORLD_BESIDE
-    if path.is_dir():
-        return path
-    missing = RealWorldMissing(_not_found(path, variable))
-    if variable:
-        raise missing
-    pytest.skip(str(missing), allow_module_level=True)
-
-
-def _not_found(path: Path, variable: str | None) -> str:
-    if variable:
-        looked = (f"looked in {path} (from {REAL_WORLD_VARIABLE}; without it, "
-                  f"{REAL_WORLD_BESIDE}); set {REAL_WORLD_VARIABLE} to the directory of the "
-                  "manifests, or unset it and place this checkout next to shared/")
-    else:
-        looked = (f"looked in {path} ({REAL_WORLD_VARIABLE} is not set); set "
-                  f"{REAL_WORLD_VARIABLE} to the directory of the manifests, or place this "
-                  "checkout next to shared/ (../shared/real-world)")
-    return f"real-world GPU manifests not found: {looked}"
-
-
-def real_world_missing() -> str | None:
-    """Why the tests that read the published manifests are skipped; None when they are there
-    (or when GPU_SHARE_REAL_WORLD names them: then a missing directory stops the session)."""
-    if os.environ.get(REAL_WORLD_VARIABLE) or REAL_WORLD_BESIDE.is_dir():
-        return None
-    return _not_found(REAL_WORLD_BESIDE, None)
-
-
-def real_world_manifests() -> list[Path]:
-    """The published manifests (*.yaml in real_world()), sorted by name."""
-    return sorted(real_world().glob("*.yaml"))
 
 
 _MODEL = {

@@ -32,7 +32,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from tests.support import apiserver, kube
+from tests.support import apiserver, kube, real_world
 from webhook.server import certificates, configuration, states
 from webhook.server.serving import Running
 
@@ -42,7 +42,7 @@ NAMESPACE = "gpu-share-system"
 HOST = certificates.service_host(service=SERVICE, namespace=NAMESPACE)
 TIMEOUT = "timeout=10s"
 JSON = {"Content-Type": "application/json"}
-REAL_PODS = "13-pre6g-test-gpu-shared-4pods.yaml"  # in kube.real_world()
+REAL_PODS = "13-pre6g-test-gpu-shared-4pods.yaml"  # in real_world.real_world()
 
 
 # --------------------------------------------------------------------------- certificates
@@ -182,7 +182,8 @@ def real_pods() -> list[dict[str, Any]]:
 
 @functools.cache  # read once per run: most server tests send one of them
 def _real_pods() -> tuple[dict[str, Any], ...]:
-    pods = [doc for doc in kube.load_yaml_all((kube.real_world() / REAL_PODS).read_text()) if doc]
+    text = (real_world.real_world() / REAL_PODS).read_text()
+    pods = [doc for doc in kube.load_yaml_all(text) if doc]
     assert len(pods) == 4
     return tuple(pods)
 

@@ -21,10 +21,9 @@ from tests.support.kube import (
     as_served,
     check_pod_rules,
     check_valid,
-    real_world,
-    real_world_manifests,
     templates_of,
 )
+from tests.support.real_world import real_world, real_world_manifests
 from webhook import cli, tools
 from webhook.policy import policies
 from webhook.tools import rendering

@@ -4,8 +4,8 @@ traceback, no INTERNALERROR); where it is unset and nothing is beside the checko
 clone alone), the tests that read them are skipped and the run says why in one line.
 
 Each case runs pytest on a copy of this checkout's test setup (pyproject.toml, tests/conftest.py,
-tests/support/kube.py), one trivial test and one that reads the manifests, in a directory with no
-shared/ beside it.
+tests/support/real_world.py), one trivial test and one that reads the manifests, in a directory
+with no shared/ beside it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.kube import REAL_WORLD_VARIABLE, REPO
+from tests.support.real_world import REAL_WORLD_VARIABLE, REPO
 
 # Slow: each test runs pytest in another interpreter.
 pytestmark = pytest.mark.slow
@@ -31,7 +31,7 @@ def _checkout_without_shared(tmp_path: Path) -> Path:
     (checkout / "tests").mkdir(parents=True)
     shutil.copy(REPO / "pyproject.toml", checkout)
     (checkout / "tests" / "support").mkdir()
-    copied = ("__init__.py", "conftest.py", "support/__init__.py", "support/kube.py")
+    copied = ("__init__.py", "conftest.py", "support/__init__.py", "support/real_world.py")
     copied += ("support/loop.py",)
     for name in copied:
         shutil.copy(REPO / "tests" / name, checkout / "tests" / name)
@@ -39,8 +39,8 @@ def _checkout_without_shared(tmp_path: Path) -> Path:
     shutil.copy(REPO / "tests" / "support" / "fast_loop.py", checkout / "tests" / "support")
     (checkout / "tests" / "test_tiny.py").write_text("def test_tiny() -> None:\n    pass\n")
     (checkout / "tests" / "test_reads.py").write_text(
-        "from tests.support import kube\n\n\ndef test_reads() -> None:\n"
-        "    assert kube.real_world_manifests()\n"
+        "from tests.support import real_world\n\n\ndef test_reads() -> None:\n"
+        "    assert real_world.real_world_manifests()\n"
     )
     return checkout
 
