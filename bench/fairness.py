@@ -16,11 +16,12 @@ sockets to different ones and the server sees different sources:
 - 127.0.0.1, "the flood": --flood-senders connections each sending 7 MiB reviews (just under
   the body limit, as soak.py's large ones; each with its own uid and pod name; streamed as
   the socket takes it, so an early 429 stops the upload) one after another, opened again at
-  once when the server closes them (after a 429, say); and in the
-  last phase also --handshakes connections that complete a TLS handshake and then stay
-  silent, all opened at once when the measurement starts (as a pool reconnects after a
-  restart; --handshake-concurrency 64 opens them as soak.py's pool does), each opened again
-  whenever the server closes it (its header timeout, 10 s) or a second after it failed;
+  once when the server closes them (after a 429, say), a tenth of a second after it refused
+  one (closed it before its handshake); and in the last phase also --handshakes connections
+  that complete a TLS handshake and then stay silent, all opened at once when the
+  measurement starts (as a pool reconnects after a restart; --handshake-concurrency 64 opens
+  them as soak.py's pool does), each opened again whenever the server closes it (its header
+  timeout, 10 s) or a second after it refused or failed it;
 - 127.0.0.3, "the kubelet": GET /healthz on the plain metrics port every 0.2 s, a fresh
   connection each time, the next one at the first tick after the last answered; a probe that
   takes 1 s or more, or is not answered 200, is a miss.
@@ -33,13 +34,20 @@ work does not take the ordinary client's interpreter; this process only probes /
 Each process reports the CPU seconds it used during the measurement and the seconds it was
 ready to run but waited for a CPU (/proc/<pid>/task/*/schedstat); the server's are read from
 /proc too, so the table shows who ran out of CPU, and how much the machine's other work took
-from whom. Mid-measurement `ss`
-lists the server's established admission connections by peer address: the proof that the
-server sees two sources.
+from whom. Mid-measurement `ss` lists the server's established admission connections by
+peer address: the proof that the server sees two sources.
+
+The attackers share the server's CPUs here, as they would not in a cluster, so each of their
+connection attempts costs them as little as it can without changing what the server sees
+(sockets of their own, TLS over memory buffers, a refused attempt's ClientHello sent again;
+see "the attackers' TLS" below); the CPU table gives their attempts with their CPU seconds,
+and the ordinary reviews per CPU second of the server's, which the machine's other work
+does not change as it changes reviews/s.
 
 Targets (exit 1 when one is missed): under flood the ordinary client keeps at least half its
 unloaded reviews/s with p99 under 1 s; no ordinary review fails; every /healthz answers in
-under 1 s, in every phase.
+under 1 s, in every phase. The server's error lines, if it logged any, are printed at the
+end (a flood's answer other than 200 or 429 is counted under "flood other").
 """
 
 from __future__ import annotations
@@ -47,14 +55,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
+import json
 import multiprocessing
 import os
+import select
+import socket
 import ssl
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -92,6 +105,7 @@ FLOOD_LEAD = 3.0  # seconds the senders run before the measurement starts
 SETTLE = 2.0  # seconds between phases, for the server to finish what the last one left
 CLIENT_ERRORS = (OSError, EOFError, ssl.SSLError, TimeoutError, ValueError, IndexError)
 PHASES = ("unloaded", "flood", "flood+handshakes")
+FAULTS = ("error", "critical")  # server log lines printed at the end
 PAD_MARK = "@@pad@@"  # where a large review's padding goes
 UPLOAD_CHUNK = 256 * 1024  # a large review is sent in pieces of this, as the socket takes them
 
@@ -194,30 +208,6 @@ class Large:
         return len(before) + len(pad) + len(self.after), [before, *pieces, self.after]
 
 
-async def upload(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, large: Large, n: int
-) -> tuple[int, dict[str, str]]:
-    """Send a large review a piece at a time as the socket takes it, as an HTTP client streams
-    a body, and read the answer meanwhile: a server that answers before the body is in (a
-    429) stops the upload. The status and headers."""
-    length, chunks = large.chunks(n)
-
-    async def send() -> None:
-        writer.write(soak.head(length))
-        for chunk in chunks:
-            writer.write(chunk)
-            await writer.drain()
-
-    sending = asyncio.create_task(send())
-    try:
-        status, headers, _ = await soak.exchange(reader, writer, b"")
-    finally:
-        sending.cancel()
-        with contextlib.suppress(BaseException):
-            await sending
-    return status, headers
-
-
 @dataclass
 class Ordinary:
     ok: int = 0
@@ -285,79 +275,421 @@ async def ordinary(target: Target, window: Window, connections: int) -> dict[str
     }
 
 
+# --------------------------------------------------------------------------- the attackers' TLS
+#
+# The attackers share the server's CPUs here (the module docstring says why that matters):
+# a connection is a non-blocking socket of its own with TLS over memory buffers (no asyncio
+# transport or stream), and a refused attempt sends the same ClientHello again (`Hello`).
+
+# A connect that the server's full accept queue leaves unanswered gives up after its SYN and
+# two retries (7 s, on the kernel's timer: none of ours per attempt); it is tried again a
+# second later.
+SYN_RETRIES = 2
+READ_BYTES = 64 * 1024
+
+
+def attack_context() -> ssl.SSLContext:
+    """An attacker's TLS: the ordinary client's protocol versions and ciphers, and no check
+    of the server's certificate (the server's work is the same; the check is client CPU)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+class Hello:
+    """A TLS client's first flight, made once: its key share is most of what an attempt
+    costs a client (~0.2 ms). It is sent on each new connection until a server answers it:
+    a connection closed at accept, before its handshake, has read none of it."""
+
+    __slots__ = ("data", "incoming", "outgoing", "tls")
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        self.incoming = ssl.MemoryBIO()
+        self.outgoing = ssl.MemoryBIO()
+        self.tls = context.wrap_bio(self.incoming, self.outgoing, server_hostname=h.HOST)
+        with contextlib.suppress(ssl.SSLWantReadError):
+            self.tls.do_handshake()
+        self.data = self.outgoing.read()
+
+
+def _wake(future: asyncio.Future[None], stop: Callable[[int], object], fd: int) -> None:
+    # Stops watching at once: with over 1,024 sockets ready libuv polls again before the
+    # waiting task runs, and a socket still watched would call this again each time.
+    stop(fd)
+    if not future.done():
+        future.set_result(None)
+
+
+class Refused(Exception):
+    """The server closed the connection before it answered the ClientHello."""
+
+
+class Raw:
+    """A flood connection: a socket of its own, woken by the event loop's reader and writer
+    callbacks, with TLS over memory buffers."""
+
+    __slots__ = ("buffered", "fd", "hello", "loop", "sock")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, hello: Hello):
+        self.loop = loop
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.hello = hello
+        self.buffered = b""
+
+    @classmethod
+    async def open(cls, target: Target, source: str, hello: Hello) -> Raw:
+        """Connect from `source`, send `hello`, finish the handshake. Raises Refused when
+        the server closes the connection first (`hello` is then unused), OSError or
+        ssl.SSLError when connecting or the handshake fails."""
+        loop = asyncio.get_running_loop()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        raw = cls(loop, sock, hello)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_SYNCNT, SYN_RETRIES)
+            sock.bind((source, 0))
+            if sock.connect_ex((SERVER_HOST, target.port)) != 0:  # in progress
+                await raw.ready(writable=True)
+                error = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if error:
+                    raise OSError(error, os.strerror(error))
+            try:
+                sock.send(hello.data)  # a few hundred bytes: an empty socket takes them
+                data = await raw.receive()
+            except ConnectionError:
+                data = b""
+            if not data:
+                raise Refused
+            tls = hello.tls
+            while True:
+                hello.incoming.write(data)
+                try:
+                    tls.do_handshake()
+                    break
+                except ssl.SSLWantReadError:
+                    await raw.flush()
+                    data = await raw.receive()
+                    if not data:
+                        raise ConnectionResetError("closed in the handshake") from None
+            await raw.flush()
+        except BaseException:
+            sock.close()
+            raise
+        return raw
+
+    async def ready(self, *, writable: bool) -> None:
+        """Until the socket is writable, or readable."""
+        loop = self.loop
+        start, stop = (
+            (loop.add_writer, loop.remove_writer)
+            if writable
+            else (loop.add_reader, loop.remove_reader)
+        )
+        future = loop.create_future()
+        start(self.fd, _wake, future, stop, self.fd)
+        try:
+            await future
+        except BaseException:
+            stop(self.fd)  # cancelled before it was
+            raise
+
+    async def receive(self) -> bytes:
+        """Bytes from the socket, as they come (b"": closed)."""
+        while True:
+            try:
+                return self.sock.recv(READ_BYTES)
+            except BlockingIOError:
+                await self.ready(writable=False)
+
+    async def flush(self) -> None:
+        """Send what TLS has for the socket, as the socket takes it."""
+        view = memoryview(self.hello.outgoing.read())
+        while view:
+            try:
+                view = view[self.sock.send(view) :]
+            except BlockingIOError:
+                await self.ready(writable=True)
+
+    async def send(self, data: bytes | memoryview) -> None:
+        self.hello.tls.write(data)
+        await self.flush()
+
+    async def read(self) -> bytes:
+        """Decrypted bytes, as they come (b"": closed)."""
+        tls = self.hello.tls
+        while True:
+            try:
+                return tls.read(READ_BYTES)
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLZeroReturnError:
+                return b""
+            data = await self.receive()
+            if not data:
+                return b""
+            self.hello.incoming.write(data)
+
+    async def answer(self) -> tuple[int, dict[str, str]]:
+        """An HTTP answer's status and headers (lower case); its body is read and dropped."""
+        data = self.buffered
+        while (end := data.find(b"\r\n\r\n")) < 0:
+            more = await self.read()
+            if not more:
+                raise EOFError("closed before an answer")
+            data += more
+        lines = data[:end].decode("latin-1").split("\r\n")
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        need = end + 4 + int(headers.get("content-length", "0"))
+        while len(data) < need:
+            more = await self.read()
+            if not more:
+                raise EOFError("closed in an answer")
+            data += more
+        self.buffered = data[need:]
+        return int(lines[0].split()[1]), headers
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+async def upload(raw: Raw, large: Large, n: int) -> tuple[int, dict[str, str]]:
+    """Send a large review a piece at a time as the socket takes it, as an HTTP client streams
+    a body, and read the answer meanwhile: a server that answers before the body is in (a
+    429) stops the upload. The status and headers; a connection whose upload was cut short
+    cannot be used again ("connection: close")."""
+    length, chunks = large.chunks(n)
+
+    async def send() -> None:
+        await raw.send(soak.head(length))
+        for chunk in chunks:
+            await raw.send(chunk)
+
+    sending = asyncio.create_task(send())
+    try:
+        status, headers = await raw.answer()
+    finally:
+        cut = not sending.done()
+        sending.cancel()
+        with contextlib.suppress(BaseException):
+            await sending
+    if cut:  # the stream stops mid-record: the connection cannot be used again
+        headers = {**headers, "connection": "close"}
+    return status, headers
+
+
 async def flood(target: Target, window: Window, senders: int, first: int) -> dict[str, Any]:
     """7 MiB reviews from FLOOD, back to back on each of `senders` connections, opened again
-    as soon as the server closes one. Answers that arrive in the window are counted."""
-    context = context_of(target)
+    as soon as the server closes one (a tenth of a second after one it refused or that
+    failed). Answers and refusals in the window are counted, and the connections tried."""
+    context = attack_context()
     large = Large.make()
     answers: dict[str, int] = {}
-    opened = [0]
+    tried = [0]
 
     def count(key: str) -> None:
         if window.start <= time.monotonic() <= window.end:
             bump(answers, key)
 
     async def sender(index: int) -> None:
-        reader: asyncio.StreamReader | None = None
-        writer: asyncio.StreamWriter | None = None
+        raw: Raw | None = None
+        hello: Hello | None = None
         n = 0
         while time.monotonic() < window.end:
             n += 1
             try:
-                if writer is None or reader is None:
-                    reader, writer = await connect(target, context, FLOOD)
-                    opened[0] += 1
+                if raw is None:
+                    hello = hello or Hello(context)
+                    if window.start <= time.monotonic() <= window.end:
+                        tried[0] += 1
+                    raw = await Raw.open(target, FLOOD, hello)
+                    hello = None
                 async with asyncio.timeout(LARGE_TIMEOUT):
-                    status, headers = await upload(reader, writer, large, index * 10**6 + n)
+                    status, headers = await upload(raw, large, index * 10**6 + n)
                 count(str(status))
                 if headers.get("connection", "").lower() == "close":
-                    close(writer)
-                    reader = writer = None
+                    raw.close()
+                    raw = None
+            except Refused:
+                count("refused")
+                await asyncio.sleep(0.1)  # a refused connect must not spin
             except CLIENT_ERRORS as exc:
                 count(type(exc).__name__)
-                close(writer)
-                reader = writer = None
-                await asyncio.sleep(0.1)  # a refused connect must not spin
-        close(writer)
+                if raw is not None:
+                    raw.close()
+                raw = hello = None
+                await asyncio.sleep(0.1)
+        if raw is not None:
+            raw.close()
 
     tasks = [asyncio.create_task(sender(first + i)) for i in range(senders)]
     await stop_at(window.end, tasks)
-    return {"answers": answers, "opened": opened[0]}
+    return {"answers": answers, "tried": tried[0]}
+
+
+CONNECTING, SENT, HANDSHAKE, HELD = range(4)
+RETRY_TICK = 0.05  # how often the connections due again are opened
+
+
+class _Silent:
+    """One of the silent connections: its socket, its ClientHello and TLS state, and what it
+    waits for (CONNECTING, SENT: the server's answer, HANDSHAKE: the rest of it, HELD)."""
+
+    __slots__ = ("hello", "sock", "state")
+
+    def __init__(self, sock: socket.socket, hello: Hello) -> None:
+        self.sock = sock
+        self.hello = hello
+        self.state = CONNECTING
 
 
 async def handshakes(
     target: Target, window: Window, count: int, concurrency: int
 ) -> dict[str, Any]:
     """`count` connections from FLOOD that complete a TLS handshake and stay silent, opened
-    again whenever the server closes one; `concurrency` handshakes under way at a time."""
-    context = context_of(target)
-    opening = asyncio.Semaphore(concurrency)
-    done = [0]
-    failed: dict[str, int] = {}
-    closed = [0]
+    again whenever the server closes one, or a second after it refused or failed one;
+    `concurrency` handshakes under way at a time.
 
-    async def hold() -> None:
-        while time.monotonic() < window.end:
+    Each socket is registered once in an epoll of this function's (edge-triggered), whose
+    readiness the event loop reports: an attempt costs its system calls and a few lines,
+    not a task, future or timer. The ClientHellos are made before the window."""
+    loop = asyncio.get_running_loop()
+    context = attack_context()
+    spare = [Hello(context) for _ in range(count)]
+    poll = select.epoll()
+    live: dict[int, _Silent] = {}
+    due: deque[tuple[float, Hello | None]] = deque()  # a second after now: in time order
+    waiting: deque[Hello | None] = deque()  # beyond `concurrency`
+    opening = [0]
+    stats = {"tried": 0, "completed": 0, "closed_by_server": 0, "held_most": 0}
+    held = [0]
+    failed: dict[str, int] = {}
+    address = (SERVER_HOST, target.port)
+    watched = select.EPOLLIN | select.EPOLLOUT | select.EPOLLRDHUP | select.EPOLLET
+
+    def open_one(hello: Hello | None) -> None:
+        if opening[0] >= concurrency:
+            waiting.append(hello)
+            return
+        stats["tried"] += 1
+        opening[0] += 1
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        conn = live[sock.fileno()] = _Silent(sock, hello or Hello(context))
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_SYNCNT, SYN_RETRIES)
+            sock.bind((FLOOD, 0))
+            poll.register(sock, watched)
+            error = sock.connect_ex(address)
+        except OSError as exc:
+            error = exc.errno or errno.EIO
+        if error == 0:
+            connected(conn)
+        elif error != errno.EINPROGRESS:
+            end(conn, errno.errorcode.get(error, str(error)))
+
+    def connected(conn: _Silent) -> None:
+        conn.state = SENT
+        if send(conn, conn.hello.data):
+            receive(conn)
+
+    def send(conn: _Silent, data: bytes) -> bool:
+        """A few hundred bytes, which an empty socket takes; whether they went."""
+        try:
+            if data:
+                conn.sock.send(data)
+            return True
+        except OSError as exc:
+            end(conn, "refused" if conn.state == SENT else type(exc).__name__)
+            return False
+
+    def receive(conn: _Silent) -> None:
+        sock = conn.sock
+        while True:
             try:
-                async with opening:
-                    reader, writer = await connect(target, context, FLOOD)
-                done[0] += 1
-            except CLIENT_ERRORS as exc:
-                bump(failed, type(exc).__name__)
-                await asyncio.sleep(1.0)  # as soak.py's pool: a second before trying again
+                data = sock.recv(READ_BYTES)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                end(conn, "refused" if conn.state == SENT else "ConnectionResetError")
+                return
+            if conn.state == HELD:
                 continue
+            conn.state = HANDSHAKE  # the server answered: this ClientHello is spent
+            hello = conn.hello
+            hello.incoming.write(data)
             try:
-                with contextlib.suppress(*CLIENT_ERRORS):
-                    while await reader.read(65536):
-                        pass
-                closed[0] += 1
-            finally:
-                close(writer)
+                hello.tls.do_handshake()
+            except ssl.SSLWantReadError:
+                if not send(conn, hello.outgoing.read()):
+                    return
+                continue
+            except ssl.SSLError as exc:
+                end(conn, type(exc).__name__)
+                return
+            if not send(conn, hello.outgoing.read()):
+                return
+            conn.state = HELD
+            stats["completed"] += 1
+            held[0] += 1
+            stats["held_most"] = max(stats["held_most"], held[0])
+            turn_over()
+
+    def turn_over() -> None:
+        opening[0] -= 1
+        if waiting:
+            open_one(waiting.popleft())
+
+    def end(conn: _Silent, why: str) -> None:
+        """The connection is over: a held one is opened again at once; a refused one a
+        second later with the same ClientHello, a failed one with a new one."""
+        del live[conn.sock.fileno()]
+        conn.sock.close()  # and out of the epoll
+        if conn.state == HELD:
+            held[0] -= 1
+            stats["closed_by_server"] += 1
+            open_one(None)
+            return
+        bump(failed, why)
+        turn_over()
+        due.append((time.monotonic() + 1.0, conn.hello if why == "refused" else None))
+
+    def events() -> None:
+        for fd, mask in poll.poll(0):
+            conn = live.get(fd)
+            if conn is None:
+                continue
+            if conn.state == CONNECTING:
+                error = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if error:
+                    end(conn, errno.errorcode.get(error, str(error)))
+                elif mask & select.EPOLLOUT:
+                    connected(conn)
+            else:
+                receive(conn)
 
     await sleep_until(window.start)
-    tasks = [asyncio.create_task(hold()) for _ in range(count)]
-    await stop_at(window.end, tasks)
-    return {"completed": done[0], "failed": failed, "closed_by_server": closed[0]}
+    loop.add_reader(poll.fileno(), events)
+    try:
+        for hello in spare:
+            open_one(hello)
+        while time.monotonic() < window.end:
+            await asyncio.sleep(RETRY_TICK)
+            now = time.monotonic()
+            while due and due[0][0] <= now:
+                open_one(due.popleft()[1])
+    finally:
+        loop.remove_reader(poll.fileno())
+        for conn in live.values():
+            conn.sock.close()
+        poll.close()
+    return {**stats, "failed": failed}
 
 
 async def stop_at(moment: float, tasks: list[asyncio.Task[None]]) -> None:
@@ -640,22 +972,32 @@ def cpu_table(phases: list[Phase]) -> str:
 
     lines = [
         "| phase | seconds | server | ordinary client | flood client | handshake client"
-        " | prober | handshakes done / failed | server's connections by source (ss) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        " | prober | reviews per server CPU s | flood connections tried | handshakes tried /"
+        " done / refused | server's connections by source (ss) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
+    base = efficiency(phases[0])
     for p in phases:
         hs = p.handshakes
-        done = "-"
+        tried = "-"
         if hs.get("processes"):
-            done = f"{hs['completed']:,} / {sum(hs.get('failed', {}).values()):,}"
+            refused = hs.get("failed", {}).get("refused", 0)
+            tried = f"{hs['tried']:,} / {hs['completed']:,} / {refused:,}"
+        per_cpu = f"{efficiency(p):,.0f}" + (f" ({efficiency(p) / base:.2f})" if base else "")
         seen = ", ".join(f"{k} {n}" for k, n in sorted(p.sources.items())) or "none"
         cells = [
             p.name, f"{p.seconds:g}", used([(p.server_cpu, p.server_waited)]),
             used([(p.ordinary["cpu"], p.ordinary["waited"])]), used(p.flood["cpu_each"]),
-            used(hs["cpu_each"]), f"{p.prober_cpu:.1f}", done, seen,
+            used(hs["cpu_each"]), f"{p.prober_cpu:.1f}", per_cpu,
+            f"{p.flood['tried']:,}" if p.flood.get("processes") else "-", tried, seen,
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def efficiency(p: Phase) -> float:
+    """Ordinary reviews answered in the window per CPU second the server used in it."""
+    return float(p.ordinary["answered_in_window"]) / p.server_cpu if p.server_cpu else 0.0
 
 
 def details(p: Phase) -> str:
@@ -669,11 +1011,12 @@ def details(p: Phase) -> str:
         f" {p.ordinary['reconnects']}), failed: {failures or 'none'}"
     )
     if p.flood.get("processes"):
-        text += f"; flood answers: {answers or 'none'}, connections opened {p.flood['opened']:,}"
+        text += f"; flood answers: {answers or 'none'}, connections tried {p.flood['tried']:,}"
     if p.handshakes.get("processes"):
         text += (
-            f"; handshakes {p.handshakes['completed']:,} done, failed: {hs_failed or 'none'},"
-            f" closed by the server {p.handshakes['closed_by_server']:,}"
+            f"; handshakes tried {p.handshakes['tried']:,}, {p.handshakes['completed']:,} done"
+            f" (at most {p.handshakes['held_most']:,} held at once), refused or failed:"
+            f" {hs_failed or 'none'}, closed by the server {p.handshakes['closed_by_server']:,}"
         )
     return text + f"; load average {p.load[0]:.2f} {p.load[1]:.2f} {p.load[2]:.2f}"
 
@@ -740,6 +1083,11 @@ def main() -> int:
                 if server.popen.poll() is not None:
                     print(f"the server exited: {server.popen.returncode}")
                     return 1
+            errors = [line for line in server.log_lines() if line.get("level") in FAULTS]
+    for line in errors[:5]:
+        print(f"server log: {json.dumps(line)[:2000]}")
+    if errors:
+        print(f"the server logged {len(errors)} errors (the first five above)")
     print()
     print(table(phases))
     print()
