@@ -43,7 +43,15 @@ import orjson
 from hypothesis import strategies as st
 
 from tests.support import apiserver, kube
-from tests.support.strategies import LABELS, TOLERATIONS, affinity
+from tests.support.strategies import (
+    LABELS,
+    TOLERATIONS,
+    affinity,
+    booleans,
+    integers,
+    lists,
+    sampled_from,
+)
 from webhook.policy import kinds as workload_kinds
 from webhook.server import codec
 from webhook.server.limits import Limits
@@ -210,9 +218,9 @@ def resources(draw: st.DrawFn, *, hostile: bool) -> dict[str, Any]:
     ways = ("limits", "limits", "both", "requests", "differ") if hostile else ("limits", "both")
     limits: dict[str, Any] = {}
     requests: dict[str, Any] = {}
-    for name in draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True)):
+    for name in draw(lists(sampled_from(names), min_size=1, max_size=3, unique=True)):
         value = draw(values)
-        how = draw(st.sampled_from(ways))
+        how = draw(sampled_from(ways))
         if how in ("limits", "both", "differ"):
             limits[name] = value
         if how == "both":
@@ -224,7 +232,7 @@ def resources(draw: st.DrawFn, *, hostile: bool) -> dict[str, Any]:
         out["limits"] = limits
     if requests:
         out["requests"] = requests
-    if hostile and draw(st.integers(0, 9)) == 0:
+    if hostile and draw(integers(0, 9)) == 0:
         out["claims"] = [{"name": "gpu"}]
     return out
 
@@ -266,17 +274,17 @@ _env_text = rarely(huge_strings, st.text(max_size=10))
 @st.composite
 def env_var(draw: st.DrawFn, *, hostile: bool) -> dict[str, Any]:
     if not hostile:
-        name, value = draw(st.sampled_from(TAME_ENV))
+        name, value = draw(sampled_from(TAME_ENV))
         return {"name": name, "value": value}
     name = draw(_env_names)
-    how = draw(st.integers(0, 11))
+    how = draw(integers(0, 11))
     if how == 0:
         return {"name": name, "valueFrom": draw(_value_from)}
     if how == 1:
         return {"name": name}
     if how == 2:
         return {"name": name, "value": draw(_env_text)}
-    return {"name": name, "value": draw(st.sampled_from(ENV_VALUES))}
+    return {"name": name, "value": draw(sampled_from(ENV_VALUES))}
 
 
 MOUNT_PATHS = (
@@ -301,30 +309,30 @@ _envs = {h: st.lists(env_var(hostile=h), max_size=4) for h in (False, True)}
 def containers(draw: st.DrawFn, *, hostile: bool) -> dict[str, Any]:
     """A container, its name left to the caller (`named`)."""
     c: dict[str, Any] = {"image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}
-    if draw(st.integers(0, 4)) > 0:
+    if draw(integers(0, 4)) > 0:
         c["resources"] = draw(_resources[hostile])
-    if draw(st.booleans()):
+    if draw(booleans):
         c["env"] = draw(_envs[hostile])
-    if draw(st.integers(0, 6)) == 0:
+    if draw(integers(0, 6)) == 0:
         c["envFrom"] = [{"configMapRef": {"name": "settings"}}]
-    if draw(st.integers(0, 4)) == 0:
+    if draw(integers(0, 4)) == 0:
         paths = st.sampled_from(MOUNT_PATHS if hostile else ["/data", "/cache"])
         c["volumeMounts"] = [
-            {"name": draw(st.sampled_from(("dev", "data", "devices"))), "mountPath": path,
-             **({"readOnly": True} if draw(st.booleans()) else {})}
-            for path in draw(st.lists(paths, min_size=1, max_size=2))
+            {"name": draw(sampled_from(("dev", "data", "devices"))), "mountPath": path,
+             **({"readOnly": True} if draw(booleans) else {})}
+            for path in draw(lists(paths, min_size=1, max_size=2))
         ]
-    if draw(st.integers(0, 4)) == 0:
+    if draw(integers(0, 4)) == 0:
         context: dict[str, Any] = {"runAsNonRoot": True}
-        if hostile and draw(st.booleans()):
-            context["privileged"] = draw(st.booleans())
-        if hostile and draw(st.booleans()):
+        if hostile and draw(booleans):
+            context["privileged"] = draw(booleans)
+        if hostile and draw(booleans):
             context["capabilities"] = {
-                "add": draw(st.lists(st.sampled_from(CAPABILITIES), max_size=2)),
+                "add": draw(lists(sampled_from(CAPABILITIES), max_size=2)),
                 "drop": ["ALL"],
             }
-        if draw(st.booleans()):
-            context["allowPrivilegeEscalation"] = draw(st.booleans())
+        if draw(booleans):
+            context["allowPrivilegeEscalation"] = draw(booleans)
         c["securityContext"] = context
     return c
 
@@ -369,17 +377,17 @@ _profiles = {
 
 @st.composite
 def object_meta(draw: st.DrawFn, *, hostile: bool) -> dict[str, Any]:
-    meta: dict[str, Any] = {"name": draw(st.sampled_from(("p", "train", "w")))}
+    meta: dict[str, Any] = {"name": draw(sampled_from(("p", "train", "w")))}
     meta["namespace"] = "team-a"
     annotations: dict[str, Any] = {}
-    if draw(st.booleans()):
+    if draw(booleans):
         annotations["gpu-share.io/profile"] = draw(_profiles[hostile])
     keys = ANNOTATION_KEYS if hostile else ["example.com/team", "a~b/c~1d", "x/y"]
-    for key in draw(st.lists(st.sampled_from(keys), max_size=2)):
-        annotations[key] = draw(st.sampled_from(("tolerations", "default", "x", "")))
-    if annotations or draw(st.integers(0, 3)) == 0:
+    for key in draw(lists(sampled_from(keys), max_size=2)):
+        annotations[key] = draw(sampled_from(("tolerations", "default", "x", "")))
+    if annotations or draw(integers(0, 3)) == 0:
         meta["annotations"] = annotations
-    if draw(st.booleans()):
+    if draw(booleans):
         meta["labels"] = {"app": "x"}
     return meta
 
@@ -402,30 +410,30 @@ _container_names = {
 @st.composite
 def pod_specs(draw: st.DrawFn, *, hostile: bool) -> dict[str, Any]:
     names = draw(_container_names[hostile])
-    if hostile and draw(st.integers(0, 9)) == 0:
+    if hostile and draw(integers(0, 9)) == 0:
         names.append(names[0])  # two containers of one name: invalid, but it can be sent
-    split = draw(st.integers(0, len(names) - 1))
+    split = draw(integers(0, len(names) - 1))
     spec: dict[str, Any] = {"containers": [named(draw, n, hostile=hostile) for n in names[split:]]}
     if split:
         spec["initContainers"] = [named(draw, n, hostile=hostile) for n in names[:split]]
-    if draw(st.booleans()):
+    if draw(booleans):
         spec["tolerations"] = draw(_tolerations)
-    if draw(st.integers(0, 3)) == 0:
+    if draw(integers(0, 3)) == 0:
         keys = draw(_label_keys)
         spec["nodeSelector"] = {k: draw(_label_values[k]) for k in keys}
-    if draw(st.integers(0, 3)) == 0:
+    if draw(integers(0, 3)) == 0:
         spec["affinity"] = draw(affinity())
     runtimes = [None, None, None, "nvidia", "runc", "", "NVIDIA"] if hostile else [None, "nvidia"]
-    runtime = draw(st.sampled_from(runtimes))
+    runtime = draw(sampled_from(runtimes))
     if runtime is not None:
         spec["runtimeClassName"] = runtime
-    if hostile and draw(st.integers(0, 6)) == 0:
-        spec[draw(st.sampled_from(("hostPID", "hostIPC", "hostNetwork")))] = draw(st.booleans())
-    if draw(st.integers(0, 3)) == 0:
+    if hostile and draw(integers(0, 6)) == 0:
+        spec[draw(sampled_from(("hostPID", "hostIPC", "hostNetwork")))] = draw(booleans)
+    if draw(integers(0, 3)) == 0:
         spec["volumes"] = draw(_volumes[hostile])
-    if hostile and draw(st.integers(0, 9)) == 0:
+    if hostile and draw(integers(0, 9)) == 0:
         spec["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "a-gpu"}]
-    if draw(st.integers(0, 5)) == 0:
+    if draw(integers(0, 5)) == 0:
         spec["restartPolicy"] = "Never"
     return spec
 
@@ -487,19 +495,19 @@ def _place(
 
 @st.composite
 def workloads(draw: st.DrawFn, kind: workload_kinds.Kind, *, hostile: bool) -> dict[str, Any]:
-    version = draw(st.sampled_from(kind.versions))
+    version = draw(sampled_from(kind.versions))
     obj: dict[str, Any] = {
         "apiVersion": f"{kind.group}/{version}" if kind.group else version,
         "kind": kind.kind,
         "metadata": draw(_metas[hostile]),
         "spec": {},
     }
-    count = draw(st.integers(1, 2))
+    count = draw(integers(1, 2))
     template = _templates[hostile]
     for steps in kind.paths:
         _place(obj, steps, lambda: draw(template), count)
-    if draw(st.booleans()):
-        obj["spec"]["replicas"] = draw(quantities if hostile else st.integers(0, 5))
+    if draw(booleans):
+        obj["spec"]["replicas"] = draw(quantities if hostile else integers(0, 5))
     return obj
 
 
@@ -562,16 +570,16 @@ def pod_reviews(draw: st.DrawFn, *, hostile: bool | None = None) -> dict[str, An
     """Reviews of Pods: CREATE, `kubectl debug`, other updates, DELETE. `hostile` (drawn when
     None): values outside the rules and outside the grammar, else tame ones."""
     if hostile is None:
-        hostile = draw(st.booleans())
+        hostile = draw(booleans)
     pod = _copy(draw(_pods[hostile]))
     uid = draw(uids)
     kind = ("", "v1", "Pod")
-    how = draw(st.sampled_from(("create",) * 6 + ("debug", "debug", "update", "delete", "status")))
+    how = draw(sampled_from(("create",) * 6 + ("debug", "debug", "update", "delete", "status")))
     if how == "create":
         return review_doc(pod, kind=kind, operation="CREATE", uid=uid)
     if how == "debug":
         new = _copy(pod)
-        names = draw(st.lists(tame_names, min_size=1, max_size=2, unique=True))
+        names = draw(lists(tame_names, min_size=1, max_size=2, unique=True))
         new["spec"]["ephemeralContainers"] = [
             {"targetContainerName": "main", **named(draw, n, hostile=hostile)} for n in names
         ]
@@ -590,19 +598,19 @@ def pod_reviews(draw: st.DrawFn, *, hostile: bool | None = None) -> dict[str, An
 def workload_reviews(draw: st.DrawFn, *, hostile: bool | None = None) -> dict[str, Any]:
     """Reviews of the workload kinds: CREATE, scaling, other updates, DELETE."""
     if hostile is None:
-        hostile = draw(st.booleans())
-    kind = draw(st.sampled_from(KINDS))
+        hostile = draw(booleans)
+    kind = draw(sampled_from(KINDS))
     obj = _copy(draw(_workloads[kind, hostile]))
     group, _, version = obj["apiVersion"].rpartition("/")
     names = (group, version, kind.kind)
     uid = draw(uids)
-    how = draw(st.sampled_from(("create", "create", "create", "scale", "update", "delete")))
+    how = draw(sampled_from(("create", "create", "create", "scale", "update", "delete")))
     if how == "create":
         return review_doc(obj, kind=names, operation="CREATE", uid=uid)
     if how == "scale":
         # The same templates, another replica count: never refused.
         old = _copy(obj)
-        obj["spec"]["replicas"] = draw(st.integers(0, 9))
+        obj["spec"]["replicas"] = draw(integers(0, 9))
         return review_doc(obj, kind=names, operation="UPDATE", uid=uid, old=old)
     if how == "update":
         return review_doc(obj, kind=names, operation="UPDATE", uid=uid,
@@ -640,7 +648,7 @@ def pod_cases(draw: st.DrawFn) -> Case:
 @st.composite
 def workload_cases(draw: st.DrawFn) -> Case:
     doc = draw(workload_reviews())
-    endpoint = draw(st.sampled_from(("validate", "validate", "validate", "mutate")))
+    endpoint = draw(sampled_from(("validate", "validate", "validate", "mutate")))
     path = path_of(endpoint, draw(policy_names))
     request = doc["request"]
     what = f"{request['kind']['kind']} {request['operation']}"
@@ -721,7 +729,7 @@ def _mangle_once(draw: st.DrawFn, doc: dict[str, Any], *, envelope: bool) -> str
     found = [n for n in nodes(doc) if not envelope or _in_envelope(n[2])]
     if not found:
         return "nothing"
-    parent, key, path = found[draw(st.integers(0, len(found) - 1))]
+    parent, key, path = found[draw(integers(0, len(found) - 1))]
     action = draw(_actions)
     where = ".".join(str(p) for p in path)
     if action == "replace":
@@ -738,7 +746,7 @@ def _mangle_once(draw: st.DrawFn, doc: dict[str, Any], *, envelope: bool) -> str
         count = min(draw(_many), max(1, MANY_BYTES // (len(encode(item)) + 1)))
         parent[key] = [_copy(item) for _ in range(count)]
     elif action == "wrap":
-        parent[key] = [parent[key]] if draw(st.booleans()) else {"value": parent[key]}
+        parent[key] = [parent[key]] if draw(booleans) else {"value": parent[key]}
     else:
         value = parent[key]
         if isinstance(value, dict):
@@ -755,7 +763,7 @@ def mangled_cases(draw: st.DrawFn, *, envelope: bool = False) -> Case:
     """A review of a pod or a workload with wrong JSON at 1-3 nodes (`envelope`: only in the
     AdmissionReview around the objects)."""
     doc = _copy(draw(pod_reviews() | workload_reviews()))
-    done = [_mangle_once(draw, doc, envelope=envelope) for _ in range(draw(st.integers(1, 3)))]
+    done = [_mangle_once(draw, doc, envelope=envelope) for _ in range(draw(integers(1, 3)))]
     path = path_of(draw(endpoints), draw(policy_names))
     source = "envelope" if envelope else "mangled"
     return Case(path, JSON, encode(doc), source, "; ".join(done))
@@ -851,22 +859,22 @@ def raw_cases(draw: st.DrawFn) -> Case:
     elif how == "text":
         body = draw(st.text(max_size=100)).encode("utf-8", "surrogatepass")
     elif how == "fixed":
-        body = draw(st.sampled_from(RAW_BODIES))
+        body = draw(sampled_from(RAW_BODIES))
     elif how == "cut":
-        body = review[: draw(st.integers(0, len(review) - 1))]
+        body = review[: draw(integers(0, len(review) - 1))]
     elif how == "tail":
-        body = review + draw(st.sampled_from((b"x", b" {}", b"\x00", b"]", b"\n\n")))
+        body = review + draw(sampled_from((b"x", b" {}", b"\x00", b"]", b"\n\n")))
     elif how == "utf16":
-        body = review.decode().encode(draw(st.sampled_from(("utf-16", "utf-32", "utf-16-le"))))
+        body = review.decode().encode(draw(sampled_from(("utf-16", "utf-32", "utf-16-le"))))
     elif how == "badutf8":
         at = review.index(b'"name"')
-        bad = draw(st.sampled_from((b"\xff", b"\xc3", b"\xed\xa0\x80")))  # not UTF-8
+        bad = draw(sampled_from((b"\xff", b"\xc3", b"\xed\xa0\x80")))  # not UTF-8
         body = review[:at] + bad + review[at:]
     else:
         body = review
-        content_type = draw(st.sampled_from(CONTENT_TYPES))
-    if how != "type" and draw(st.integers(0, 3)) == 0:
-        content_type = draw(st.sampled_from(CONTENT_TYPES))
+        content_type = draw(sampled_from(CONTENT_TYPES))
+    if how != "type" and draw(integers(0, 3)) == 0:
+        content_type = draw(sampled_from(CONTENT_TYPES))
     return Case(path_of(draw(endpoints), draw(policy_names)), content_type, body, "raw", how)
 
 
@@ -883,14 +891,14 @@ def _padded(review: dict[str, Any], size: int) -> bytes:
 @st.composite
 def oversized_cases(draw: st.DrawFn) -> Case:
     """Bodies just under, at and over the limit: a valid review, padded, or garbage."""
-    size = MAX_BODY_BYTES + draw(st.sampled_from((-4096, 0, 1, 4096, 1024 * 1024)))
-    if draw(st.booleans()):
+    size = MAX_BODY_BYTES + draw(sampled_from((-4096, 0, 1, 4096, 1024 * 1024)))
+    if draw(booleans):
         doc = draw(pod_reviews(hostile=False).filter(lambda d: d["request"]["object"] is not None))
         body = _padded(doc, size)
     else:
         body = b"[" * size
     path = path_of(draw(endpoints), draw(policy_names))
-    content_type = draw(st.sampled_from((JSON, JSON, JSON, "text/plain")))
+    content_type = draw(sampled_from((JSON, JSON, JSON, "text/plain")))
     return Case(path, content_type, body, "oversized", f"{len(body)} bytes")
 
 

@@ -12,12 +12,41 @@ tests/support/corpus.py's manifests.
 from __future__ import annotations
 
 import string
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from tests.support.kube import make_policy, shipped
+
+# The strategies a composite draws from, each made once for its arguments: hypothesis makes,
+# checks and looks up a strategy built inside a draw at every draw, which was most of the
+# cost of generating. Equal arguments give the strategy they always gave, so the same examples.
+# (Arguments that cannot be a key, such as a list of dicts, make a strategy each time.)
+booleans = st.booleans()
+
+
+def _made_once(make: Callable[..., st.SearchStrategy[Any]]) -> Callable[..., Any]:
+    made: dict[Hashable, st.SearchStrategy[Any]] = {}
+
+    def once(*args: Any, **kwargs: Any) -> st.SearchStrategy[Any]:
+        args = tuple(tuple(a) if isinstance(a, list) else a for a in args)
+        key = (args, tuple(sorted(kwargs.items())))
+        try:
+            return made[key]
+        except TypeError:
+            return make(*args, **kwargs)
+        except KeyError:
+            made[key] = make(*args, **kwargs)
+            return made[key]
+
+    return once
+
+
+integers = _made_once(st.integers)
+sampled_from = _made_once(st.sampled_from)
+lists = _made_once(st.lists)
 
 SHIPPED = shipped()
 # Besides the shipped policies, generated pods are judged under this one: MPS and
@@ -52,24 +81,24 @@ GPU_RESOURCES = ["nvidia.com/gpu.shared", "nvidia.com/gpu", "nvidia.com/mig-1g.1
 
 @st.composite
 def resources(draw: st.DrawFn, shared: frozenset[str]) -> dict[str, Any] | None:
-    if draw(st.booleans()):
+    if draw(booleans):
         return None
     limits: dict[str, Any] = {}
     requests: dict[str, Any] = {}
-    for res in draw(st.lists(st.sampled_from(GPU_RESOURCES), max_size=2, unique=True)):
+    for res in draw(lists(sampled_from(GPU_RESOURCES), max_size=2, unique=True)):
         n = draw(counts)
         limits[res] = n
         # Only a shared resource may come with disagreeing requests: that is the webhook's
         # denial to give; for any other the pod is invalid before the webhook sees it.
-        how = draw(st.sampled_from(
+        how = draw(sampled_from(
             ["limits", "both", "both", "requests-differ"] if res in shared else ["limits", "both"]))
         if how == "both":
             requests[res] = n
         elif how == "requests-differ":
             requests[res] = draw(counts)
-    if draw(st.booleans()):
-        limits["cpu"] = draw(st.sampled_from(["500m", "1", 2]))
-        requests["memory"] = draw(st.sampled_from(["1Gi", "256Mi"]))
+    if draw(booleans):
+        limits["cpu"] = draw(sampled_from(["500m", "1", 2]))
+        requests["memory"] = draw(sampled_from(["1Gi", "256Mi"]))
     out: dict[str, Any] = {}
     if limits:
         out["limits"] = limits
@@ -89,8 +118,8 @@ ENV_VALUES = {
 
 @st.composite
 def env_var(draw: st.DrawFn) -> dict[str, Any]:
-    name = draw(st.sampled_from(sorted(ENV_VALUES)))
-    if draw(st.integers(0, 9)) == 0:
+    name = draw(sampled_from(sorted(ENV_VALUES)))
+    if draw(integers(0, 9)) == 0:
         return {"name": name, "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}}
     return {"name": name, "value": draw(ENV_VALUES[name])}
 
@@ -101,10 +130,10 @@ def container(draw: st.DrawFn, name: str, shared: frozenset[str]) -> dict[str, A
     res = draw(resources(shared))
     if res is not None:
         c["resources"] = res
-    if draw(st.booleans()):
+    if draw(booleans):
         c["env"] = draw(st.lists(env_var(), max_size=3))
-    if draw(st.integers(0, 7)) == 0:
-        c["securityContext"] = {"privileged": draw(st.booleans())}
+    if draw(integers(0, 7)) == 0:
+        c["securityContext"] = {"privileged": draw(booleans)}
     return c
 
 
@@ -130,29 +159,29 @@ LABELS = {
 
 @st.composite
 def expression(draw: st.DrawFn) -> dict[str, Any]:
-    key = draw(st.sampled_from(sorted(LABELS)))
-    op = draw(st.sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]))
+    key = draw(sampled_from(sorted(LABELS)))
+    op = draw(sampled_from(["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]))
     if op in ("Exists", "DoesNotExist"):
         return {"key": key, "operator": op}
     if op in ("Gt", "Lt"):
-        return {"key": key, "operator": op, "values": [draw(st.sampled_from(["3", "20000"]))]}
-    values = draw(st.lists(st.sampled_from(LABELS[key]), min_size=1, max_size=3, unique=True))
+        return {"key": key, "operator": op, "values": [draw(sampled_from(["3", "20000"]))]}
+    values = draw(lists(sampled_from(LABELS[key]), min_size=1, max_size=3, unique=True))
     return {"key": key, "operator": op, "values": values}
 
 
 @st.composite
 def affinity(draw: st.DrawFn) -> dict[str, Any]:
     node: dict[str, Any] = {}
-    if draw(st.booleans()):
+    if draw(booleans):
         terms = draw(st.lists(st.lists(expression(), min_size=1, max_size=3), min_size=1,
                               max_size=3))
         node["requiredDuringSchedulingIgnoredDuringExecution"] = {
             "nodeSelectorTerms": [{"matchExpressions": t} for t in terms]}
-    if draw(st.booleans()):
+    if draw(booleans):
         node["preferredDuringSchedulingIgnoredDuringExecution"] = [
             {"weight": 10, "preference": {"matchExpressions": [draw(expression())]}}]
     out: dict[str, Any] = {"nodeAffinity": node} if node else {}
-    if draw(st.integers(0, 4)) == 0:
+    if draw(integers(0, 4)) == 0:
         out["podAntiAffinity"] = {}
     return out
 
@@ -160,32 +189,32 @@ def affinity(draw: st.DrawFn) -> dict[str, Any]:
 @st.composite
 def pods(draw: st.DrawFn, shared: frozenset[str]) -> dict[str, Any]:
     """Pods valid as the API server would take them, given which resources are shared."""
-    all_names = draw(st.lists(names, min_size=1, max_size=7, unique=True))
-    split = draw(st.integers(0, len(all_names) - 1))
+    all_names = draw(lists(names, min_size=1, max_size=7, unique=True))
+    split = draw(integers(0, len(all_names) - 1))
     init_names, main_names = all_names[:split], all_names[split:]
     spec: dict[str, Any] = {"containers": [draw(container(n, shared)) for n in main_names]}
     if init_names:
         spec["initContainers"] = [draw(container(n, shared)) for n in init_names]
-    if draw(st.booleans()):
-        spec["tolerations"] = draw(st.lists(st.sampled_from(TOLERATIONS), max_size=3))
-    if draw(st.booleans()):
-        keys = draw(st.lists(st.sampled_from(sorted(LABELS)), max_size=3, unique=True))
-        spec["nodeSelector"] = {k: draw(st.sampled_from(LABELS[k])) for k in keys}
-    if draw(st.booleans()):
+    if draw(booleans):
+        spec["tolerations"] = draw(lists(sampled_from(TOLERATIONS), max_size=3))
+    if draw(booleans):
+        keys = draw(lists(sampled_from(sorted(LABELS)), max_size=3, unique=True))
+        spec["nodeSelector"] = {k: draw(sampled_from(LABELS[k])) for k in keys}
+    if draw(booleans):
         spec["affinity"] = draw(affinity())
-    runtime = draw(st.sampled_from([None, None, "nvidia", "runc"]))
+    runtime = draw(sampled_from([None, None, "nvidia", "runc"]))
     if runtime is not None:
         spec["runtimeClassName"] = runtime
     metadata: dict[str, Any] = {"name": "p", "namespace": "team-a"}
     annotations = {}
-    if draw(st.booleans()):
+    if draw(booleans):
         annotations["gpu-share.io/profile"] = draw(
             st.sampled_from(["small", "medium", "large", "half", "quarter", "nope"]))
-    if draw(st.integers(0, 5)) == 0:
+    if draw(integers(0, 5)) == 0:
         annotations["gpu-share.io/policy"] = "someone-else"
-    if draw(st.integers(0, 5)) == 0:
+    if draw(integers(0, 5)) == 0:
         annotations["gpu-share.io/mutations"] = "tolerations"
-    if annotations or draw(st.booleans()):
+    if annotations or draw(booleans):
         metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
