@@ -50,6 +50,7 @@ from tests.support.strategies import (
     booleans,
     integers,
     lists,
+    made_once,
     sampled_from,
 )
 from webhook.policy import kinds as workload_kinds
@@ -565,6 +566,7 @@ def _copy(value: Any) -> Any:
     return value
 
 
+@made_once
 @st.composite
 def pod_reviews(draw: st.DrawFn, *, hostile: bool | None = None) -> dict[str, Any]:
     """Reviews of Pods: CREATE, `kubectl debug`, other updates, DELETE. `hostile` (drawn when
@@ -594,6 +596,7 @@ def pod_reviews(draw: st.DrawFn, *, hostile: bool | None = None) -> dict[str, An
                       sub_resource="status")  # fmt: skip
 
 
+@made_once
 @st.composite
 def workload_reviews(draw: st.DrawFn, *, hostile: bool | None = None) -> dict[str, Any]:
     """Reviews of the workload kinds: CREATE, scaling, other updates, DELETE."""

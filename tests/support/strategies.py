@@ -23,15 +23,15 @@ from tests.support.kube import make_policy, shipped
 # The strategies a composite draws from, each made once for its arguments: hypothesis makes,
 # checks and looks up a strategy built inside a draw at every draw, which was most of the
 # cost of generating. Equal arguments give the strategy they always gave, so the same examples.
-# (Arguments that cannot be a key, such as a list of dicts, make a strategy each time.)
 booleans = st.booleans()
 
 
-def _made_once(make: Callable[..., st.SearchStrategy[Any]]) -> Callable[..., Any]:
+def made_once(make: Callable[..., st.SearchStrategy[Any]]) -> Callable[..., Any]:
+    """`make` (a strategy's function, or a composite) giving one strategy per arguments;
+    arguments that cannot be a key (a list of dicts) make a strategy each time."""
     made: dict[Hashable, st.SearchStrategy[Any]] = {}
 
     def once(*args: Any, **kwargs: Any) -> st.SearchStrategy[Any]:
-        args = tuple(tuple(a) if isinstance(a, list) else a for a in args)
         key = (args, tuple(sorted(kwargs.items())))
         try:
             return made[key]
@@ -44,9 +44,14 @@ def _made_once(make: Callable[..., st.SearchStrategy[Any]]) -> Callable[..., Any
     return once
 
 
-integers = _made_once(st.integers)
-sampled_from = _made_once(st.sampled_from)
-lists = _made_once(st.lists)
+integers = made_once(st.integers)
+lists = made_once(st.lists)
+_sampled_from = made_once(st.sampled_from)
+
+
+def sampled_from(values: Any) -> st.SearchStrategy[Any]:
+    """st.sampled_from, made once per values (a list is taken as the tuple of its items)."""
+    return _sampled_from(tuple(values) if isinstance(values, list) else values)
 
 SHIPPED = shipped()
 # Besides the shipped policies, generated pods are judged under this one: MPS and
@@ -79,6 +84,7 @@ GPU_RESOURCES = ["nvidia.com/gpu.shared", "nvidia.com/gpu", "nvidia.com/mig-1g.1
                  "nvidia.com/mig-1g.10gb"]
 
 
+@made_once
 @st.composite
 def resources(draw: st.DrawFn, shared: frozenset[str]) -> dict[str, Any] | None:
     if draw(booleans):
@@ -116,6 +122,7 @@ ENV_VALUES = {
 }
 
 
+@made_once
 @st.composite
 def env_var(draw: st.DrawFn) -> dict[str, Any]:
     name = draw(sampled_from(sorted(ENV_VALUES)))
@@ -124,6 +131,7 @@ def env_var(draw: st.DrawFn) -> dict[str, Any]:
     return {"name": name, "value": draw(ENV_VALUES[name])}
 
 
+@made_once
 @st.composite
 def container(draw: st.DrawFn, name: str, shared: frozenset[str]) -> dict[str, Any]:
     c: dict[str, Any] = {"name": name, "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04"}
@@ -157,6 +165,7 @@ LABELS = {
 }
 
 
+@made_once
 @st.composite
 def expression(draw: st.DrawFn) -> dict[str, Any]:
     key = draw(sampled_from(sorted(LABELS)))
@@ -169,6 +178,7 @@ def expression(draw: st.DrawFn) -> dict[str, Any]:
     return {"key": key, "operator": op, "values": values}
 
 
+@made_once
 @st.composite
 def affinity(draw: st.DrawFn) -> dict[str, Any]:
     node: dict[str, Any] = {}
