@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import socket
 import ssl
 import time
 from collections.abc import AsyncIterator
@@ -279,6 +280,32 @@ async def test_beyond_the_connections_of_one_address_it_alone_is_refused(
             status, _, _ = await other.post("/mutate", review("uid-other"))
             assert status == 200
     assert closed(await h.scrape(server), "source-refused") == 1
+
+
+async def test_connections_waiting_together_in_the_accept_queue_are_each_judged(
+    server: serving.Running,
+) -> None:
+    """Connected while the server's loop is busy, they wait in the kernel's queue together
+    and are taken in one go: each counts against its address's cap as if it came alone."""
+    listener = server.state.listener
+    assert listener is not None
+    queued = [
+        socket.create_connection(("127.0.0.1", server.port), source_address=(FLOOD, 0))
+        for _ in range(10)
+    ]
+    try:
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if closed(await h.scrape(server), "source-refused") == 7:
+                break
+        assert closed(await h.scrape(server), "source-refused") == 7
+        assert len(listener) == SMALL.max_connections_per_source == 3
+        async with h.connect(server.port, h.ca_of(server), source=API_SERVER) as other:
+            status, _, _ = await other.post("/mutate", review("uid-other"))
+            assert status == 200
+    finally:
+        for sock in queued:
+            sock.close()
 
 
 async def test_an_address_over_its_share_of_time_opens_no_connection_until_it_is_back(

@@ -96,6 +96,8 @@ SLOW_HANDSHAKE_SECONDS = 1.0
 # How often the listener looks for overdue heads (a quarter of a shorter header timeout): a
 # head's timeout is kept within a second.
 SWEEP_SECONDS = 1.0
+# Connections taken from the accept queue in one go, before the loop's other work gets a turn.
+ACCEPT_BATCH = 64
 
 
 class _Source:
@@ -174,7 +176,6 @@ class Listener:
 
     async def _accept(self, listening: socket.socket) -> None:
         loop = asyncio.get_running_loop()
-        limits = self.limits
         while True:
             try:
                 sock, peer = await loop.sock_accept(listening)
@@ -182,24 +183,39 @@ class Listener:
                 logger.warning("accepting a connection failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
-            address = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
-            source = self._sources.get(address)
-            if (
-                source is not None and source.open >= limits.max_connections_per_source
-            ) or self.over_share(address):
-                self.count(SOURCE_REFUSED)
-                sock.close()
-                continue
-            if len(self) >= limits.max_connections and not self._make_room(loop.time()):
-                self.count(REFUSED)
-                sock.close()
-                continue
-            if source is None:
-                source = self._sources[address] = _Source(limits.max_handshakes_per_source)
-            source.open += 1
-            task = asyncio.create_task(self._open(sock, address, source))
-            self._opening[task] = None
-            task.add_done_callback(functools.partial(self._opened, sock, address))
+            self._take(loop, sock, peer)
+            # Then what else waits in the queue, without a wait each (a future, a reader
+            # added and removed): a flood's connections are mostly closed at once.
+            for _ in range(ACCEPT_BATCH):
+                try:
+                    sock, peer = listening.accept()
+                except OSError:  # none left (BlockingIOError), or out of descriptors
+                    break
+                sock.setblocking(False)
+                self._take(loop, sock, peer)
+
+    def _take(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, peer: Any) -> None:
+        """An accepted connection: closed at once when its address or the server is at its
+        cap, else started (`_open`)."""
+        limits = self.limits
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
+        source = self._sources.get(address)
+        if (
+            source is not None and source.open >= limits.max_connections_per_source
+        ) or self.over_share(address):
+            self.count(SOURCE_REFUSED)
+            sock.close()
+            return
+        if len(self) >= limits.max_connections and not self._make_room(loop.time()):
+            self.count(REFUSED)
+            sock.close()
+            return
+        if source is None:
+            source = self._sources[address] = _Source(limits.max_handshakes_per_source)
+        source.open += 1
+        task = asyncio.create_task(self._open(sock, address, source))
+        self._opening[task] = None
+        task.add_done_callback(functools.partial(self._opened, sock, address))
 
     async def _open(self, sock: socket.socket, address: str, source: _Source) -> bool:
         """Start TLS on an accepted socket (in turn) and hand it to a `Connection`; whether
