@@ -224,6 +224,45 @@ async def test_a_large_review_waits_for_room_and_goes_when_there_is(
     await held(server, 0)
 
 
+async def test_a_large_review_ending_as_the_next_of_its_address_gives_up_is_no_500(
+    tmp_path: Path,
+) -> None:
+    """Two deadlines in one turn of the event loop, as on a starved machine: the body
+    timeout of one large review, which gives its bytes back, and the end of the wait for
+    room of its address's next one, cancelled but not yet resumed. Each gets its 4xx."""
+    limits = dataclasses.replace(SMALL, body_timeout=3.0)
+    settings = h.settings(tmp_path, host="127.0.0.1", port=0, metrics_port=0, limits=limits)
+    big = padded("uid-big", SMALL.max_body_bytes)
+    async with serving.running(settings) as server:
+        ca = h.ca_of(server)
+        async with (
+            h.connect(server.port, ca, source="127.0.0.1") as first,
+            h.connect(server.port, ca, source="127.0.0.1") as second,
+        ):
+            begun = time.monotonic()
+            await first.send_head("/mutate", len(big))
+            await first.send(big[:10])
+            await held(server, len(big))
+            # ?timeout=7s: 6 s for the review, 3 s of it to wait for room, which ends after
+            # the first's body timeout (3 s from before the second was sent).
+            await second.send(
+                f"POST /mutate?timeout=7s HTTP/1.1\r\nHost: {h.HOST}\r\nContent-Type:"
+                f" application/json\r\nContent-Length: {len(big)}\r\n\r\n".encode()
+            )
+
+            async def queued() -> bool:
+                return server.state.budget.waiting == 1
+
+            await h.eventually(queued, what="the second review waiting for room")
+            if time.monotonic() - begun >= limits.body_timeout:
+                pytest.skip("the machine was too slow to have both deadlines still ahead")
+            # The loop stands still past both deadlines: they come due in the same turn.
+            time.sleep(limits.body_timeout + 0.5)
+            statuses = [(await c.response())[0] for c in (first, second)]
+    assert statuses == [408, 429]
+    assert (server.state.budget.held, server.state.budget.waiting) == (0, 0)
+
+
 async def test_beyond_the_review_bytes_in_total_a_large_request_is_a_429_a_small_one_is_not(
     server: serving.Running,
 ) -> None:
@@ -282,6 +321,23 @@ async def test_a_budget_lets_each_address_go_in_order_and_others_past_it() -> No
     with pytest.raises(asyncio.CancelledError):
         await waiting
     budget.give("a", 45)
+    assert (budget.held, budget.by_source) == (0, {})
+
+
+async def test_a_wait_given_up_just_as_room_comes_leaves_the_budget_whole() -> None:
+    budget = Budget(total=100, per_source=60)
+    await budget.take("a", 50)
+    given_up = asyncio.ensure_future(budget.take("a", 50))  # over a's 60: waits
+    behind = asyncio.ensure_future(budget.take("a", 5))  # fits, but after a's waiting one
+    await asyncio.sleep(0)
+    # Cancelled as its timeout cancels it, and the room given back before it resumes.
+    given_up.cancel()
+    budget.give("a", 50)
+    await behind  # the one given up holds it back no longer
+    with pytest.raises(asyncio.CancelledError):
+        await given_up
+    assert (budget.held, budget.by_source, budget.waiting) == (5, {"a": 5}, 0)
+    budget.give("a", 5)
     assert (budget.held, budget.by_source) == (0, {})
 
 

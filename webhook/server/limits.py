@@ -172,6 +172,10 @@ class Budget:
         passed: set[str] = set()
         for entry in list(self._waiters):
             waiting_source, waiting_size, waiter = entry
+            if waiter.done():
+                # A wait given up (its timeout cancelled it) whose task has not resumed yet:
+                # that task takes its entry out, and it holds no later one back.
+                continue
             if waiting_source in passed:
                 continue
             if self._fits(waiting_source, waiting_size):
