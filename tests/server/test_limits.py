@@ -341,6 +341,22 @@ async def test_a_wait_given_up_just_as_room_comes_leaves_the_budget_whole() -> N
     assert (budget.held, budget.by_source) == (0, {})
 
 
+async def test_a_wait_given_up_lets_the_later_ones_of_its_address_go_at_once() -> None:
+    budget = Budget(total=100, per_source=60)
+    await budget.take("a", 50)
+    given_up = asyncio.ensure_future(budget.take("a", 50))  # over a's 60: waits
+    behind = asyncio.ensure_future(budget.take("a", 5))  # fits, but after a's waiting one
+    await asyncio.sleep(0)
+    given_up.cancel()
+    # Cancelled, not yet resumed: a newcomer of its address is not held back by it.
+    await asyncio.wait_for(budget.take("a", 3), 5)
+    with pytest.raises(asyncio.CancelledError):
+        await given_up
+    # Withdrawn, with no bytes given back: the one it held back goes without another give.
+    await asyncio.wait_for(behind, 5)
+    assert (budget.held, budget.by_source, budget.waiting) == (58, {"a": 58}, 0)
+
+
 # --------------------------------------------------------------------------- off the loop
 
 

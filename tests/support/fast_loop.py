@@ -78,6 +78,7 @@ FILES: dict[str, Part] = {
             "test_beyond_the_review_bytes_in_total_a_large_request_is_a_429_a_small_one_is_not",
             "test_a_budget_lets_each_address_go_in_order_and_others_past_it",
             "test_a_wait_given_up_just_as_room_comes_leaves_the_budget_whole",
+            "test_a_wait_given_up_lets_the_later_ones_of_its_address_go_at_once",
             "test_an_address_whose_large_reviews_took_their_share_waits_and_no_other_does",
         ),
     ),

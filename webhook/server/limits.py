@@ -144,7 +144,9 @@ class Budget:
 
     async def take(self, source: str, size: int) -> None:
         """Hold `size` bytes for `source`, once they fit (cancel the wait to give up)."""
-        if self._fits(source, size) and not any(w[0] == source for w in self._waiters):
+        if self._fits(source, size) and not any(
+            w[0] == source and not w[2].done() for w in self._waiters
+        ):
             self._add(source, size)
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -157,6 +159,7 @@ class Budget:
                 self.give(source, size)  # room came just as the wait ended: pass it on
             else:
                 self._waiters.remove(entry)
+                self._wake()  # the later ones of its address it held back may fit now
             raise
 
     def give(self, source: str, size: int) -> None:
@@ -167,8 +170,12 @@ class Budget:
             self.by_source[source] = left
         else:
             self.by_source.pop(source, None)
-        # An address's requests go in the order they came: one that does not fit yet holds
-        # back the later ones of its address, not those of others.
+        self._wake()
+
+    def _wake(self) -> None:
+        """The waiters that fit now go, in turn. An address's requests go in the order they
+        came: one that does not fit yet holds back the later ones of its address, not those
+        of others."""
         passed: set[str] = set()
         for entry in list(self._waiters):
             waiting_source, waiting_size, waiter = entry
