@@ -31,9 +31,11 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 # The modules of the request path. Their imports outside this list (pydantic models,
 # msgspec, orjson) stay ordinary Python. msgspec Structs stay uncompiled (the view's in
-# webhook/engine/structs.py, the codec's envelope): mypyc gives the classes it compiles
-# annotations msgspec cannot read, and every review would take the generic reading.
+# webhook/engine/structs.py, the codec's in webhook/server/envelope.py): mypyc gives the
+# classes it compiles annotations msgspec cannot read, and every review would take the
+# generic reading.
 COMPILED = (
+    "webhook/server/codec.py",
     "webhook/engine/decision.py",
     "webhook/policy/quantities.py",
     "webhook/engine/view.py",

@@ -207,8 +207,8 @@ def _usage(
     gpu = False
     out: list[Usage] = []
     for c in pod.containers:
-        limits = view.limits(c.c)
-        requests = view.requests(c.c)
+        limits = c.limits
+        requests = c.requests
         if not limits and not requests:
             out.append(NO_USAGE)
             continue
@@ -290,7 +290,7 @@ def _usage(
     # A container that uses a resource claim counts as a GPU container for the rules that
     # treat those apart (capabilities, host namespaces, envFrom): its claim may hold GPUs,
     # which the webhook cannot see from the pod (docs/dra.md).
-    gpu = gpu or any(view.uses_claims(c.c) for c in pod.containers)
+    gpu = gpu or any(c.uses_claims for c in pod.containers)
     return tuple(out), tuple(sorted(requested)), gpu
 
 

@@ -185,7 +185,7 @@ def resource_warnings(pod: view.Pod, policy: Policy, budget: Budget) -> list[str
     for c in pod.containers:
         if not c.judged:
             continue
-        for part in (view.limits(c.c), view.requests(c.c)):
+        for part in (c.limits, c.requests):
             if type(part) is not dict:
                 continue
             for name in part:
@@ -316,7 +316,7 @@ def _profile_effect(pod: view.Pod, policy: Policy) -> str:
         return ""
     shared = policy.shared_resources
     for c in pod.containers:
-        for part in (view.limits(c.c), view.requests(c.c)):
+        for part in (c.limits, c.requests):
             if type(part) is dict and any(name in shared for name in part):
                 return f' (default profile "{policy.default_profile}" applies)'
     return ""
@@ -396,7 +396,7 @@ def unchanged(pod: view.Pod, policy: Policy) -> str:
     and `audit` say it; the server never does)."""
     wanted: list[str] = []
     for c in pod.containers:
-        for part in (view.limits(c.c), view.requests(c.c)):
+        for part in (c.limits, c.requests):
             for name in part if type(part) is dict else ():
                 if (
                     type(name) is str

@@ -557,7 +557,7 @@ def check_device_variables(r: PodPass) -> None:
                     " value of the pod's can widen what the NVIDIA runtime gives it"
                 )
                 fix = "Remove it"
-            elif view.uses_claims(c.c):
+            elif c.uses_claims:
                 whose = (
                     "a container's resource claims give it its devices, and a value of the"
                     " pod's can add GPUs outside them"
@@ -607,7 +607,7 @@ def check_driver_capabilities(r: PodPass) -> None:
         return
     listed = ",".join(allowed)
     for c, used in r.facts.judged:
-        if not (used.gpu or view.uses_claims(c.c)):
+        if not (used.gpu or c.uses_claims):
             continue
         for position, name in enumerate(c.env_names):
             if name != _DRIVER_CAPABILITIES:
@@ -643,7 +643,7 @@ def patch_driver_capabilities(r: PodPass) -> None:
         return
     value = ",".join(allowed)
     for c, used in r.facts.judged:
-        if (used.gpu or view.uses_claims(c.c)) and (
+        if (used.gpu or c.uses_claims) and (
             c.variable(_DRIVER_CAPABILITIES) is None
         ):
             r.add_env(
@@ -658,7 +658,7 @@ def check_env_from(r: PodPass) -> None:
     """Route 1: envFrom on a container that uses a GPU can set the device and MPS variables
     from a ConfigMap or Secret, which admission cannot read."""
     offenders = [
-        c for c, used in r.facts.judged if (used.gpu or view.uses_claims(c.c)) and c.c.envFrom
+        c for c, used in r.facts.judged if (used.gpu or c.uses_claims) and c.c.envFrom
     ]
     if not offenders:
         return
@@ -708,7 +708,7 @@ def check_mps_directories(r: PodPass) -> None:
 
 def check_privileged(r: PodPass) -> None:
     for c, _ in r.facts.judged:
-        if view.privileged(c.c):
+        if c.privileged:
             r.deny(
                 "privileged",
                 ErrorType.FORBIDDEN,
@@ -952,7 +952,7 @@ def check_host_access(r: PodPass) -> None:
         return switched_on(_BY_NAME[rule], policy) and (gpu or not in_gpu_pods)
 
     for c, _ in r.facts.judged:
-        if view.privileged(c.c) and not covered("privileged"):
+        if c.privileged and not covered("privileged"):
             r.deny(
                 "host-access",
                 ErrorType.FORBIDDEN,

@@ -833,7 +833,19 @@ def names_of(items: Sequence[Any] | None) -> tuple[str, ...]:
 class Slot:
     """One container of the pod under review: where it stands, and whether it is judged."""
 
-    __slots__ = ("c", "env", "env_names", "group", "judged", "name", "position")
+    __slots__ = (
+        "c",
+        "env",
+        "env_names",
+        "group",
+        "judged",
+        "limits",
+        "name",
+        "position",
+        "privileged",
+        "requests",
+        "uses_claims",
+    )
 
     def __init__(self, group: str, position: int, name: str, c: Container, judged: bool) -> None:
         self.group: Final = group  # "initContainers", "containers" or "ephemeralContainers"
@@ -848,6 +860,12 @@ class Slot:
         env: Sequence[EnvVar] = c.env or ()
         self.env: Final = env
         self.env_names: Final = tuple(var.name for var in env)
+        # What several rules read of it, read once here (an attribute of a Struct costs the
+        # compiled core a generic lookup): `limits`, `requests`, `privileged`, `uses_claims`.
+        self.limits: Final = limits(c)
+        self.requests: Final = requests(c)
+        self.privileged: Final = privileged(c)
+        self.uses_claims: Final = uses_claims(c)
 
     def variable(self, name: str) -> tuple[int, EnvVar] | None:
         """The definition of `name` that wins (the last one, as the kubelet reads env), with

@@ -11,17 +11,22 @@ two error routes, in one place:
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 import orjson
-from msgspec import Struct
 
-from webhook.engine import namespaces, reviewing, structs, view
+from webhook.engine import namespaces, reviewing, view
 from webhook.engine.decision import Decision
 from webhook.errors import BadReview
 from webhook.policy import kinds, names
 from webhook.policy.policies import PolicySet
+from webhook.server import envelope
+
+# A review's results, as the server names them.
+Request = envelope.Request
+Summary = envelope.Summary
+Outcome = envelope.Outcome
 
 API_VERSION = "admission.k8s.io/v1"
 KIND = "AdmissionReview"
@@ -35,37 +40,12 @@ ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate")
 _STATUS_REASONS = {400: "BadRequest", 403: "Forbidden", 500: "InternalError"}
 
 
-class Request(NamedTuple):
-    """The parts of an AdmissionRequest the webhook uses."""
-
-    uid: str
-    group: str
-    kind: str
-    operation: str
-    namespace: str
-    name: str
-    sub_resource: str
-    # The objects as sent (the bytes of each, or its value where the body was read in its
-    # generic form); None where the request has none (or not an object).
-    object: view.Source | None
-    old_object: view.Source | None
-
-
-class Summary(NamedTuple):
-    """What the review line and the metrics read of a decision (`summary`)."""
-
-    allowed: bool
-    patch_operations: int
-    # The rules that refused, each once, sorted (none when allowed).
-    rules: tuple[str, ...]
-    # Every violation found, with the mode that applied it: enforce (refused), warn, dry-run.
-    violations: tuple[tuple[str, str], ...]
-    # "rule:mode" of each rule that would refuse but was not enforced, sorted.
-    would_refuse: tuple[str, ...]
-
-
 def summary(decision: Decision) -> Summary:
     """What the review line and the metrics read of `decision`."""
+    violations, would_refuse = decision.violations, decision.would_refuse
+    if not violations and not would_refuse:
+        # Most reviews: allowed, nothing that would refuse (no sorting, no generators).
+        return Summary(True, len(decision.patch), (), (), ())
     return Summary(
         decision.allowed,
         len(decision.patch),
@@ -76,56 +56,8 @@ def summary(decision: Decision) -> Summary:
     )
 
 
-class Outcome(NamedTuple):
-    """A review as answered: what was asked, what was decided, the response body, and the
-    summary of the decision the review line and the metrics read."""
-
-    request: Request
-    decision: Decision
-    body: bytes
-    summary: Summary
-
-
-class _Kind(Struct, gc=False):
-    group: Any = None
-    kind: Any = None
-
-
-class _Fields(Struct, gc=False):
-    uid: Any = None
-    kind: _Kind | None = None
-    operation: Any = None
-    namespace: Any = None
-    name: Any = None
-    subResource: Any = None
-    # Kept as its bytes (`null` where the request has none); msgspec takes Raw in no union.
-    oldObject: msgspec.Raw = msgspec.Raw()
-
-
-class _Request(_Fields, gc=False):
-    object: msgspec.Raw = msgspec.Raw()
-
-
-class _TypedRequest(_Fields, gc=False):
-    # Decoded in the same pass as the request, as the view reads a Pod's fields
-    # (`view.typed_object`, which any kind decodes as).
-    object: structs.PodObject | None = None
-
-
-class _Review(Struct, gc=False):
-    apiVersion: Any = None
-    kind: Any = None
-    request: _Request | None = None
-
-
-class _TypedReview(Struct, gc=False):
-    apiVersion: Any = None
-    kind: Any = None
-    request: _TypedRequest | None = None
-
-
-_DECODE_REVIEW = msgspec.json.Decoder(_Review).decode
-_DECODE_TYPED = msgspec.json.Decoder(_TypedReview).decode
+_DECODE_REVIEW = msgspec.json.Decoder(envelope.RawReview).decode
+_DECODE_TYPED = msgspec.json.Decoder(envelope.TypedReview).decode
 
 
 # What AdmissionRequest.operation may be.
@@ -159,7 +91,7 @@ def parse(body: bytes) -> Request:
 
 
 def _parse(body: bytes) -> Request:
-    review: _Review | _TypedReview | None = None
+    review: envelope.RawReview | envelope.TypedReview | None = None
     try:
         review = _DECODE_TYPED(body)
     except (msgspec.DecodeError, RecursionError):
@@ -188,8 +120,8 @@ def _parse(body: bytes) -> Request:
         or not req.uid
     ):
         return _parse_generic(body)
-    kind = req.kind if req.kind is not None else _Kind()
-    if isinstance(req, _TypedRequest):
+    kind = req.kind if req.kind is not None else envelope.Kind()
+    if isinstance(req, envelope.TypedRequest):
         typed = req.object
         obj = (
             view.Source.decoded(typed, partial(_object_bytes, body)) if typed is not None else None
