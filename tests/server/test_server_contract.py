@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import logging
@@ -213,6 +214,32 @@ async def test_a_body_that_is_not_json_by_its_content_type_is_a_415(
     response = await h.post_review(client, "/mutate", body, headers=headers)
     assert response.status == 415
     assert "application/json" in await response.text()
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate", "GZIP", "identity, gzip"])
+async def test_a_compressed_body_is_a_415_and_never_inflated(
+    client: Client, encoding: str
+) -> None:
+    """A 15 KB gzip body can hold a 4 MB pod of 55,000 containers: inflated, it would pass
+    every bound counted on the wire. The API server never compresses what it sends."""
+    pod = h.real_pods()[0]
+    pod["spec"]["containers"] = pod["spec"]["containers"] * 20_000
+    body = gzip.compress(h.review_body(pod, "uid-gzip"))
+    assert len(body) < 16 * 1024
+    response = await h.post_review(
+        client, "/mutate", body, headers={**h.JSON, "Content-Encoding": encoding}
+    )
+    assert response.status == 415
+    assert "must not be compressed" in await response.text()
+
+
+async def test_an_identity_encoding_is_read_as_it_is(client: Client) -> None:
+    body = h.review_body(h.real_pods()[0], "uid-identity")
+    response = await h.post_review(
+        client, "/mutate", body, headers={**h.JSON, "Content-Encoding": "identity"}
+    )
+    assert response.status == 200
+    assert h.response_of(await response.json(), "uid-identity")["allowed"] is True
 
 
 def padded_review(size: int, uid: str) -> bytes:

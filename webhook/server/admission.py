@@ -6,8 +6,9 @@ What an admission request can get back:
   also when the review failed unexpectedly or ran out of time (then a denial with status
   code 500 naming a reference that the log line with the trace carries);
 - 400 (not a usable AdmissionReview), 408 (the body did not arrive within the body
-  timeout), 413 (body over the limit, 7 MiB), 415 (not application/json), 429 (too many
-  review bytes in flight: retry), with a one-line reason as text. Never a 5xx.
+  timeout), 413 (body over the limit, 7 MiB), 415 (not application/json, or compressed),
+  429 (too many review bytes in flight: retry), with a one-line reason as text. Never a
+  5xx.
 
 One handler per route, closed over the state it needs. A body of up to `inline_bytes` (a
 typical pod: a few KB) is read and reviewed on the event loop; a larger one first waits for
@@ -86,6 +87,18 @@ class Route:
                 started,
                 415,
                 f"the content type must be {_JSON}, not {_media_type(media_type) or 'none'}",
+            )
+        encoding = request.headers.get("Content-Encoding", "")
+        if encoding and encoding.strip().lower() != "identity":
+            # The API server sends JSON as it is. A compressed body would be inflated past
+            # every bound counted on the wire (the body cap, the bytes in flight, the small
+            # review done on the event loop): refused before a byte of it is read.
+            return self.invalid(
+                policy_name,
+                started,
+                415,
+                f"the body must not be compressed (Content-Encoding: {encoding[:40]})",
+                request,
             )
         limits = self.limits
         length = request.content_length
