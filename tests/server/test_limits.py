@@ -395,6 +395,44 @@ async def test_a_large_review_runs_on_a_thread_and_the_loop_answers_meanwhile(
     assert threads[1] == threading.main_thread().name
 
 
+async def test_a_review_cut_off_at_its_deadline_is_charged_until_its_thread_ends(
+    tmp_path: Path,
+) -> None:
+    """A short `?timeout=` ends the answer early, not the review's thread: its address's
+    share is charged the time the thread ran on."""
+    release = threading.Event()
+
+    def slow_review(body: bytes, **options: Any) -> codec.Outcome:
+        release.wait(30)
+        return codec.review(body, **options)
+
+    settings = h.settings(tmp_path, host="127.0.0.1", port=0, metrics_port=0, limits=SMALL)
+    async with serving.running(settings) as server:
+        server.state.review = slow_review
+        budget = server.state.budget
+        async with h.connect(server.port, h.ca_of(server)) as large:
+            body = padded("uid-cut", 40 * KIB)
+            head = (
+                f"POST /mutate?timeout=1s HTTP/1.1\r\nHost: {h.HOST}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+            )
+            await large.send(head.encode() + body)
+            status, _, answer = await asyncio.wait_for(large.response(), 30)
+            assert status == 200
+            assert b"internal error" in answer or b"InternalError" in answer
+            at_deadline = budget.wait("127.0.0.1")
+            await asyncio.sleep(3.0)  # the thread runs on past its answer
+            release.set()
+
+            async def given_back() -> bool:
+                return budget.held == 0
+
+            await h.eventually(given_back, what="the cut-off review's bytes given back")
+        # Charged the 3 s or more it ran on, less the burst: at least 2 s to wait (more on a
+        # loaded machine, where the thread runs on longer).
+        assert budget.wait("127.0.0.1") > at_deadline + 1.0
+
+
 async def test_review_lines_of_large_and_small_reviews_are_alike(
     tmp_path: Path,
 ) -> None:

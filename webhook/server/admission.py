@@ -191,7 +191,13 @@ class Route:
                 # A running review cannot be stopped: it finishes and its answer is dropped.
                 # Until then it holds the body, so its bytes stay held.
                 running.add_done_callback(
-                    functools.partial(_give_when_done, budget=budget, source=source, size=size)
+                    functools.partial(
+                        _give_when_done,
+                        budget=budget,
+                        source=source,
+                        size=size,
+                        since=time.perf_counter(),
+                    )
                 )
                 given = True
                 raise ReviewTimeout(
@@ -367,11 +373,19 @@ class Route:
 
 
 def _give_when_done(
-    done: asyncio.Future[codec.Outcome], *, budget: limits.Budget, source: str, size: int
+    done: asyncio.Future[codec.Outcome],
+    *,
+    budget: limits.Budget,
+    source: str,
+    size: int,
+    since: float,
 ) -> None:
-    """Give a review's bytes back once its thread is done with them (its answer unread)."""
+    """Give a review's bytes back once its thread is done with them (its answer unread), and
+    charge its address the time the thread ran on after the deadline (`since`): a short
+    `?timeout=` does not shorten what the review costs."""
     if not done.cancelled():
         done.exception()  # read, so that asyncio does not report it as never retrieved
+    budget.charge(source, time.perf_counter() - since)
     budget.give(source, size)
 
 
