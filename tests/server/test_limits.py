@@ -324,12 +324,19 @@ async def test_a_budget_lets_each_address_go_in_order_and_others_past_it() -> No
     assert (budget.held, budget.by_source) == (0, {})
 
 
-async def test_a_wait_given_up_just_as_room_comes_leaves_the_budget_whole() -> None:
+async def _one_waiting_one_behind() -> tuple[Budget, asyncio.Future[None], asyncio.Future[None]]:
+    """A budget whose address "a" holds 50 of its 60, with a wait for 50 more (over its
+    60: it waits) and one for 5 behind it (it fits, but comes after)."""
     budget = Budget(total=100, per_source=60)
     await budget.take("a", 50)
-    given_up = asyncio.ensure_future(budget.take("a", 50))  # over a's 60: waits
-    behind = asyncio.ensure_future(budget.take("a", 5))  # fits, but after a's waiting one
+    waiting = asyncio.ensure_future(budget.take("a", 50))
+    behind = asyncio.ensure_future(budget.take("a", 5))
     await asyncio.sleep(0)
+    return budget, waiting, behind
+
+
+async def test_a_wait_given_up_just_as_room_comes_leaves_the_budget_whole() -> None:
+    budget, given_up, behind = await _one_waiting_one_behind()
     # Cancelled as its timeout cancels it, and the room given back before it resumes.
     given_up.cancel()
     budget.give("a", 50)
@@ -342,11 +349,7 @@ async def test_a_wait_given_up_just_as_room_comes_leaves_the_budget_whole() -> N
 
 
 async def test_a_wait_given_up_lets_the_later_ones_of_its_address_go_at_once() -> None:
-    budget = Budget(total=100, per_source=60)
-    await budget.take("a", 50)
-    given_up = asyncio.ensure_future(budget.take("a", 50))  # over a's 60: waits
-    behind = asyncio.ensure_future(budget.take("a", 5))  # fits, but after a's waiting one
-    await asyncio.sleep(0)
+    budget, given_up, behind = await _one_waiting_one_behind()
     given_up.cancel()
     # Cancelled, not yet resumed: a newcomer of its address is not held back by it.
     await asyncio.wait_for(budget.take("a", 3), 5)
