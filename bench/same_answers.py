@@ -105,9 +105,9 @@ _LAB = {
 
 
 def _manifests() -> list[Path]:
-    from tests.support import kube
+    from tests.support import corpus
 
-    return [*kube.real_world_manifests(), *sorted((REPO / "examples").rglob("*.yaml"))]
+    return corpus.manifests()
 
 
 def inputs(out: Path, count: int) -> None:
