@@ -420,4 +420,25 @@ RULE_CASES = [
         " (rule malformed-object)",
         id="malformed-affinity",
     ),
+    pytest.param(
+        pod(*(shared(name=f"c{i}") for i in range(1000)), init=[container("setup")]),
+        lab(), [("object-too-large", None)],
+        "spec.containers: 1,001 containers (init, regular and ephemeral together);"
+        " gpu-share-webhook reviews at most 1,000 in one object, a bound on the time and memory"
+        " of a review that no workload comes near. Spread the containers over several pods"
+        " (rule object-too-large)",
+        id="too-many-containers",
+    ),
+    pytest.param(
+        pod(affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In",
+                                                    "values": [f"node-{i}"]}]}
+                                  for i in range(1001)]}}}),
+        lab(), [("object-too-large", None)],
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        ".nodeSelectorTerms: 1,001 required node selector terms; gpu-share-webhook reviews at"
+        " most 1,000 in one object, a bound on the time and memory of a review that no workload"
+        " comes near. Write the selection in fewer terms (rule object-too-large)",
+        id="too-many-terms",
+    ),
 ]

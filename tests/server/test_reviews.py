@@ -394,3 +394,35 @@ def test_the_same_privileged_pod_sent_as_the_api_server_sends_it_is_refused(
 ) -> None:
     doc = answer(_privileged_pod_review(), shipped_policies, endpoint="validate")
     assert doc["response"]["allowed"] is False
+
+
+def _padded_review(filler: bytes) -> bytes:
+    """A review of a shared-GPU pod whose field `x-unread` (which no rule reads) is `filler`."""
+    body = json.dumps(admission_review(pod(shared()) | {"x-unread": "FILL"})).encode()
+    return body.replace(b'"FILL"', filler)
+
+
+@pytest.mark.parametrize(
+    "filler",
+    [b"[" + b",".join([b"[[]]"] * 400_000) + b"]",
+     b'{"uid": [' + b",".join([b"{}"] * 600_000) + b"]}"],
+    ids=["skipped-field", "anywhere"],
+)
+def test_a_body_of_more_json_values_than_a_review_reads_is_refused_before_it_is_decoded(
+    shipped_policies: policies.PolicySet, filler: bytes
+) -> None:
+    # Decoding costs up to about 100 bytes a value, whichever path reads it: a 7 MiB body of
+    # empty lists held 200 MiB in a generic reading.
+    body = _padded_review(filler)
+    with pytest.raises(BadReview) as caught:
+        codec.review(body, policies=shipped_policies, policy_name="default", endpoint="mutate")
+    assert str(caught.value).startswith("the body holds 1,")
+    assert str(caught.value).endswith(
+        f"JSON values (objects, lists, their members and items); a review reads at most"
+        f" {codec.MAX_VALUES:,}, a bound on its memory")
+
+
+def test_a_body_as_long_with_few_values_is_reviewed(shipped_policies: policies.PolicySet) -> None:
+    body = _padded_review(b'"' + b"x" * (codec.MAX_VALUES + 1) + b'"')
+    assert len(body) > codec.MAX_VALUES
+    assert answer(body, shipped_policies)["response"]["allowed"] is True

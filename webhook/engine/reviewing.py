@@ -251,9 +251,14 @@ def review_object(
             obj.generic, policy=policy, mutate=mutate, require=require, in_words=in_words
         )
     found, problems = view.templates(obj, kinds)
+    too_large = rules.too_large(found)
+    decision = Decision(violations=[rules.malformed(p, OBJECT) for p in problems])
+    if too_large is not None:
+        # Judged alone: the rules' work and patch grow with what it bounds.
+        decision.violations.append(too_large)
+        return _finish(decision)
     added_to = view.old_ephemeral(view.as_source(old) if old is not None else None)
     views = [view.pod(template, added_to) for template in found]
-    decision = Decision(violations=[rules.malformed(p, OBJECT) for p in problems])
     budget = hints.Budget()
     for pod in views:
         r, ops, additions = run(

@@ -36,6 +36,7 @@ from webhook.engine import claims, facts, placing, selection, view
 from webhook.engine.decision import (
     FIELD,
     MALFORMED,
+    OBJECT,
     Addition,
     ErrorType,
     Marker,
@@ -403,6 +404,58 @@ def malformed(problem: view.Problem, place: Place) -> Violation:
     )
 
 
+_TERMS_PATH: Final = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+_FEWER_TERMS: Final = "Write the selection in fewer terms"
+
+
+def too_large(found: list[view.Found]) -> Violation | None:
+    """The refusal of an object that holds more than `view.MAX_ITEMS` pod specs, containers
+    or required node selector terms: judged before any rule reads it."""
+    most = view.MAX_ITEMS
+    size = view.size(found)
+    one = len(found) == 1
+    for count, what, field, fix in (
+        (size.pod_specs, "pod templates", "", "Split the object"),
+        (
+            size.containers,
+            "containers (init, regular and ephemeral together)",
+            "spec.containers",
+            "Spread the containers over several pods",
+        ),
+        (
+            size.terms,
+            "required node selector terms",
+            f"{_TERMS_PATH}.nodeSelectorTerms",
+            _FEWER_TERMS,
+        ),
+    ):
+        if count <= most:
+            continue
+        if not field:
+            return _too_many("", f"more than {most:,} {what}", fix, OBJECT)
+        if one:
+            return _too_many(field, f"{count:,} {what}", fix, found[0].place)
+        return _too_many(
+            "", f"{count:,} {what} in its {size.pod_specs:,} pod templates", fix, OBJECT
+        )
+    return None
+
+
+def _too_many(field: str, held: str, fix: str, place: Place) -> Violation:
+    return Violation(
+        TOO_LARGE.name,
+        ErrorType.TOO_MANY,
+        field,
+        (
+            FIELD,
+            f": {held}; gpu-share-webhook reviews at most {view.MAX_ITEMS:,} in one object, a"
+            f" bound on the time and memory of a review that no workload comes near. {fix}",
+        ),
+        None,
+        place,
+    )
+
+
 def check_malformed(r: PodPass) -> None:
     for problem in r.facts.pod.problems:
         r.refuse(malformed(problem, r.facts.pod.place))
@@ -643,9 +696,7 @@ def patch_driver_capabilities(r: PodPass) -> None:
         return
     value = ",".join(allowed)
     for c, used in r.facts.judged:
-        if (used.gpu or c.uses_claims) and (
-            c.variable(_DRIVER_CAPABILITIES) is None
-        ):
+        if (used.gpu or c.uses_claims) and (c.variable(_DRIVER_CAPABILITIES) is None):
             r.add_env(
                 "driver-capabilities",
                 c,
@@ -657,9 +708,7 @@ def patch_driver_capabilities(r: PodPass) -> None:
 def check_env_from(r: PodPass) -> None:
     """Route 1: envFrom on a container that uses a GPU can set the device and MPS variables
     from a ConfigMap or Secret, which admission cannot read."""
-    offenders = [
-        c for c, used in r.facts.judged if (used.gpu or c.uses_claims) and c.c.envFrom
-    ]
+    offenders = [c for c, used in r.facts.judged if (used.gpu or c.uses_claims) and c.c.envFrom]
     if not offenders:
         return
     if r.policy.rules.deny_env_from_on_gpu_containers:
@@ -855,7 +904,7 @@ def check_host_path(r: PodPass) -> None:
             f"spec.volumes[{v.position}]",
             f'volume "{v.name}" (',
             FIELD,
-            f'): hostPath {shown(v.host_path, keep="end")}{_mounted_by(mounters, v.name)} {what}',
+            f"): hostPath {shown(v.host_path, keep='end')}{_mounted_by(mounters, v.name)} {what}",
         )
 
 
@@ -881,7 +930,7 @@ def _check_host_path_mounts(r: PodPass) -> None:
                 ErrorType.FORBIDDEN,
                 f"{c.field}.volumeMounts[{position}]",
                 f'container "{c.name}": volume "{v.name}" (hostPath'
-                f' {shown(v.host_path or "", keep="end")}'
+                f" {shown(v.host_path or '', keep='end')}"
                 ") reaches host paths that hand out GPUs, as the node resolves it. Mount"
                 " another volume (",
                 FIELD,
@@ -909,7 +958,7 @@ def check_device_list_mount(r: PodPass) -> None:
                     ErrorType.FORBIDDEN,
                     f"{c.field}.volumeMounts[{position}]",
                     f'container "{c.name}": volume "{m.name or ""}" mounted at'
-                    f' {shown(path, keep="end")} (',
+                    f" {shown(path, keep='end')} (",
                     FIELD,
                     f"): the NVIDIA runtime reads mounts under {root} (where the kubelet puts"
                     " a relative path too) as a list of GPUs to give the container. Mount it"
@@ -990,7 +1039,7 @@ def check_host_access(r: PodPass) -> None:
                     ErrorType.FORBIDDEN,
                     f"{c.field}.volumeMounts[{position}].readOnly",
                     f'container "{c.name}": hostPath volume "{v.name}"'
-                    f' ({shown(v.host_path or "", keep="end")})'
+                    f" ({shown(v.host_path or '', keep='end')})"
                     f' is mounted writable; policy "{policy.name}" allows {entry} read-only'
                     f"{_NOT_ENFORCED}. Set ",
                     FIELD,
@@ -1013,7 +1062,7 @@ def check_host_access(r: PodPass) -> None:
                     ErrorType.FORBIDDEN,
                     f"{c.field}.volumeMounts[{position}]",
                     f'container "{c.name}": hostPath volume "{unallowed.name}"'
-                    f' ({shown(unallowed.host_path or "", keep="end")}) is not under a path policy'
+                    f" ({shown(unallowed.host_path or '', keep='end')}) is not under a path policy"
                     f' "{policy.name}" allows (allowedHostPaths: {listed}){_NOT_ENFORCED}.'
                     " Mount another volume (",
                     FIELD,
@@ -1062,7 +1111,7 @@ def check_host_access(r: PodPass) -> None:
                 f"spec.volumes[{v.position}]",
                 f'volume "{v.name}" (',
                 FIELD,
-                f'): hostPath {shown(v.host_path, keep="end")}{_mounted_by(mounters, v.name)}'
+                f"): hostPath {shown(v.host_path, keep='end')}{_mounted_by(mounters, v.name)}"
                 " is not under a path"
                 f' policy "{policy.name}" allows (allowedHostPaths: {listed}){_NOT_ENFORCED}.'
                 " Use a PersistentVolumeClaim, or ask the cluster admin to allow the path",
@@ -1183,7 +1232,20 @@ def patch_node_selection(r: PodPass) -> None:
     placement = known.placement
     if placement is None or placement.pinned_to is None:
         return
-    ops = placing.pin(r.facts.pod, placement)
+    try:
+        ops = placing.pin(r.facts.pod, placement)
+    except selection.TooManyTerms as exc:
+        r.refuse(
+            _too_many(
+                f"{_TERMS_PATH}.nodeSelectorTerms",
+                f"{exc.sent:,} required node selector terms, which pinning to the classes left"
+                f" would make {exc.pinned:,} (each term once per group of classes it can"
+                " match)",
+                _FEWER_TERMS,
+                r.place,
+            )
+        )
+        return
     if not ops:
         return
     if r.require:
@@ -1261,6 +1323,10 @@ RULES: tuple[Rule, ...] = (
     Rule(MALFORMED, E, SCHEDULING,
          "a field of a type no Kubernetes object has (the API server never sends one)",
          check_malformed, always=True, claims=True),
+    Rule(names.TOO_LARGE_RULE, E, SCHEDULING,
+         f"more than {view.MAX_ITEMS:,} pod templates, containers or required node selector"
+         " terms in one object (each counted across it), which no workload comes near",
+         always=True),
     Rule(names.UNKNOWN_POLICY_RULE, G, ISOLATION,
          f"a namespace whose `{names.POLICY_LABEL}` label names no policy",
          _unavailable(names.UNKNOWN_POLICY_RULE), always=True, claims=True),
@@ -1413,6 +1479,7 @@ HOST_ACCESS: Final = _BY_NAME["host-access"]
 DRA_MPS_LIMITS: Final = _BY_NAME["dra-mps-limits"]
 MPS_LIMITS: Final = _BY_NAME["mps-limits"]
 CDI_ANNOTATIONS: Final = _BY_NAME["cdi-annotations"]
+TOO_LARGE: Final = _BY_NAME[names.TOO_LARGE_RULE]
 
 
 def switched_on(rule: Rule, policy: Policy) -> bool:

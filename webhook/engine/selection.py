@@ -261,6 +261,16 @@ def _fresh_terms(classes: tuple[NodeClass, ...], extra: Extra) -> list[dict[str,
     return fresh
 
 
+class TooManyTerms(Exception):
+    """Pinning the pod would give it more required node selector terms than a review takes
+    (`view.MAX_ITEMS`): its terms as sent, and after."""
+
+    def __init__(self, sent: int, pinned: int) -> None:
+        super().__init__(sent, pinned)
+        self.sent = sent
+        self.pinned = pinned
+
+
 def plan(
     pod: view.Pod,
     constraints: Constraints,
@@ -270,7 +280,7 @@ def plan(
 ) -> list[dict[str, Any]]:
     """JSON Patch ops that pin the pod to `classes` (and nodes that meet `extra`); none when
     it is pinned already. `classes` are the allowed classes the pod's constraints admit,
-    never empty. Every value is a new object."""
+    never empty. Every value is a new object. Raises TooManyTerms."""
     if pinned(constraints, classes, extra):
         return []
     path = f"{pod.place.pointer}/spec"
@@ -279,18 +289,31 @@ def plan(
     if constraints.terms is None:
         return _add_required_terms(pod, _fresh_terms(classes, extra), path)
     grouped = groups(classes)
-    new_terms: list[Any] = []
-    # The terms as sent, which the patch copies.
+    # The terms as sent, which the patch copies; each that does not pin yet becomes one per
+    # group of classes it can match (counted first: the copies are what costs).
     raw_terms = _sent_terms(pod)
+    chosen: list[tuple[Any, list[Group] | None]] = []
+    count = 0
     for raw, conj in zip(raw_terms, constraints.conjunctions, strict=True):
         if conj is None or _pins(conj, classes, extra):
             # A term that matches no node stays one; keeping it keeps the user's intent
             # visible. A term that pins already needs nothing.
+            chosen.append((raw, None))
+            count += 1
+            continue
+        groups_of = [
+            g for g in grouped if any(all(_holds(r, c.known_labels) for r in conj) for c in g[1])
+        ]
+        chosen.append((raw, groups_of))
+        count += len(groups_of)
+    if count > view.MAX_ITEMS:
+        raise TooManyTerms(len(raw_terms), count)
+    new_terms: list[Any] = []
+    for raw, matching in chosen:
+        if matching is None:
             new_terms.append(copy.deepcopy(raw))
             continue
-        for group in grouped:
-            if not any(all(_holds(r, c.known_labels) for r in conj) for c in group[1]):
-                continue
+        for group in matching:
             term = copy.deepcopy(raw)
             existing = list(term.get("matchExpressions") or [])
             term["matchExpressions"] = existing + [

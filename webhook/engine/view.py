@@ -342,6 +342,38 @@ def _typed_workload(source: Source, kind: Kind) -> list[Found] | None:
     return [Found(place, spec.template, (), None, source)]
 
 
+# What one object may hold, each counted across its pod specs: pod specs, containers (init,
+# regular and ephemeral together) and required node selector terms. Each costs its own rule
+# work and patch operations (a container about 35 bytes of memory per byte sent, a term 80);
+# past this a 7 MiB body took seconds and hundreds of MiB. No workload comes near it.
+MAX_ITEMS: Final = 1000
+
+
+class Size(NamedTuple):
+    """How much of what `MAX_ITEMS` bounds an object holds."""
+
+    pod_specs: int  # MAX_ITEMS + 1 where the walk stopped there
+    containers: int
+    terms: int
+
+
+def size(found: Sequence[Found]) -> Size:
+    containers = terms = 0
+    for f in found:
+        spec = f.template.spec
+        if spec is None:
+            continue
+        for items in (spec.initContainers, spec.containers, spec.ephemeralContainers):
+            if items:
+                containers += len(items)
+        affinity = spec.affinity
+        node = affinity.nodeAffinity if affinity is not None else None
+        required = node.requiredDuringSchedulingIgnoredDuringExecution if node else None
+        if required is not None and required.nodeSelectorTerms:
+            terms += len(required.nodeSelectorTerms)
+    return Size(len(found), containers, terms)
+
+
 # Shape problems read in one object before the reading stops: the object is refused (400)
 # at the first, and a list of a million nulls must not cost a million problems.
 MAX_PROBLEMS: Final = 1000
@@ -381,7 +413,7 @@ class _Walk:
                 self.problems.append(Problem(where, "a list", type_name(node)))
                 return
             for i, item in enumerate(node):
-                if len(self.problems) >= MAX_PROBLEMS:
+                if len(self.problems) >= MAX_PROBLEMS or len(self.found) > MAX_ITEMS:
                     return
                 self.walk(item, rest, f"{pointer}/{i}", f"{where}[{i}]")
             return
@@ -390,7 +422,7 @@ class _Walk:
                 self.problems.append(Problem(where, "an object", type_name(node)))
                 return
             for key, item in node.items():
-                if len(self.problems) >= MAX_PROBLEMS:
+                if len(self.problems) >= MAX_PROBLEMS or len(self.found) > MAX_ITEMS:
                     return
                 self.walk(item, rest, f"{pointer}/{escape(str(key))}", f"{where}.{key}")
             return

@@ -152,6 +152,9 @@ DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
 
 # The rule of shape errors: a field whose type no Kubernetes object has (HTTP status 400).
 MALFORMED_RULE = "malformed-object"
+# The rule of objects larger than a review takes (more pod templates, containers or node
+# selector terms than webhook/engine/view.py's MAX_ITEMS).
+TOO_LARGE_RULE = "object-too-large"
 # The rules that refuse the GPU pods of a namespace whose policy is not in force.
 UNKNOWN_POLICY_RULE = "unknown-policy"
 POLICY_NOT_LOADED_RULE = "policy-not-loaded"
@@ -162,6 +165,7 @@ POLICY_NOT_LOADED_RULE = "policy-not-loaded"
 # patch operations come in it, whatever order the rules run in (`rules.Pass`).
 RULES = (
     MALFORMED_RULE,
+    TOO_LARGE_RULE,
     UNKNOWN_POLICY_RULE,
     POLICY_NOT_LOADED_RULE,
     "invalid-quantity",
@@ -206,8 +210,8 @@ RULES = (
 # (warn); admit unchanged, telling only metrics and logs (dry-run).
 ENFORCE, WARN, DRY_RUN = "enforce", "warn", "dry-run"
 MODES = (ENFORCE, WARN, DRY_RUN)
-# A malformed object is bad input, not a policy's choice: refused in every mode.
-ALWAYS_ENFORCED = frozenset({MALFORMED_RULE})
+# A malformed or oversized object is bad input, not a policy's choice: refused in every mode.
+ALWAYS_ENFORCED = frozenset({MALFORMED_RULE, TOO_LARGE_RULE})
 
 # --------------------------------------------------------------------------- deployment
 

@@ -60,6 +60,15 @@ _DECODE_REVIEW = msgspec.json.Decoder(envelope.RawReview).decode
 _DECODE_TYPED = msgspec.json.Decoder(envelope.TypedReview).decode
 
 
+# The JSON values a body may hold: its objects, lists, members and items, counted by the
+# characters that open or separate them (in strings too). Decoding costs up to about 100
+# bytes a value whichever way it is read (a list of structs, a field any JSON may fill, the
+# generic reading of a body the API server would not send), so this bounds what a review's
+# decode holds near 100 MiB; the largest objects the API server stores, twice in an UPDATE,
+# hold about half as many. A body of fewer bytes is not counted.
+MAX_VALUES = 1_000_000
+_NOT_COUNTED = bytes(c for c in range(256) if c not in b",:{[")
+
 # What AdmissionRequest.operation may be.
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
 
@@ -72,7 +81,15 @@ def parse(body: bytes) -> Request:
     shape) is read again in full by `_parse_generic`, which says what is wrong. A request
     the API server would never send is refused too: an operation it does not have, a
     CREATE or UPDATE without an object, or an object of another kind than the request
-    names (the engine routes by the request and reads the object)."""
+    names (the engine routes by the request and reads the object); and a body of more than
+    MAX_VALUES values, before any of it is decoded."""
+    if len(body) > MAX_VALUES:
+        values = len(body.translate(None, _NOT_COUNTED))
+        if values > MAX_VALUES:
+            raise BadReview(
+                f"the body holds {values:,} JSON values (objects, lists, their members and"
+                f" items); a review reads at most {MAX_VALUES:,}, a bound on its memory"
+            )
     request = _parse(body)
     operation = request.operation
     if operation not in OPERATIONS:

@@ -1,0 +1,168 @@
+"""Rule object-too-large: an object of more than `view.MAX_ITEMS` pod templates, containers or
+required node selector terms is refused before any other rule reads it, in every mode and
+under every policy, as the pod and as its workloads, whatever endpoint or command reviews it.
+Each of those costs a review its own work and patch operations: without the bound, a 7 MiB
+body of 86,000 containers held hundreds of MiB for seconds."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.engine.rule_cases import lab
+from tests.support.kube import (
+    admission_review,
+    apply,
+    container,
+    pod,
+    review,
+    shared,
+)
+from webhook.engine import view
+from webhook.policy import kinds, names, policies
+from webhook.server import codec
+
+MOST = view.MAX_ITEMS
+JOBSETS = kinds.kinds_by_name(kinds.all_kinds())
+TERM = {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+
+
+def containers(n: int, **extra: Any) -> list[dict[str, Any]]:
+    return [shared(name=f"c{i}", **extra) for i in range(n)]
+
+
+def with_terms(n: int) -> dict[str, Any]:
+    return pod(
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [TERM] * n}
+            }
+        }
+    )
+
+
+def jobset(*templates: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "train", "namespace": "team-a"},
+        "spec": {
+            "replicatedJobs": [
+                {"name": f"j{i}", "template": {"spec": {"template": {"spec": {"containers": c}}}}}
+                for i, c in enumerate(templates)
+            ]
+        },
+    }
+
+
+def admitted(obj: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
+    """As `kube.admit` does, less the schema check (seconds on objects this size; the same
+    patches on small pods are checked in every other test): the rules that patched, and the
+    result, which a second pass and the validating review take as it is."""
+    decision = review(obj, lab())
+    assert decision.allowed, decision.message
+    result = apply(obj, decision.patch)
+    again = review(result, lab())
+    assert (again.allowed, again.patch) == (True, [])
+    assert review(result, lab(), mutate=False, require=True).allowed
+    return decision.mutations, result
+
+
+def test_a_pod_at_the_bound_is_reviewed_as_any_other() -> None:
+    # Half of them init containers: every list counts.
+    p = pod(*containers(MOST // 2), init=containers(MOST // 2, restartPolicy="Always"))
+    mutations, _ = admitted(p)
+    assert "mps-limits" in mutations
+    # Each term is pinned once per group of classes it can match: lab's two (an MPS and a
+    # time-slicing class) make the bound's terms of half as many, and the result passes again.
+    mutations, result = admitted(with_terms(MOST // 2))
+    assert "node-selection" in mutations
+    assert len(result["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]) == MOST
+
+
+def test_terms_that_pinning_would_take_past_the_bound_are_refused_at_mutation() -> None:
+    for mode in names.MODES:
+        decision = review(with_terms(MOST // 2 + 1), lab(mode=mode))
+        assert decision.rules == ["object-too-large"], mode
+        assert decision.patch == []
+        assert decision.message == (
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            f".nodeSelectorTerms: {MOST // 2 + 1:,} required node selector terms, which pinning"
+            f" to the classes left would make {MOST + 2:,} (each term once per group of classes"
+            f" it can match); gpu-share-webhook reviews at most {MOST:,} in one object, a bound"
+            " on the time and memory of a review that no workload comes near. Write the"
+            " selection in fewer terms (rule object-too-large)"
+        )
+
+
+# RULE_CASES (tests/engine/rule_cases.py) hold its words, as a pod's and its workloads'.
+@pytest.mark.parametrize("obj", [pod(*containers(MOST + 1)), with_terms(MOST + 1)],
+                         ids=["containers", "terms"])
+def test_past_the_bound_it_is_the_one_refusal_in_every_mode_and_under_every_policy(
+    obj: dict[str, Any],
+) -> None:
+    # Its containers are privileged too: no other rule runs, nothing is patched.
+    for c in obj["spec"]["containers"]:
+        c["securityContext"] = {"privileged": True}
+    for mode in names.MODES:
+        decision = review(obj, lab(mode=mode))
+        assert (decision.rules, decision.patch) == (["object-too-large"], []), mode
+    # Where the namespace's policy is not in force, too.
+    stand_in = policies.stand_in("gone", names.POLICY_NOT_LOADED_RULE, "it does not load")
+    assert review(obj, stand_in).rules == ["object-too-large"]
+
+
+def test_a_policy_cannot_relax_it() -> None:
+    text = json.dumps(
+        {
+            "apiVersion": policies.API_VERSION,
+            "kind": policies.KIND,
+            "metadata": {"name": "x"},
+            "spec": {"ruleModes": {"object-too-large": "warn"}},
+        }
+    )
+    _, problems = policies.parse_documents(text, "x.yaml")
+    assert any("ruleModes.object-too-large: always enforced" in p for p in problems), problems
+
+
+def test_the_counts_are_across_the_objects_pod_templates() -> None:
+    half = MOST // 2
+    at_bound = jobset(containers(half), containers(MOST - half))
+    assert review(at_bound, lab(), mutate=False, kinds=JOBSETS).allowed
+    past = jobset(containers(half), containers(MOST - half + 1))
+    decision = review(past, lab(), mutate=False, kinds=JOBSETS)
+    assert decision.rules == ["object-too-large"]
+    assert decision.message.startswith(
+        f"(object): {MOST + 1:,} containers (init, regular and ephemeral together) in its 2 pod"
+        " templates; "
+    )
+
+
+def test_the_walk_to_the_templates_stops_past_the_bound() -> None:
+    many = jobset(*([container("c")] for _ in range(5 * MOST)))
+    found, _ = view.templates(many, JOBSETS)
+    assert len(found) == MOST + 1
+    decision = review(many, lab(), mutate=False, kinds=JOBSETS)
+    assert decision.message.startswith(f"(object): more than {MOST:,} pod templates; ")
+
+
+def test_a_pod_of_86000_containers_in_seven_mib_is_refused_by_the_codec() -> None:
+    # The body of the attack that found the hole: under the body cap, every container a GPU one.
+    one = '{"name":"c%d","image":"i","resources":{"limits":{"nvidia.com/gpu.shared":"1"}}}'
+    many = ",".join(one % i for i in range(86_000))
+    review_doc = admission_review(pod())
+    body = json.dumps(review_doc, separators=(",", ":")).encode()
+    body = body.replace(
+        json.dumps(review_doc["request"]["object"]["spec"]["containers"],
+                   separators=(",", ":")).encode(),
+        f"[{many}]".encode())
+    assert 6 << 20 < len(body) < 7 << 20
+    loaded = policies.build_set([lab()])
+    outcome = codec.review(body, policies=loaded, policy_name="lab", endpoint="mutate")
+    response = json.loads(outcome.body)["response"]
+    assert response["allowed"] is False
+    assert response["status"]["message"].startswith("spec.containers: 86,000 containers")
+    assert "patch" not in response
