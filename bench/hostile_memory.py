@@ -2,9 +2,10 @@
 
     python bench/hostile_memory.py [--senders 3] [--shape NAME ...]
 
-Each shape is one review of about 7 MiB (the body limit), built to cost as much memory as its
-kind of content can: many small items where the webhook decodes them, up to the values a
-review reads (`MAX_VALUES`) where that bound applies. For each, `python -m webhook serve`
+Each shape is one review of up to 7 MiB (the body limit), built to cost as much memory as its
+kind of content can: many small items where the webhook decodes them, as many as a review
+reads (`codec.MAX_VALUES`; `view.MAX_GENERIC_VALUES` where the object or the body is read
+generically). For each, `python -m webhook serve`
 starts in a directory of its own with the allocator setting of the image (GLIBC_TUNABLES, as
 the Dockerfile sets it); --senders connections from as many loopback addresses send the same
 body at once (the bytes in flight let two 7 MiB reviews in, one per review thread; a third
@@ -35,10 +36,12 @@ sys.path.insert(0, str(REPO / "bench"))
 import soak  # noqa: E402
 
 from tests.support import server_helpers as h  # noqa: E402
+from webhook.engine import view  # noqa: E402
 from webhook.server import codec  # noqa: E402
 
-# (Read where it is defined; the same figure for a checkout from before it was.)
+# (Read where they are defined; the same figures for a checkout from before they were.)
 MAX_VALUES = getattr(codec, "MAX_VALUES", 1_000_000)
+GENERIC = getattr(view, "MAX_GENERIC_VALUES", 250_000)
 
 BODY = 7 * 1024 * 1024 - 4096
 LIMIT_MIB = 384
@@ -46,7 +49,8 @@ IMAGE_ALLOCATOR = "glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=262144"
 _NOT_COUNTED = bytes(c for c in range(256) if c not in b",:{[")
 GPU = b'{"name":"c%d","image":"i","resources":{"limits":{"nvidia.com/gpu.shared":"1"}}}'
 TERM = b'{"matchExpressions":[{"key":"k%d","operator":"In","values":["a"]}]}'
-JOB = b'{"name":"j%d","template":{"spec":{"template":{"spec":{"containers":[{"name":"c"}]}}}}}'
+JOB = (b'{"name":"j%d","template":{"spec":{"template":{"spec":{"containers":[{"name":"c",'
+       b'"resources":{"limits":{"nvidia.com/gpu.shared":"2"}}}]}}}}}')
 
 
 def values(body: bytes) -> int:
@@ -65,18 +69,19 @@ def review(obj: dict[str, object], group: str = "", version: str = "v1") -> dict
 def pod(**spec: object) -> dict[str, object]:
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "big", "namespace": "team-a", "labels": {"app": "x"}},
-            "spec": {"containers": [{"name": "main", "image": "i"}], **spec}}
+            "spec": {"containers": [{"name": "main", "image": "i", "resources": {
+                "limits": {"nvidia.com/gpu.shared": "1"}}}], **spec}}
 
 
 def filled(doc: dict[str, object], item: Callable[[int], bytes], brackets: bytes = b"[]",
-           *, capped: bool = True) -> bytes:
-    """`doc` with its one "FILL" string replaced by as many `item`s as fit in BODY bytes (and,
-    `capped`, in MAX_VALUES values)."""
+           *, cap: int | None = MAX_VALUES) -> bytes:
+    """`doc` with its one "FILL" string replaced by as many `item`s as fit in BODY bytes (and
+    in `cap` values, if one is given)."""
     head, tail = json.dumps(doc, separators=(",", ":")).encode().split(b'"FILL"')
     n = BODY // len(item(0))
     while True:
         body = head + brackets[:1] + b",".join(item(i) for i in range(n)) + brackets[1:] + tail
-        if len(body) <= BODY and (not capped or values(body) <= MAX_VALUES):
+        if len(body) <= BODY and (cap is None or values(body) <= cap):
             return body
         n = int(n * 0.98)
 
@@ -92,7 +97,7 @@ SHAPES: dict[str, tuple[str, str, Callable[[], bytes]]] = {
     "templates": ("validate", "a JobSet of pod templates (each reviewed)", lambda: filled(
         review({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
                 "metadata": {"name": "big"}, "spec": {"replicatedJobs": "FILL"}},
-               "jobset.x-k8s.io", "v1alpha2"), lambda i: JOB % i)),
+               "jobset.x-k8s.io", "v1alpha2"), lambda i: JOB % i, cap=GENERIC)),
     "empty-containers": ("mutate", "a Pod of empty containers (a typed struct each)",
                          lambda: filled(review(pod(containers="FILL")), lambda i: b"{}")),
     "node-selector": ("mutate", "a nodeSelector of many labels (typed strings)", lambda: filled(
@@ -103,12 +108,13 @@ SHAPES: dict[str, tuple[str, str, Callable[[], bytes]]] = {
     "malformed-object": ("mutate", "a malformed Pod and a field no rule reads (read generically)",
                          lambda: filled(review(pod(x="FILL") | {"metadata": {
                              "name": "big", "annotations": {"a": 1}}}),
-                             lambda i: b'{"k%d":1}' % i)),
+                             lambda i: b'{"k%d":1}' % i, cap=GENERIC)),
     "malformed-envelope": ("mutate", "a uid that is no string (the envelope read generically)",
-                           lambda: filled(review(pod()) | {"x": "FILL"}, lambda i: b"[[]]")
+                           lambda: filled(review(pod()) | {"x": "FILL"}, lambda i: b"[[]]",
+                                          cap=GENERIC)
                            .replace(b'"uid":"UID"', b'"uid":7')),
     "past-the-values": ("mutate", "empty lists in a field no rule reads, past the values bound",
-                        lambda: filled(review(pod(x="FILL")), lambda i: b"[[]]", capped=False)),
+                        lambda: filled(review(pod(x="FILL")), lambda i: b"[[]]", cap=None)),
 }
 
 

@@ -21,6 +21,7 @@ from tests.support.kube import (
     shared,
 )
 from webhook.engine import view
+from webhook.errors import BadReview
 from webhook.policy import kinds, names, policies
 from webhook.server import codec
 
@@ -166,3 +167,57 @@ def test_a_pod_of_86000_containers_in_seven_mib_is_refused_by_the_codec() -> Non
     assert response["allowed"] is False
     assert response["status"]["message"].startswith("spec.containers: 86,000 containers")
     assert "patch" not in response
+
+
+def _with_filler(obj: dict[str, Any], items: int, **request: Any) -> tuple[bytes, int]:
+    """The review of `obj` with `items` small objects in its field `x-unread` (no rule reads
+    it), three JSON values each; and the JSON values of the object."""
+    filler = b"[" + b",".join(b'{"k%d":1}' % i for i in range(items)) + b"]"
+    filled = json.dumps(obj | {"x-unread": "FILL"}).encode().replace(b'"FILL"', filler)
+    review_doc = admission_review(obj | {"x-unread": "FILL"}, **request)
+    return json.dumps(review_doc).encode().replace(b'"FILL"', filler), view.json_values(filled)
+
+
+GENERIC = view.MAX_GENERIC_VALUES
+
+
+def _answer(body: bytes, endpoint: codec.Endpoint = "mutate") -> dict[str, Any]:
+    loaded = policies.build_set([lab()])
+    outcome = codec.review(body, policies=loaded, policy_name="lab", endpoint=endpoint,
+                           kinds=JOBSETS)
+    response: dict[str, Any] = json.loads(outcome.body)["response"]
+    return response
+
+
+def test_an_object_read_generically_is_read_only_up_to_its_bound() -> None:
+    # A field of another type sends the pod to the generic reading; a kind of another
+    # project always goes there. Past the bound, neither is decoded.
+    malformed = pod(shared())
+    malformed["metadata"]["annotations"] = {"a": 1}
+    custom = jobset([shared()])
+    for obj, endpoint in ((malformed, "mutate"), (custom, "validate")):
+        body, _ = _with_filler(obj, GENERIC // 3 - 100)
+        assert "object-too-large" not in str(_answer(body, endpoint))
+        body, values = _with_filler(obj, GENERIC // 3 + 100)
+        assert values > GENERIC
+        past = _answer(body, endpoint)
+        assert past["allowed"] is False
+        assert past["status"]["message"] == (
+            f"(object): {values:,} JSON values (objects, lists, their members and items) in an"
+            " object read without the webhook's typed view (a kind of another project, a claim,"
+            " or an object with a field of another type than Kubernetes gives it);"
+            f" gpu-share-webhook reviews at most {GENERIC:,} in one object, a bound on the time"
+            " and memory of a review that no workload comes near. Fix the field, or make the"
+            " object smaller (rule object-too-large)")
+    # The typed view skips what no rule reads, however much it is.
+    body, _ = _with_filler(pod(shared()), GENERIC)
+    assert _answer(body)["allowed"] is True
+
+
+def test_a_body_read_generically_is_read_only_up_to_its_bound() -> None:
+    body, _ = _with_filler(pod(shared()), GENERIC // 3 + 100)
+    body = body.replace(b'"uid": "', b'"uid": 7, "x-uid": "', 1)
+    with pytest.raises(BadReview) as caught:
+        _answer(body)
+    assert str(caught.value).startswith("body is not an AdmissionReview as the API server sends"
+                                        " it, and of 250,")

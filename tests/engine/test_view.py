@@ -15,6 +15,7 @@ import copy
 from collections.abc import Iterator
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 
@@ -146,6 +147,10 @@ def test_where_the_typed_decode_takes_a_pod_the_reader_finds_nothing_and_reads_i
             changed = _replaced(obj, path, new)
             found, _ = view.templates(orjson.dumps(changed))
             template, problems = view.read_generic(changed)
+            # Every value the reader keeps is of its field's type (the compiled core checks
+            # the type where it reads a value: one of another type would be an internal error).
+            assert msgspec.convert(msgspec.to_builtins(template), view.Template) == template, (
+                path, new)
             if not found:  # a mirror pod, or no longer a Pod
                 continue
             if found[0].problems:

@@ -132,7 +132,8 @@ def admit(
     preview: bool = False,
 ) -> Decision:
     """What the webhook at `/<endpoint>/<policy>` decides about one admission request (what
-    it looks at: `route`).
+    it looks at: `route`); refused by rule object-too-large where an object to be read
+    without its typed view is too large for it (`view.TooLarge`).
 
     Workloads (`kinds`): the validating endpoint refuses a template its pods would be
     refused for, except on an update that leaves every template as it was (scaling, labels,
@@ -145,6 +146,32 @@ def admit(
     )
     if sent is None or way is Route.NONE:
         return Decision()
+    try:
+        return _admit(
+            way,
+            sent,
+            policy=policy,
+            endpoint=endpoint,
+            operation=operation,
+            old=old,
+            kinds=kinds,
+            preview=preview,
+        )
+    except view.TooLarge as exc:
+        return _finish(Decision(violations=[rules.too_large_to_read(exc.values)]))
+
+
+def _admit(
+    way: Route,
+    sent: view.Object,
+    *,
+    policy: Policy,
+    endpoint: Endpoint,
+    operation: str,
+    old: view.Object | None,
+    kinds: kinds.Kinds,
+    preview: bool,
+) -> Decision:
     obj = view.as_source(sent)
     if old is not None:
         old = view.as_source(old)
@@ -220,10 +247,14 @@ def annotations_update(
     return decision
 
 
-def _annotations_of(obj: Any) -> Mapping[str, Any]:
+def _annotations_of(obj: Any) -> Mapping[str, str]:
+    """The annotations of an object before its update, a value that is not a string as its
+    text (as the view reads the object after it)."""
     meta = obj.get("metadata") if isinstance(obj, dict) else None
     annotations = meta.get("annotations") if isinstance(meta, dict) else None
-    return annotations if isinstance(annotations, dict) else {}
+    if not isinstance(annotations, dict):
+        return {}
+    return {k: v if isinstance(v, str) else str(v) for k, v in annotations.items()}
 
 
 def review_object(

@@ -441,18 +441,34 @@ def too_large(found: list[view.Found]) -> Violation | None:
     return None
 
 
-def _too_many(field: str, held: str, fix: str, place: Place) -> Violation:
+def _too_many(
+    field: str, held: str, fix: str, place: Place, most: int = view.MAX_ITEMS
+) -> Violation:
     return Violation(
         TOO_LARGE.name,
         ErrorType.TOO_MANY,
         field,
         (
             FIELD,
-            f": {held}; gpu-share-webhook reviews at most {view.MAX_ITEMS:,} in one object, a"
-            f" bound on the time and memory of a review that no workload comes near. {fix}",
+            f": {held}; gpu-share-webhook reviews at most {most:,} in one object, a bound on"
+            f" the time and memory of a review that no workload comes near. {fix}",
         ),
         None,
         place,
+    )
+
+
+def too_large_to_read(values: int) -> Violation:
+    """The refusal of an object read without its typed view that holds more than
+    `view.MAX_GENERIC_VALUES` JSON values."""
+    return _too_many(
+        "",
+        f"{values:,} JSON values (objects, lists, their members and items) in an object read"
+        " without the webhook's typed view (a kind of another project, a claim, or an object"
+        " with a field of another type than Kubernetes gives it)",
+        "Fix the field, or make the object smaller",
+        OBJECT,
+        view.MAX_GENERIC_VALUES,
     )
 
 

@@ -82,7 +82,7 @@ def _term_requirements(term: structs.Term) -> tuple[Requirement, ...] | None:
         key, op = expr.key, expr.operator
         if key is None or op is None:
             continue
-        reqs.append((key, op, tuple(str(v) for v in expr.values or ())))
+        reqs.append((key, op, tuple(expr.values or ())))
     return tuple(reqs)
 
 

@@ -104,7 +104,7 @@ class PodSpec(Struct, gc=False, frozen=True):
 
 class Meta(Struct, gc=False, frozen=True):
     # Values that are not strings are problems the reader finds (the typed decode refuses
-    # them); the reader keeps them, as sent, so that the rules still see the keys.
+    # them); the reader keeps them as their text, so that the rules still see the keys.
     annotations: dict[str, str] | None = None
     labels: Any = None
     # What names the object in logs (any type: shown as text).

@@ -141,6 +141,31 @@ class Unreadable(ValueError):
     number beyond a float's range): the body is not JSON, as a generic reading says."""
 
 
+# The JSON values of an object read without its typed view (a kind of another project, a
+# claim, an object with a field of another type than Kubernetes gives it): a generic reading
+# costs up to about 100 bytes and a microsecond a value, holding the interpreter all along.
+# The largest object etcd stores (1.5 MiB) holds about 180,000.
+MAX_GENERIC_VALUES: Final = 250_000
+_NOT_COUNTED: Final = bytes(c for c in range(256) if c not in b",:{[")
+
+
+def json_values(data: bytes) -> int:
+    """The JSON values `data` holds (objects, lists, their members and items), counted by the
+    characters that open or separate them (in strings too: never fewer)."""
+    return len(data.translate(None, _NOT_COUNTED))
+
+
+class TooLarge(Unreadable):
+    """An object of more than MAX_GENERIC_VALUES values, to be read generically."""
+
+    def __init__(self, values: int) -> None:
+        super().__init__(
+            f"the object holds {values:,} JSON values; one read without the typed view is read"
+            f" only up to {MAX_GENERIC_VALUES:,}"
+        )
+        self.values = values
+
+
 class Source:
     """An object under review as it came: the bytes of JSON the API server sent (the
     server), or the value a command read from a file. Its generic form is made once, and
@@ -188,14 +213,19 @@ class Source:
     def generic(self) -> Any:
         """The object as dicts and lists (JSON values)."""
         if not self._made:
+            raw = self.raw
+            if len(raw) > MAX_GENERIC_VALUES:
+                values = json_values(raw)
+                if values > MAX_GENERIC_VALUES:
+                    raise TooLarge(values)
             try:
-                self._generic = decode_any(self.raw)
+                self._generic = decode_any(raw)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:
                 reason = str(exc)
             else:
                 self._made = True
                 return self._generic
-            raise Unreadable(reason)
+            raise Unreadable(f"body is not JSON: {reason}")
         return self._generic
 
 
@@ -536,17 +566,23 @@ class _Reader:
             spec = self.spec(raw_spec)
         return Template(meta, spec)
 
-    def annotations(self, meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    def annotations(self, meta: Mapping[str, Any]) -> dict[str, str] | None:
+        """The annotations, a value that is not a string as its text (the rules still see
+        its key; the compiled core checks each value is a string where it reads it)."""
         value = meta.get("annotations")
         if value is None:
             return None
         if not isinstance(value, dict):
             self.wrong("metadata.annotations", "an object", value)
             return None
+        strings = True
         for k, v in value.items():
             if not isinstance(v, str):
                 self.wrong(f"metadata.annotations.{k}", "a string", v)
-        return value
+                strings = False
+        if strings:
+            return value
+        return {k: v if isinstance(v, str) else str(v) for k, v in value.items()}
 
     def spec(self, spec: Mapping[str, Any]) -> PodSpec:
         groups: dict[str, list[Container] | None] = {}
@@ -746,6 +782,9 @@ class _Reader:
                 for k, v in enumerate(values or ()):
                     if not isinstance(v, str):
                         self.wrong(f"{e_at}.values[{k}]", "a string", v)
+                if values is not None and not all(isinstance(v, str) for v in values):
+                    # As text, as for an annotation.
+                    values = [str(v) for v in values]
                 found.append(Requirement(key, operator, values))
             parts[part] = found
         return Term(parts["matchExpressions"], parts["matchFields"])

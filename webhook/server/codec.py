@@ -67,7 +67,6 @@ _DECODE_TYPED = msgspec.json.Decoder(envelope.TypedReview).decode
 # decode holds near 100 MiB; the largest objects the API server stores, twice in an UPDATE,
 # hold about half as many. A body of fewer bytes is not counted.
 MAX_VALUES = 1_000_000
-_NOT_COUNTED = bytes(c for c in range(256) if c not in b",:{[")
 
 # What AdmissionRequest.operation may be.
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -84,7 +83,7 @@ def parse(body: bytes) -> Request:
     names (the engine routes by the request and reads the object); and a body of more than
     MAX_VALUES values, before any of it is decoded."""
     if len(body) > MAX_VALUES:
-        values = len(body.translate(None, _NOT_COUNTED))
+        values = view.json_values(body)
         if values > MAX_VALUES:
             raise BadReview(
                 f"the body holds {values:,} JSON values (objects, lists, their members and"
@@ -182,6 +181,13 @@ def _parse_generic(body: bytes) -> Request:
     # Raised outside the `except`: orjson's error holds the whole body as a `str`, and a
     # BadReview raised in the handler would keep it alive as its context (7 MiB a refusal,
     # piling up behind the review threads until the collector ran).
+    if len(body) > view.MAX_GENERIC_VALUES:
+        values = view.json_values(body)
+        if values > view.MAX_GENERIC_VALUES:
+            raise BadReview(
+                f"body is not an AdmissionReview as the API server sends it, and of {values:,}"
+                f" JSON values; one that is not is read only up to {view.MAX_GENERIC_VALUES:,}"
+            )
     reason = None
     try:
         doc = orjson.loads(body)
@@ -322,7 +328,7 @@ def review(
             kinds=kinds,
         )
     except view.Unreadable as exc:
-        reason = f"body is not JSON: {exc}"
+        reason = str(exc)
     if reason is not None:
         raise BadReview(reason)
     return Outcome(request, decision, encode(request.uid, decision), summary(decision))
