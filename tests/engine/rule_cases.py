@@ -420,6 +420,34 @@ RULE_CASES = [
         " (rule malformed-object)",
         id="malformed-affinity",
     ),
+    # Values of another type in fields the rules read as strings: the reader keeps them as
+    # their text (the compiled core checks a value's type where it reads it).
+    pytest.param(
+        pod(shared(), affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "nvidia.com/gpu.product", "operator": "In", "values": [1]}]}]}}}),
+        lab(), [("malformed-object", None), ("node-selection", None)],
+        "2 problems: (1) spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+        ".nodeSelectorTerms[0].matchExpressions[0].values[0]: must be a string, not a number: no"
+        " Kubernetes object has this shape. Fix the field (the API server would refuse it too)"
+        " (rule malformed-object); (2) node selection matches no allowed class: the pod's"
+        " affinity nvidia.com/gpu.product In (1) matches no node class of policy \"lab\" that"
+        " serves nvidia.com/gpu.shared: t4-mps [nvidia.com/gpu.sharing-strategy=mps,"
+        " nvidia.com/gpu.product=Tesla-T4, nvidia.com/gpu.replicas=4]; a10g-ts"
+        " [nvidia.com/gpu.sharing-strategy=time-slicing, nvidia.com/gpu.product=NVIDIA-A10G,"
+        " nvidia.com/gpu.replicas=4]. Remove or change that selector (rule node-selection)",
+        id="malformed-affinity-values",
+    ),
+    pytest.param(
+        pod(shared(), annotations={"gpu-share.io/profile": []}),  # type: ignore[dict-item]
+        lab(), [("malformed-object", None), ("profile", None)],
+        "2 problems: (1) metadata.annotations.gpu-share.io/profile: must be a string, not a list:"
+        " no Kubernetes object has this shape. Fix the field (the API server would refuse it"
+        " too) (rule malformed-object); (2) unknown profile: \"[]\" (annotation"
+        " gpu-share.io/profile); policy \"lab\" offers: medium, small. Use one of them, or"
+        " remove the annotation for the default \"medium\" (rule profile)",
+        id="malformed-profile",
+    ),
     pytest.param(
         pod(*(shared(name=f"c{i}") for i in range(1000)), init=[container("setup")]),
         lab(), [("object-too-large", None)],
