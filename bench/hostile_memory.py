@@ -102,6 +102,8 @@ SHAPES: dict[str, tuple[str, str, Callable[[], bytes]]] = {
                          lambda: filled(review(pod(containers="FILL")), lambda i: b"{}")),
     "node-selector": ("mutate", "a nodeSelector of many labels (typed strings)", lambda: filled(
         review(pod(nodeSelector="FILL")), lambda i: b'"k%d":"v"' % i, b"{}")),
+    "tolerations": ("mutate", "tolerations (each read by the rules)", lambda: filled(
+        review(pod(tolerations="FILL")), lambda i: b"{}")),
     "any-json-field": ("mutate", "labels that are objects (a field any JSON may fill)",
                        lambda: filled(review(pod() | {"metadata": {"name": "big", "labels": {
                            "a": "FILL"}}}), lambda i: b'{"k%d":1}' % i)),

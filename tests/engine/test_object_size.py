@@ -221,3 +221,23 @@ def test_a_body_read_generically_is_read_only_up_to_its_bound() -> None:
         _answer(body)
     assert str(caught.value).startswith("body is not an AdmissionReview as the API server sends"
                                         " it, and of 250,")
+
+
+def test_the_entries_of_the_lists_and_maps_the_rules_read_are_bounded_across_the_object() -> None:
+    # The pod's one container counts, and its limits' one entry: so its env fills the rest.
+    def with_env(n: int) -> dict[str, Any]:
+        return pod(shared(env=[{"name": f"V{i}", "value": "x"} for i in range(n)]))
+
+    most = view.MAX_ENTRIES
+    assert review(with_env(most - 2), lab()).allowed
+    decision = review(with_env(most - 1), lab())
+    assert decision.rules == ["object-too-large"]
+    assert decision.message == (
+        f"(object): {most + 1:,} entries in the lists and maps the webhook reads (containers"
+        " and their env, mounts, resources and capabilities, volumes, claims, tolerations,"
+        " node selection, annotations, labels); gpu-share-webhook reviews at most"
+        f" {most:,} in one object, a bound on the time and memory of a review that no"
+        " workload comes near. Make the object smaller (rule object-too-large)")
+    # Any of them: a nodeSelector of many labels took two reviews to 376 MiB.
+    many = pod(nodeSelector={f"k{i}": "v" for i in range(most)})
+    assert review(many, lab()).rules == ["object-too-large"]

@@ -438,6 +438,16 @@ def too_large(found: list[view.Found]) -> Violation | None:
         return _too_many(
             "", f"{count:,} {what} in its {size.pod_specs:,} pod templates", fix, OBJECT
         )
+    if size.entries > view.MAX_ENTRIES:
+        return _too_many(
+            "",
+            f"{size.entries:,} entries in the lists and maps the webhook reads (containers"
+            " and their env, mounts, resources and capabilities, volumes, claims,"
+            " tolerations, node selection, annotations, labels)",
+            "Make the object smaller",
+            OBJECT,
+            view.MAX_ENTRIES,
+        )
     return None
 
 
@@ -1340,8 +1350,11 @@ RULES: tuple[Rule, ...] = (
          "a field of a type no Kubernetes object has (the API server never sends one)",
          check_malformed, always=True, claims=True),
     Rule(names.TOO_LARGE_RULE, E, SCHEDULING,
-         f"more than {view.MAX_ITEMS:,} pod templates, containers or required node selector"
-         " terms in one object (each counted across it), which no workload comes near",
+         f"an object larger than a review takes, which no workload comes near: more than"
+         f" {view.MAX_ITEMS:,} pod templates, containers or required node selector terms (also"
+         f" as pinning would make them), {view.MAX_ENTRIES:,} entries of the lists and maps"
+         f" the rules read, or, read without the typed view, {view.MAX_GENERIC_VALUES:,} JSON"
+         " values",
          always=True),
     Rule(names.UNKNOWN_POLICY_RULE, G, ISOLATION,
          f"a namespace whose `{names.POLICY_LABEL}` label names no policy",

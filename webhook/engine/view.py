@@ -379,29 +379,67 @@ def _typed_workload(source: Source, kind: Kind) -> list[Found] | None:
 MAX_ITEMS: Final = 1000
 
 
+# The entries of every list and map the rules read, across one object (containers and their
+# env, mounts, resources and capabilities, volumes, claims, tolerations, node selection,
+# annotations, labels): each costs the rules up to ~300 bytes; a pod of 490,000 nodeSelector
+# labels took two reviews to 376 MiB. Fifty per container at MAX_ITEMS containers.
+MAX_ENTRIES: Final = 50_000
+
+
 class Size(NamedTuple):
-    """How much of what `MAX_ITEMS` bounds an object holds."""
+    """How much of what `MAX_ITEMS` and `MAX_ENTRIES` bound an object holds."""
 
     pod_specs: int  # MAX_ITEMS + 1 where the walk stopped there
     containers: int
     terms: int
+    entries: int
 
 
 def size(found: Sequence[Found]) -> Size:
-    containers = terms = 0
+    containers = terms = entries = 0
     for f in found:
+        meta = f.template.metadata
+        if meta is not None:
+            entries += _length(meta.annotations) + _length(meta.labels)
         spec = f.template.spec
         if spec is None:
             continue
-        for items in (spec.initContainers, spec.containers, spec.ephemeralContainers):
-            if items:
-                containers += len(items)
-        affinity = spec.affinity
-        node = affinity.nodeAffinity if affinity is not None else None
-        required = node.requiredDuringSchedulingIgnoredDuringExecution if node else None
-        if required is not None and required.nodeSelectorTerms:
-            terms += len(required.nodeSelectorTerms)
-    return Size(len(found), containers, terms)
+        for group in (spec.initContainers, spec.containers, spec.ephemeralContainers):
+            if group:
+                containers += len(group)
+                for c in group:
+                    entries += _container_entries(c)
+        entries += (
+            _length(spec.volumes)
+            + _length(spec.resourceClaims)
+            + _length(spec.tolerations)
+            + _length(spec.nodeSelector)
+        )
+        for term in required_terms(spec) or ():
+            terms += 1
+            for part in (term.matchExpressions, term.matchFields):
+                if part:
+                    entries += len(part)
+                    for requirement in part:
+                        entries += _length(requirement.values)
+    return Size(len(found), containers, terms, entries + containers + terms)
+
+
+def _container_entries(c: Container) -> int:
+    n = _length(c.env) + _length(c.envFrom) + _length(c.volumeMounts)
+    r = c.resources
+    if r is not None:
+        n += _length(r.limits) + _length(r.requests) + _length(r.claims)
+    sc = c.securityContext
+    caps = sc.capabilities if sc is not None else None
+    if caps is not None:
+        n += _length(caps.add)
+    return n
+
+
+def _length(value: object) -> int:
+    """The entries of a list or map (a value of another type: none)."""
+    return len(value) if isinstance(value, (list, dict)) else 0
 
 
 # Shape problems read in one object before the reading stops: the object is refused (400)
