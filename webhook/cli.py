@@ -13,6 +13,7 @@ for every command.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import os
 import sys
@@ -65,6 +66,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@functools.cache
+def _parser() -> argparse.ArgumentParser:
+    """The parser `main` uses, built once per process: parsing changes nothing in it, the
+    defaults from the environment are read at each parse, and each parse gives lists of its
+    own (`tools.Parser`)."""
+    return build_parser()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     _buffer_stdout()
     try:
@@ -111,7 +120,7 @@ def _discard_output() -> None:
 
 
 def _run(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
+    parser = _parser()
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     if func is None:

@@ -370,6 +370,18 @@ def test_a_list_variable_is_split_and_blank_parts_left_out(
     assert parser.parse_args(["audit"]).filename == []
 
 
+def test_each_parse_gives_lists_of_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `cli.main` parses with one parser: a command that changes a list it was given must
+    # not change the next command's default.
+    monkeypatch.delenv(PREFIX + "EXTRA_SAN", raising=False)
+    monkeypatch.delenv(PREFIX + "NODES", raising=False)
+    parser = cli.build_parser()
+    parser.parse_args(["certs"]).extra_san.append("hook.example.com")
+    parser.parse_args(["discover"]).pools.append("a pool")
+    assert parser.parse_args(["certs"]).extra_san == []
+    assert parser.parse_args(["discover"]).pools == []
+
+
 def test_a_repeatable_option_given_replaces_its_variable_unread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -342,12 +342,18 @@ class Parser(argparse.ArgumentParser):
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
         parsed, extras = super().parse_known_args(args, namespace)
-        for dest, value in list(vars(parsed).items()):
+        for dest, given in list(vars(parsed).items()):
+            value = given
             if isinstance(value, FromEnv):
                 try:
-                    setattr(parsed, dest, value.resolve(self.from_env.get(dest)))
+                    value = value.resolve(self.from_env.get(dest))
                 except EnvironmentValueError as exc:
                     self.error(str(exc))
+            if isinstance(value, list):
+                # Not the default's own list: a parser serves many parses (`cli.main`), and
+                # a command may change what it is given.
+                value = list(value)
+            setattr(parsed, dest, value)
         return parsed, extras
 
     def error(self, message: str) -> NoReturn:
