@@ -364,7 +364,7 @@ def _entry(
         "failurePolicy": settings.failure_policy,
         "matchPolicy": "Equivalent",
         "namespaceSelector": {"matchExpressions": expressions},
-        "rules": copy.deepcopy(settings.rules),
+        "rules": _own_rules(settings.rules),
         "sideEffects": "None",
         "timeoutSeconds": settings.timeout_seconds,
         "matchConditions": [not_mirror_condition(), condition],
@@ -374,6 +374,12 @@ def _entry(
         # mutating webhooks changed it, and re-check what they added.
         entry["reinvocationPolicy"] = "IfNeeded"
     return entry
+
+
+def _own_rules(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A copy of `rules` (strings and lists of strings) for one entry: entries sharing a list
+    would be written as YAML aliases, and a change to one would change the others."""
+    return [{k: list(v) if isinstance(v, list) else v for k, v in rule.items()} for rule in rules]
 
 
 def _client_config(settings: _Settings, path: str) -> dict[str, Any]:
