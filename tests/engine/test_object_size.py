@@ -241,3 +241,51 @@ def test_the_entries_of_the_lists_and_maps_the_rules_read_are_bounded_across_the
     # Any of them: a nodeSelector of many labels took two reviews to 376 MiB.
     many = pod(nodeSelector={f"k{i}": "v" for i in range(most)})
     assert review(many, lab()).rules == ["object-too-large"]
+
+
+LONG = "a" * (view.MAX_NAME + 1) + "\U0001f600"  # stored 4 bytes a character
+VIOLATING = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": f"all{i}"} for i in range(25)]
+
+
+@pytest.mark.parametrize(
+    ("obj", "field"),
+    [
+        pytest.param(pod(shared(name=LONG, env=VIOLATING)), "spec.containers[0].name",
+                     id="container"),
+        pytest.param(pod(shared(env=[{"name": LONG, "value": "x"}, *VIOLATING])),
+                     "spec.containers[0].env[0].name", id="env"),
+        pytest.param(pod(container(limits={"nvidia.com/gpu.shared": 1, LONG: 1}, env=VIOLATING)),
+                     f"spec.containers[0].resources.limits.{LONG[:60]}...", id="limits-key"),
+        pytest.param(pod(shared(env=VIOLATING), annotations={LONG: "x"}),
+                     f"metadata.annotations.{LONG[:60]}...", id="annotation-key"),
+        pytest.param(pod(shared(env=VIOLATING), nodeSelector={"zone": LONG}),
+                     "spec.nodeSelector.zone", id="node-selector-value"),
+        pytest.param(pod(shared(env=VIOLATING), runtimeClassName=LONG),
+                     "spec.runtimeClassName", id="runtime-class"),
+        pytest.param(
+            pod(shared(env=VIOLATING), affinity={"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [
+                        {"key": "zone", "operator": "In", "values": [LONG]}]}]}}}),
+            "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0].matchExpressions[0].values[0]", id="term-value"),
+    ],
+)
+def test_a_name_or_key_longer_than_kubernetes_takes_is_a_problem_no_message_repeats(
+    obj: dict[str, Any], field: str
+) -> None:
+    # Every refusal of a container named its name: 25 of them made a 1 MB name a 40 MB answer.
+    for endpoint in ("mutate", "validate"):
+        response = _answer(json.dumps(admission_review(obj)).encode(), endpoint)
+        message = response["status"]["message"]
+        assert f"(1) {field}: must be a name of at most {view.MAX_NAME:,} characters, not one" \
+               f" of {len(LONG):,}: no Kubernetes object has this shape" in message
+        assert message.count(LONG[:view.MAX_NAME]) == 0
+        assert len(message) < 10_000
+
+
+def test_the_longest_qualified_name_is_a_name() -> None:
+    key = "a" * 253 + "/" + "b" * 63
+    assert len(key) == view.MAX_NAME
+    decision = review(pod(shared(), annotations={key: "x"}), lab())
+    assert decision.allowed, decision.message

@@ -7,10 +7,16 @@ annotations msgspec cannot read. webhook/engine/view.py reads and explains them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 from msgspec import Struct
+
+from webhook.policy import names
+
+# A name or key the messages may echo: longer than Kubernetes takes is a shape problem (the
+# reader says so), and a message that names it stays short however many repeat it.
+Name = Annotated[str, msgspec.Meta(max_length=names.MAX_NAME_LENGTH)]
 
 # Field names are the object's own (camelCase), so that a struct reads as the YAML does.
 # `gc=False`: none of them can hold a cycle; `frozen`: a rule cannot change what another
@@ -19,13 +25,13 @@ from msgspec import Struct
 
 
 class EnvVar(Struct, gc=False, frozen=True):
-    name: str | None = None
+    name: Name | None = None
     value: str | None = None
     valueFrom: dict[str, Any] | None = None
 
 
 class VolumeMount(Struct, gc=False, frozen=True):
-    name: str | None = None
+    name: Name | None = None
     mountPath: str | None = None
     readOnly: bool | None = None
 
@@ -40,13 +46,13 @@ class SecurityContext(Struct, gc=False, frozen=True):
 
 
 class Resources(Struct, gc=False, frozen=True):
-    limits: dict[str, Any] | None = None
-    requests: dict[str, Any] | None = None
+    limits: dict[Name, Any] | None = None
+    requests: dict[Name, Any] | None = None
     claims: list[Any] | None = None
 
 
 class Container(Struct, gc=False, frozen=True):
-    name: str | None = None
+    name: Name | None = None
     resources: Resources | None = None
     env: list[EnvVar] | None = None
     envFrom: list[Any] | None = None
@@ -60,14 +66,14 @@ class HostPath(Struct, gc=False, frozen=True):
 
 
 class Volume(Struct, gc=False, frozen=True):
-    name: str | None = None
+    name: Name | None = None
     hostPath: HostPath | None = None
 
 
 class Requirement(Struct, gc=False, frozen=True, omit_defaults=True):
-    key: str | None = None
-    operator: str | None = None
-    values: list[str] | None = None
+    key: Name | None = None
+    operator: Name | None = None
+    values: list[Name] | None = None
 
 
 class Term(Struct, gc=False, frozen=True, omit_defaults=True):
@@ -97,15 +103,15 @@ class PodSpec(Struct, gc=False, frozen=True):
     hostPID: bool | None = None
     hostIPC: bool | None = None
     hostNetwork: bool | None = None
-    runtimeClassName: str | None = None
-    nodeSelector: dict[str, str] | None = None
+    runtimeClassName: Name | None = None
+    nodeSelector: dict[Name, Name] | None = None
     affinity: Affinity | None = None
 
 
 class Meta(Struct, gc=False, frozen=True):
     # Values that are not strings are problems the reader finds (the typed decode refuses
     # them); the reader keeps them as their text, so that the rules still see the keys.
-    annotations: dict[str, str] | None = None
+    annotations: dict[Name, str] | None = None
     labels: Any = None
     # What names the object in logs (any type: shown as text).
     name: Any = None

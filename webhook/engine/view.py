@@ -442,6 +442,16 @@ def _length(value: object) -> int:
     return len(value) if isinstance(value, (list, dict)) else 0
 
 
+# The longest name or key the view takes (a qualified name); `_LONGEST` says so in problems.
+MAX_NAME: Final = names.MAX_NAME_LENGTH
+_LONGEST: Final = f"a name of at most {MAX_NAME:,} characters"
+
+
+def shown_key(key: str) -> str:
+    """A map key in a field's path: cut short where it is longer than a name can be."""
+    return key if len(key) <= MAX_NAME else key[:60] + "..."
+
+
 # Shape problems read in one object before the reading stops: the object is refused (400)
 # at the first, and a list of a million nulls must not cost a million problems.
 MAX_PROBLEMS: Final = 1000
@@ -492,6 +502,11 @@ class _Walk:
             for key, item in node.items():
                 if len(self.problems) >= MAX_PROBLEMS or len(self.found) > MAX_ITEMS:
                     return
+                if len(key) > MAX_NAME:
+                    # (Each message about what is under it would repeat it.)
+                    at = f"{where}.{shown_key(key)}"
+                    self.problems.append(Problem(at, _LONGEST, f"one of {len(key):,}"))
+                    continue
                 self.walk(item, rest, f"{pointer}/{escape(str(key))}", f"{where}.{key}")
             return
         if not isinstance(node, dict):
@@ -574,6 +589,24 @@ class _Reader:
         self.wrong(f"{where}.{key}", "a string", value)
         return None
 
+    def name(self, parent: Mapping[str, Any], key: str, where: str) -> str | None:
+        """A name or key the messages may echo: a string of at most MAX_NAME characters."""
+        value = self.text(parent, key, where)
+        return value if value is None or self.short(value, f"{where}.{key}") else None
+
+    def short(self, value: str, where: str) -> bool:
+        """Whether `value`, a name or key, is within MAX_NAME characters (else a problem)."""
+        if len(value) <= MAX_NAME:
+            return True
+        self.add(Problem(where, _LONGEST, f"one of {len(value):,}"))
+        return False
+
+    def keyed(self, value: dict[str, Any] | None, where: str) -> dict[str, Any] | None:
+        """A map whose keys are names: its entries whose key is within MAX_NAME."""
+        if value is None or all(len(k) <= MAX_NAME for k in value):
+            return value
+        return {k: v for k, v in value.items() if self.short(k, f"{where}.{shown_key(k)}")}
+
     def flag(self, parent: Mapping[str, Any], key: str, where: str) -> bool | None:
         value = parent.get(key)
         if value is None or isinstance(value, bool):
@@ -616,11 +649,12 @@ class _Reader:
         strings = True
         for k, v in value.items():
             if not isinstance(v, str):
-                self.wrong(f"metadata.annotations.{k}", "a string", v)
+                self.wrong(f"metadata.annotations.{shown_key(k)}", "a string", v)
                 strings = False
-        if strings:
-            return value
-        return {k: v if isinstance(v, str) else str(v) for k, v in value.items()}
+        kept = self.keyed(value, "metadata.annotations")
+        if strings or kept is None:
+            return kept
+        return {k: v if isinstance(v, str) else str(v) for k, v in kept.items()}
 
     def spec(self, spec: Mapping[str, Any]) -> PodSpec:
         groups: dict[str, list[Container] | None] = {}
@@ -658,7 +692,7 @@ class _Reader:
         host_pid = self.flag(spec, "hostPID", "spec")
         host_ipc = self.flag(spec, "hostIPC", "spec")
         host_network = self.flag(spec, "hostNetwork", "spec")
-        runtime_class = self.text(spec, "runtimeClassName", "spec")
+        runtime_class = self.name(spec, "runtimeClassName", "spec")
         node_selector = self.strings(spec, "nodeSelector", "spec")
         affinity = self.affinity(spec)
         return PodSpec(
@@ -678,14 +712,17 @@ class _Reader:
 
     def strings(self, parent: Mapping[str, Any], key: str, where: str) -> dict[str, str] | None:
         """A map of strings (a nodeSelector): its entries that are strings."""
-        value = self.obj(parent, key, where)
+        value = self.keyed(self.obj(parent, key, where), f"{where}.{key}")
         if value is None:
             return None
+        kept = {}
         for k, v in value.items():
+            at = f"{where}.{key}.{shown_key(k)}"
             if not isinstance(v, str):
-                self.wrong(f"{where}.{key}.{k}", "a string", v)
-                return {k: v for k, v in value.items() if isinstance(v, str)}
-        return dict(value)
+                self.wrong(at, "a string", v)
+            elif self.short(v, at):
+                kept[k] = v
+        return kept
 
     def container(self, raw: Mapping[str, Any], where: str) -> Container:
         get = raw.get
@@ -696,15 +733,18 @@ class _Reader:
         elif name is not None and not isinstance(name, str):
             self.wrong(f"{where}.name", "a string", name)
             name = None
+        elif name is not None and not self.short(name, f"{where}.name"):
+            name = None
         resources = None
         raw_resources = get("resources")
         # (A value that is empty or false is no resources, whatever its type.)
         if raw_resources and not isinstance(raw_resources, dict):
             self.wrong(f"{where}.resources", "an object", raw_resources)
         elif isinstance(raw_resources, dict):
+            at = f"{where}.resources"
             resources = Resources(
-                self.obj(raw_resources, "limits", f"{where}.resources"),
-                self.obj(raw_resources, "requests", f"{where}.resources"),
+                self.keyed(self.obj(raw_resources, "limits", at), f"{at}.limits"),
+                self.keyed(self.obj(raw_resources, "requests", at), f"{at}.requests"),
                 self.items(raw_resources, "claims", f"{where}.resources"),
             )
         env: list[EnvVar] | None = None
@@ -742,7 +782,7 @@ class _Reader:
                 at = f"{where}.volumeMounts[{i}]"
                 mounts.append(
                     VolumeMount(
-                        self.text(m, "name", at),
+                        self.name(m, "name", at),
                         self.text(m, "mountPath", at),
                         self.flag(m, "readOnly", at),
                     )
@@ -751,10 +791,7 @@ class _Reader:
         return Container(name, resources, env, env_from, security, mounts, restart)
 
     def variable(self, var: Mapping[str, Any], where: str) -> EnvVar:
-        name = var.get("name")
-        if name is not None and not isinstance(name, str):
-            self.wrong(f"{where}.name", "a string", name)
-            name = None
+        name = self.name(var, "name", where)
         value = self.text(var, "value", where)
         value_from = var.get("valueFrom")
         if value_from is not None and not isinstance(value_from, dict):
@@ -764,7 +801,7 @@ class _Reader:
         return EnvVar(name, value, value_from)
 
     def volume(self, raw: Mapping[str, Any], where: str) -> Volume:
-        name = self.text(raw, "name", where)
+        name = self.name(raw, "name", where)
         host = self.obj(raw, "hostPath", where)
         path = None
         if host is not None:
@@ -814,15 +851,20 @@ class _Reader:
                     self.wrong(e_at, "an object", expr)
                     found.append(Requirement())
                     continue
-                key = self.text(expr, "key", e_at)
-                operator = self.text(expr, "operator", e_at)
+                key = self.name(expr, "key", e_at)
+                operator = self.name(expr, "operator", e_at)
                 values = self.items(expr, "values", e_at)
                 for k, v in enumerate(values or ()):
                     if not isinstance(v, str):
                         self.wrong(f"{e_at}.values[{k}]", "a string", v)
-                if values is not None and not all(isinstance(v, str) for v in values):
-                    # As text, as for an annotation.
-                    values = [str(v) for v in values]
+                if values is not None and not all(
+                    isinstance(v, str) and len(v) <= MAX_NAME for v in values
+                ):
+                    # As text, as for an annotation; one too long left out.
+                    texts = [v if isinstance(v, str) else str(v) for v in values]
+                    values = [
+                        v for k, v in enumerate(texts) if self.short(v, f"{e_at}.values[{k}]")
+                    ]
                 found.append(Requirement(key, operator, values))
             parts[part] = found
         return Term(parts["matchExpressions"], parts["matchFields"])

@@ -244,3 +244,6 @@ DNS1123_SUBDOMAIN = rf"{DNS1123_LABEL}(\.{DNS1123_LABEL})*"
 LABEL_VALUE = r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
 MAX_LABEL_LENGTH = 63
 MAX_SUBDOMAIN_LENGTH = 253
+# The longest name or key Kubernetes takes: a qualified name (a subdomain prefix, "/", and a
+# label-length name).
+MAX_NAME_LENGTH = MAX_SUBDOMAIN_LENGTH + 1 + MAX_LABEL_LENGTH
