@@ -23,6 +23,7 @@ templates), each a `Template`: its place in the object, its metadata and spec.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
@@ -144,15 +145,24 @@ class Unreadable(ValueError):
 # The JSON values of an object read without its typed view (a kind of another project, a
 # claim, an object with a field of another type than Kubernetes gives it): a generic reading
 # costs up to about 100 bytes and a microsecond a value, holding the interpreter all along.
-# The largest object etcd stores (1.5 MiB) holds about 180,000.
+# The largest object etcd stores (1.5 MiB) holds fewer than 180,000.
 MAX_GENERIC_VALUES: Final = 250_000
 _NOT_COUNTED: Final = bytes(c for c in range(256) if c not in b",:{[")
+# A JSON string (what `json_values` leaves out of its count).
+_STRING: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
-def json_values(data: bytes) -> int:
-    """The JSON values `data` holds (objects, lists, their members and items), counted by the
-    characters that open or separate them (in strings too: never fewer)."""
-    return len(data.translate(None, _NOT_COUNTED))
+def json_values(data: bytes, most: int) -> int | None:
+    """How many JSON values `data` holds (objects, lists, their members and items) where it
+    is more than `most`; None where it is not. Counted by the characters that open or
+    separate them: first in one pass over the bytes, which counts those in strings too and
+    so is never less; where that passes `most`, again with the strings left out."""
+    if len(data) <= most:
+        return None
+    if len(data.translate(None, _NOT_COUNTED)) <= most:
+        return None
+    values = len(_STRING.sub(b"", data).translate(None, _NOT_COUNTED))
+    return values if values > most else None
 
 
 class TooLarge(Unreadable):
@@ -214,10 +224,9 @@ class Source:
         """The object as dicts and lists (JSON values)."""
         if not self._made:
             raw = self.raw
-            if len(raw) > MAX_GENERIC_VALUES:
-                values = json_values(raw)
-                if values > MAX_GENERIC_VALUES:
-                    raise TooLarge(values)
+            values = json_values(raw, MAX_GENERIC_VALUES)
+            if values is not None:
+                raise TooLarge(values)
             try:
                 self._generic = decode_any(raw)
             except (msgspec.DecodeError, msgspec.ValidationError) as exc:

@@ -60,13 +60,12 @@ _DECODE_REVIEW = msgspec.json.Decoder(envelope.RawReview).decode
 _DECODE_TYPED = msgspec.json.Decoder(envelope.TypedReview).decode
 
 
-# The JSON values a body may hold: its objects, lists, members and items, counted by the
-# characters that open or separate them (in strings too). Decoding costs up to about 100
-# bytes a value whichever way it is read (a list of structs, a field any JSON may fill, the
-# generic reading of a body the API server would not send), so this bounds what a review's
-# decode holds near 100 MiB; the largest objects the API server stores, twice in an UPDATE,
-# hold about half as many. A body of fewer bytes is not counted.
-MAX_VALUES = 1_000_000
+# The JSON values a body may hold: its objects, lists, members and items (`view.json_values`).
+# Decoding costs up to about 100 bytes and a microsecond a value whichever way it is read (a
+# list of structs, a map of labels, the generic reading of a body the API server would not
+# send), with the interpreter held all along: this bounds one review's decode near 50 MiB and
+# half a second. An UPDATE of the largest object etcd stores, sent twice, holds fewer.
+MAX_VALUES = 500_000
 
 # What AdmissionRequest.operation may be.
 OPERATIONS = ("CREATE", "UPDATE", "DELETE", "CONNECT")
@@ -82,10 +81,9 @@ def parse(body: bytes) -> Request:
     CREATE or UPDATE without an object, or an object of another kind than the request
     names (the engine routes by the request and reads the object); and a body of more than
     MAX_VALUES values, before any of it is decoded."""
-    if len(body) > MAX_VALUES:
-        values = view.json_values(body)
-        if values > MAX_VALUES:
-            raise BadReview(
+    values = view.json_values(body, MAX_VALUES)
+    if values is not None:
+        raise BadReview(
                 f"the body holds {values:,} JSON values (objects, lists, their members and"
                 f" items); a review reads at most {MAX_VALUES:,}, a bound on its memory"
             )
@@ -181,13 +179,12 @@ def _parse_generic(body: bytes) -> Request:
     # Raised outside the `except`: orjson's error holds the whole body as a `str`, and a
     # BadReview raised in the handler would keep it alive as its context (7 MiB a refusal,
     # piling up behind the review threads until the collector ran).
-    if len(body) > view.MAX_GENERIC_VALUES:
-        values = view.json_values(body)
-        if values > view.MAX_GENERIC_VALUES:
-            raise BadReview(
-                f"body is not an AdmissionReview as the API server sends it, and of {values:,}"
-                f" JSON values; one that is not is read only up to {view.MAX_GENERIC_VALUES:,}"
-            )
+    values = view.json_values(body, view.MAX_GENERIC_VALUES)
+    if values is not None:
+        raise BadReview(
+            f"body is not an AdmissionReview as the API server sends it, and of {values:,}"
+            f" JSON values; one that is not is read only up to {view.MAX_GENERIC_VALUES:,}"
+        )
     reason = None
     try:
         doc = orjson.loads(body)
