@@ -282,7 +282,7 @@ def review_object(
             obj.generic, policy=policy, mutate=mutate, require=require, in_words=in_words
         )
     found, problems = view.templates(obj, kinds)
-    too_large = rules.too_large(found)
+    too_large = rules.too_large(found, obj.length)
     decision = Decision(violations=[rules.malformed(p, OBJECT) for p in problems])
     if too_large is not None:
         # Judged alone: the rules' work and patch grow with what it bounds.

@@ -408,11 +408,12 @@ _TERMS_PATH: Final = "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnored
 _FEWER_TERMS: Final = "Write the selection in fewer terms"
 
 
-def too_large(found: list[view.Found]) -> Violation | None:
-    """The refusal of an object that holds more than `view.MAX_ITEMS` pod specs, containers
-    or required node selector terms: judged before any rule reads it."""
+def too_large(found: list[view.Found], length: int | None = None) -> Violation | None:
+    """The refusal of an object (of at most `length` bytes of JSON, if known) that holds more
+    than `view.MAX_ITEMS` pod specs, containers or required node selector terms, or more
+    than `view.MAX_ENTRIES` entries: judged before any rule reads it."""
     most = view.MAX_ITEMS
-    size = view.size(found)
+    size = view.size(found, length)
     one = len(found) == 1
     for count, what, field, fix in (
         (size.pod_specs, "pod templates", "", "Split the object"),

@@ -182,10 +182,12 @@ class Source:
     only when asked for; so is its typed decode (`typed_object`), unless the codec decoded
     it with the request (`Source.decoded`)."""
 
-    __slots__ = ("_binary", "_cut", "_decoded", "_generic", "_made", "_raw", "_typed")
+    __slots__ = ("_binary", "_cut", "_decoded", "_generic", "_made", "_raw", "_typed", "length")
 
     def __init__(self, raw: bytes | Any) -> None:
         self._raw = raw
+        # At most as many bytes of JSON as this (None: not known; a value read from a file).
+        self.length: int | None = len(raw) if isinstance(raw, bytes) else None
         # Gives the bytes of an object decoded with its request, when they are first asked for.
         self._cut: Callable[[], bytes] | None = None
         self._binary = isinstance(raw, bytes)
@@ -195,11 +197,12 @@ class Source:
         self._typed: PodObject | None = None
 
     @staticmethod
-    def decoded(typed: PodObject, cut: Callable[[], bytes]) -> Source:
+    def decoded(typed: PodObject, cut: Callable[[], bytes], length: int) -> Source:
         """An object of JSON bytes whose typed decode (`typed_object`) was made in the same
         pass as the request that holds it; `cut` gives its bytes (read only by the slower
-        paths: its generic form, a workload's templates)."""
+        paths: its generic form, a workload's templates); `length` is at least theirs."""
         source = Source(b"")
+        source.length = length
         source._typed = typed
         source._decoded = True
         source._cut = cut
@@ -404,11 +407,17 @@ class Size(NamedTuple):
     entries: int
 
 
-def size(found: Sequence[Found]) -> Size:
+def size(found: Sequence[Found], length: int | None = None) -> Size:
+    """What `found`, pod specs of an object of at most `length` bytes of JSON (None: not
+    known), holds of what MAX_ITEMS and MAX_ENTRIES bound. An item takes at least three bytes
+    and an entry two: only what `length` leaves possible is counted (none, in most reviews)."""
+    if length is not None and length <= 3 * MAX_ITEMS:
+        return Size(len(found), 0, 0, 0)
+    count_entries = length is None or length > 2 * MAX_ENTRIES
     containers = terms = entries = 0
     for f in found:
         meta = f.template.metadata
-        if meta is not None:
+        if count_entries and meta is not None:
             entries += _length(meta.annotations) + _length(meta.labels)
         spec = f.template.spec
         if spec is None:
@@ -416,21 +425,24 @@ def size(found: Sequence[Found]) -> Size:
         for group in (spec.initContainers, spec.containers, spec.ephemeralContainers):
             if group:
                 containers += len(group)
-                for c in group:
-                    entries += _container_entries(c)
-        entries += (
-            _length(spec.volumes)
-            + _length(spec.resourceClaims)
-            + _length(spec.tolerations)
-            + _length(spec.nodeSelector)
-        )
+                if count_entries:
+                    for c in group:
+                        entries += _container_entries(c)
         for term in required_terms(spec) or ():
             terms += 1
-            for part in (term.matchExpressions, term.matchFields):
-                if part:
-                    entries += len(part)
-                    for requirement in part:
-                        entries += _length(requirement.values)
+            if count_entries:
+                for part in (term.matchExpressions, term.matchFields):
+                    if part:
+                        entries += len(part)
+                        for requirement in part:
+                            entries += _length(requirement.values)
+        if count_entries:
+            entries += (
+                _length(spec.volumes)
+                + _length(spec.resourceClaims)
+                + _length(spec.tolerations)
+                + _length(spec.nodeSelector)
+            )
     return Size(len(found), containers, terms, entries + containers + terms)
 
 

@@ -138,7 +138,9 @@ def _parse(body: bytes) -> Request:
     if isinstance(req, envelope.TypedRequest):
         typed = req.object
         obj = (
-            view.Source.decoded(typed, partial(_object_bytes, body)) if typed is not None else None
+            view.Source.decoded(typed, partial(_object_bytes, body), len(body))
+            if typed is not None
+            else None
         )
     else:
         obj = _source(req.object)
