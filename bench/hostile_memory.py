@@ -115,6 +115,11 @@ SHAPES: dict[str, tuple[str, str, Callable[[], bytes]]] = {
                            lambda: filled(review(pod()) | {"x": "FILL"}, lambda i: b"[[]]",
                                           cap=GENERIC)
                            .replace(b'"uid":"UID"', b'"uid":7')),
+    "long-name": ("mutate", "a 5 MB container name and 25 variables each refused (each names it)",
+                  lambda: json.dumps(review(pod(containers=[{
+                      "name": "a" * (5 << 20) + "\U0001f600", "image": "i",
+                      "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": f"all{i}"}
+                              for i in range(25)]}])), separators=(",", ":")).encode()),
     "past-the-values": ("mutate", "empty lists in a field no rule reads, past the values bound",
                         lambda: filled(review(pod(x="FILL")), lambda i: b"[[]]", cap=None)),
 }
