@@ -132,7 +132,7 @@ def test_the_routes_are_the_rendered_selectors() -> None:
     is not excluded reaches the entry of the policy `namespaces.policy_name` picks, or the
     catch-all; the others reach none."""
     loaded = policies.load_directory(REPO / "policies")
-    where = rendering.routes(loaded, kinds.BUILTIN_KINDS, webhook_namespace="gpu")
+    where = rendering.routes(loaded, webhook_namespace="gpu")
     cases = [
         ("a", {}, None),
         ("a", {names.ENABLED_LABEL: "false"}, None),
@@ -150,6 +150,20 @@ def test_the_routes_are_the_rendered_selectors() -> None:
         picked = namespaces.policy_name(labels)
         if expected not in (None, names.UNKNOWN_POLICY_PATH):
             assert picked == expected
+    # They are the selectors of both configurations' entries, in order, with their paths.
+    rendered = rendering.render(
+        loaded, service="hook", namespace="gpu", name="hook", kinds=kinds.BUILTIN_KINDS
+    )
+    for configuration in rendered:
+        selectors = tuple(
+            (
+                str(w["clientConfig"]["service"]["path"]).split("/", 2)[2],
+                tuple(w["namespaceSelector"]["matchExpressions"]),
+            )
+            for w in configuration["webhooks"]
+            if w["name"] != rendering.NAMESPACE_ENTRY
+        )
+        assert selectors == where.entries, configuration["kind"]
 
 
 # --------------------------------------------------------------------------- verdicts
@@ -731,7 +745,7 @@ def test_host_access_switched_off_is_said_and_refuses_nothing(
 
 def test_the_path_carries_the_pod_security_level() -> None:
     loaded = policies.load_directory(REPO / "policies")
-    where = rendering.routes(loaded, kinds.BUILTIN_KINDS, webhook_namespace="gpu")
+    where = rendering.routes(loaded, webhook_namespace="gpu")
     cases = [
         ({}, "default"),
         ({PSA: "privileged"}, "default"),

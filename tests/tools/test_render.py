@@ -327,9 +327,7 @@ def test_the_cluster_picks_the_policy_the_offline_mutate_picks(
         path = policies.join_path(names.UNKNOWN_POLICY_PATH, pod_security=pod_security)
     assert path == expected
     # ...and the routes `mutate --namespace-label` and `audit` read give the same path.
-    where = rendering.routes(
-        shipped_policies, kinds.all_kinds(), webhook_namespace=DEFAULT_NAMESPACE
-    )
+    where = rendering.routes(shipped_policies, webhook_namespace=DEFAULT_NAMESPACE)
     assert where.selected_path(labels) == expected
 
 

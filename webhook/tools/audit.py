@@ -252,7 +252,7 @@ def _run(args: argparse.Namespace) -> int:
         _error(exc.problems[0], len(exc.problems) - 1, "more: run `gpu-share-webhook policy check`")
         return EXIT_USAGE
     try:
-        where = rendering.routes(loaded, workload_kinds, webhook_namespace=args.webhook_namespace)
+        where = rendering.routes(loaded, webhook_namespace=args.webhook_namespace)
     except ValueError as exc:
         print(f"error: --webhook-namespace: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -340,14 +340,14 @@ def audit(
     """Judge every Pod and workload of `objects` per namespace (see the module docstring).
 
     `kinds` are the workload kinds the webhook reviews (the built-in ones and those of the
-    WorkloadKinds file). `where`: the routes of `rendering.routes(policies, kinds, ...)` when the
+    WorkloadKinds file). `where`: the routes of `rendering.routes(policies, ...)` when the
     caller has them already. `excluded`: namespaces the install's configurations leave out
     besides kube-system and the webhook's own (the chart's webhook.excludedNamespaces).
     ValueError for a `webhook_namespace` that is not a namespace name.
     """
     by_kind = workload_kinds.kinds_by_name(kinds)
     if where is None:
-        where = rendering.routes(policies, kinds, webhook_namespace=webhook_namespace)
+        where = rendering.routes(policies, webhook_namespace=webhook_namespace)
     report = Report(namespaces=[])
     labels_of: dict[str, dict[str, str]] = {}
     uids: dict[str, str] = {}

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import copy
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,11 +149,9 @@ def _namespace_labels(
     return {**labels, namespaces.NAME_LABEL: namespace}
 
 
-def _routes(
-    loaded: policies.PolicySet, workload_kinds: Sequence[kinds.Kind], *, webhook_namespace: str
-) -> rendering.Routes:
+def _routes(loaded: policies.PolicySet, *, webhook_namespace: str) -> rendering.Routes:
     try:
-        return rendering.routes(loaded, workload_kinds, webhook_namespace=webhook_namespace)
+        return rendering.routes(loaded, webhook_namespace=webhook_namespace)
     except ValueError as exc:
         raise InputError(f"--webhook-namespace: {exc}") from None
 
@@ -187,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
         loaded = policies.load_directory(policies_directory(args.policies)[0])
         all_kinds = kinds.all_kinds(Path(args.workload_kinds) if args.workload_kinds else None)
         workload_kinds = kinds.kinds_by_name(all_kinds)
-        where = _routes(loaded, all_kinds, webhook_namespace=args.webhook_namespace)
+        where = _routes(loaded, webhook_namespace=args.webhook_namespace)
     except InputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -265,6 +265,17 @@ class _Settings:
 
 
 def _entries(policies: PolicySet, settings: _Settings) -> list[dict[str, Any]]:
+    return [
+        _entry(name, path, expressions, entry_condition(policies, path, settings.kinds), settings)
+        for name, path, expressions in _selectors(policies, settings.namespace)
+    ]
+
+
+def _selectors(
+    policies: PolicySet, webhook_namespace: str
+) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """The entries that review pods and workloads, in order, as (entry name, policy path,
+    the requirements of its namespace selector): what both configurations select alike."""
     known = policies.names
     has_default = DEFAULT_POLICY in known
     # Label values that namespaces.policy_name reads as a policy: the names, and "" for the
@@ -306,14 +317,21 @@ def _entries(policies: PolicySet, settings: _Settings) -> list[dict[str, Any]]:
     out = []
     for entry_name, baseline_name, policy_name, policy_label in bases:
         for enforced in (False, True):
-            path = join_path(policy_name, pod_security=enforced)
+            expressions: list[dict[str, Any]] = [
+                {"key": names.ENABLED_LABEL, "operator": "In", "values": ["true"]},
+                {
+                    "key": names.NAME_LABEL,
+                    "operator": "NotIn",
+                    "values": sorted({names.SYSTEM_NAMESPACE, webhook_namespace}),
+                },
+                *policy_label,
+                pod_security_requirement(enforced=enforced),
+            ]
             out.append(
-                _entry(
+                (
                     baseline_name if enforced else entry_name,
-                    path,
-                    [*policy_label, pod_security_requirement(enforced=enforced)],
-                    entry_condition(policies, path, settings.kinds),
-                    settings,
+                    join_path(policy_name, pod_security=enforced),
+                    expressions,
                 )
             )
     return out
@@ -343,20 +361,11 @@ def entry_condition(
 def _entry(
     entry_name: str,
     path: str,
-    labels: list[dict[str, Any]],
+    expressions: list[dict[str, Any]],
     condition: dict[str, str],
     settings: _Settings,
 ) -> dict[str, Any]:
     client = _client_config(settings, f"/{settings.endpoint}/{path}")
-    expressions: list[dict[str, Any]] = [
-        {"key": names.ENABLED_LABEL, "operator": "In", "values": ["true"]},
-        {
-            "key": names.NAME_LABEL,
-            "operator": "NotIn",
-            "values": sorted({names.SYSTEM_NAMESPACE, settings.namespace}),
-        },
-    ]
-    expressions += labels
     entry: dict[str, Any] = {
         "name": entry_name,
         "admissionReviewVersions": ["v1"],
@@ -960,27 +969,15 @@ class Unsent:
         return f"{'never reviewed' if self.left_out else 'not opted in'} ({self.reason})"
 
 
-def routes(
-    policies: PolicySet, kinds: Sequence[workload_kinds.Kind], *, webhook_namespace: str
-) -> Routes:
-    """The routes of the configurations `render` makes for `policies`; ValueError for a
-    namespace name Kubernetes would refuse. Both configurations select namespaces alike."""
-    configuration = render(
-        policies,
-        service=names.DEFAULT_SERVICE,
-        namespace=webhook_namespace,
-        name=names.DEFAULT_WEBHOOK_NAME,
-        kinds=kinds,
-    )
-    validating = next(c for c in configuration if c["kind"] == VALIDATING_KIND)
+def routes(policies: PolicySet, *, webhook_namespace: str) -> Routes:
+    """The routes of the configurations `render` makes for `policies` (the namespace
+    selectors of their entries, without the rest); ValueError for a namespace name
+    Kubernetes would refuse."""
+    if not _is_dns_label(webhook_namespace):
+        raise ValueError(f"namespace {webhook_namespace!r} is not a valid namespace name")
     entries = tuple(
-        (
-            # "/validate/<name>" or "/validate/<name>/baseline": the path after the endpoint.
-            str(w["clientConfig"]["service"]["path"]).split("/", 2)[2],
-            tuple(w["namespaceSelector"]["matchExpressions"]),
-        )
-        for w in validating["webhooks"]
-        if w["name"] != NAMESPACE_ENTRY
+        (path, tuple(expressions))
+        for _, path, expressions in _selectors(policies, webhook_namespace)
     )
     return Routes(entries, webhook_namespace)
 
