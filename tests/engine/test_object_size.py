@@ -19,6 +19,7 @@ from tests.support.kube import (
     pod,
     review,
     shared,
+    workload,
 )
 from webhook.engine import view
 from webhook.errors import BadReview
@@ -220,9 +221,18 @@ def test_an_object_read_generically_is_read_only_up_to_its_bound() -> None:
             f" gpu-share-webhook reviews at most {GENERIC:,} in one object, a bound on the time"
             " and memory of a review that no workload comes near. Fix the field, or make the"
             " object smaller (rule object-too-large)")
-    # The typed view skips what no rule reads, however much it is.
+    # The typed view skips what no rule reads, however much it is: a Pod's, and a built-in
+    # workload's (its own metadata is read typed too, for a misplaced profile).
     body, _ = _with_filler(pod(shared()), codec.MAX_VALUES // 3 - 100)
     assert _answer(body)["allowed"] is True
+    deployment = workload("Deployment", pod(shared()))
+    deployment["metadata"]["annotations"] = {"gpu-share.io/profile": "small"}
+    body, _ = _with_filler(deployment, codec.MAX_VALUES // 3 - 100)
+    response = _answer(body, "validate")
+    assert response["allowed"] is True
+    assert response["warnings"] == [
+        "move it to the pod template's annotations. gpu-share.io/profile in the Deployment's"
+        " metadata is ignored"]
 
 
 def test_what_strings_hold_is_not_counted() -> None:

@@ -310,7 +310,8 @@ def review_object(
     if found and found[0].place.pointer:
         # A workload's own metadata (and a CronJob's jobTemplate's) holds what its pods never
         # see.
-        for w in hints.workload_warnings(obj.generic, found, budget):
+        outline = obj.outline if obj.outline is not None else obj.generic
+        for w in hints.workload_warnings(outline, found, budget):
             decision.warn(w)
     return _finish(decision)
 

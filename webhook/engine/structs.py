@@ -137,13 +137,22 @@ class WorkloadSpec(Struct, gc=False, frozen=True):
     template: Template | None = None
 
 
+class Annotations(Struct, gc=False, frozen=True):
+    """Metadata its pods never see (a workload's own, a CronJob's job template's): read for a
+    profile annotation put there by mistake."""
+
+    annotations: dict[str, Any] | None = None
+
+
 class Workload(Struct, gc=False, frozen=True):
     apiVersion: Any = None
     kind: Any = None
+    metadata: Annotations | None = None
     spec: WorkloadSpec | None = None
 
 
 class JobSpec(Struct, gc=False, frozen=True):
+    metadata: Annotations | None = None
     spec: WorkloadSpec | None = None
 
 
@@ -154,6 +163,7 @@ class CronJobSpec(Struct, gc=False, frozen=True):
 class CronJob(Struct, gc=False, frozen=True):
     apiVersion: Any = None
     kind: Any = None
+    metadata: Annotations | None = None
     spec: CronJobSpec | None = None
 
 

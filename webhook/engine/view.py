@@ -33,6 +33,7 @@ import msgspec
 from webhook.engine.decision import OBJECT, Place
 from webhook.engine.structs import (
     Affinity,
+    Annotations,
     Capabilities,
     Container,
     EnvVar,
@@ -182,10 +183,23 @@ class Source:
     only when asked for; so is its typed decode (`typed_object`), unless the codec decoded
     it with the request (`Source.decoded`)."""
 
-    __slots__ = ("_binary", "_cut", "_decoded", "_generic", "_made", "_raw", "_typed", "length")
+    __slots__ = (
+        "_binary",
+        "_cut",
+        "_decoded",
+        "_generic",
+        "_made",
+        "_raw",
+        "_typed",
+        "length",
+        "outline",
+    )
 
     def __init__(self, raw: bytes | Any) -> None:
         self._raw = raw
+        # A built-in workload decoded typed: its kind and the metadata on the way to its
+        # template, in generic form (`templates` sets it; what hints read of a workload).
+        self.outline: dict[str, Any] | None = None
         # At most as many bytes of JSON as this (None: not known; a value read from a file).
         self.length: int | None = len(raw) if isinstance(raw, bytes) else None
         # Gives the bytes of an object decoded with its request, when they are first asked for.
@@ -367,10 +381,15 @@ def _typed_workload(source: Source, kind: Kind) -> list[Found] | None:
     raw = source.raw
     try:
         if kind.paths == (("spec", "template"),):
-            spec = decode_workload(raw).spec
+            workload = decode_workload(raw)
+            spec = workload.spec
+            outline = _outline(workload.kind, workload.metadata)
         elif kind.paths == (("spec", "jobTemplate", "spec", "template"),):
-            job = decode_cronjob(raw).spec
-            spec = job.jobTemplate.spec if job is not None and job.jobTemplate else None
+            cronjob = decode_cronjob(raw)
+            job = cronjob.spec.jobTemplate if cronjob.spec is not None else None
+            spec = job.spec if job is not None else None
+            outline = _outline(cronjob.kind, cronjob.metadata)
+            outline["spec"] = {"jobTemplate": _outline(None, job.metadata if job else None)}
         else:
             return None
     except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
@@ -379,9 +398,15 @@ def _typed_workload(source: Source, kind: Kind) -> list[Found] | None:
         return []
     if _unnamed(spec.template):
         return None
+    source.outline = outline
     path = kind.paths[0]
     place = Place("/" + "/".join(path), ".".join(path), "")
     return [Found(place, spec.template, (), None, source)]
+
+
+def _outline(kind: Any, meta: Annotations | None) -> dict[str, Any]:
+    annotations = meta.annotations if meta is not None else None
+    return {"kind": kind, "metadata": {} if annotations is None else {"annotations": annotations}}
 
 
 # What one object may hold, each counted across its pod specs: pod specs, containers (init,
