@@ -324,3 +324,36 @@ def test_the_longest_qualified_name_is_a_name() -> None:
     assert len(key) == view.MAX_NAME
     decision = review(pod(shared(), annotations={key: "x"}), lab())
     assert decision.allowed, decision.message
+
+
+# Values the rules split or clean: bounded before they are, or never split whole.
+def test_a_path_longer_than_linux_takes_is_a_problem() -> None:
+    path = "/ab" * 2000
+    for obj, field in (
+        (pod(shared(), volumes=[{"name": "v", "hostPath": {"path": path}}]),
+         "spec.volumes[0].hostPath.path"),
+        (pod(shared(volumeMounts=[{"name": "v", "mountPath": path}])),
+         "spec.containers[0].volumeMounts[0].mountPath"),
+    ):
+        message = review(obj, lab()).message
+        assert (
+            f"{field}: must be a path of at most {view.MAX_PATH:,} characters, not one of"
+            f" {len(path):,}" in message), message
+
+
+def test_driver_capabilities_are_split_only_where_short_and_said_in_part() -> None:
+    def with_capabilities(value: str) -> str:
+        obj = pod(shared(env=[{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": value}]))
+        return review(obj, lab(driverCapabilities=["compute", "utility"])).message
+
+    assert "is longer than any list of what the toolkit knows" in with_capabilities(
+        ",".join(f"c{i}" for i in range(1000)))
+    message = with_capabilities(",".join(f"c{i}" for i in range(100)))
+    assert "gives c0, c1, c10, c11, c12, c13, c14, c15 and 92 more; policy" in message
+
+
+def test_a_mutations_annotation_not_the_webhooks_is_not_split() -> None:
+    recorded = ",".join(f"step{i}" for i in range(100_000))
+    decision = review(pod(shared(), annotations={"gpu-share.io/mutations": recorded}), lab())
+    (op,) = [o for o in decision.patch if o["path"].endswith("gpu-share.io~1mutations")]
+    assert op["value"] == ",".join(sorted(decision.mutations))

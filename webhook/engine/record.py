@@ -55,7 +55,11 @@ def record(
     if steps:
         # What an earlier pass recorded, and nothing else: a name that is no rule's was
         # written by someone else, not by the webhook.
-        done = set(str(recorded_steps).split(",")) & _RULES if recorded_steps else set()
+        steps_text = str(recorded_steps) if recorded_steps else ""
+        # (Longer than every rule's name at once, it is not the webhook's: not split.)
+        done = (
+            set(steps_text.split(",")) & _RULES if 0 < len(steps_text) <= _RECORDED else set()
+        )
         merged = ",".join(sorted(done.union(steps)))
         if merged != recorded_steps:
             wanted[_ANNOTATION_MUTATIONS] = merged
@@ -85,6 +89,8 @@ def record(
 
 
 _RULES = frozenset(names.RULES)
+# What the annotation of the rules that mutated holds at most: every rule's name.
+_RECORDED: Final = len(",".join(names.RULES))
 # The annotations recorded, as JSON Pointer reference tokens.
 _ESCAPED: Final = {
     k: view.escape(k) for k in (_ANNOTATION_POLICY, _ANNOTATION_PROFILE, _ANNOTATION_MUTATIONS)

@@ -676,6 +676,9 @@ def capabilities_of(value: str) -> frozenset[str]:
 
 
 _KNOWN_CAPABILITIES = typing.get_args(policies.DriverCapability)
+# A value of NVIDIA_DRIVER_CAPABILITIES longer than this is refused unsplit: every capability
+# the toolkit knows, each written many times over, fits in it.
+_CAPABILITIES_VALUE: Final = 1024
 
 
 def check_driver_capabilities(r: PodPass) -> None:
@@ -698,11 +701,14 @@ def check_driver_capabilities(r: PodPass) -> None:
                 problem = "comes from valueFrom, which cannot be read at admission"
             elif _reference(value):
                 problem = "refers to another variable, which cannot be read at admission"
+            elif len(value) > _CAPABILITIES_VALUE:
+                problem = f"{shown(value)} is longer than any list of what the toolkit knows"
             else:
                 beyond = sorted(capabilities_of(value) - set(allowed))
                 if not beyond:
                     continue
-                problem = f"{shown(value)} gives {', '.join(beyond)}"
+                more = f" and {len(beyond) - 8:,} more" if len(beyond) > 8 else ""
+                problem = f"{shown(value)} gives {', '.join(map(added_value, beyond[:8]))}{more}"
             r.deny(
                 "driver-capabilities",
                 ErrorType.FORBIDDEN,

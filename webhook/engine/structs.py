@@ -17,6 +17,8 @@ from webhook.policy import names
 # A name or key the messages may echo: longer than Kubernetes takes is a shape problem (the
 # reader says so), and a message that names it stays short however many repeat it.
 Name = Annotated[str, msgspec.Meta(max_length=names.MAX_NAME_LENGTH)]
+# A path the rules clean and compare segment by segment: no longer than Linux takes.
+Path = Annotated[str, msgspec.Meta(max_length=names.MAX_PATH_LENGTH)]
 
 # Field names are the object's own (camelCase), so that a struct reads as the YAML does.
 # `gc=False`: none of them can hold a cycle; `frozen`: a rule cannot change what another
@@ -32,7 +34,7 @@ class EnvVar(Struct, gc=False, frozen=True):
 
 class VolumeMount(Struct, gc=False, frozen=True):
     name: Name | None = None
-    mountPath: str | None = None
+    mountPath: Path | None = None
     readOnly: bool | None = None
 
 
@@ -62,7 +64,7 @@ class Container(Struct, gc=False, frozen=True):
 
 
 class HostPath(Struct, gc=False, frozen=True):
-    path: str
+    path: Path
 
 
 class Volume(Struct, gc=False, frozen=True):

@@ -491,6 +491,9 @@ def _length(value: object) -> int:
 # The longest name or key the view takes (a qualified name); `_LONGEST` says so in problems.
 MAX_NAME: Final = names.MAX_NAME_LENGTH
 _LONGEST: Final = f"a name of at most {MAX_NAME:,} characters"
+# The longest path the view takes (Linux's); `_LONGEST_PATH` says so in problems.
+MAX_PATH: Final = names.MAX_PATH_LENGTH
+_LONGEST_PATH: Final = f"a path of at most {MAX_PATH:,} characters"
 
 
 def shown_key(key: str) -> str:
@@ -639,6 +642,14 @@ class _Reader:
         """A name or key the messages may echo: a string of at most MAX_NAME characters."""
         value = self.text(parent, key, where)
         return value if value is None or self.short(value, f"{where}.{key}") else None
+
+    def path(self, parent: Mapping[str, Any], key: str, where: str) -> str | None:
+        """A path the rules clean: a string of at most MAX_PATH characters."""
+        value = self.text(parent, key, where)
+        if value is None or len(value) <= MAX_PATH:
+            return value
+        self.add(Problem(f"{where}.{key}", _LONGEST_PATH, f"one of {len(value):,}"))
+        return None
 
     def short(self, value: str, where: str) -> bool:
         """Whether `value`, a name or key, is within MAX_NAME characters (else a problem)."""
@@ -829,7 +840,7 @@ class _Reader:
                 mounts.append(
                     VolumeMount(
                         self.name(m, "name", at),
-                        self.text(m, "mountPath", at),
+                        self.path(m, "mountPath", at),
                         self.flag(m, "readOnly", at),
                     )
                 )
@@ -854,6 +865,9 @@ class _Reader:
             path = host.get("path")
             if not isinstance(path, str):
                 self.wrong(f"{where}.hostPath.path", "a string", path)
+                path = ""
+            elif len(path) > MAX_PATH:
+                self.add(Problem(f"{where}.hostPath.path", _LONGEST_PATH, f"one of {len(path):,}"))
                 path = ""
         return Volume(name, HostPath(path) if path is not None else None)
 

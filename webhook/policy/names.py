@@ -247,3 +247,6 @@ MAX_SUBDOMAIN_LENGTH = 253
 # The longest name or key Kubernetes takes: a qualified name (a subdomain prefix, "/", and a
 # label-length name).
 MAX_NAME_LENGTH = MAX_SUBDOMAIN_LENGTH + 1 + MAX_LABEL_LENGTH
+# The longest path Linux takes (PATH_MAX, its terminating NUL included): a longer hostPath or
+# mountPath cannot be mounted.
+MAX_PATH_LENGTH = 4095
