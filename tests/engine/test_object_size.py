@@ -163,8 +163,8 @@ def _gpu_containers(n: int) -> bytes:
 
 
 def test_a_pod_of_86000_containers_in_seven_mib_is_refused_before_it_is_decoded() -> None:
-    # The body of the attack that found the hole: under the body cap, every container a GPU one
-    # (it took 8.5 s and 300 MiB). Its JSON values are past what a review reads.
+    # Under the body cap, every container a GPU one (unbounded: 8.5 s and 300 MiB). Its JSON
+    # values are past what a review reads.
     body = _gpu_containers(86_000)
     assert 6 << 20 < len(body) < 7 << 20
     with pytest.raises(BadReview) as caught:

@@ -411,15 +411,15 @@ def _outline(kind: Any, meta: Annotations | None) -> dict[str, Any]:
 
 # What one object may hold, each counted across its pod specs: pod specs, containers (init,
 # regular and ephemeral together) and required node selector terms. Each costs its own rule
-# work and patch operations (a container about 35 bytes of memory per byte sent, a term 80);
-# past this a 7 MiB body took seconds and hundreds of MiB. No workload comes near it.
+# work and patch operations (a container about 35 bytes of memory per byte sent, a term 80):
+# unbounded, a 7 MiB body costs seconds and hundreds of MiB. No workload comes near it.
 MAX_ITEMS: Final = 1000
 
 
 # The entries of every list and map the rules read, across one object (containers and their
 # env, mounts, resources and capabilities, volumes, claims, tolerations, node selection,
-# annotations, labels): each costs the rules up to ~300 bytes; a pod of 490,000 nodeSelector
-# labels took two reviews to 376 MiB. Fifty per container at MAX_ITEMS containers.
+# annotations, labels): each costs the rules up to ~300 bytes. Fifty per container at
+# MAX_ITEMS containers.
 MAX_ENTRIES: Final = 50_000
 
 

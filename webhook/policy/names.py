@@ -152,8 +152,8 @@ DEVICE_LIST_ROOT = "/var/run/nvidia-container-devices"
 
 # The rule of shape errors: a field whose type no Kubernetes object has (HTTP status 400).
 MALFORMED_RULE = "malformed-object"
-# The rule of objects larger than a review takes (more pod templates, containers or node
-# selector terms than webhook/engine/view.py's MAX_ITEMS).
+# The rule of objects larger than a review takes (webhook/engine/view.py's MAX_ITEMS,
+# MAX_ENTRIES and MAX_GENERIC_VALUES).
 TOO_LARGE_RULE = "object-too-large"
 # The rules that refuse the GPU pods of a namespace whose policy is not in force.
 UNKNOWN_POLICY_RULE = "unknown-policy"
