@@ -646,16 +646,14 @@ class _Reader:
     def path(self, parent: Mapping[str, Any], key: str, where: str) -> str | None:
         """A path the rules clean: a string of at most MAX_PATH characters."""
         value = self.text(parent, key, where)
-        if value is None or len(value) <= MAX_PATH:
-            return value
-        self.add(Problem(f"{where}.{key}", _LONGEST_PATH, f"one of {len(value):,}"))
-        return None
+        return value if value is None or self.short(value, f"{where}.{key}", path=True) else None
 
-    def short(self, value: str, where: str) -> bool:
-        """Whether `value`, a name or key, is within MAX_NAME characters (else a problem)."""
-        if len(value) <= MAX_NAME:
+    def short(self, value: str, where: str, *, path: bool = False) -> bool:
+        """Whether `value`, a name or key (or a path), is within MAX_NAME (MAX_PATH)
+        characters; else a problem."""
+        if len(value) <= (MAX_PATH if path else MAX_NAME):
             return True
-        self.add(Problem(where, _LONGEST, f"one of {len(value):,}"))
+        self.add(Problem(where, _LONGEST_PATH if path else _LONGEST, f"one of {len(value):,}"))
         return False
 
     def keyed(self, value: dict[str, Any] | None, where: str) -> dict[str, Any] | None:
@@ -866,8 +864,7 @@ class _Reader:
             if not isinstance(path, str):
                 self.wrong(f"{where}.hostPath.path", "a string", path)
                 path = ""
-            elif len(path) > MAX_PATH:
-                self.add(Problem(f"{where}.hostPath.path", _LONGEST_PATH, f"one of {len(path):,}"))
+            elif not self.short(path, f"{where}.hostPath.path", path=True):
                 path = ""
         return Volume(name, HostPath(path) if path is not None else None)
 

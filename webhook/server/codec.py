@@ -84,9 +84,9 @@ def parse(body: bytes) -> Request:
     values = view.json_values(body, MAX_VALUES)
     if values is not None:
         raise BadReview(
-                f"the body holds {values:,} JSON values (objects, lists, their members and"
-                f" items); a review reads at most {MAX_VALUES:,}, a bound on its memory"
-            )
+            f"the body holds {values:,} JSON values (objects, lists, their members and"
+            f" items); a review reads at most {MAX_VALUES:,}, a bound on its memory"
+        )
     request = _parse(body)
     operation = request.operation
     if operation not in OPERATIONS:
